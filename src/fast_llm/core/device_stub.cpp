@@ -1,0 +1,7 @@
+// Linked when the CUDA backend is not compiled in: no CUDA device exists.
+#include "fast_llm/core/device.h"
+
+namespace fast_llm::detail {
+std::vector<DeviceInfo> probe_cuda_devices() { return {}; }
+bool cuda_backend_compiled() { return false; }
+}  // namespace fast_llm::detail
