@@ -1,0 +1,65 @@
+// Ops: attention_forward / attention_backward. Scaled dot-product attention over packed variable-length documents:
+// a query attends only to keys of its own document (cu_seqlens), causally if `causal`, and only to the last
+// `window_size` positions (i - j < window_size) when a window is set. Grouped-query attention: head h uses key/value
+// group h / (heads / head_groups); K and V are never repeated in memory.
+//   scores = softmax_scale * q . k,  p = softmax(scores over allowed keys),  out = p @ v
+// Forward saves logsumexp of the scaled scores per (head, token) in fp32; backward recomputes p from it.
+// Gradients of q, k, v are written (=). A query row with no allowed key (cannot happen causally) outputs zeros.
+#pragma once
+
+#include <optional>
+
+#include "fast_llm/kernels/registry.h"
+#include "fast_llm/tensor/tensor.h"
+
+namespace fast_llm::kernels {
+
+struct AttentionForwardArgs {
+  const Tensor& query;       // (tokens, heads, head_size)
+  const Tensor& key;         // (tokens, head_groups, head_size)
+  const Tensor& value;       // (tokens, head_groups, head_size)
+  const Tensor& cu_seqlens;  // (documents + 1) int32 on the same device: document d is [cu[d], cu[d+1])
+  int64_t max_seqlen = 0;    // longest document (lets GPU kernels size their grids without reading cu_seqlens)
+  Tensor& output;            // (tokens, heads, head_size)
+  Tensor& logsumexp;         // (heads, tokens) fp32
+  double softmax_scale = 1.0;
+  bool causal = true;
+  std::optional<int64_t> window_size;
+  Stream stream = {};
+};
+
+struct AttentionBackwardArgs {
+  const Tensor& grad_output;  // (tokens, heads, head_size)
+  const Tensor& query;
+  const Tensor& key;
+  const Tensor& value;
+  const Tensor& output;
+  const Tensor& logsumexp;  // (heads, tokens) fp32
+  const Tensor& cu_seqlens;
+  int64_t max_seqlen = 0;
+  Tensor& grad_query;  // (tokens, heads, head_size) =
+  Tensor& grad_key;    // (tokens, head_groups, head_size) =
+  Tensor& grad_value;  // (tokens, head_groups, head_size) =
+  double softmax_scale = 1.0;
+  bool causal = true;
+  std::optional<int64_t> window_size;
+  Stream stream = {};
+};
+
+struct AttentionForward {
+  static constexpr std::string_view name = "attention_forward";
+  using Args = AttentionForwardArgs;
+};
+struct AttentionBackward {
+  static constexpr std::string_view name = "attention_backward";
+  using Args = AttentionBackwardArgs;
+};
+
+inline void attention_forward(const AttentionForwardArgs& args) {
+  dispatch<AttentionForward>(args, args.query.device());
+}
+inline void attention_backward(const AttentionBackwardArgs& args) {
+  dispatch<AttentionBackward>(args, args.query.device());
+}
+
+}  // namespace fast_llm::kernels

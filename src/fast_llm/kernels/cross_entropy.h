@@ -1,0 +1,42 @@
+// Op: cross_entropy_forward_backward. The language-model loss on a chunk of logits, with the gradient of the logits
+// computed in the same pass (no autograd through softmax), as Fast-LLM's fused loss kernels:
+//   z = logits * logits_scale_factor;  z = softcap * tanh(z / softcap) if a softcap is set
+//   label loss_t = logsumexp(z_t) - z_t[label_t]          (tokens with label < 0, i.e. -100, are masked)
+//   z-loss_t     = logsumexp(z_t)^2
+// Losses are SUMMED over unmasked tokens into fp32/fp64 scalars (+=); the caller divides by the number of labels in
+// the whole step (Fast-LLM's normalisation). The gradient written to grad_logits (=) is
+//   d/dz [label_weight * loss_t + z_loss_weight * z-loss_t]  chained through softcap and logits_scale_factor,
+// i.e. label_weight * (softmax - onehot) + z_loss_weight * 2 * lse * softmax, then * dz/dlogits; masked rows get 0.
+// grad_logits may be the logits tensor itself (in place) to save memory.
+#pragma once
+
+#include <optional>
+
+#include "fast_llm/kernels/registry.h"
+#include "fast_llm/tensor/tensor.h"
+
+namespace fast_llm::kernels {
+
+struct CrossEntropyArgs {
+  const Tensor& logits;     // (tokens, vocab)
+  const Tensor& labels;     // (tokens) int64; < 0 masked
+  Tensor& label_loss_sum;   // (1) fp32 or fp64, +=
+  Tensor* z_loss_sum;       // (1) fp32 or fp64, +=, or nullptr (no z-loss)
+  Tensor* grad_logits;      // (tokens, vocab) =, or nullptr (forward only, e.g. validation)
+  double label_weight = 1.0;   // multiplies the label-loss gradient (loss weight / labels in step)
+  double z_loss_weight = 0.0;  // multiplies the z-loss gradient
+  double logits_scale_factor = 1.0;
+  std::optional<double> softcap;
+  Stream stream = {};
+};
+
+struct CrossEntropyForwardBackward {
+  static constexpr std::string_view name = "cross_entropy_forward_backward";
+  using Args = CrossEntropyArgs;
+};
+
+inline void cross_entropy_forward_backward(const CrossEntropyArgs& args) {
+  dispatch<CrossEntropyForwardBackward>(args, args.logits.device());
+}
+
+}  // namespace fast_llm::kernels

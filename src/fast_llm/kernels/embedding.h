@@ -1,0 +1,45 @@
+// Ops: embedding_forward / embedding_backward. Row gather and its scatter-add:
+//   output[t] = scale * weight[index[t]];   grad_weight[index[t]] += scale * grad_output[t]
+// Used for word embeddings (index = token ids) and absolute position embeddings (index = positions). Indices out of
+// [0, rows) are an error on the CPU (checked) and must not happen on the GPU (the data pipeline guarantees it).
+#pragma once
+
+#include "fast_llm/kernels/registry.h"
+#include "fast_llm/tensor/tensor.h"
+
+namespace fast_llm::kernels {
+
+struct EmbeddingForwardArgs {
+  const Tensor& indices;  // (tokens) int64 or int32
+  const Tensor& weight;   // (rows, hidden)
+  Tensor& output;         // (tokens, hidden), dtype of weight
+  double scale = 1.0;
+  bool accumulate = false;  // output += instead of = (adds position embeddings onto word embeddings)
+  Stream stream = {};
+};
+
+struct EmbeddingBackwardArgs {
+  const Tensor& indices;      // (tokens)
+  const Tensor& grad_output;  // (tokens, hidden)
+  Tensor& grad_weight;        // (rows, hidden) +=, usually fp32
+  double scale = 1.0;
+  Stream stream = {};
+};
+
+struct EmbeddingForward {
+  static constexpr std::string_view name = "embedding_forward";
+  using Args = EmbeddingForwardArgs;
+};
+struct EmbeddingBackward {
+  static constexpr std::string_view name = "embedding_backward";
+  using Args = EmbeddingBackwardArgs;
+};
+
+inline void embedding_forward(const EmbeddingForwardArgs& args) {
+  dispatch<EmbeddingForward>(args, args.weight.device());
+}
+inline void embedding_backward(const EmbeddingBackwardArgs& args) {
+  dispatch<EmbeddingBackward>(args, args.grad_weight.device());
+}
+
+}  // namespace fast_llm::kernels

@@ -1,0 +1,88 @@
+// Ops: rms_norm_forward / rms_norm_backward, layer_norm_forward / layer_norm_backward.
+//
+// Rows are normalised over the last dimension: input (rows, hidden) in the compute dtype, math in fp32 (fp64 for
+// fp64 inputs). `zero_centered` means the effective weight is 1 + weight (Gemma style). `weight` may be null
+// (fixed_rms_norm: no weight). Backward writes grad_input (=) and accumulates grad_weight / grad_bias (+=), which
+// are usually fp32 gradient buffers.
+//   rms_norm:   y = x / sqrt(mean(x^2) + eps) * w
+//   layer_norm: y = (x - mean(x)) / sqrt(var(x) + eps) * w + b
+#pragma once
+
+#include "fast_llm/kernels/registry.h"
+#include "fast_llm/tensor/tensor.h"
+
+namespace fast_llm::kernels {
+
+struct RmsNormForwardArgs {
+  const Tensor& input;     // (rows, hidden)
+  const Tensor* weight;    // (hidden) or nullptr
+  Tensor& output;          // (rows, hidden), dtype of input
+  Tensor& inverse_rms;     // (rows) fp32: 1 / sqrt(mean(x^2) + eps), saved for backward
+  double epsilon = 1e-5;
+  bool zero_centered = false;
+  Stream stream = {};
+};
+
+struct RmsNormBackwardArgs {
+  const Tensor& grad_output;  // (rows, hidden)
+  const Tensor& input;        // (rows, hidden)
+  const Tensor* weight;       // (hidden) or nullptr
+  const Tensor& inverse_rms;  // (rows) fp32
+  Tensor& grad_input;         // (rows, hidden) =
+  Tensor* grad_weight;        // (hidden) +=, or nullptr
+  bool zero_centered = false;
+  Stream stream = {};
+};
+
+struct LayerNormForwardArgs {
+  const Tensor& input;    // (rows, hidden)
+  const Tensor* weight;   // (hidden) or nullptr
+  const Tensor* bias;     // (hidden) or nullptr
+  Tensor& output;         // (rows, hidden)
+  Tensor& mean;           // (rows) fp32, saved
+  Tensor& inverse_std;    // (rows) fp32, saved
+  double epsilon = 1e-5;
+  bool zero_centered = false;
+  Stream stream = {};
+};
+
+struct LayerNormBackwardArgs {
+  const Tensor& grad_output;  // (rows, hidden)
+  const Tensor& input;        // (rows, hidden)
+  const Tensor* weight;       // (hidden) or nullptr
+  const Tensor& mean;         // (rows) fp32
+  const Tensor& inverse_std;  // (rows) fp32
+  Tensor& grad_input;         // (rows, hidden) =
+  Tensor* grad_weight;        // (hidden) +=, or nullptr
+  Tensor* grad_bias;          // (hidden) +=, or nullptr
+  bool zero_centered = false;
+  Stream stream = {};
+};
+
+struct RmsNormForward {
+  static constexpr std::string_view name = "rms_norm_forward";
+  using Args = RmsNormForwardArgs;
+};
+struct RmsNormBackward {
+  static constexpr std::string_view name = "rms_norm_backward";
+  using Args = RmsNormBackwardArgs;
+};
+struct LayerNormForward {
+  static constexpr std::string_view name = "layer_norm_forward";
+  using Args = LayerNormForwardArgs;
+};
+struct LayerNormBackward {
+  static constexpr std::string_view name = "layer_norm_backward";
+  using Args = LayerNormBackwardArgs;
+};
+
+inline void rms_norm_forward(const RmsNormForwardArgs& args) { dispatch<RmsNormForward>(args, args.input.device()); }
+inline void rms_norm_backward(const RmsNormBackwardArgs& args) { dispatch<RmsNormBackward>(args, args.input.device()); }
+inline void layer_norm_forward(const LayerNormForwardArgs& args) {
+  dispatch<LayerNormForward>(args, args.input.device());
+}
+inline void layer_norm_backward(const LayerNormBackwardArgs& args) {
+  dispatch<LayerNormBackward>(args, args.input.device());
+}
+
+}  // namespace fast_llm::kernels

@@ -1,0 +1,40 @@
+// Ops: axpy (residual stream and gradient accumulation) and dropout.
+//   axpy:    output += alpha * input           (any float dtypes, same shape; math in fp32/fp64)
+//   dropout: x = x * mask / (1 - p) in place, mask[i] = uniform(seed, i) >= p   (core/random.h Philox, so the
+//            same seed regenerates the same mask in backward, on any device)
+#pragma once
+
+#include <cstdint>
+
+#include "fast_llm/kernels/registry.h"
+#include "fast_llm/tensor/tensor.h"
+
+namespace fast_llm::kernels {
+
+struct AxpyArgs {
+  const Tensor& input;
+  Tensor& output;  // +=
+  double alpha = 1.0;
+  Stream stream = {};
+};
+
+struct DropoutArgs {
+  Tensor& tensor;  // in place, contiguous
+  double probability = 0.0;
+  uint64_t seed = 0;
+  Stream stream = {};
+};
+
+struct Axpy {
+  static constexpr std::string_view name = "axpy";
+  using Args = AxpyArgs;
+};
+struct Dropout {
+  static constexpr std::string_view name = "dropout";
+  using Args = DropoutArgs;
+};
+
+inline void axpy(const AxpyArgs& args) { dispatch<Axpy>(args, args.output.device()); }
+inline void dropout(const DropoutArgs& args) { dispatch<Dropout>(args, args.tensor.device()); }
+
+}  // namespace fast_llm::kernels
