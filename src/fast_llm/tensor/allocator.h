@@ -21,6 +21,7 @@ struct AllocatorStats {
   size_t peak_reserved_bytes = 0;
   uint64_t allocations = 0;        // number of allocate calls
   uint64_t driver_allocations = 0;  // allocations that reached the driver (cudaMalloc / aligned_alloc)
+  uint64_t driver_frees = 0;        // memory returned to the driver (cudaFree / free)
 };
 
 class Allocator {
@@ -35,7 +36,13 @@ class Allocator {
   virtual void release_cached() {}
 };
 
-// The process-wide allocator for a device (created on first use).
+// The process-wide allocator for a device (created on first use, never destroyed: tensors held by other static
+// objects may still free into it while the process exits).
 Allocator& allocator_for(Device device);
+
+namespace detail {
+// The CUDA caching allocator of one device, implemented in tensor/cuda/ or by the stub when CUDA is not compiled in.
+Allocator& cuda_caching_allocator(int device);
+}  // namespace detail
 
 }  // namespace fast_llm

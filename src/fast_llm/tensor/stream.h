@@ -1,8 +1,8 @@
 // Streams and device memory primitives.
 //
-// A Stream names an ordered queue of device work: on CUDA a cudaStream_t (null = the legacy default stream is never
-// used by fast-llm: `Stream{}` on a CUDA device means the current thread's compute stream from `compute_stream`),
-// on the CPU nothing (work runs synchronously on the calling thread).
+// A Stream names an ordered queue of device work: on CUDA a cudaStream_t (the legacy default stream is never used by
+// fast-llm: `Stream{}` on a CUDA device means that device's compute stream from `compute_stream`), on the CPU nothing
+// (work runs synchronously on the calling thread).
 #pragma once
 
 #include <cstddef>
