@@ -1,0 +1,52 @@
+// What layers see of the step being run: the micro-batch's inputs on the device, the compute settings, and where
+// losses are summed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "fast_llm/core/device.h"
+#include "fast_llm/core/dtype.h"
+#include "fast_llm/tensor/tensor.h"
+
+namespace fast_llm::layers {
+
+// One packed micro-batch, on the compute device.
+struct MicroBatch {
+  int64_t index = 0;        // position in the step's schedule: keys the saved state of layers
+  Tensor tokens;            // (tokens) int64
+  Tensor labels;            // (tokens) int64, -100 where masked (document starts, padding, loss-masking spans)
+  Tensor positions;         // (tokens) int64, position within the document (absolute position embeddings)
+  Tensor cu_seqlens;        // (documents + 1) int32, document boundaries for attention
+  int64_t max_seqlen = 0;   // longest document
+  int64_t num_tokens() const { return tokens.numel(); }
+};
+
+// Sums of each loss over the micro-batches of a step (numerators; the engine divides by the labels in the step for
+// logging). Device scalars (fp64 on CPU, fp32 on CUDA): layers add into them with kernels, no host sync.
+class LossSums {
+ public:
+  // The accumulator for `name`, created zeroed on first use.
+  Tensor& get(const std::string& name, Device device);
+  const std::map<std::string, Tensor>& all() const { return sums_; }
+  void clear() { sums_.clear(); }
+
+ private:
+  std::map<std::string, Tensor> sums_;
+};
+
+struct LayerContext {
+  const MicroBatch& batch;
+  Device device;
+  DType compute_dtype = DType::float32;
+  Stream stream = {};
+  bool training = true;  // false: no dropout, nothing saved for backward (validation)
+  // Multiplies the gradient of every label loss: 1 / (labels in the whole step), Fast-LLM's normalisation.
+  double loss_gradient_scale = 1.0;
+  // Seed for this (step, micro-batch); layers derive their own streams from it with their name.
+  uint64_t dropout_seed = 0;
+  LossSums* losses = nullptr;
+};
+
+}  // namespace fast_llm::layers

@@ -1,0 +1,39 @@
+#include "fast_llm/layers/layer.h"
+
+#include <fmt/format.h>
+
+namespace fast_llm::layers {
+
+std::vector<Parameter*> Module::parameters() {
+  std::vector<Parameter*> result;
+  for (auto& parameter : parameters_) result.push_back(&parameter);
+  for (Module* child : children_) {
+    auto child_parameters = child->parameters();
+    result.insert(result.end(), child_parameters.begin(), child_parameters.end());
+  }
+  return result;
+}
+
+Parameter& Module::declare(std::string_view local_name, Shape shape, Initialization initialization, bool weight_decay,
+                           double lr_scale) {
+  return parameters_.emplace_back(Parameter{.meta = ParameterMeta{.name = child_name(local_name),
+                                                                  .shape = shape,
+                                                                  .initialization = initialization,
+                                                                  .weight_decay = weight_decay,
+                                                                  .lr_scale = lr_scale}});
+}
+
+std::string Module::child_name(std::string_view local_name) const {
+  return name_.empty() ? std::string(local_name) : fmt::format("{}.{}", name_, local_name);
+}
+
+Tensor& LossSums::get(const std::string& name, Device device) {
+  auto found = sums_.find(name);
+  if (found != sums_.end()) return found->second;
+  DType dtype = device.is_cpu() ? DType::float64 : DType::float32;
+  Tensor sum = Tensor::empty(Shape{1}, dtype, device);
+  set_bytes(sum.data(), device, 0, sum.nbytes(), Stream{});
+  return sums_.emplace(name, std::move(sum)).first->second;
+}
+
+}  // namespace fast_llm::layers
