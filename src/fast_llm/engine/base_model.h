@@ -1,0 +1,19 @@
+// What the engine knows of a model: an ordered list of layers. Stages, buffers, the schedule, the optimizer and the
+// trainer work on this interface only; they never see a concrete model (DESIGN.md §3).
+#pragma once
+
+#include <vector>
+
+#include "fast_llm/layers/layer.h"
+
+namespace fast_llm::engine {
+
+class BaseModel {
+ public:
+  virtual ~BaseModel() = default;
+  // Layers in forward order (for GPT: embeddings, decoder blocks, head). A parameter used by two layers (tied
+  // embeddings) is declared by the first one only; the later one refers to it, so it is bound and updated once.
+  virtual std::vector<layers::Layer*> layers() = 0;
+};
+
+}  // namespace fast_llm::engine
