@@ -28,12 +28,13 @@ Event::~Event() {
   if (handle_ != nullptr) detail::cuda_event_destroy(handle_);
 }
 
+// `Stream{}` means the event's device's compute stream; the CUDA side gets a real stream.
 void Event::record(Stream stream) {
-  if (handle_ != nullptr) detail::cuda_event_record(handle_, stream);
+  if (handle_ != nullptr) detail::cuda_event_record(handle_, stream.handle ? stream : compute_stream(device_));
 }
 
 void Event::wait(Stream stream) const {
-  if (handle_ != nullptr) detail::cuda_event_wait(handle_, stream);
+  if (handle_ != nullptr) detail::cuda_event_wait(handle_, stream.handle ? stream : compute_stream(device_));
 }
 
 void Event::synchronize() const {

@@ -392,6 +392,12 @@ void Tensor::copy_bytes_from(const Tensor& source, Stream stream) {
   copy_bytes(data(), device(), source.data(), source.device(), nbytes(), stream);
 }
 
+void Tensor::record_stream(Stream stream) const {
+  FLM_CHECK(defined(), "tensor", "record_stream: the tensor is undefined");
+  if (device().is_cpu() || !storage_->owns_memory()) return;
+  allocator_for(device()).record_stream(storage_->data(), stream);
+}
+
 // ---------------------------------------------------------------------------------------------------------------------
 // Host element access
 

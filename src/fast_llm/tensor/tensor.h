@@ -58,6 +58,10 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  // False for wrapped memory (never freed by fast-llm).
+  bool owns_memory() const { return owned_; }
+  // The stream the allocation is ordered on (CUDA: the caching allocator's pool it returns to).
+  Stream stream() const { return stream_; }
 
  private:
   Device device_;
@@ -112,10 +116,16 @@ class Tensor {
   // Same bytes as another dtype of the same size (e.g. bf16 <-> uint16), contiguous only.
   Tensor view_as(DType dtype) const;
 
-  // A contiguous copy on `device` (bytes only: dtype unchanged). Same device and contiguous returns *this.
+  // A contiguous copy on `device` (bytes only: dtype unchanged). Same device and contiguous returns *this. A copy to
+  // the CPU waits for `stream`, so the host can read the result at once. Non-contiguous views are gathered on the
+  // host (slow; for printing and tests: device-side strided copies are kernels/copy.h).
   Tensor to(Device device, Stream stream = {}) const;
   // Copies bytes from `source` (same shape, dtype; both contiguous; any devices), ordered on `stream`.
   void copy_bytes_from(const Tensor& source, Stream stream = {});
+  // Marks the storage as also used on `stream`: the CUDA caching allocator reuses its memory only after the work
+  // queued on `stream` so far has finished. Needed when a tensor allocated on one stream is used on another (e.g. the
+  // communication stream) and may be freed before that work ends. No-op for CPU tensors and wrapped memory.
+  void record_stream(Stream stream) const;
 
   // Host-side element access for tests and printing (CPU tensors, any strides; floats are widened to double).
   double item_as_double(std::span<const int64_t> index) const;
