@@ -129,9 +129,11 @@ class Tensor {
 
   // Host-side element access for tests and printing (CPU tensors, any strides; floats are widened to double).
   double item_as_double(std::span<const int64_t> index) const;
-  double item() const;  // single-element tensor (any device: copies to host)
+  double item() const;  // single-element tensor (any device: copies to host on the device's compute stream and waits)
 
-  // "Tensor(shape=(2, 3), dtype=bfloat16, device=cuda:0)\n[[...]]" with at most `max_elements` values shown.
+  // "Tensor(shape=(2, 3), dtype=bfloat16, device=cuda:0)\n[[...]]", laid out like PyTorch. A tensor of more than
+  // `max_elements` values shows the first and last values of each dimension around `...`, as many as fit in
+  // `max_elements` (at least one at each end, so a tensor of rank r may show 2^r values).
   std::string str(int64_t max_elements = 64) const;
 
  private:

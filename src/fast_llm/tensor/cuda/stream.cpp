@@ -29,12 +29,11 @@ cudaStream_t resolve(int device, Stream stream) {
 
 Stream cuda_compute_stream(int device) {
   // device_info checks the index against the probed devices, with a message naming how many there are.
-  static const size_t device_count = cuda_devices().size();
   device_info(Device::cuda(device));
   // Streams live until the process exits (destroying them during static destruction races the runtime's own
   // teardown), so they are created once and never freed.
   static std::mutex mutex;
-  static std::vector<cudaStream_t> streams(device_count, nullptr);
+  static std::vector<cudaStream_t> streams(cuda_devices().size(), nullptr);
   std::lock_guard lock(mutex);
   cudaStream_t& stream = streams[size_t(device)];
   if (stream == nullptr) stream = new_stream(device);
