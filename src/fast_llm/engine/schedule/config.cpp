@@ -1,0 +1,37 @@
+// Field list of the schedule config.
+#include "fast_llm/engine/schedule/config.h"
+
+namespace fast_llm::engine {
+
+using config::Hint;
+using config::Visitor;
+namespace check = config::check;
+
+void ScheduleConfig::visit(Visitor& v) {
+  v(depth_first_micro_batches, "depth_first_micro_batches",
+    "Micro-batches per step that each go through every stage, forward and backward, before the next starts "
+    "(gradient accumulation).",
+    Hint::core, check::gt(0));
+  v(breadth_first_micro_batches, "breadth_first_micro_batches",
+    "Micro-batches per step interleaved stage by stage (fills the pipeline).", Hint::core, check::gt(0));
+  v(micro_batch_splits, "micro_batch_splits",
+    "Cut each micro-batch along the sequence into this many pieces run in order.", Hint::performance, check::gt(0),
+    config::not_supported_yet(1, "micro-batch splits"));
+  v(pipeline_overlap, "pipeline_overlap", "Overlap pipeline-parallel communication with compute.", Hint::testing);
+  v(data_overlap, "data_overlap", "Overlap data-parallel communication with compute.", Hint::testing);
+  v(throttle_cpu, "throttle_cpu",
+    "Keep the host from queueing work too far ahead of the device, which limits memory fragmentation.",
+    Hint::expert);
+  v(throttle_cpu_rate, "throttle_cpu_rate", "Schedule steps between two throttles.", Hint::expert, check::gt(0));
+  v(throttle_cpu_delay, "throttle_cpu_delay", "Wait for the event recorded this many steps earlier when throttling.",
+    Hint::expert, check::ge(0));
+  v(debug_schedule, "debug_schedule", "Log the whole schedule.", Hint::logging,
+    config::not_supported_yet(false, "schedule logs"));
+  v(debug_send_recv, "debug_send_recv", "Log the pipeline-parallel sends and receives.", Hint::logging);
+  v(profile_schedule, "profile_schedule", "Log host and device times of every schedule step.", Hint::logging,
+    config::not_supported_yet(false, "schedule profiling"));
+  v(skip_step, "skip_step", "Run forward and backward but skip the weight update (testing).", Hint::testing,
+    config::not_supported_yet(false, "skipping the weight update"));
+}
+
+}  // namespace fast_llm::engine

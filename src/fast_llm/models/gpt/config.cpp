@@ -1,0 +1,23 @@
+// Field lists of the GPT model configs.
+#include "fast_llm/models/gpt/config.h"
+
+namespace fast_llm::models::gpt {
+
+using config::Hint;
+using config::Visitor;
+
+void GPTBaseModelConfig::visit(Visitor& v) {
+  layers::LanguageModelConfig::visit(v);
+  v(peft, "peft", "Parameter-efficient fine-tuning; `none` by default.", Hint::architecture);
+  v(use_megatron_initialization, "use_megatron_initialization",
+    "Initialize exactly as Megatron-LM does, to compare runs with it (testing).", Hint::testing,
+    config::not_supported_yet(false, "Megatron-LM initialization"));
+}
+
+void GPTModelConfig::visit(Visitor& v) {
+  v(base_model, "base_model", "The model itself: embeddings, decoder, head.", Hint::core);
+  v(multi_stage, "multi_stage", "Stages and ZeRO sharding.", Hint::core);
+  v(distributed, "distributed", "Process layout, data types and seeds.", Hint::core);
+}
+
+}  // namespace fast_llm::models::gpt
