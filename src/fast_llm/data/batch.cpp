@@ -1,0 +1,83 @@
+#include "fast_llm/data/batch.h"
+
+#include <algorithm>
+
+#include "fast_llm/core/error.h"
+
+namespace fast_llm::data {
+
+Batch make_batch(const std::vector<Document>& documents, const BatchOptions& options, int64_t sample_index) {
+  const int64_t input_size = options.micro_batch_size;
+  const int64_t sample_size = input_size + options.predicted_tokens;
+  FLM_CHECK(input_size > 0 && options.predicted_tokens >= 1, "data",
+            "invalid batch shape: {} tokens and {} predicted tokens", input_size, options.predicted_tokens);
+
+  // The whole sample (inputs and trailing labels): tokens, and whether each token may serve as a label.
+  std::vector<int64_t> stream(size_t(sample_size), 0);
+  std::vector<uint8_t> ignored(size_t(sample_size), 0);
+  struct Segment {
+    int64_t begin, size;
+  };
+  std::vector<Segment> segments;
+  int64_t offset = 0;
+  for (const Document& document : documents) {
+    const int64_t size = document.size();
+    FLM_CHECK(offset + size <= sample_size, "data", "sample {}: documents hold more than {} tokens", sample_index,
+              sample_size);
+    if (size == 0) continue;
+    std::copy(document.tokens.begin(), document.tokens.end(), stream.begin() + offset);
+    if (options.use_loss_masking_spans)
+      for (const Range& span : document.loss_masking_spans) {
+        FLM_ASSERT(span.begin >= 0 && span.begin <= span.end && span.end <= size, "span [{}, {}) of a {}-token document",
+                   span.begin, span.end, size);
+        std::fill(ignored.begin() + offset + span.begin, ignored.begin() + offset + span.end, uint8_t(1));
+      }
+    segments.push_back({offset, size});
+    offset += size;
+  }
+  std::fill(ignored.begin() + offset, ignored.end(), uint8_t(1));  // padding
+
+  Batch batch;
+  batch.sample_index = sample_index;
+  batch.micro_batch_size = input_size;
+  batch.predicted_tokens = options.predicted_tokens;
+  batch.tokens.assign(stream.begin(), stream.begin() + input_size);
+  batch.labels.resize(size_t(options.predicted_tokens * input_size));
+  batch.label_counts.assign(size_t(options.predicted_tokens), 0);
+  for (int64_t distance = 1; distance <= options.predicted_tokens; ++distance) {
+    // The d-th token of each document has no token d positions before it in the same document; the mask grows with
+    // the distance (Fast-LLM updates one label array in place, distance after distance).
+    for (const Segment& segment : segments)
+      if (distance <= segment.size) ignored[size_t(segment.begin + distance - 1)] = 1;
+    int64_t* row = batch.labels.data() + (distance - 1) * input_size;
+    int64_t count = 0;
+    for (int64_t position = 0; position < input_size; ++position) {
+      const size_t target = size_t(position + distance);
+      row[position] = ignored[target] ? kIgnoredLabel : stream[target];
+      count += !ignored[target];
+    }
+    batch.label_counts[size_t(distance - 1)] = count;
+  }
+
+  // Attention segments over the inputs only.
+  for (const Segment& segment : segments) {
+    if (segment.begin >= input_size) break;
+    batch.lengths.push_back(int32_t(std::min(segment.size, input_size - segment.begin)));
+    ++batch.num_documents;
+  }
+  if (offset < input_size) {
+    batch.num_padding = input_size - offset;
+    batch.lengths.push_back(int32_t(batch.num_padding));
+  }
+  batch.cu_seqlens.assign(1, 0);
+  batch.positions.reserve(size_t(input_size));
+  for (int32_t length : batch.lengths) {
+    batch.cu_seqlens.push_back(batch.cu_seqlens.back() + length);
+    batch.max_seqlen = std::max(batch.max_seqlen, length);
+    for (int32_t position = 0; position < length; ++position) batch.positions.push_back(position);
+  }
+  FLM_ASSERT(batch.cu_seqlens.back() == input_size);
+  return batch;
+}
+
+}  // namespace fast_llm::data

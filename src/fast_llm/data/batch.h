@@ -1,0 +1,55 @@
+// One packed micro-batch on the host, built from a sample's documents (reference/fast-llm.md §4, §5.4).
+//
+// A sample holds `micro_batch_size + predicted_tokens` tokens: its documents back to back, then padding (token 0,
+// never a label) when documents are not truncated. Inputs are the first `micro_batch_size` tokens; the labels at
+// distance d (1 = next token, d > 1 for extra prediction heads) of input t are token t + d. A label is -100 (ignored)
+// when it is padding, lies in a loss-masking span, or is among the first d tokens of its document (no prediction
+// across documents), as Fast-LLM's `_set_target_inputs`.
+//
+// Attention segments (`lengths`, `cu_seqlens`) cover the inputs: each document's part of [0, micro_batch_size), then
+// the padding as one more segment of its own, so varlen attention never mixes documents and padding.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "fast_llm/data/dataset.h"
+
+namespace fast_llm::data {
+
+inline constexpr int64_t kIgnoredLabel = -100;
+
+struct BatchOptions {
+  int64_t micro_batch_size = 2048;
+  int64_t predicted_tokens = 1;
+  bool use_loss_masking_spans = true;
+};
+
+struct Batch {
+  int64_t sample_index = 0;       // index of the sample in its sampled dataset
+  int64_t micro_batch_size = 0;
+  int64_t predicted_tokens = 1;
+  std::vector<int64_t> tokens;      // (micro_batch_size) input tokens; 0 at padding
+  std::vector<int64_t> labels;      // (predicted_tokens, micro_batch_size) row d-1: labels at distance d; -100 masked
+  std::vector<int64_t> label_counts;  // (predicted_tokens) unmasked labels per distance
+  std::vector<int32_t> lengths;     // attention segments over the inputs: documents, then padding if any
+  std::vector<int32_t> cu_seqlens;  // (segments + 1) cumulative lengths, from 0 to micro_batch_size
+  int32_t max_seqlen = 0;           // longest segment
+  std::vector<int64_t> positions;   // (micro_batch_size) position of each input within its segment
+  int64_t num_documents = 0;        // documents with at least one input token (padding excluded)
+  int64_t num_padding = 0;          // padded input tokens
+
+  // Unmasked labels at distance `distance` (1: the cross-entropy label count Fast-LLM normalises by, summed by the
+  // trainer over all micro-batches of a step).
+  int64_t num_labels(int64_t distance = 1) const { return label_counts[size_t(distance - 1)]; }
+  std::span<const int64_t> labels_at(int64_t distance) const {
+    return std::span<const int64_t>(labels).subspan(size_t((distance - 1) * micro_batch_size),
+                                                    size_t(micro_batch_size));
+  }
+};
+
+// Packs `documents` (at most micro_batch_size + predicted_tokens tokens in all) into a batch, padding the rest.
+Batch make_batch(const std::vector<Document>& documents, const BatchOptions& options, int64_t sample_index = 0);
+
+}  // namespace fast_llm::data
