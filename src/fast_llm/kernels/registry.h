@@ -22,6 +22,7 @@
 // e.g. `gemm:cuda:cublaslt`.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -160,8 +161,8 @@ struct KernelRegistrar {
                   std::optional<std::string> (*supports)(const typename Op::Args&),
                   void (*run)(const typename Op::Args&), const char* description) {
     OpRegistry<Op>::instance().add(KernelVariant<typename Op::Args>{
-        .info = KernelInfo{.device = device, .variant = variant, .priority = priority, .kind = kind,
-                           .description = description},
+        .info = KernelInfo{.op = std::string(Op::name), .device = device, .variant = variant, .priority = priority,
+                           .kind = kind, .description = description, .source = {}},
         .supports = supports,
         .run = run});
   }

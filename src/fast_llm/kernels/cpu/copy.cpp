@@ -1,0 +1,151 @@
+// CPU reference of fill / copy / cast (kernels/copy.h): one loop over the row-major linear index, each element found
+// through the tensor's strides, every dtype. The conversions follow copy.h; the CUDA variants must match them bit for
+// bit, so they are written out here rather than left to the compiler's defaults (which are undefined for a float out
+// of an integer's range).
+#include "fast_llm/kernels/copy.h"
+
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "fast_llm/kernels/cpu/dtype_dispatch.h"
+#include "fast_llm/kernels/cpu/reference_helpers.h"
+
+namespace fast_llm::kernels::cpu {
+namespace {
+
+template <class Function>
+decltype(auto) visit_any_dtype(DType dtype, Function&& function) {
+  switch (dtype) {
+    case DType::float32: return function(std::type_identity<float>{});
+    case DType::float64: return function(std::type_identity<double>{});
+    case DType::bfloat16: return function(std::type_identity<bfloat16>{});
+    case DType::float16: return function(std::type_identity<float16>{});
+    case DType::int32: return function(std::type_identity<int32_t>{});
+    case DType::int64: return function(std::type_identity<int64_t>{});
+    case DType::uint8: return function(std::type_identity<uint8_t>{});
+    case DType::uint16: return function(std::type_identity<uint16_t>{});
+    case DType::uint32: return function(std::type_identity<uint32_t>{});
+  }
+  throw InternalError("kernels", fmt::format("visit_any_dtype: dtype {} is not handled", int(dtype)));
+}
+
+// float64 -> float32 rounded to odd: truncated toward zero, with the lowest bit set when anything was cut off. Rounding
+// that (24 significant bits) to bfloat16 or float16 (at most 11) to nearest even then gives the correctly rounded
+// result of the float64, which rounding through float32 to nearest would not on near-ties.
+float round_to_odd_float(double value) {
+  float rounded = float(value);
+  if (!std::isfinite(value) || double(rounded) == value) return rounded;
+  if (std::abs(double(rounded)) > std::abs(value)) rounded = std::nextafter(rounded, 0.0f);
+  return bits_to_float(float_to_bits(rounded) | 1u);
+}
+
+// Truncation toward zero, saturated to I's range; NaN gives 0 (what the GPU's conversion instructions do).
+template <class I>
+I saturate_to_integer(double value) {
+  if (std::isnan(value)) return I(0);
+  const double truncated = std::trunc(value);
+  // Both bounds are exact in float64 except int64's and uint64's maximum, which round up to 2^63 / 2^64: a value at
+  // or above them saturates, and every value below is exactly convertible.
+  if (truncated <= double(std::numeric_limits<I>::min())) return std::numeric_limits<I>::min();
+  if (truncated >= double(std::numeric_limits<I>::max())) return std::numeric_limits<I>::max();
+  return I(truncated);
+}
+
+template <class To>
+To from_double(double value) {
+  if constexpr (std::is_same_v<To, double>)
+    return value;
+  else if constexpr (std::is_same_v<To, float>)
+    return float(value);
+  else if constexpr (std::is_same_v<To, bfloat16>)
+    return to_bfloat16(round_to_odd_float(value));
+  else if constexpr (std::is_same_v<To, float16>)
+    return to_float16(round_to_odd_float(value));
+  else
+    return saturate_to_integer<To>(value);
+}
+
+// From a value exactly representable in float32 (float32, bfloat16 and float16 sources): one rounding.
+template <class To>
+To from_float(float value) {
+  if constexpr (std::is_same_v<To, bfloat16>)
+    return to_bfloat16(value);
+  else if constexpr (std::is_same_v<To, float16>)
+    return to_float16(value);
+  else
+    return from_double<To>(double(value));
+}
+
+template <class To, class From>
+To convert(From value) {
+  if constexpr (std::is_integral_v<From> && std::is_integral_v<To>)
+    return static_cast<To>(value);  // modulo 2^bits
+  else if constexpr (std::is_integral_v<From> || std::is_same_v<From, double>)
+    return from_double<To>(double(value));
+  else
+    return from_float<To>(load_value(value));
+}
+
+void fill_reference(const FillArgs& args) {
+  FLM_CHECK(args.tensor.defined(), "fill", "tensor is undefined");
+  check_defined_on_cpu("fill", "tensor", args.tensor);
+  visit_any_dtype(args.tensor.dtype(), [&]<class T>(std::type_identity<T>) {
+    const T value = from_double<T>(args.value);
+    T* data = args.tensor.data_as<T>();
+    const Shape& shape = args.tensor.shape();
+    const Shape& strides = args.tensor.strides();
+#pragma omp parallel for
+    for (int64_t index = 0; index < args.tensor.numel(); ++index) data[strided_offset(shape, strides, index)] = value;
+  });
+}
+
+void copy_reference(const CopyArgs& args) {
+  check_copy(args);
+  check_defined_on_cpu("copy", "source", args.source);
+  check_defined_on_cpu("copy", "destination", args.destination);
+  // Bytes of the element size: the same for every dtype of that size, and NaN payloads survive untouched.
+  auto copy_elements = [&]<class Word>(std::type_identity<Word>) {
+    const Word* source = static_cast<const Word*>(args.source.data());
+    Word* destination = static_cast<Word*>(args.destination.data());
+    const Shape& shape = args.source.shape();
+#pragma omp parallel for
+    for (int64_t index = 0; index < args.source.numel(); ++index)
+      destination[strided_offset(shape, args.destination.strides(), index)] =
+          source[strided_offset(shape, args.source.strides(), index)];
+  };
+  switch (args.source.element_size()) {
+    case 1: copy_elements(std::type_identity<uint8_t>{}); return;
+    case 2: copy_elements(std::type_identity<uint16_t>{}); return;
+    case 4: copy_elements(std::type_identity<uint32_t>{}); return;
+    case 8: copy_elements(std::type_identity<uint64_t>{}); return;
+  }
+  throw InternalError("kernels", fmt::format("copy: element size {} is not handled", args.source.element_size()));
+}
+
+void cast_reference(const CastArgs& args) {
+  check_cast(args);
+  check_defined_on_cpu("cast", "source", args.source);
+  visit_any_dtype(args.source.dtype(), [&]<class From>(std::type_identity<From>) {
+    visit_any_dtype(args.destination.dtype(), [&]<class To>(std::type_identity<To>) {
+      const From* source = args.source.data_as<From>();
+      To* destination = args.destination.data_as<To>();
+      const Shape& shape = args.source.shape();
+#pragma omp parallel for
+      for (int64_t index = 0; index < args.source.numel(); ++index)
+        destination[strided_offset(shape, args.destination.strides(), index)] =
+            convert<To>(source[strided_offset(shape, args.source.strides(), index)]);
+    });
+  });
+}
+
+}  // namespace
+
+FLM_REGISTER_KERNEL(Fill, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr, &fill_reference,
+                    "element by element, any dtype and strides");
+FLM_REGISTER_KERNEL(Copy, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr, &copy_reference,
+                    "element by element, any dtype and strides");
+FLM_REGISTER_KERNEL(Cast, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr, &cast_reference,
+                    "element by element between any dtypes: round to nearest even, saturating float -> integer");
+
+}  // namespace fast_llm::kernels::cpu
