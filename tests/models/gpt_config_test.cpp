@@ -85,8 +85,8 @@ TEST_F(GPTConfigTest, MistralExampleLoadsWithItsValues) {
   EXPECT_EQ(mixer.window_size, 4096);
   ASSERT_TRUE(mixer.rotary.is<layers::DefaultRotaryConfig>());
   EXPECT_DOUBLE_EQ(mixer.rotary.as<layers::DefaultRotaryConfig>()->theta, 10000.0);
-  // add_linear_biases: false reaches every projection.
-  for (const auto* layer : {&mixer.query_layer, &mixer.key_layer, &mixer.value_layer, &mixer.dense_layer})
+  // add_linear_biases: false reaches every projection (keys and values share key_layer's settings).
+  for (const auto* layer : {&mixer.query_layer, &mixer.key_layer, &mixer.dense_layer})
     EXPECT_EQ(layer->bias.enabled, false);
 
   const MlpConfig& feed_forward = mlp(config);

@@ -127,7 +127,6 @@ void AttentionConfig::visit(Visitor& v) {
 void AttentionConfig::derive() {
   query_layer.resolve_bias(add_linear_biases);
   key_layer.resolve_bias(add_linear_biases);
-  value_layer.resolve_bias(add_linear_biases);
   dense_layer.resolve_bias(add_linear_biases);
 }
 

@@ -1,8 +1,8 @@
 // Linear layers (Fast-LLM's LinearConfig / AffineLinearConfig / CausalConv1dConfig): the weight's settings, the
 // optional bias, a layer learning-rate scale and whether PEFT (LoRA) wraps the layer.
 //
-// Bias default: `bias.enabled` unset means "the owner's `add_linear_biases`"; owners resolve it in derive(), so after
-// validation `bias.enabled` always holds the value the layer uses.
+// Bias default: `bias.enabled` unset means "the owner's `add_linear_biases`"; owners resolve it in derive() for the
+// layers they build, so after validation `bias.enabled` holds the value the layer uses.
 #pragma once
 
 #include <optional>
