@@ -95,6 +95,17 @@ NotSupportedYet<T> not_supported_yet(T allowed, std::string_view what = {}) {
   return {std::move(allowed), what};
 }
 
+// Like NotSupportedYet, for values without a usable `==` (maps of configs, ...): reported when `is_unsupported` says so.
+template <class T>
+struct NotSupportedIf {
+  std::function<bool(const T&)> is_unsupported;
+  std::string_view what;
+};
+template <class T>
+NotSupportedIf<T> not_supported_if(std::function<bool(const T&)> is_unsupported, std::string_view what) {
+  return {std::move(is_unsupported), what};
+}
+
 class Visitor {
  public:
   virtual ~Visitor() = default;

@@ -193,7 +193,8 @@ struct Codec<Dynamic<Base>> {
     YAML::Node fields = value->to_yaml(options);
     YAML::Node node(YAML::NodeType::Map);
     node["type"] = value.type();
-    for (const auto& entry : fields) node[entry.first] = entry.second;
+    for (const auto& entry : fields)
+      if (entry.first.Scalar() != "type") node[entry.first.Scalar()] = entry.second;
     return node;
   }
   template <class Function>
@@ -236,6 +237,12 @@ class TypedField final : public FieldHandle {
       emitter << YAML::Flow << Codec<T>::write(value, WriteOptions{});
       return fmt::format("{} is not supported yet{}", emitter.c_str(),
                          marker.what.empty() ? std::string() : fmt::format(" ({})", marker.what));
+    });
+  }
+  void add(NotSupportedIf<T> marker) {
+    unsupported_.push_back([marker](const T& value) -> std::optional<std::string> {
+      if (!marker.is_unsupported(value)) return std::nullopt;
+      return fmt::format("not supported yet ({})", marker.what);
     });
   }
   // Accept plain lambdas and functions returning std::optional<std::string>.
