@@ -39,14 +39,23 @@ class ConfigError : public Error {
   std::string path_;
 };
 
+// Subclasses spell their constructors out: nvcc 13.0's front end crashes on a constructor inherited with `using`
+// whose default argument is std::source_location::current() (so every .cu including this header would fail).
+
 // A broken invariant inside fast-llm (not the user's fault).
 class InternalError : public Error {
-  using Error::Error;
+ public:
+  InternalError(std::string_view component, std::string_view message,
+                std::source_location location = std::source_location::current())
+      : Error(component, message, location) {}
 };
 
 // Something not built yet was asked for (a config value without behaviour, a missing backend).
 class NotSupportedError : public Error {
-  using Error::Error;
+ public:
+  NotSupportedError(std::string_view component, std::string_view message,
+                    std::source_location location = std::source_location::current())
+      : Error(component, message, location) {}
 };
 
 namespace detail {
