@@ -1,0 +1,285 @@
+// CPU reference of attention_forward / attention_backward (kernels/attention.h).
+//
+// Exact softmax attention over packed documents, one query row at a time: the scores of a query against the keys it
+// may see are held in a row buffer of at most one document's length (per thread), never a (tokens, tokens) matrix.
+// Query i of document [begin, end) sees the keys j in [begin, end) with j <= i when causal and i - j < window_size
+// when a window is set: always one contiguous range [first_key, last_key).
+//
+// query / key / value / output and their gradients: (tokens, heads or head_groups, head_size), any strides, one
+// floating dtype; math in fp32 for fp32 / bf16 / fp16 (rounded on store) and fp64 for fp64. logsumexp: (heads, tokens)
+// in fp32 as the header asks, or fp64 (exact fp64 tests). cu_seqlens: (documents + 1) int32, from 0 to tokens.
+//
+// Forward runs one (document, head) per task. Backward runs one (document, key/value group) per task, so the heads of
+// a group add into the same dK / dV rows without races; those are accumulated in (document length, head_size) buffers
+// and written (=) once the group is done.
+#include "fast_llm/kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "fast_llm/kernels/cpu/dtype_dispatch.h"
+#include "fast_llm/kernels/cpu/reference_helpers.h"
+
+namespace fast_llm::kernels::cpu {
+namespace {
+
+// Element (token, head, channel) of a rank-3 tensor with any strides.
+template <class T>
+struct TokenHeadView {
+  T* data;
+  int64_t token_stride, head_stride, channel_stride;
+
+  explicit TokenHeadView(const Tensor& tensor)
+      : data(tensor.data_as<std::remove_const_t<T>>()),
+        token_stride(tensor.stride(0)),
+        head_stride(tensor.stride(1)),
+        channel_stride(tensor.stride(2)) {}
+
+  T& operator()(int64_t token, int64_t head, int64_t channel) const {
+    return data[token * token_stride + head * head_stride + channel * channel_stride];
+  }
+};
+
+struct Shapes {
+  int64_t tokens, heads, head_groups, head_size;
+  std::vector<int64_t> document_begins;  // (documents + 1)
+
+  int64_t documents() const { return int64_t(document_begins.size()) - 1; }
+  int64_t heads_per_group() const { return heads / head_groups; }
+};
+
+// The keys query `token` of document [begin, end) may see: [first, last).
+struct KeyRange {
+  int64_t first, last;
+};
+
+KeyRange allowed_keys(int64_t token, int64_t begin, int64_t end, bool causal, const std::optional<int64_t>& window) {
+  const int64_t last = causal ? token + 1 : end;
+  const int64_t first = window ? std::max(begin, token - *window + 1) : begin;  // i - j < window <=> j > i - window
+  return {first, std::max(first, last)};
+}
+
+// Checks the shapes shared by forward and backward; returns them with the document boundaries.
+Shapes check_shapes(std::string_view op, const Tensor& query, const Tensor& key, const Tensor& value,
+                    const Tensor& cu_seqlens, int64_t max_seqlen, const std::optional<int64_t>& window_size) {
+  check_rank(op, "query", query, 3, "(tokens, heads, head_size)");
+  check_rank(op, "key", key, 3, "(tokens, head_groups, head_size)");
+  Shapes shapes{.tokens = query.size(0), .heads = query.size(1), .head_groups = key.size(1),
+                .head_size = query.size(2), .document_begins = {}};
+  FLM_CHECK(key.size(0) == shapes.tokens && key.size(2) == shapes.head_size, op,
+            "key has shape {}, expected ({}, head_groups, {}) for query of shape {}", key.shape().str(), shapes.tokens,
+            shapes.head_size, query.shape().str());
+  FLM_CHECK(shapes.head_groups > 0 && shapes.heads % shapes.head_groups == 0, op,
+            "query has {} heads, key has {} head groups: heads must be a positive multiple of head_groups",
+            shapes.heads, shapes.head_groups);
+  check_shape(op, "value", value, key.shape());
+  FLM_CHECK(!window_size || *window_size > 0, op, "window_size is {}, expected a positive number of tokens",
+            window_size.value_or(0));
+
+  check_rank(op, "cu_seqlens", cu_seqlens, 1, "(documents + 1)");
+  FLM_CHECK(cu_seqlens.size(0) >= 1, op, "cu_seqlens is empty, expected (documents + 1) offsets starting at 0");
+  const int32_t* offsets = cu_seqlens.data_as<int32_t>();
+  for (int64_t index = 0; index < cu_seqlens.size(0); ++index)
+    shapes.document_begins.push_back(offsets[index * cu_seqlens.stride(0)]);
+  const std::vector<int64_t>& begins = shapes.document_begins;
+  FLM_CHECK(begins.front() == 0 && begins.back() == shapes.tokens, op,
+            "cu_seqlens runs from {} to {}, expected 0 to the number of tokens {}", begins.front(), begins.back(),
+            shapes.tokens);
+  int64_t longest = 0;
+  for (int64_t document = 0; document < shapes.documents(); ++document) {
+    const int64_t length = begins[size_t(document + 1)] - begins[size_t(document)];
+    FLM_CHECK(length >= 0, op, "cu_seqlens decreases at document {}: {} then {}", document, begins[size_t(document)],
+              begins[size_t(document + 1)]);
+    longest = std::max(longest, length);
+  }
+  FLM_CHECK(max_seqlen >= longest, op, "max_seqlen is {}, the longest document has {} tokens", max_seqlen, longest);
+  return shapes;
+}
+
+std::optional<std::string> common_reason(const Tensor& query, const Tensor& key, const Tensor& value,
+                                         const Tensor& logsumexp, const Tensor& cu_seqlens) {
+  if (auto reason = floating_dtype_reason("query", query)) return reason;
+  if (auto reason = same_dtype_reason("key", key, "query", query)) return reason;
+  if (auto reason = same_dtype_reason("value", value, "query", query)) return reason;
+  if (auto reason = float32_or_float64_reason("logsumexp", logsumexp)) return reason;
+  if (cu_seqlens.dtype() != DType::int32)
+    return fmt::format("cu_seqlens has dtype {}, expected int32", dtype_name(cu_seqlens.dtype()));
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Forward
+
+std::optional<std::string> supports_attention_forward(const AttentionForwardArgs& args) {
+  if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens)) return reason;
+  return same_dtype_reason("output", args.output, "query", args.query);
+}
+
+void attention_forward_reference(const AttentionForwardArgs& args) {
+  constexpr std::string_view op = "attention_forward";
+  const Shapes shapes =
+      check_shapes(op, args.query, args.key, args.value, args.cu_seqlens, args.max_seqlen, args.window_size);
+  check_shape(op, "output", args.output, args.query.shape());
+  check_shape(op, "logsumexp", args.logsumexp, Shape{shapes.heads, shapes.tokens});
+
+  visit_floating_dtype(args.query.dtype(), [&]<class T>(std::type_identity<T>) {
+    using Compute = ComputeType<T>;
+    const TokenHeadView<const T> query(args.query);  // (tokens, heads, head_size)
+    const TokenHeadView<const T> key(args.key);      // (tokens, head_groups, head_size)
+    const TokenHeadView<const T> value(args.value);  // (tokens, head_groups, head_size)
+    const TokenHeadView<T> output(args.output);      // (tokens, heads, head_size)
+    std::vector<Compute> logsumexp(size_t(shapes.heads * shapes.tokens));  // (heads, tokens)
+    const Compute scale = Compute(args.softmax_scale);
+    const int64_t tasks = shapes.documents() * shapes.heads;
+
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t document = task / shapes.heads, head = task % shapes.heads;
+      const int64_t group = head / shapes.heads_per_group();
+      const int64_t begin = shapes.document_begins[size_t(document)];
+      const int64_t end = shapes.document_begins[size_t(document + 1)];
+      std::vector<Compute> scores(size_t(end - begin));         // (keys of the row)
+      std::vector<Compute> accumulator(size_t(shapes.head_size));  // (head_size)
+      for (int64_t token = begin; token < end; ++token) {
+        const KeyRange keys = allowed_keys(token, begin, end, args.causal, args.window_size);
+        if (keys.first == keys.last) {
+          for (int64_t channel = 0; channel < shapes.head_size; ++channel)
+            output(token, head, channel) = store_value<T>(0);
+          logsumexp[size_t(head * shapes.tokens + token)] = -std::numeric_limits<Compute>::infinity();
+          continue;
+        }
+        // s_j = scale q . k_j;  lse = m + log(sum_j exp(s_j - m)) with m = max_j s_j;  out = sum_j exp(s_j - lse) v_j
+        Compute max_score = -std::numeric_limits<Compute>::infinity();
+        for (int64_t key_token = keys.first; key_token < keys.last; ++key_token) {
+          Compute dot = 0;
+          for (int64_t channel = 0; channel < shapes.head_size; ++channel)
+            dot += load_value(query(token, head, channel)) * load_value(key(key_token, group, channel));
+          const Compute score = scale * dot;
+          scores[size_t(key_token - keys.first)] = score;
+          max_score = std::max(max_score, score);
+        }
+        Compute sum = 0;
+        for (int64_t key_token = keys.first; key_token < keys.last; ++key_token)
+          sum += std::exp(scores[size_t(key_token - keys.first)] - max_score);
+        const Compute row_logsumexp = max_score + std::log(sum);
+        std::fill(accumulator.begin(), accumulator.end(), Compute(0));
+        for (int64_t key_token = keys.first; key_token < keys.last; ++key_token) {
+          const Compute probability = std::exp(scores[size_t(key_token - keys.first)] - row_logsumexp);
+          for (int64_t channel = 0; channel < shapes.head_size; ++channel)
+            accumulator[size_t(channel)] += probability * load_value(value(key_token, group, channel));
+        }
+        for (int64_t channel = 0; channel < shapes.head_size; ++channel)
+          output(token, head, channel) = store_value<T>(accumulator[size_t(channel)]);
+        logsumexp[size_t(head * shapes.tokens + token)] = row_logsumexp;
+      }
+    }
+    write_values<Compute>(args.logsumexp, logsumexp, /*accumulate=*/false);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Backward
+
+std::optional<std::string> supports_attention_backward(const AttentionBackwardArgs& args) {
+  if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens)) return reason;
+  if (auto reason = same_dtype_reason("grad_output", args.grad_output, "query", args.query)) return reason;
+  if (auto reason = same_dtype_reason("output", args.output, "query", args.query)) return reason;
+  if (auto reason = same_dtype_reason("grad_query", args.grad_query, "query", args.query)) return reason;
+  if (auto reason = same_dtype_reason("grad_key", args.grad_key, "query", args.query)) return reason;
+  return same_dtype_reason("grad_value", args.grad_value, "query", args.query);
+}
+
+void attention_backward_reference(const AttentionBackwardArgs& args) {
+  constexpr std::string_view op = "attention_backward";
+  const Shapes shapes =
+      check_shapes(op, args.query, args.key, args.value, args.cu_seqlens, args.max_seqlen, args.window_size);
+  check_shape(op, "grad_output", args.grad_output, args.query.shape());
+  check_shape(op, "output", args.output, args.query.shape());
+  check_shape(op, "logsumexp", args.logsumexp, Shape{shapes.heads, shapes.tokens});
+  check_shape(op, "grad_query", args.grad_query, args.query.shape());
+  check_shape(op, "grad_key", args.grad_key, args.key.shape());
+  check_shape(op, "grad_value", args.grad_value, args.key.shape());
+
+  visit_floating_dtype(args.query.dtype(), [&]<class T>(std::type_identity<T>) {
+    using Compute = ComputeType<T>;
+    const TokenHeadView<const T> grad_output(args.grad_output);  // (tokens, heads, head_size)
+    const TokenHeadView<const T> query(args.query);              // (tokens, heads, head_size)
+    const TokenHeadView<const T> key(args.key);                  // (tokens, head_groups, head_size)
+    const TokenHeadView<const T> value(args.value);              // (tokens, head_groups, head_size)
+    const TokenHeadView<const T> output(args.output);            // (tokens, heads, head_size)
+    const TokenHeadView<T> grad_query(args.grad_query);          // (tokens, heads, head_size)
+    const TokenHeadView<T> grad_key(args.grad_key);              // (tokens, head_groups, head_size)
+    const TokenHeadView<T> grad_value(args.grad_value);          // (tokens, head_groups, head_size)
+    const std::vector<Compute> logsumexp = read_values<Compute>(args.logsumexp);  // (heads, tokens)
+    const Compute scale = Compute(args.softmax_scale);
+    const int64_t head_size = shapes.head_size;
+    const int64_t tasks = shapes.documents() * shapes.head_groups;
+
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t document = task / shapes.head_groups, group = task % shapes.head_groups;
+      const int64_t begin = shapes.document_begins[size_t(document)];
+      const int64_t end = shapes.document_begins[size_t(document + 1)];
+      std::vector<Compute> grad_key_sum(size_t((end - begin) * head_size));    // (document tokens, head_size)
+      std::vector<Compute> grad_value_sum(size_t((end - begin) * head_size));  // (document tokens, head_size)
+      std::vector<Compute> grad_query_row(static_cast<size_t>(head_size));               // (head_size)
+      for (int64_t head = group * shapes.heads_per_group(); head < (group + 1) * shapes.heads_per_group(); ++head) {
+        for (int64_t token = begin; token < end; ++token) {
+          const KeyRange keys = allowed_keys(token, begin, end, args.causal, args.window_size);
+          const Compute row_logsumexp = logsumexp[size_t(head * shapes.tokens + token)];
+          std::fill(grad_query_row.begin(), grad_query_row.end(), Compute(0));
+          // A row without keys has a constant (zero) output: no gradient flows through it.
+          if (keys.first < keys.last && std::isfinite(row_logsumexp)) {
+            // delta = rowsum(dO * O) = sum_j p_j dP_j, the softmax's correction term.
+            Compute delta = 0;
+            for (int64_t channel = 0; channel < head_size; ++channel)
+              delta += load_value(grad_output(token, head, channel)) * load_value(output(token, head, channel));
+            for (int64_t key_token = keys.first; key_token < keys.last; ++key_token) {
+              // p_j = exp(scale q . k_j - lse);  dP_j = dO . v_j;  dS_j = p_j (dP_j - delta)
+              Compute score = 0, grad_probability = 0;
+              for (int64_t channel = 0; channel < head_size; ++channel) {
+                score += load_value(query(token, head, channel)) * load_value(key(key_token, group, channel));
+                grad_probability +=
+                    load_value(grad_output(token, head, channel)) * load_value(value(key_token, group, channel));
+              }
+              const Compute probability = std::exp(scale * score - row_logsumexp);
+              const Compute grad_score = probability * (grad_probability - delta);
+              // dQ_i += dS_j k_j;  dK_j += dS_j q_i;  dV_j += p_j dO_i  (scale applied to dQ and dK at the end)
+              Compute* grad_key_row = grad_key_sum.data() + (key_token - begin) * head_size;
+              Compute* grad_value_row = grad_value_sum.data() + (key_token - begin) * head_size;
+              for (int64_t channel = 0; channel < head_size; ++channel) {
+                grad_query_row[size_t(channel)] += grad_score * load_value(key(key_token, group, channel));
+                grad_key_row[channel] += grad_score * load_value(query(token, head, channel));
+                grad_value_row[channel] += probability * load_value(grad_output(token, head, channel));
+              }
+            }
+          }
+          for (int64_t channel = 0; channel < head_size; ++channel)
+            grad_query(token, head, channel) = store_value<T>(scale * grad_query_row[size_t(channel)]);
+        }
+      }
+      for (int64_t token = begin; token < end; ++token) {
+        for (int64_t channel = 0; channel < head_size; ++channel) {
+          const size_t index = size_t((token - begin) * head_size + channel);
+          grad_key(token, group, channel) = store_value<T>(scale * grad_key_sum[index]);
+          grad_value(token, group, channel) = store_value<T>(grad_value_sum[index]);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+FLM_REGISTER_KERNEL(AttentionForward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
+                    &supports_attention_forward, &attention_forward_reference,
+                    "exact softmax per (document, head) and query row, O(document) row buffer; fp32 math (fp64 for "
+                    "fp64)");
+FLM_REGISTER_KERNEL(AttentionBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
+                    &supports_attention_backward, &attention_backward_reference,
+                    "probabilities recomputed from logsumexp per (document, key/value group); fp32 math (fp64 for "
+                    "fp64)");
+
+}  // namespace fast_llm::kernels::cpu

@@ -1,0 +1,124 @@
+// CPU reference of cross_entropy_forward_backward (kernels/cross_entropy.h).
+//
+// One row (token) at a time: the row of logits is read into a (vocab) buffer of the compute type before anything is
+// written, so grad_logits may be the logits tensor itself. Math in fp32 for fp32 / bf16 / fp16 logits (the gradient
+// is rounded on store) and fp64 for fp64 logits; logsumexp is the stable max + log(sum(exp(z - max))). Per-row losses
+// are summed in fp64 in token order (deterministic) and added to the fp32 / fp64 sums. Logits and gradients of any
+// strides; labels (tokens) int64, < 0 masked.
+//
+// The z-loss is on exactly when z_loss_sum is given (its gradient weight without a sum to add to is an error).
+#include "fast_llm/kernels/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "fast_llm/kernels/cpu/dtype_dispatch.h"
+#include "fast_llm/kernels/cpu/reference_helpers.h"
+
+namespace fast_llm::kernels::cpu {
+namespace {
+
+std::optional<std::string> supports_cross_entropy(const CrossEntropyArgs& args) {
+  if (auto reason = floating_dtype_reason("logits", args.logits)) return reason;
+  if (args.labels.dtype() != DType::int64)
+    return fmt::format("labels has dtype {}, expected int64", dtype_name(args.labels.dtype()));
+  if (auto reason = float32_or_float64_reason("label_loss_sum", args.label_loss_sum)) return reason;
+  if (args.z_loss_sum != nullptr)
+    if (auto reason = float32_or_float64_reason("z_loss_sum", *args.z_loss_sum)) return reason;
+  if (args.grad_logits != nullptr)
+    if (auto reason = same_dtype_reason("grad_logits", *args.grad_logits, "logits", args.logits)) return reason;
+  return std::nullopt;
+}
+
+void cross_entropy_reference(const CrossEntropyArgs& args) {
+  constexpr std::string_view op = "cross_entropy_forward_backward";
+  check_rank(op, "logits", args.logits, 2, "(tokens, vocab)");
+  const int64_t tokens = args.logits.size(0), vocab = args.logits.size(1);
+  FLM_CHECK(vocab > 0, op, "logits has shape {}: the vocabulary is empty", args.logits.shape().str());
+  check_shape(op, "labels", args.labels, Shape{tokens});
+  check_shape(op, "label_loss_sum", args.label_loss_sum, Shape{1});
+  if (args.z_loss_sum != nullptr) check_shape(op, "z_loss_sum", *args.z_loss_sum, Shape{1});
+  if (args.grad_logits != nullptr) check_shape(op, "grad_logits", *args.grad_logits, args.logits.shape());
+  FLM_CHECK(args.z_loss_sum != nullptr || args.z_loss_weight == 0.0, op,
+            "z_loss_weight is {} but no z_loss_sum is given", args.z_loss_weight);
+  FLM_CHECK(!args.softcap || *args.softcap > 0.0, op, "softcap is {}, expected a positive number",
+            args.softcap.value_or(0.0));
+
+  const int64_t* labels = args.labels.data_as<int64_t>();  // (tokens)
+  const int64_t label_stride = args.labels.stride(0);
+  for (int64_t token = 0; token < tokens; ++token) {
+    const int64_t label = labels[token * label_stride];
+    FLM_CHECK(label < vocab, op, "label {} of token {} is outside the vocabulary of {} logits", label, token, vocab);
+  }
+
+  visit_floating_dtype(args.logits.dtype(), [&]<class T>(std::type_identity<T>) {
+    using Compute = ComputeType<T>;
+    const T* logits = args.logits.data_as<T>();  // (tokens, vocab)
+    const int64_t logits_row = args.logits.stride(0), logits_column = args.logits.stride(1);
+    T* grad_logits = args.grad_logits != nullptr ? args.grad_logits->data_as<T>() : nullptr;  // (tokens, vocab)
+    const int64_t grad_row = args.grad_logits != nullptr ? args.grad_logits->stride(0) : 0;
+    const int64_t grad_column = args.grad_logits != nullptr ? args.grad_logits->stride(1) : 0;
+    const Compute scale_factor = Compute(args.logits_scale_factor);
+    const Compute label_weight = Compute(args.label_weight), z_loss_weight = Compute(args.z_loss_weight);
+    const bool with_z_loss = args.z_loss_sum != nullptr;
+    std::vector<double> label_losses(size_t(tokens), 0.0), z_losses(size_t(tokens), 0.0);  // (tokens)
+
+#pragma omp parallel for
+    for (int64_t token = 0; token < tokens; ++token) {
+      const int64_t label = labels[token * label_stride];
+      if (label < 0) {
+        if (grad_logits != nullptr)
+          for (int64_t column = 0; column < vocab; ++column)
+            grad_logits[token * grad_row + column * grad_column] = store_value<T>(0);
+        continue;
+      }
+      // z = x s, or c tanh(x s / c) with a softcap c; dz/dx = s, or s (1 - tanh^2).
+      std::vector<Compute> z(static_cast<size_t>(vocab)), dz_dx(static_cast<size_t>(vocab));  // (vocab)
+      for (int64_t column = 0; column < vocab; ++column) {
+        const Compute scaled = load_value(logits[token * logits_row + column * logits_column]) * scale_factor;
+        if (args.softcap) {
+          const Compute cap = Compute(*args.softcap), tanh = std::tanh(scaled / cap);
+          z[size_t(column)] = cap * tanh;
+          dz_dx[size_t(column)] = scale_factor * (Compute(1) - tanh * tanh);
+        } else {
+          z[size_t(column)] = scaled;
+          dz_dx[size_t(column)] = scale_factor;
+        }
+      }
+      // lse = m + log(sum_k exp(z_k - m)), m = max_k z_k;  softmax_k = exp(z_k - lse)
+      const Compute max_z = *std::max_element(z.begin(), z.end());
+      Compute sum = 0;
+      for (const Compute value : z) sum += std::exp(value - max_z);
+      const Compute logsumexp = max_z + std::log(sum);
+      label_losses[size_t(token)] = double(logsumexp - z[size_t(label)]);
+      if (with_z_loss) z_losses[size_t(token)] = double(logsumexp) * double(logsumexp);
+      if (grad_logits == nullptr) continue;
+      // d/dz_k [w_l (lse - z_y) + w_z lse^2] = w_l (softmax_k - [k == y]) + w_z 2 lse softmax_k
+      for (int64_t column = 0; column < vocab; ++column) {
+        const Compute softmax = std::exp(z[size_t(column)] - logsumexp);
+        Compute grad_z = label_weight * (softmax - (column == label ? Compute(1) : Compute(0)));
+        if (with_z_loss) grad_z += z_loss_weight * Compute(2) * logsumexp * softmax;
+        grad_logits[token * grad_row + column * grad_column] = store_value<T>(grad_z * dz_dx[size_t(column)]);
+      }
+    }
+
+    double label_loss_sum = 0, z_loss_sum = 0;
+    for (int64_t token = 0; token < tokens; ++token) {
+      label_loss_sum += label_losses[size_t(token)];
+      z_loss_sum += z_losses[size_t(token)];
+    }
+    write_values<double>(args.label_loss_sum, std::vector<double>{label_loss_sum}, /*accumulate=*/true);
+    if (with_z_loss) write_values<double>(*args.z_loss_sum, std::vector<double>{z_loss_sum}, /*accumulate=*/true);
+  });
+}
+
+}  // namespace
+
+FLM_REGISTER_KERNEL(CrossEntropyForwardBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
+                    &supports_cross_entropy, &cross_entropy_reference,
+                    "one row at a time: stable logsumexp, label and z-loss, gradient in the same pass; fp32 math "
+                    "(fp64 for fp64)");
+
+}  // namespace fast_llm::kernels::cpu

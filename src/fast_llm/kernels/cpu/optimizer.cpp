@@ -1,0 +1,123 @@
+// CPU reference of adam_step and squared_norm (kernels/optimizer_ops.h).
+//
+// adam_step: element by element over contiguous buffers of one floating dtype and one shape (the optimizer's flat
+// shards: fp32, or fp64 in tests; bf16 / fp16 are computed in fp32 and rounded on store). Hyper-parameters are
+// converted to the compute type once.
+// squared_norm: sum of squares of a contiguous tensor of any floating dtype, in fp64, added to an fp32 / fp64 scalar.
+// The sum is taken over fixed blocks of elements and the block sums added in order, so the result does not depend on
+// the number of threads. NaN and inf reach the result, which is how a non-finite gradient is detected.
+#include "fast_llm/kernels/optimizer_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "fast_llm/kernels/cpu/dtype_dispatch.h"
+#include "fast_llm/kernels/cpu/reference_helpers.h"
+
+namespace fast_llm::kernels::cpu {
+namespace {
+
+void check_contiguous(std::string_view op, std::string_view name, const Tensor& tensor) {
+  FLM_CHECK(tensor.is_contiguous(), op, "{} of shape {} is not contiguous", name, tensor.shape().str());
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// adam_step
+
+std::optional<std::string> supports_adam_step(const AdamStepArgs& args) {
+  if (auto reason = floating_dtype_reason("parameters", args.parameters)) return reason;
+  if (auto reason = same_dtype_reason("gradients", args.gradients, "parameters", args.parameters)) return reason;
+  if (auto reason = same_dtype_reason("exp_avg", args.exp_avg, "parameters", args.parameters)) return reason;
+  return same_dtype_reason("exp_avg_sq", args.exp_avg_sq, "parameters", args.parameters);
+}
+
+void adam_step_reference(const AdamStepArgs& args) {
+  constexpr std::string_view op = "adam_step";
+  check_defined_on_cpu(op, "parameters", args.parameters);
+  check_shape(op, "gradients", args.gradients, args.parameters.shape());
+  check_shape(op, "exp_avg", args.exp_avg, args.parameters.shape());
+  check_shape(op, "exp_avg_sq", args.exp_avg_sq, args.parameters.shape());
+  check_contiguous(op, "parameters", args.parameters);
+  check_contiguous(op, "gradients", args.gradients);
+  check_contiguous(op, "exp_avg", args.exp_avg);
+  check_contiguous(op, "exp_avg_sq", args.exp_avg_sq);
+  FLM_CHECK(args.step >= 1, op, "step is {}, expected 1 or more (bias correction counts steps from 1)", args.step);
+
+  visit_floating_dtype(args.parameters.dtype(), [&]<class T>(std::type_identity<T>) {
+    using Compute = ComputeType<T>;
+    T* parameters = args.parameters.data_as<T>();       // (n)
+    const T* gradients = args.gradients.data_as<T>();   // (n)
+    T* exp_avg = args.exp_avg.data_as<T>();             // (n)
+    T* exp_avg_sq = args.exp_avg_sq.data_as<T>();       // (n)
+    // 1 - beta in fp64 first: 1 - float(0.999) is off by 1e-5 relative, which would move fp32 updates by as much.
+    const Compute beta_1 = Compute(args.beta_1), beta_2 = Compute(args.beta_2);
+    const Compute one_minus_beta_1 = Compute(1.0 - args.beta_1), one_minus_beta_2 = Compute(1.0 - args.beta_2);
+    const Compute learning_rate = Compute(args.learning_rate), epsilon = Compute(args.epsilon);
+    const Compute weight_decay = Compute(args.weight_decay), grad_scale = Compute(args.grad_scale);
+    // Bias corrections 1 - beta^step, in fp64 before rounding (beta^step of many steps loses little either way).
+    const Compute correction_1 = Compute(1.0 - std::pow(args.beta_1, double(args.step)));
+    const Compute correction_2 = Compute(1.0 - std::pow(args.beta_2, double(args.step)));
+    const int64_t count = args.parameters.numel();
+#pragma omp parallel for
+    for (int64_t index = 0; index < count; ++index) {
+      // g = grad grad_scale;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+      // p -= lr (m / c1 / (sqrt(v / c2) + eps) + wd p)   (decoupled weight decay on the old p)
+      const Compute gradient = load_value(gradients[index]) * grad_scale;
+      const Compute m = beta_1 * load_value(exp_avg[index]) + one_minus_beta_1 * gradient;
+      const Compute v = beta_2 * load_value(exp_avg_sq[index]) + one_minus_beta_2 * gradient * gradient;
+      const Compute parameter = load_value(parameters[index]);
+      const Compute update = m / correction_1 / (std::sqrt(v / correction_2) + epsilon) + weight_decay * parameter;
+      exp_avg[index] = store_value<T>(m);
+      exp_avg_sq[index] = store_value<T>(v);
+      parameters[index] = store_value<T>(parameter - learning_rate * update);
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// squared_norm
+
+std::optional<std::string> supports_squared_norm(const SquaredNormArgs& args) {
+  if (auto reason = floating_dtype_reason("input", args.input)) return reason;
+  return float32_or_float64_reason("result", args.result);
+}
+
+void squared_norm_reference(const SquaredNormArgs& args) {
+  constexpr std::string_view op = "squared_norm";
+  check_defined_on_cpu(op, "input", args.input);
+  check_contiguous(op, "input", args.input);
+  check_shape(op, "result", args.result, Shape{1});
+
+  // Elements per block; the block sums are added in block order whatever the thread count.
+  constexpr int64_t kBlock = 1 << 14;
+  visit_floating_dtype(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
+    const T* input = args.input.data_as<T>();  // (n)
+    const int64_t count = args.input.numel();
+    const int64_t blocks = (count + kBlock - 1) / kBlock;
+    std::vector<double> block_sums(size_t(blocks), 0.0);  // (blocks)
+#pragma omp parallel for
+    for (int64_t block = 0; block < blocks; ++block) {
+      double sum = 0;  // sum x^2 in fp64
+      for (int64_t index = block * kBlock; index < std::min(count, (block + 1) * kBlock); ++index) {
+        const double value = double(load_value(input[index]));
+        sum += value * value;
+      }
+      block_sums[size_t(block)] = sum;
+    }
+    double total = 0;
+    for (const double sum : block_sums) total += sum;
+    write_values<double>(args.result, std::vector<double>{total}, /*accumulate=*/true);
+  });
+}
+
+}  // namespace
+
+FLM_REGISTER_KERNEL(AdamStep, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, &supports_adam_step,
+                    &adam_step_reference,
+                    "AdamW element by element, bias correction, decoupled weight decay; fp32 math (fp64 for fp64)");
+FLM_REGISTER_KERNEL(SquaredNorm, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
+                    &supports_squared_norm, &squared_norm_reference,
+                    "sum of squares in fp64 over fixed blocks added in order (deterministic)");
+
+}  // namespace fast_llm::kernels::cpu

@@ -1,0 +1,172 @@
+// Consistency of every attention_forward / attention_backward variant with the CPU reference: packed documents of
+// mixed lengths (an empty one, a single token), grouped-query and multi-head layouts, head sizes 32 / 64 / 80 / 128,
+// causal, windowed and bidirectional masks, fp32 / bf16 / fp16 / fp64, contiguous tensors and views into a fused QKV
+// buffer. The backward problems start from the reference forward's output and logsumexp. A variant may decline some
+// problems (a head size, a dtype), but must run at least one. The reference itself is checked against a dense
+// implementation and finite differences in attention_test.cpp.
+#include "fast_llm/kernels/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "kernels/consistency.h"
+
+namespace fast_llm::kernels {
+namespace {
+
+using namespace testing;
+
+struct AttentionCase {
+  std::vector<int64_t> document_lengths;
+  int64_t heads = 8, head_groups = 2, head_size = 64;
+  bool causal = true;
+  std::optional<int64_t> window;
+  DType dtype = DType::bfloat16;
+  bool fused = false;  // query, key and value are views into one (tokens, heads + 2 groups, head_size) buffer
+
+  int64_t tokens() const { return std::accumulate(document_lengths.begin(), document_lengths.end(), int64_t(0)); }
+  int64_t longest() const { return *std::max_element(document_lengths.begin(), document_lengths.end()); }
+  double softmax_scale() const { return 1.0 / std::sqrt(double(head_size)); }
+};
+
+std::string case_name(const AttentionCase& c) {
+  return fmt::format("{} tokens={} heads={}/{} head_size={} causal={} window={} {}", dtype_name(c.dtype), c.tokens(),
+                     c.heads, c.head_groups, c.head_size, c.causal, c.window.value_or(0), c.fused ? "fused" : "");
+}
+
+std::vector<AttentionCase> attention_cases() {
+  struct Layout {
+    std::vector<int64_t> document_lengths;
+    int64_t heads, head_groups, head_size;
+  };
+  const std::vector<Layout> layouts{{{1, 17, 0, 64, 45}, 8, 2, 64},
+                                    {{128}, 4, 4, 128},
+                                    {{33, 7}, 6, 1, 80},
+                                    {{5, 3, 24}, 4, 2, 32}};
+  std::vector<AttentionCase> cases;
+  for (DType dtype : {DType::bfloat16, DType::float16, DType::float32, DType::float64})
+    for (const Layout& layout : layouts)
+      for (const auto& [causal, window] : std::vector<std::pair<bool, std::optional<int64_t>>>{
+               {true, std::nullopt}, {true, 16}, {false, std::nullopt}})
+        for (bool fused : {false, true})
+          cases.push_back({.document_lengths = layout.document_lengths, .heads = layout.heads,
+                           .head_groups = layout.head_groups, .head_size = layout.head_size, .causal = causal,
+                           .window = window, .dtype = dtype, .fused = fused});
+  return cases;
+}
+
+Tensor cu_seqlens_of(const AttentionCase& c) {
+  std::vector<double> offsets{0};
+  for (int64_t length : c.document_lengths) offsets.push_back(offsets.back() + double(length));
+  return make_tensor(offsets, Shape{int64_t(offsets.size())}, DType::int32);
+}
+
+// Query, key and value specs: separate tensors, or views into one fused buffer (the same storage for all three, so
+// the harness copies it once per tensor; each view reads its own heads).
+void add_query_key_value(ConsistencyProblem<AttentionForward>* forward, ConsistencyProblem<AttentionBackward>* backward,
+                         const AttentionCase& c, const Tensor& query, const Tensor& key, const Tensor& value) {
+  const auto add = [&](const std::string& name, TensorSpec spec) {
+    if (forward) forward->tensors[name] = spec;
+    if (backward) backward->tensors[name] = spec;
+  };
+  if (!c.fused) {
+    add("query", input(query));
+    add("key", input(key));
+    add("value", input(value));
+    return;
+  }
+  // (tokens, heads + 2 groups, head_size): [query heads | key groups | value groups]
+  const int64_t width = c.heads + 2 * c.head_groups;
+  std::vector<double> fused(size_t(c.tokens() * width * c.head_size));
+  const std::vector<double> q = values_of(query), k = values_of(key), v = values_of(value);
+  for (int64_t token = 0; token < c.tokens(); ++token)
+    for (int64_t head = 0; head < width; ++head)
+      for (int64_t channel = 0; channel < c.head_size; ++channel) {
+        double x;
+        if (head < c.heads)
+          x = q[size_t((token * c.heads + head) * c.head_size + channel)];
+        else if (head < c.heads + c.head_groups)
+          x = k[size_t((token * c.head_groups + head - c.heads) * c.head_size + channel)];
+        else
+          x = v[size_t((token * c.head_groups + head - c.heads - c.head_groups) * c.head_size + channel)];
+        fused[size_t((token * width + head) * c.head_size + channel)] = x;
+      }
+  const Tensor storage = make_tensor(fused, Shape{c.tokens(), width, c.head_size}, c.dtype);
+  const int64_t heads = c.heads, groups = c.head_groups;
+  add("query", input(storage, [heads](const Tensor& t) { return t.slice(1, 0, heads); }));
+  add("key", input(storage, [heads, groups](const Tensor& t) { return t.slice(1, heads, heads + groups); }));
+  add("value",
+      input(storage, [heads, groups](const Tensor& t) { return t.slice(1, heads + groups, heads + 2 * groups); }));
+}
+
+// Whether each variant ran at least one problem.
+void record(std::map<std::string, bool>& ran, const ConsistencyReport& report) {
+  for (const VariantOutcome& outcome : report) ran[outcome.id] = ran[outcome.id] || !outcome.unsupported;
+}
+
+void check_all_variants(DeviceType device_type) {
+  std::map<std::string, bool> ran;
+  uint64_t seed = 40000;
+  for (const AttentionCase& c : attention_cases()) {
+    const Shape query_shape{c.tokens(), c.heads, c.head_size}, key_shape{c.tokens(), c.head_groups, c.head_size};
+    const Tensor query = random_tensor(query_shape, c.dtype, ++seed, -2, 2);
+    const Tensor key = random_tensor(key_shape, c.dtype, ++seed, -2, 2);
+    const Tensor value = random_tensor(key_shape, c.dtype, ++seed, -2, 2);
+    const Tensor cu_seqlens = cu_seqlens_of(c);
+
+    ConsistencyProblem<AttentionForward> forward{.name = case_name(c), .dtype = c.dtype, .exact = false, .tensors = {},
+                                                 .call = {}};
+    add_query_key_value(&forward, nullptr, c, query, key, value);
+    forward.tensors["cu_seqlens"] = input(cu_seqlens);
+    forward.tensors["output"] = output(Tensor::empty(query_shape, c.dtype));
+    forward.tensors["logsumexp"] = output(Tensor::empty(Shape{c.heads, c.tokens()}, DType::float32));
+    forward.call = [c](TensorMap& t, const auto& run) {
+      run({.query = t.at("query"), .key = t.at("key"), .value = t.at("value"), .cu_seqlens = t.at("cu_seqlens"),
+           .max_seqlen = c.longest(), .output = t.at("output"), .logsumexp = t.at("logsumexp"),
+           .softmax_scale = c.softmax_scale(), .causal = c.causal, .window_size = c.window});
+    };
+    record(ran, check_variants(forward, device_type));
+
+    // The saved output and logsumexp every backward variant starts from: the reference forward's.
+    Tensor saved_output = Tensor::empty(query_shape, c.dtype);
+    Tensor saved_logsumexp = Tensor::empty(Shape{c.heads, c.tokens()}, DType::float32);
+    OpRegistry<AttentionForward>::instance().find("reference", Device::cpu()).run(
+        {.query = query, .key = key, .value = value, .cu_seqlens = cu_seqlens, .max_seqlen = c.longest(),
+         .output = saved_output, .logsumexp = saved_logsumexp, .softmax_scale = c.softmax_scale(),
+         .causal = c.causal, .window_size = c.window});
+
+    ConsistencyProblem<AttentionBackward> backward{.name = case_name(c), .dtype = c.dtype, .exact = false,
+                                                   .tensors = {}, .call = {}};
+    add_query_key_value(nullptr, &backward, c, query, key, value);
+    backward.tensors["grad_output"] = input(random_tensor(query_shape, c.dtype, ++seed, -1, 1));
+    backward.tensors["output"] = input(saved_output);
+    backward.tensors["logsumexp"] = input(saved_logsumexp);
+    backward.tensors["cu_seqlens"] = input(cu_seqlens);
+    backward.tensors["grad_query"] = output(Tensor::empty(query_shape, c.dtype));
+    backward.tensors["grad_key"] = output(Tensor::empty(key_shape, c.dtype));
+    backward.tensors["grad_value"] = output(Tensor::empty(key_shape, c.dtype));
+    backward.call = [c](TensorMap& t, const auto& run) {
+      run({.grad_output = t.at("grad_output"), .query = t.at("query"), .key = t.at("key"), .value = t.at("value"),
+           .output = t.at("output"), .logsumexp = t.at("logsumexp"), .cu_seqlens = t.at("cu_seqlens"),
+           .max_seqlen = c.longest(), .grad_query = t.at("grad_query"), .grad_key = t.at("grad_key"),
+           .grad_value = t.at("grad_value"), .softmax_scale = c.softmax_scale(), .causal = c.causal,
+           .window_size = c.window});
+    };
+    record(ran, check_variants(backward, device_type));
+  }
+  for (const auto& [id, any] : ran) EXPECT_TRUE(any) << id << " declined every consistency problem";
+}
+
+TEST(AttentionConsistency, CpuVariantsMatchTheReference) { check_all_variants(DeviceType::cpu); }
+
+TEST(AttentionConsistency, CudaVariantsMatchTheReference) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  check_all_variants(DeviceType::cuda);
+}
+
+}  // namespace
+}  // namespace fast_llm::kernels

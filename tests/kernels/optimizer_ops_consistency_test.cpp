@@ -1,0 +1,91 @@
+// Consistency of every adam_step and squared_norm variant with the CPU reference: sizes from 1 to past 2^16 (odd
+// tails), first and later steps, with and without weight decay and grad_scale, fp32 (the optimizer's dtype) and
+// fp64 / bf16 / fp16 buffers; squared norms of every floating dtype into fp32 and fp64 results that start non-zero.
+// A variant may decline some problems, but must run at least one. The references themselves are checked against
+// scalar formulas in optimizer_ops_test.cpp.
+//
+// Non-finite inputs are left out: the harness treats NaN as an unwritten element. That a NaN or inf gradient reaches
+// the squared norm is each variant's own test.
+#include "fast_llm/kernels/optimizer_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "kernels/consistency.h"
+
+namespace fast_llm::kernels {
+namespace {
+
+using namespace testing;
+
+constexpr DType kDTypes[] = {DType::float32, DType::float64, DType::bfloat16, DType::float16};
+constexpr int64_t kSizes[] = {1, 1000, 65537};
+
+void record(std::map<std::string, bool>& ran, const ConsistencyReport& report) {
+  for (const VariantOutcome& outcome : report) ran[outcome.id] = ran[outcome.id] || !outcome.unsupported;
+}
+
+void check_adam_variants(DeviceType device_type) {
+  std::map<std::string, bool> ran;
+  uint64_t seed = 60000;
+  for (DType dtype : kDTypes)
+    for (int64_t size : kSizes)
+      for (const auto& [step, weight_decay, grad_scale] :
+           std::vector<std::tuple<int64_t, double, double>>{{1, 0.0, 1.0}, {1, 0.1, 0.3}, {25, 0.01, 0.7}}) {
+        const Shape shape{size};
+        ConsistencyProblem<AdamStep> problem{
+            .name = fmt::format("{} n={} step={} weight_decay={} grad_scale={}", dtype_name(dtype), size, step,
+                                weight_decay, grad_scale),
+            .dtype = dtype, .exact = false, .tensors = {}, .call = {}};
+        problem.tensors["parameters"] = accumulated_output(random_tensor(shape, dtype, ++seed));
+        problem.tensors["gradients"] = input(random_tensor(shape, dtype, ++seed, -3, 3));
+        // Later steps start from moments of the size training gives them; the first from zero.
+        problem.tensors["exp_avg"] = accumulated_output(
+            step == 1 ? filled(shape, dtype, 0) : random_tensor(shape, dtype, ++seed, -0.1, 0.1));
+        problem.tensors["exp_avg_sq"] = accumulated_output(
+            step == 1 ? filled(shape, dtype, 0) : random_tensor(shape, dtype, ++seed, 1e-4, 1e-2));
+        problem.call = [step, weight_decay, grad_scale](TensorMap& t, const auto& run) {
+          run({.parameters = t.at("parameters"), .gradients = t.at("gradients"), .exp_avg = t.at("exp_avg"),
+               .exp_avg_sq = t.at("exp_avg_sq"), .learning_rate = 1e-3, .beta_1 = 0.9, .beta_2 = 0.95,
+               .epsilon = 1e-8, .weight_decay = weight_decay, .step = step, .grad_scale = grad_scale});
+        };
+        record(ran, check_variants(problem, device_type));
+      }
+  for (const auto& [id, any] : ran) EXPECT_TRUE(any) << id << " declined every consistency problem";
+}
+
+void check_squared_norm_variants(DeviceType device_type) {
+  std::map<std::string, bool> ran;
+  uint64_t seed = 61000;
+  for (DType dtype : kDTypes)
+    for (int64_t size : kSizes)
+      for (DType result_dtype : {DType::float32, DType::float64}) {
+        // The result is a sum in fp32 (GPU) or fp64 (CPU): the tolerance is that of the result's dtype.
+        ConsistencyProblem<SquaredNorm> problem{
+            .name = fmt::format("{} n={} into {}", dtype_name(dtype), size, dtype_name(result_dtype)),
+            .dtype = DType::float32, .exact = false, .tensors = {}, .call = {}};
+        problem.tensors["input"] = input(random_tensor(Shape{size}, dtype, ++seed, -2, 2));
+        problem.tensors["result"] = accumulated_output(filled(Shape{1}, result_dtype, 1.5));
+        problem.call = [](TensorMap& t, const auto& run) { run({.input = t.at("input"), .result = t.at("result")}); };
+        record(ran, check_variants(problem, device_type));
+      }
+  for (const auto& [id, any] : ran) EXPECT_TRUE(any) << id << " declined every consistency problem";
+}
+
+TEST(AdamConsistency, CpuVariantsMatchTheReference) { check_adam_variants(DeviceType::cpu); }
+
+TEST(AdamConsistency, CudaVariantsMatchTheReference) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  check_adam_variants(DeviceType::cuda);
+}
+
+TEST(SquaredNormConsistency, CpuVariantsMatchTheReference) { check_squared_norm_variants(DeviceType::cpu); }
+
+TEST(SquaredNormConsistency, CudaVariantsMatchTheReference) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  check_squared_norm_variants(DeviceType::cuda);
+}
+
+}  // namespace
+}  // namespace fast_llm::kernels
