@@ -292,9 +292,7 @@ void resolve_paths(YAML::Node node, const std::filesystem::path& folder, const s
 
 config::Dynamic<DatasetConfig> load_dataset_config_file(const std::filesystem::path& path) {
   FLM_CHECK(std::filesystem::is_regular_file(path), "data", "{}: dataset config file does not exist", path.string());
-  YAML::Node root = config::load_yaml_file(path);
-  FLM_CHECK(root.IsMap(), "data", "{}: expected a mapping (a dataset config, or `config:` and `metadata:`)",
-            path.string());
+  YAML::Node root = config::load_yaml_file(path);  // a mapping, or an error naming the file
   YAML::Node dataset = root;
   std::string label = fmt::format("{}: dataset", path.string());
   if (root["config"]) {

@@ -69,7 +69,7 @@ class ConcatenatedDataset final : public IndexedDataset {
   int64_t num_tokens() const override;
   int64_t document_size(int64_t index) const override;
   std::vector<int64_t> document_sizes() const override;
-  Document get_document(int64_t index, int64_t begin, int64_t end) const override;
+  Document get_document(int64_t index, int64_t begin = 0, int64_t end = -1) const override;
 
  private:
   // (dataset, index within it) of a global document index.
@@ -88,7 +88,7 @@ class DatasetSlice final : public IndexedDataset {
   int64_t num_tokens() const override;
   int64_t document_size(int64_t index) const override;
   std::vector<int64_t> document_sizes() const override;
-  Document get_document(int64_t index, int64_t begin, int64_t end) const override;
+  Document get_document(int64_t index, int64_t begin = 0, int64_t end = -1) const override;
 
  private:
   std::string name_;

@@ -1,0 +1,221 @@
+// The `data:` section: Fast-LLM's names and defaults, dataset types, validation errors with full paths, the `fim`
+// refusal, and dataset config files as `prepare` writes them.
+#include <gtest/gtest.h>
+
+#include "data_test_util.h"
+#include "fast_llm/data/config.h"
+#include "fast_llm/data/dataset.h"
+#include "fast_llm/data/sampling.h"
+
+namespace fast_llm::data {
+namespace {
+
+using testing::error_message;
+using testing::TemporaryFolder;
+using testing::write_file;
+
+GPTDataConfig load(const std::string& text) {
+  GPTDataConfig config;
+  config.load(YAML::Load(text), "data");
+  config.validate("data");
+  return config;
+}
+
+std::string load_error(const std::string& text) {
+  return error_message([&] { load(text); });
+}
+
+TEST(DataConfig, DefaultsAreFastLLMs) {
+  GPTDataConfig config = load("{}");
+  EXPECT_TRUE(config.datasets.empty());
+  EXPECT_EQ(config.micro_batch_size, 2048);
+  EXPECT_FALSE(config.maximum_document_length.has_value());
+  EXPECT_TRUE(config.truncate_documents);
+  EXPECT_EQ(config.shuffle, ShufflingType::epoch);
+  EXPECT_TRUE(config.gpu);
+  EXPECT_EQ(config.seed, 784569);
+  EXPECT_DOUBLE_EQ(config.data_sample_warn_time_ms, 1000.0);
+  EXPECT_EQ(config.multiprocessing_context, MultiprocessingContext::spawn);
+}
+
+TEST(DataConfig, ReadsEveryDatasetType) {
+  GPTDataConfig config = load(R"(
+datasets:
+  training:
+    type: blended
+    datasets:
+      - {type: memmap, path: /data/a.fast_llm_dataset}
+      - {type: file, path: /data/fast_llm_config.yaml}
+      - {type: concatenated, datasets: [{type: memmap, path: x}, {type: slice, dataset: {type: memmap, path: y}, end: 0.5}]}
+      - {type: random}
+    weights: [4, 2, 1, 1]
+  validation: {type: slice, dataset: {type: memmap, path: /data/b}, begin: 0.9, end: 1}
+micro_batch_size: 4096
+maximum_document_length: 1024
+truncate_documents: false
+shuffle: skip_first_epoch
+seed: 12
+)");
+  EXPECT_EQ(config.micro_batch_size, 4096);
+  EXPECT_EQ(config.maximum_document_length, 1024);
+  EXPECT_FALSE(config.truncate_documents);
+  EXPECT_EQ(config.shuffle, ShufflingType::skip_first_epoch);
+  EXPECT_EQ(config.seed, 12);
+  const auto* blended = config.datasets.at("training").as<BlendedDatasetConfig>();
+  ASSERT_NE(blended, nullptr);
+  ASSERT_EQ(blended->datasets.size(), 4u);
+  EXPECT_TRUE(blended->datasets[0].is<MemmapDatasetConfig>());
+  EXPECT_TRUE(blended->datasets[1].is<DatasetFromFileConfig>());
+  EXPECT_TRUE(blended->datasets[2].is<ConcatenatedDatasetConfig>());
+  EXPECT_TRUE(blended->datasets[3].is<RandomDatasetConfig>());
+  EXPECT_EQ(blended->datasets[3].as<RandomDatasetConfig>()->name, "dummy");
+  // Weights are normalised at validation.
+  EXPECT_EQ(blended->weights, (std::vector<double>{0.5, 0.25, 0.125, 0.125}));
+  const auto* slice = config.datasets.at("validation").as<DatasetSliceConfig>();
+  ASSERT_NE(slice, nullptr);
+  EXPECT_DOUBLE_EQ(slice->begin, 0.9);
+  EXPECT_EQ(slice->dataset.as<MemmapDatasetConfig>()->path, "/data/b");
+  EXPECT_TRUE(config.unsupported_fields().empty());
+
+  // What is written reads back the same.
+  std::string written = config.to_yaml_string();
+  GPTDataConfig reread = load(written);
+  EXPECT_EQ(reread.to_yaml_string(), written);
+}
+
+TEST(DataConfig, ErrorsNameTheFullPath) {
+  EXPECT_NE(load_error("{datasets: {training: {type: nope}}}").find("data.datasets.training.type: unknown type 'nope'"),
+            std::string::npos);
+  EXPECT_NE(load_error("{datasets: {training: {path: x}}}").find("data.datasets.training.type: a type is required"),
+            std::string::npos);
+  EXPECT_NE(load_error("{datasets: {training: {type: memmap}}}").find("data.datasets.training.path: a path is required"),
+            std::string::npos);
+  EXPECT_NE(load_error("{micro_batch_size: 0}").find("data.micro_batch_size: must be greater than 0"),
+            std::string::npos);
+  EXPECT_NE(load_error("{shuffle: sometimes}").find("data.shuffle: unknown value 'sometimes'"), std::string::npos);
+  EXPECT_NE(load_error("{maximum_document_length: -3}").find("data.maximum_document_length"), std::string::npos);
+  EXPECT_NE(load_error("{datasets: {training: {type: blended, datasets: [{type: random}], weights: [1]}}}")
+                .find("data.datasets.training.datasets: at least two datasets"),
+            std::string::npos);
+  EXPECT_NE(load_error("{datasets: {training: {type: blended, datasets: [{type: random}, {type: random}], "
+                       "weights: [1]}}}")
+                .find("data.datasets.training.weights: one weight per dataset"),
+            std::string::npos);
+  EXPECT_NE(load_error("{datasets: {training: {type: blended, datasets: [{type: random}, {type: random}], "
+                       "weights: [1, -1]}}}")
+                .find("data.datasets.training.weights: element 1: must be at least 0"),
+            std::string::npos);
+  EXPECT_NE(load_error("{datasets: {training: {type: concatenated, datasets: [{type: random}]}}}")
+                .find("data.datasets.training.datasets[0]: a `random` dataset cannot be concatenated"),
+            std::string::npos);
+  EXPECT_NE(load_error("{datasets: {training: {type: concatenated}}}")
+                .find("data.datasets.training.datasets: at least one dataset"),
+            std::string::npos);
+  EXPECT_NE(load_error("{datasets: {v: {type: slice, dataset: {type: random}}}}")
+                .find("data.datasets.v.dataset: a `random` dataset cannot be sliced"),
+            std::string::npos);
+  EXPECT_NE(load_error("{datasets: {v: {type: slice, dataset: {type: memmap, path: x}, begin: 0.6, end: 0.5}}}")
+                .find("data.datasets.v.end: must be at least begin"),
+            std::string::npos);
+  EXPECT_NE(load_error("{datasets: {v: {type: slice, dataset: {type: memmap, path: x}, end: 1.5}}}")
+                .find("data.datasets.v.end: must be in [0, 1]"),
+            std::string::npos);
+  EXPECT_NE(load_error("{datasets: {training: {type: memmap, path: x, bogus: 1}}}")
+                .find("data.datasets.training.bogus: unknown field"),
+            std::string::npos);
+}
+
+TEST(DataConfig, FimIsAcceptedButRefused) {
+  GPTDataConfig config = load(R"(
+datasets:
+  training:
+    type: fim
+    dataset: {type: memmap, path: x}
+    rate: 0.5
+    tokenizer: {path: /tokenizer}
+)");
+  const auto* fim = config.datasets.at("training").as<FimDatasetConfig>();
+  ASSERT_NE(fim, nullptr);
+  EXPECT_DOUBLE_EQ(fim->rate, 0.5);
+  EXPECT_DOUBLE_EQ(fim->spm_rate, 0.5);
+  EXPECT_EQ(fim->prefix_token, "<fim_prefix>");
+  auto messages = config.unsupported_fields();
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_NE(messages[0].find("data.datasets.training.type: fim is not supported yet"), std::string::npos)
+      << messages[0];
+  SamplingParameters parameters;
+  EXPECT_THROW(config.datasets.at("training")->build_and_sample(parameters, 10, 0), NotSupportedError);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// `file` datasets
+
+TEST(DatasetFile, ResolvesPathsAgainstTheFilesFolder) {
+  TemporaryFolder folder;
+  std::filesystem::create_directories(folder / "prepared");
+  testing::write_dataset(folder / "prepared/shard_0_0.fast_llm_dataset", testing::tagged_documents({3, 4}));
+  testing::write_dataset(folder / "prepared/shard_0_1.fast_llm_dataset", testing::tagged_documents({5}, 100));
+  // The current `prepare` output: a blended tree of shards, weighted by tokens, with reader metadata.
+  write_file(folder / "prepared/fast_llm_config.yaml", R"(
+config:
+  type: blended
+  datasets:
+  - {type: memmap, path: shard_0_0.fast_llm_dataset}
+  - {type: slice, dataset: {type: memmap, path: shard_0_1.fast_llm_dataset}, begin: 0, end: 1}
+  weights: [7, 5]
+metadata:
+  num_tokens: 12
+  tokens: {num_tokens: 12, num_documents: 3, data_type: int32}
+  loss_masking_spans: {num_documents: 3, num_ranges: 0}
+)");
+  config::Dynamic<DatasetConfig> loaded = load_dataset_config_file(folder / "prepared/fast_llm_config.yaml");
+  const auto* blended = loaded.as<BlendedDatasetConfig>();
+  ASSERT_NE(blended, nullptr);
+  EXPECT_EQ(blended->datasets[0].as<MemmapDatasetConfig>()->path,
+            folder / "prepared" / "shard_0_0.fast_llm_dataset");
+  EXPECT_EQ(blended->datasets[1].as<DatasetSliceConfig>()->dataset.as<MemmapDatasetConfig>()->path,
+            folder / "prepared" / "shard_0_1.fast_llm_dataset");
+  EXPECT_NEAR(blended->weights[0], 7.0 / 12.0, 1e-15);
+
+  // A bare dataset config (older prepare) works too, and a single memmap builds as an indexed dataset.
+  write_file(folder / "prepared/single.yaml", "{type: memmap, path: shard_0_0.fast_llm_dataset}\n");
+  DatasetFromFileConfig file;
+  file.path = folder / "prepared/single.yaml";
+  auto dataset = file.build();
+  EXPECT_EQ(dataset->num_documents(), 2);
+  EXPECT_EQ(dataset->get_document(1).tokens, (std::vector<int64_t>{1000, 1001, 1002, 1003}));
+
+  // A blended file where documents are needed is an error naming the file.
+  file.path = folder / "prepared/fast_llm_config.yaml";
+  std::string message = error_message([&] { file.build(); });
+  EXPECT_NE(message.find("fast_llm_config.yaml"), std::string::npos) << message;
+  EXPECT_NE(message.find("a `blended` dataset cannot be used here"), std::string::npos) << message;
+}
+
+TEST(DatasetFile, RefusesEscapingPathsAndUnknownEntries) {
+  TemporaryFolder folder;
+  auto error_for = [&](const std::string& content) {
+    write_file(folder / "config.yaml", content);
+    std::string message = error_message([&] { load_dataset_config_file(folder / "config.yaml"); });
+    EXPECT_NE(message.find((folder / "config.yaml").string()), std::string::npos) << message;
+    return message;
+  };
+  EXPECT_NE(error_for("{type: memmap, path: ../outside.fast_llm_dataset}").find("must be relative and stay within"),
+            std::string::npos);
+  EXPECT_NE(error_for("{type: memmap, path: a/../../b}").find("must be relative"), std::string::npos);
+  EXPECT_NE(error_for("{type: memmap, path: /etc/passwd}").find("must be relative"), std::string::npos);
+  EXPECT_NE(error_for("{config: {type: memmap, path: a}, metadata: {num_tokens: 3, surprise: 1}}")
+                .find("unknown metadata entry 'surprise'"),
+            std::string::npos);
+  EXPECT_NE(error_for("{config: {type: memmap, path: a}, extra: 1}").find("unknown top-level entry 'extra'"),
+            std::string::npos);
+  EXPECT_NE(error_for("{config: {type: memmap, path: a, wrong: 2}}").find("config.wrong: unknown field"),
+            std::string::npos);
+  std::string list_error = error_for("[1, 2]");
+  EXPECT_NE(list_error.find("must be a mapping"), std::string::npos) << list_error;
+  EXPECT_NE(error_message([&] { load_dataset_config_file(folder / "absent.yaml"); }).find("does not exist"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace fast_llm::data
