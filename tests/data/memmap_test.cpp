@@ -188,11 +188,12 @@ TEST(Memmap, ReadsAFileBuiltFromTheSpec) {
 }
 
 TEST(Memmap, ReadsAConfigWithoutTheNewerOptionalSections) {
-  // Files from before the preference, image and GRPO sections existed have no such keys.
+  // Files from before the preference, image and GRPO sections existed have no such keys; the token section's type
+  // is implied by its key.
   TemporaryFolder folder;
   SpecFile spec = spec_file();
   spec.json = R"({"type": "language_model", "begin": 33, "end": 177,)"
-              R"( "tokens": {"type": "token", "begin": 41, "end": 111, "num_documents": 3, "num_tokens": 9, "data_type": "uint16"},)"
+              R"( "tokens": {"begin": 41, "end": 111, "num_documents": 3, "num_tokens": 9, "data_type": "uint16"},)"
               R"( "loss_masking_spans": {"type": "range", "begin": 111, "end": 171, "num_documents": 3, "num_ranges": 3}})";
   write_file(folder / "old.fast_llm_dataset", spec.assemble());
   EXPECT_EQ(MemmapDataset("old", folder / "old.fast_llm_dataset").get_document(2).tokens,
@@ -263,6 +264,10 @@ TEST(Memmap, MalformedFilesAreErrorsNamingTheFile) {
   token_count.json = replaced(good.json, R"("num_tokens": 9)", R"("num_tokens": 10)");
   message = open_error(folder, "token_count.fast_llm_dataset", token_count.assemble());
   EXPECT_NE(message.find("token section is 70 bytes, expected 72"), std::string::npos) << message;
+
+  SpecFile huge_count = good;
+  huge_count.json = replaced(good.json, R"("num_tokens": 9)", R"("num_tokens": 123456789012)");
+  EXPECT_NE(open_error(folder, "huge.fast_llm_dataset", huge_count.assemble()).find("cannot fit"), std::string::npos);
 
   SpecFile data_type = good;
   data_type.json = replaced(good.json, R"("data_type": "uint16")", R"("data_type": "float32")");

@@ -296,8 +296,9 @@ MemmapDataset::MemmapDataset(std::string name, const std::filesystem::path& path
 
   // Tokens.
   const nlohmann::json& tokens = json.object(reader_config, "tokens", "language_model");
-  if (std::string token_type = json.string(tokens, "type", "tokens"); token_type != "token")
-    fail(fmt::format("tokens section has type '{}', expected 'token'", token_type));
+  // The section's type is implied by its key; when written, it must say so.
+  if (tokens.contains("type") && json.string(tokens, "type", "tokens") != "token")
+    fail(fmt::format("tokens section has type '{}', expected 'token'", json.string(tokens, "type", "tokens")));
   json.only_keys(tokens, {"type", "begin", "end", "num_documents", "num_tokens", "data_type"}, "tokens");
   std::string data_type_name = json.string(tokens, "data_type", "tokens");
   auto data_type = parse_token_data_type(data_type_name);
@@ -305,8 +306,10 @@ MemmapDataset::MemmapDataset(std::string name, const std::filesystem::path& path
   data_type_ = *data_type;
   const uint64_t num_documents = json.integer(tokens, "num_documents", "tokens");
   const uint64_t num_tokens = json.integer(tokens, "num_tokens", "tokens");
-  if (num_tokens > uint64_t(std::numeric_limits<int64_t>::max()) || num_documents >= uint64_t(std::numeric_limits<int32_t>::max()))
-    fail(fmt::format("tokens: implausible counts ({} tokens, {} documents)", num_tokens, num_documents));
+  // Each document takes 8 bytes of cumsum and each token at least one byte: larger counts cannot be in this file.
+  if (num_tokens > file_size || num_documents > file_size / 8)
+    fail(fmt::format("tokens: {} tokens in {} documents cannot fit in a {}-byte file", num_tokens, num_documents,
+                     file_size));
   tokens_offset_ = check_section(
       tokens, "token", kTokenHeader, kTokenFooter,
       (unsigned __int128)num_tokens * token_data_type_size(data_type_) + (unsigned __int128)(num_documents + 1) * 8,
