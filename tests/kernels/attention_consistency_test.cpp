@@ -51,7 +51,7 @@ std::vector<AttentionCase> attention_cases() {
   for (DType dtype : {DType::bfloat16, DType::float16, DType::float32, DType::float64})
     for (const Layout& layout : layouts)
       for (const auto& [causal, window] : std::vector<std::pair<bool, std::optional<int64_t>>>{
-               {true, std::nullopt}, {true, 16}, {false, std::nullopt}})
+               {true, std::nullopt}, {true, 16}, {false, std::nullopt}, {false, 16}})
         for (bool fused : {false, true})
           cases.push_back({.document_lengths = layout.document_lengths, .heads = layout.heads,
                            .head_groups = layout.head_groups, .head_size = layout.head_size, .causal = causal,

@@ -69,10 +69,11 @@ DenseResult dense_attention(const Problem& problem, const std::vector<double>& q
   const int64_t tokens = problem.tokens(), heads = problem.heads, head_size = problem.head_size;
   std::vector<int64_t> document_of;
   for (size_t document = 0; document < problem.document_lengths.size(); ++document)
-    for (int64_t index = 0; index < problem.document_lengths[document]; ++index) document_of.push_back(int64_t(document));
+    for (int64_t index = 0; index < problem.document_lengths[document]; ++index)
+      document_of.push_back(int64_t(document));
   auto allowed = [&](int64_t i, int64_t j) {
     return document_of[size_t(i)] == document_of[size_t(j)] && (!problem.causal || j <= i) &&
-           (!problem.window || i - j < *problem.window);
+           (!problem.window || (0 <= i - j && i - j < *problem.window));
   };
   auto at = [&](const std::vector<double>& x, int64_t token, int64_t head, int64_t channel) {
     return x[size_t((token * heads + head) * head_size + channel)];
@@ -186,7 +187,8 @@ std::string describe(const Problem& problem) {
 std::vector<Problem> mask_variants(Problem base) {
   std::vector<Problem> problems;
   for (bool causal : {true, false})
-    for (std::optional<int64_t> window : {std::optional<int64_t>(), std::optional<int64_t>(1), std::optional<int64_t>(2)}) {
+    for (std::optional<int64_t> window : {std::optional<int64_t>(), std::optional<int64_t>(1),
+                                          std::optional<int64_t>(2)}) {
       base.causal = causal;
       base.window = window;
       problems.push_back(base);
@@ -238,6 +240,22 @@ TEST(AttentionReference, WindowLongerThanDocumentsChangesNothing) {
   const std::vector<double> a = values_of(shorter.output), b = values_of(without_window.output);
   const size_t last_row = size_t(4 * problem.heads * problem.head_size);  // token 4, head 0
   EXPECT_NE(a[last_row], b[last_row]);
+}
+
+TEST(AttentionReference, WindowNeverShowsLaterKeys) {
+  // As Fast-LLM's flash-attn window (window - 1, 0): with a window, a bidirectional layer sees what a causal one does.
+  Problem problem{.document_lengths = {1, 4, 3}, .causal = false, .window = 2};
+  const Inputs inputs = random_inputs(problem, DType::float64, 13);
+  const Forward bidirectional = forward(problem, inputs.query, inputs.key, inputs.value, DType::float64);
+  problem.causal = true;
+  const Forward causal = forward(problem, inputs.query, inputs.key, inputs.value, DType::float64);
+  expect_near(bidirectional.output, values_of(causal.output), 0, 0, "output");
+  // Without a window the two differ (the bidirectional one sees later keys).
+  problem.window.reset();
+  const Forward causal_full = forward(problem, inputs.query, inputs.key, inputs.value, DType::float64);
+  problem.causal = false;
+  const Forward bidirectional_full = forward(problem, inputs.query, inputs.key, inputs.value, DType::float64);
+  EXPECT_NE(values_of(causal_full.output), values_of(bidirectional_full.output));
 }
 
 TEST(AttentionReference, PackedDocumentsEqualSeparateDocuments) {
@@ -335,7 +353,8 @@ TEST(AttentionReference, BackwardGradientsAreNotTrivial) {
   Problem problem{.document_lengths = {1, 4, 3}};
   const Inputs inputs = random_inputs(problem, DType::float64, 41);
   const Forward saved = forward(problem, inputs.query, inputs.key, inputs.value, DType::float64);
-  const Gradients gradients = backward(problem, random_tensor(problem.query_shape(), DType::float64, 44), inputs, saved);
+  const Tensor grad_output = random_tensor(problem.query_shape(), DType::float64, 44);
+  const Gradients gradients = backward(problem, grad_output, inputs, saved);
   for (const Tensor* gradient : {&gradients.query, &gradients.key, &gradients.value}) {
     double largest = 0;
     for (double value : values_of(*gradient)) largest = std::max(largest, std::abs(value));
@@ -460,7 +479,10 @@ TEST(AttentionReference, ShapeErrors) {
   expect_error([&] { run(inputs.key, inputs.value, cu_seqlens, 4, 0, logsumexp); },
                "window_size is 0, expected a positive number of tokens");
   expect_error(
-      [&] { run(inputs.key, inputs.value, cu_seqlens, 4, {}, Tensor::empty(Shape{problem.tokens(), problem.heads}, DType::float32)); },
+      [&] {
+        run(inputs.key, inputs.value, cu_seqlens, 4, {},
+            Tensor::empty(Shape{problem.tokens(), problem.heads}, DType::float32));
+      },
       "logsumexp has shape (8, 4), expected (4, 8)");
 }
 

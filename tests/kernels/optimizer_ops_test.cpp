@@ -142,7 +142,8 @@ TEST(AdamReference, SeveralStepsMatchScalarFormula) {
     // The parameters moved by far more than the tolerance: the comparisons above could fail.
     double moved = 0;
     const std::vector<double> before = values_of(initial), after = values_of(state.parameters);
-    for (size_t index = 0; index < before.size(); ++index) moved = std::max(moved, std::abs(after[index] - before[index]));
+    for (size_t index = 0; index < before.size(); ++index)
+      moved = std::max(moved, std::abs(after[index] - before[index]));
     EXPECT_GT(moved, 0.2);
   }
 }
@@ -229,7 +230,8 @@ TEST(SquaredNormReference, NonFiniteValuesReachTheResult) {
 
 TEST(SquaredNormReference, Errors) {
   const Tensor matrix = filled(Shape{4, 2}, DType::float32, 1);
-  expect_error([&] { squared_norm_of(matrix.transpose(0, 1)); }, "[squared_norm] input of shape (2, 4) is not contiguous");
+  expect_error([&] { squared_norm_of(matrix.transpose(0, 1)); },
+               "[squared_norm] input of shape (2, 4) is not contiguous");
   Tensor wide = filled(Shape{2}, DType::float64, 0);
   expect_error([&] { run_reference<SquaredNorm>({.input = matrix, .result = wide}); },
                "[squared_norm] result has shape (2), expected (1)");

@@ -1,9 +1,11 @@
 // Ops: attention_forward / attention_backward. Scaled dot-product attention over packed variable-length documents:
 // a query attends only to keys of its own document (cu_seqlens), causally if `causal`, and only to the last
-// `window_size` positions (i - j < window_size) when a window is set. Grouped-query attention: head h uses key/value
-// group h / (heads / head_groups); K and V are never repeated in memory.
+// `window_size` positions (0 <= i - j < window_size, so never a later key, causal or not: Fast-LLM's flash-attn window
+// (window_size - 1, 0)) when a window is set. Grouped-query attention: head h uses key/value group
+// h / (heads / head_groups); K and V are never repeated in memory.
 //   scores = softmax_scale * q . k,  p = softmax(scores over allowed keys),  out = p @ v
-// Forward saves logsumexp of the scaled scores per (head, token) in fp32; backward recomputes p from it.
+// Forward saves logsumexp of the scaled scores per (head, token) in fp32 (the CPU reference also takes fp64, for exact
+// fp64 tests); backward recomputes p from it.
 // Gradients of q, k, v are written (=). A query row with no allowed key (cannot happen causally) outputs zeros.
 #pragma once
 
@@ -21,7 +23,7 @@ struct AttentionForwardArgs {
   const Tensor& cu_seqlens;  // (documents + 1) int32 on the same device: document d is [cu[d], cu[d+1])
   int64_t max_seqlen = 0;    // longest document (lets GPU kernels size their grids without reading cu_seqlens)
   Tensor& output;            // (tokens, heads, head_size)
-  Tensor& logsumexp;         // (heads, tokens) fp32
+  Tensor& logsumexp;         // (heads, tokens) fp32 (fp64 too on the CPU reference)
   double softmax_scale = 1.0;
   bool causal = true;
   std::optional<int64_t> window_size;

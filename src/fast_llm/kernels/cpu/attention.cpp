@@ -2,8 +2,9 @@
 //
 // Exact softmax attention over packed documents, one query row at a time: the scores of a query against the keys it
 // may see are held in a row buffer of at most one document's length (per thread), never a (tokens, tokens) matrix.
-// Query i of document [begin, end) sees the keys j in [begin, end) with j <= i when causal and i - j < window_size
-// when a window is set: always one contiguous range [first_key, last_key).
+// Query i of document [begin, end) sees the keys j in [begin, end) with j <= i when causal, and 0 <= i - j <
+// window_size when a window is set (a window never shows later keys, as flash-attn's (window_size - 1, 0) in
+// Fast-LLM): always one contiguous range [first_key, last_key).
 //
 // query / key / value / output and their gradients: (tokens, heads or head_groups, head_size), any strides, one
 // floating dtype; math in fp32 for fp32 / bf16 / fp16 (rounded on store) and fp64 for fp64. logsumexp: (heads, tokens)
@@ -56,7 +57,7 @@ struct KeyRange {
 };
 
 KeyRange allowed_keys(int64_t token, int64_t begin, int64_t end, bool causal, const std::optional<int64_t>& window) {
-  const int64_t last = causal ? token + 1 : end;
+  const int64_t last = causal || window ? token + 1 : end;
   const int64_t first = window ? std::max(begin, token - *window + 1) : begin;  // i - j < window <=> j > i - window
   return {first, std::max(first, last)};
 }
