@@ -1,0 +1,109 @@
+// Cutting a model into stages.
+#include "fast_llm/engine/multi_stage/multi_stage.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "fast_llm/core/error.h"
+#include "fast_llm/core/logging.h"
+
+namespace fast_llm::engine {
+
+Device resolve_device(const DistributedConfig& distributed) {
+  if (distributed.use_cuda && !cuda_devices().empty())
+    return Device::cuda(distributed.local_rank() % int(cuda_devices().size()));
+  if (distributed.use_cuda && distributed.is_explicit("use_cuda"))
+    throw ConfigError(distributed.field_path("use_cuda"),
+                      cuda_compiled() ? "is true but no CUDA device is visible"
+                                      : "is true but this fast-llm was built without CUDA");
+  return Device::cpu();
+}
+
+DType gradient_dtype(const MultiStageConfig& multi_stage, const DistributedConfig& distributed) {
+  if (distributed.compute_dtype == DType::float64) return DType::float64;
+  return multi_stage.full_precision_gradients ? DType::float32 : distributed.compute_dtype;
+}
+
+MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, const DistributedConfig& distributed,
+                       Device device, bool training)
+    : model_(model), layers_(model.layers()) {
+  FLM_CHECK(multi_stage.validated() && distributed.validated(), "multi_stage",
+            "the multi-stage and distributed configs must be validated first");
+  if (*distributed.world_size > 1)
+    throw NotSupportedError("multi_stage",
+                            fmt::format("world size {}: data-parallel training (sharded stages, gradient reduction) "
+                                        "needs the distributed engine, which is not built yet; run one process",
+                                        *distributed.world_size));
+  if (multi_stage.layers_per_stage < 1.0)
+    throw NotSupportedError("multi_stage",
+                            fmt::format("model.multi_stage.layers_per_stage {} would split a layer over several "
+                                        "stages; use a value of at least 1",
+                                        multi_stage.layers_per_stage));
+  FLM_CHECK(!layers_.empty(), "multi_stage", "the model has no layers");
+
+  settings_ = StageSettings{.device = device,
+                            .compute_dtype = distributed.compute_dtype,
+                            .gradient_dtype = gradient_dtype(multi_stage, distributed),
+                            .optimization_dtype = distributed.optimization_dtype,
+                            .data_parallel = distributed.data_parallel(),
+                            .data_rank = distributed.data_rank(),
+                            .seed = uint64_t(distributed.seed),
+                            .training = training,
+                            .store_frozen_weights_in_optimization_precision =
+                                multi_stage.store_frozen_weights_in_optimization_precision};
+
+  const int64_t num_layers = int64_t(layers_.size());
+  const int64_t num_stages = int64_t(std::ceil(double(num_layers) / multi_stage.layers_per_stage - 1e-9));
+  int64_t begin = 0;
+  for (int64_t stage = 0; stage < num_stages; ++stage) {
+    int64_t end = stage + 1 == num_stages
+                      ? num_layers
+                      : std::min(num_layers, int64_t(std::llround(double(stage + 1) * multi_stage.layers_per_stage)));
+    std::vector<layers::Layer*> stage_layers(layers_.begin() + begin, layers_.begin() + end);
+    stages_.push_back(std::make_unique<Stage>(int(stage), std::move(stage_layers), settings_));
+    begin = end;
+  }
+  log_main("Model: {} layers in {} stages, {} parameters ({} trainable) on {}", num_layers, num_stages,
+           num_parameters(), num_trainable_parameters(), device.str());
+}
+
+int64_t MultiStage::num_parameters() const {
+  int64_t count = 0;
+  for (const auto& stage : stages_)
+    for (const ParameterSlot& slot : stage->parameters()) count += slot.numel;
+  return count;
+}
+
+int64_t MultiStage::num_trainable_parameters() const {
+  int64_t count = 0;
+  for (const auto& stage : stages_)
+    for (const ParameterSlot& slot : stage->parameters())
+      if (!slot.parameter->meta.frozen) count += slot.numel;
+  return count;
+}
+
+layers::Parameter* MultiStage::find_parameter(const std::string& name) const {
+  for (const auto& stage : stages_)
+    if (const ParameterSlot* slot = stage->find(name)) return slot->parameter;
+  return nullptr;
+}
+
+void MultiStage::initialize_weights() {
+  for (auto& stage : stages_) stage->initialize_weights();
+}
+
+void MultiStage::zero_gradients(Stream stream) {
+  for (auto& stage : stages_) stage->zero_gradients(stream);
+}
+
+void MultiStage::copy_gradients_to_shards(Stream stream) {
+  for (auto& stage : stages_) stage->copy_gradients_to_shard(stream);
+}
+
+void MultiStage::copy_weights_from_shards(Stream stream) {
+  for (auto& stage : stages_) stage->copy_weights_from_shard(stream);
+}
+
+}  // namespace fast_llm::engine

@@ -1,0 +1,200 @@
+// Stage buffers: layout, binding, initialisation and the shard <-> full-buffer copies.
+#include "fast_llm/engine/multi_stage/stage.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "fast_llm/core/error.h"
+#include "fast_llm/core/random.h"
+#include "fast_llm/engine/multi_stage/initialization.h"
+#include "fast_llm/kernels/copy.h"
+
+namespace fast_llm::engine {
+namespace {
+
+int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+Tensor zeros(int64_t numel, DType dtype, Device device) {
+  Tensor tensor = Tensor::empty(Shape{numel}, dtype, device);
+  if (numel > 0) set_bytes(tensor.data(), device, 0, tensor.nbytes(), Stream{});
+  return tensor;
+}
+
+// Host elements filled per chunk when initialising a device shard (bounds the host staging memory).
+constexpr int64_t kInitializationChunk = int64_t(1) << 24;
+
+}  // namespace
+
+Stage::Stage(int index, std::vector<layers::Layer*> layers, const StageSettings& settings)
+    : index_(index), layers_(std::move(layers)), settings_(settings) {
+  FLM_CHECK(settings_.data_parallel >= 1 && settings_.data_rank >= 0 && settings_.data_rank < settings_.data_parallel,
+            "multi_stage", "data rank {} is outside a data-parallel group of {}", settings_.data_rank,
+            settings_.data_parallel);
+  FLM_CHECK(settings_.optimization_dtype == DType::float32 || settings_.optimization_dtype == DType::float64,
+            "multi_stage", "the optimization dtype must be float32 or float64, got {}",
+            dtype_name(settings_.optimization_dtype));
+
+  // Trainable parameters first, grouped by optimizer settings in order of first appearance (so each group is one
+  // contiguous range), then frozen ones.
+  std::vector<layers::Parameter*> trainable, frozen;
+  std::vector<std::pair<bool, double>> group_keys;
+  std::map<std::pair<bool, double>, std::vector<layers::Parameter*>> by_group;
+  for (layers::Layer* layer : layers_) {
+    for (layers::Parameter* parameter : layer->parameters()) {
+      const layers::ParameterMeta& meta = parameter->meta;
+      if (meta.frozen) {
+        frozen.push_back(parameter);
+        continue;
+      }
+      std::pair<bool, double> key{meta.weight_decay, meta.lr_scale};
+      if (!by_group.contains(key)) group_keys.push_back(key);
+      by_group[key].push_back(parameter);
+    }
+  }
+  FLM_CHECK(frozen.empty() || settings_.store_frozen_weights_in_optimization_precision ||
+                settings_.optimization_dtype == settings_.compute_dtype,
+            "multi_stage",
+            "stage {}: frozen weights kept in the compute dtype ({}) rather than the optimization dtype ({}) are not "
+            "supported; set model.multi_stage.store_frozen_weights_in_optimization_precision: true",
+            index_, dtype_name(settings_.compute_dtype), dtype_name(settings_.optimization_dtype));
+
+  const int64_t region_multiple = kParameterAlignment * settings_.data_parallel;
+  int64_t offset = 0;
+  for (const auto& key : group_keys) {
+    ParameterGroup group{.weight_decay = key.first, .lr_scale = key.second, .begin = offset};
+    for (layers::Parameter* parameter : by_group[key]) {
+      int64_t numel = parameter->meta.shape.numel();
+      slots_.push_back({.parameter = parameter, .offset = offset, .numel = numel});
+      offset = round_up(offset + numel, kParameterAlignment);
+    }
+    group.end = offset;
+    groups_.push_back(group);
+  }
+  trainable_size_ = round_up(offset, region_multiple);
+  // The last group runs to the end of the region: the padding behaves like the gaps between parameters.
+  if (!groups_.empty()) groups_.back().end = trainable_size_;
+  offset = trainable_size_;
+  for (layers::Parameter* parameter : frozen) {
+    int64_t numel = parameter->meta.shape.numel();
+    slots_.push_back({.parameter = parameter, .offset = offset, .numel = numel});
+    offset = round_up(offset + numel, kParameterAlignment);
+  }
+  frozen_size_ = round_up(offset, region_multiple) - trainable_size_;
+
+  // Buffers. One data-parallel rank: the shard covers the whole stage in the same layout, so it can stand in for the
+  // full buffer when the dtypes agree.
+  const Device device = settings_.device;
+  const bool whole = settings_.data_parallel == 1;
+  weight_shard_ = zeros(trainable_shard_size() + frozen_shard_size(), settings_.optimization_dtype, device);
+  weights_alias_shard_ = whole && settings_.compute_dtype == settings_.optimization_dtype;
+  weight_buffer_ = weights_alias_shard_ ? weight_shard_
+                                        : zeros(trainable_size_ + frozen_size_, settings_.compute_dtype, device);
+  if (settings_.training) {
+    grad_buffer_ = zeros(trainable_size_, settings_.gradient_dtype, device);
+    gradients_alias_shard_ = whole && settings_.gradient_dtype == settings_.optimization_dtype;
+    grad_shard_ = gradients_alias_shard_ ? grad_buffer_
+                                         : zeros(trainable_shard_size(), settings_.optimization_dtype, device);
+    exp_avg_ = zeros(trainable_shard_size(), settings_.optimization_dtype, device);
+    exp_avg_sq_ = zeros(trainable_shard_size(), settings_.optimization_dtype, device);
+  }
+
+  for (const ParameterSlot& slot : slots_) {
+    layers::Parameter& parameter = *slot.parameter;
+    parameter.weight = weight_buffer_.slice(0, slot.offset, slot.offset + slot.numel).reshape(parameter.meta.shape);
+    parameter.grad = settings_.training && !parameter.meta.frozen
+                         ? grad_buffer_.slice(0, slot.offset, slot.offset + slot.numel).reshape(parameter.meta.shape)
+                         : Tensor();
+  }
+}
+
+std::vector<ParameterGroup> Stage::shard_groups(int rank) const {
+  const int64_t shard_begin = trainable_shard_begin(rank), shard_end = shard_begin + trainable_shard_size();
+  std::vector<ParameterGroup> result;
+  for (const ParameterGroup& group : groups_) {
+    int64_t begin = std::max(group.begin, shard_begin), end = std::min(group.end, shard_end);
+    if (begin >= end) continue;
+    result.push_back({.weight_decay = group.weight_decay,
+                      .lr_scale = group.lr_scale,
+                      .begin = begin - shard_begin,
+                      .end = end - shard_begin});
+  }
+  return result;
+}
+
+const ParameterSlot* Stage::find(const std::string& name) const {
+  for (const ParameterSlot& slot : slots_)
+    if (slot.parameter->meta.name == name) return &slot;
+  return nullptr;
+}
+
+void Stage::fill_initial_values(const layers::Parameter& parameter, int64_t begin, int64_t count,
+                                void* output) const {
+  const uint64_t seed = parameter_seed(settings_.seed, parameter.meta.name);
+  if (settings_.optimization_dtype == DType::float32)
+    fill_initialization(parameter.meta.initialization, seed, begin, count, static_cast<float*>(output));
+  else
+    fill_initialization(parameter.meta.initialization, seed, begin, count, static_cast<double*>(output));
+}
+
+void Stage::initialize_weights() {
+  const int rank = settings_.data_rank;
+  const size_t element_size = dtype_size(settings_.optimization_dtype);
+  // Each region's shard: [region begin of this rank, + shard size) in stage coordinates, at `shard_offset` in the
+  // weight shard.
+  struct Region {
+    int64_t begin, size, shard_offset;
+  };
+  const Region regions[] = {{trainable_shard_begin(rank), trainable_shard_size(), 0},
+                            {frozen_shard_begin(rank), frozen_shard_size(), trainable_shard_size()}};
+  char* shard = static_cast<char*>(weight_shard_.data());
+  Tensor staging;
+  for (const ParameterSlot& slot : slots_) {
+    const Region& region = slot.parameter->meta.frozen ? regions[1] : regions[0];
+    int64_t begin = std::max(slot.offset, region.begin);
+    int64_t end = std::min(slot.offset + slot.numel, region.begin + region.size);
+    for (int64_t chunk = begin; chunk < end; chunk += kInitializationChunk) {
+      int64_t count = std::min(kInitializationChunk, end - chunk);
+      char* destination = shard + size_t(region.shard_offset + chunk - region.begin) * element_size;
+      if (settings_.device.is_cpu()) {
+        fill_initial_values(*slot.parameter, chunk - slot.offset, count, destination);
+      } else {
+        if (!staging.defined() || staging.numel() < count)
+          staging = Tensor::empty(Shape{std::min(kInitializationChunk, end - begin)}, settings_.optimization_dtype);
+        fill_initial_values(*slot.parameter, chunk - slot.offset, count, staging.data());
+        copy_bytes(destination, settings_.device, staging.data(), Device::cpu(), size_t(count) * element_size,
+                   compute_stream(settings_.device));
+        // The staging buffer is rewritten by the next chunk: wait for this copy.
+        synchronize(settings_.device, compute_stream(settings_.device));
+      }
+    }
+  }
+  if (settings_.training) {
+    set_bytes(exp_avg_.data(), settings_.device, 0, exp_avg_.nbytes(), Stream{});
+    set_bytes(exp_avg_sq_.data(), settings_.device, 0, exp_avg_sq_.nbytes(), Stream{});
+  }
+  copy_weights_from_shard();
+}
+
+void Stage::copy_weights_from_shard(Stream stream) {
+  if (weights_alias_shard_ || weight_buffer_.numel() == 0) return;
+  FLM_CHECK(settings_.data_parallel == 1, "multi_stage",
+            "gathering weight shards over {} data-parallel ranks needs the distributed engine",
+            settings_.data_parallel);
+  kernels::cast({.source = weight_shard_, .destination = weight_buffer_, .stream = stream});
+}
+
+void Stage::copy_gradients_to_shard(Stream stream) {
+  if (gradients_alias_shard_ || grad_buffer_.numel() == 0) return;
+  FLM_CHECK(settings_.data_parallel == 1, "multi_stage",
+            "reducing gradients over {} data-parallel ranks needs the distributed engine", settings_.data_parallel);
+  kernels::cast({.source = grad_buffer_, .destination = grad_shard_, .stream = stream});
+}
+
+void Stage::zero_gradients(Stream stream) {
+  if (grad_buffer_.numel() > 0) set_bytes(grad_buffer_.data(), settings_.device, 0, grad_buffer_.nbytes(), stream);
+}
+
+}  // namespace fast_llm::engine

@@ -1,0 +1,135 @@
+// A stage: consecutive layers whose parameters live in flat buffers (DESIGN.md §4.2).
+//
+// Layout of a stage's parameter space (elements, one index space shared by every buffer):
+//
+//   [ trainable parameters, grouped by optimizer settings | padding ][ frozen parameters | padding ]
+//   <--------------------- trainable_size --------------------------><--------- frozen_size ------>
+//
+// Each parameter starts at a multiple of kParameterAlignment elements (vectorised kernels and cuBLAS like aligned
+// views); the gaps hold zeros that nothing reads: their gradients stay 0, so Adam leaves them at 0 and they add
+// nothing to the gradient norm. Each region is padded to a multiple of kParameterAlignment * data_parallel so it
+// splits into equal shards, rank r holding [r * shard, (r + 1) * shard) of the region.
+//
+// Buffers:
+//   weight_buffer  (trainable_size + frozen_size)  compute dtype, full: what layers read (Parameter::weight views)
+//   grad_buffer    (trainable_size)                gradient dtype, full: what layers accumulate into (+=)
+//   weight_shard   (trainable shard + frozen shard) optimization dtype: master weights of this rank's shard
+//   grad_shard     (trainable shard)                optimization dtype: this rank's reduced gradients
+//   exp_avg, exp_avg_sq (trainable shard)           optimization dtype: Adam state
+// With one data-parallel rank and equal dtypes the shard and the full buffer are the same memory (views), so nothing
+// is copied; otherwise `copy_weights_from_shard` casts master -> compute weights and `copy_gradients_to_shard` casts
+// full gradients -> shard.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fast_llm/core/device.h"
+#include "fast_llm/core/dtype.h"
+#include "fast_llm/layers/layer.h"
+#include "fast_llm/tensor/tensor.h"
+
+namespace fast_llm::engine {
+
+inline constexpr int64_t kParameterAlignment = 64;
+
+// Where one parameter sits in its stage.
+struct ParameterSlot {
+  layers::Parameter* parameter = nullptr;
+  int64_t offset = 0;  // first element in the stage index space
+  int64_t numel = 0;
+};
+
+// A range of the trainable region whose parameters share optimizer settings; Adam runs one launch per group range.
+struct ParameterGroup {
+  bool weight_decay = true;
+  double lr_scale = 1.0;
+  int64_t begin = 0;  // stage index space, [begin, end)
+  int64_t end = 0;
+};
+
+// Settings every stage of a model shares.
+struct StageSettings {
+  Device device;
+  DType compute_dtype = DType::float32;
+  DType gradient_dtype = DType::float32;
+  DType optimization_dtype = DType::float32;
+  int data_parallel = 1;
+  int data_rank = 0;
+  uint64_t seed = 0;        // initialisation seed (model.distributed.seed)
+  bool training = true;     // false: no gradient or optimizer buffers (inference, evaluation-only runs)
+  bool store_frozen_weights_in_optimization_precision = true;
+};
+
+class Stage {
+ public:
+  // Lays out and allocates the buffers of `layers` and binds every parameter to its views. Parameters are not
+  // initialised: call `initialize_weights` (or load a checkpoint into the shards, then `copy_weights_from_shard`).
+  Stage(int index, std::vector<layers::Layer*> layers, const StageSettings& settings);
+  Stage(const Stage&) = delete;
+  Stage& operator=(const Stage&) = delete;
+
+  int index() const { return index_; }
+  const std::vector<layers::Layer*>& layers() const { return layers_; }
+  const std::vector<ParameterSlot>& parameters() const { return slots_; }
+  const std::vector<ParameterGroup>& groups() const { return groups_; }
+  const StageSettings& settings() const { return settings_; }
+
+  int64_t trainable_size() const { return trainable_size_; }
+  int64_t frozen_size() const { return frozen_size_; }
+  int64_t trainable_shard_size() const { return trainable_size_ / settings_.data_parallel; }
+  int64_t frozen_shard_size() const { return frozen_size_ / settings_.data_parallel; }
+  // First element of data rank `rank`'s shard of each region, in the stage index space.
+  int64_t trainable_shard_begin(int rank) const { return rank * trainable_shard_size(); }
+  int64_t frozen_shard_begin(int rank) const { return trainable_size_ + rank * frozen_shard_size(); }
+  // The groups cut to data rank `rank`'s trainable shard, in shard coordinates (empty intersections dropped).
+  std::vector<ParameterGroup> shard_groups(int rank) const;
+
+  Tensor& weight_buffer() { return weight_buffer_; }
+  Tensor& grad_buffer() { return grad_buffer_; }
+  Tensor& weight_shard() { return weight_shard_; }
+  Tensor& grad_shard() { return grad_shard_; }
+  Tensor& exp_avg() { return exp_avg_; }
+  Tensor& exp_avg_sq() { return exp_avg_sq_; }
+  // The trainable part of the master weight shard (what Adam updates).
+  Tensor trainable_weight_shard() const { return weight_shard_.slice(0, 0, trainable_shard_size()); }
+
+  // Fills this rank's master shard from each parameter's initialisation (element i of a parameter is a pure function
+  // of (seed, parameter name, i), so any stage layout gives the same values), zeroes the Adam state, and copies the
+  // result into the compute-dtype weights.
+  void initialize_weights();
+  // weight_buffer <- weight_shard (cast to the compute dtype). One data-parallel rank: a cast, or nothing when the two
+  // are the same memory.
+  void copy_weights_from_shard(Stream stream = {});
+  // grad_shard <- grad_buffer (cast to the optimization dtype); nothing when they are the same memory.
+  void copy_gradients_to_shard(Stream stream = {});
+  void zero_gradients(Stream stream = {});
+
+  // The slot of the parameter named `name`, or nullptr.
+  const ParameterSlot* find(const std::string& name) const;
+
+ private:
+  // Values of elements [begin, begin + count) of a parameter, as its initialisation defines them, into `output`
+  // (host memory of the optimization dtype).
+  void fill_initial_values(const layers::Parameter& parameter, int64_t begin, int64_t count, void* output) const;
+
+  int index_;
+  std::vector<layers::Layer*> layers_;
+  StageSettings settings_;
+  std::vector<ParameterSlot> slots_;
+  std::vector<ParameterGroup> groups_;
+  int64_t trainable_size_ = 0;
+  int64_t frozen_size_ = 0;
+  bool weights_alias_shard_ = false;
+  bool gradients_alias_shard_ = false;
+
+  Tensor weight_buffer_;  // (trainable_size + frozen_size) compute dtype
+  Tensor grad_buffer_;    // (trainable_size) gradient dtype
+  Tensor weight_shard_;   // (trainable shard + frozen shard) optimization dtype
+  Tensor grad_shard_;     // (trainable shard) optimization dtype
+  Tensor exp_avg_;        // (trainable shard) optimization dtype
+  Tensor exp_avg_sq_;     // (trainable shard) optimization dtype
+};
+
+}  // namespace fast_llm::engine

@@ -1,0 +1,104 @@
+// The step schedule: forward breadth-first over a depth-first group, backward in reverse, gradient accumulation.
+#include "fast_llm/engine/schedule/runner.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "fast_llm/core/error.h"
+#include "fast_llm/core/random.h"
+
+namespace fast_llm::engine {
+
+int64_t count_labels(const layers::MicroBatch& batch) {
+  FLM_CHECK(batch.labels.defined() && batch.labels.dtype() == DType::int64, "schedule",
+            "micro-batch {} has no int64 labels", batch.index);
+  Tensor labels = batch.labels.to(Device::cpu());
+  const int64_t* values = labels.data_as<int64_t>();
+  int64_t count = 0;
+  for (int64_t i = 0; i < labels.numel(); ++i) count += values[i] != -100;
+  return count;
+}
+
+ScheduleRunner::ScheduleRunner(MultiStage& multi_stage, const ScheduleConfig& schedule,
+                               const DistributedConfig& distributed)
+    : multi_stage_(multi_stage),
+      schedule_(schedule),
+      distributed_(distributed),
+      stream_(compute_stream(multi_stage.device())) {
+  if (schedule.micro_batch_splits != 1)
+    throw NotSupportedError("schedule", fmt::format("schedule.micro_batch_splits {}: splitting micro-batches along the "
+                                                    "sequence is not supported; use 1",
+                                                    schedule.micro_batch_splits));
+}
+
+layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batch, Phase phase, int64_t iteration,
+                                                  double loss_gradient_scale, layers::LossSums& losses) const {
+  const uint64_t phase_shift =
+      phase == Phase::training ? distributed_.train_seed_shift.value : distributed_.valid_seed_shift.value;
+  return layers::LayerContext{
+      .batch = batch,
+      .device = multi_stage_.device(),
+      .compute_dtype = distributed_.compute_dtype,
+      .stream = stream_,
+      .training = phase == Phase::training,
+      .loss_gradient_scale = loss_gradient_scale,
+      .dropout_seed = derive_seed(uint64_t(distributed_.seed), phase_shift, uint64_t(iteration), uint64_t(batch.index)),
+      .losses = &losses};
+}
+
+void ScheduleRunner::run_training_step(std::span<layers::MicroBatch> micro_batches, int64_t num_labels,
+                                       int64_t iteration, double loss_scale, layers::LossSums& losses) {
+  const int depth_first = schedule_.depth_first_micro_batches;
+  const int breadth_first = schedule_.breadth_first_micro_batches;
+  FLM_CHECK(int64_t(micro_batches.size()) == int64_t(depth_first) * breadth_first, "schedule",
+            "a step takes depth_first_micro_batches x breadth_first_micro_batches = {} x {} micro-batches, got {}",
+            depth_first, breadth_first, micro_batches.size());
+  losses.clear();
+  multi_stage_.zero_gradients(stream_);
+  // No labels in the whole step: the losses are empty sums and their gradients 0.
+  const double loss_gradient_scale = num_labels > 0 ? loss_scale / double(num_labels) : 0.0;
+  const auto& stages = multi_stage_.stages();
+
+  for (int group = 0; group < depth_first; ++group) {
+    std::vector<layers::LayerContext> contexts;
+    contexts.reserve(size_t(breadth_first));
+    for (int slot = 0; slot < breadth_first; ++slot) {
+      layers::MicroBatch& batch = micro_batches[size_t(group * breadth_first + slot)];
+      batch.index = group * breadth_first + slot;
+      contexts.push_back(make_context(batch, Phase::training, iteration, loss_gradient_scale, losses));
+    }
+    // (micro-batch) activation between stages: the embeddings ignore their input, the head returns nothing.
+    std::vector<Tensor> activations(static_cast<size_t>(breadth_first));
+    for (const auto& stage : stages)
+      for (int slot = 0; slot < breadth_first; ++slot)
+        for (layers::Layer* layer : stage->layers())
+          activations[size_t(slot)] = layer->forward(contexts[size_t(slot)], activations[size_t(slot)]);
+    // The head ignores grad_output (it computed the gradient of its input in forward).
+    std::vector<Tensor> gradients(static_cast<size_t>(breadth_first));
+    for (auto stage = stages.rbegin(); stage != stages.rend(); ++stage)
+      for (int slot = 0; slot < breadth_first; ++slot)
+        for (auto layer = (*stage)->layers().rbegin(); layer != (*stage)->layers().rend(); ++layer)
+          gradients[size_t(slot)] = (*layer)->backward(contexts[size_t(slot)], gradients[size_t(slot)]);
+  }
+}
+
+void ScheduleRunner::run_forward(std::span<layers::MicroBatch> micro_batches, int64_t iteration,
+                                 layers::LossSums& losses) {
+  for (size_t index = 0; index < micro_batches.size(); ++index) {
+    layers::MicroBatch& batch = micro_batches[index];
+    batch.index = int64_t(index);
+    layers::LayerContext context = make_context(batch, Phase::validation, iteration, 1.0, losses);
+    Tensor activation;
+    for (layers::Layer* layer : multi_stage_.layers()) activation = layer->forward(context, activation);
+  }
+}
+
+double ScheduleRunner::flops(std::span<const layers::MicroBatch> micro_batches) const {
+  double total = 0.0;
+  for (const layers::MicroBatch& batch : micro_batches)
+    for (layers::Layer* layer : multi_stage_.layers()) total += layer->flops(batch);
+  return total;
+}
+
+}  // namespace fast_llm::engine

@@ -1,0 +1,59 @@
+// Runs the micro-batches of one step through the stages (reference/fast-llm.md §6.3, data-parallel size 1).
+//
+// A training step holds depth_first_micro_batches x breadth_first_micro_batches micro-batches, in that order
+// (micro-batch d * breadth_first + b is breadth-first slot b of depth-first group d). For each depth-first group:
+// forward every micro-batch of the group stage by stage (all micro-batches through stage 0, then stage 1, ...), then
+// backward stage by stage in reverse. Gradients are zeroed at the start of the step and accumulate (+=) over its
+// micro-batches; every micro-batch sees loss_gradient_scale = loss scale / (unmasked labels in the whole step), so
+// the gradients are those of the step's mean loss whatever the split (DESIGN.md §4.6). Losses add into one LossSums
+// for the step (numerators: divide by the step's labels for the mean).
+//
+// Micro-batch m of step `iteration` gets dropout seed derive_seed(seed, phase seed shift, iteration, m).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "fast_llm/engine/distributed/config.h"
+#include "fast_llm/engine/multi_stage/multi_stage.h"
+#include "fast_llm/engine/schedule/config.h"
+#include "fast_llm/layers/context.h"
+
+namespace fast_llm::engine {
+
+enum class Phase { training, validation };
+
+// Unmasked labels (!= -100) of a micro-batch's label tensor (any device; reads it on the host).
+int64_t count_labels(const layers::MicroBatch& batch);
+
+class ScheduleRunner {
+ public:
+  // The configs must be validated and outlive the runner.
+  ScheduleRunner(MultiStage& multi_stage, const ScheduleConfig& schedule, const DistributedConfig& distributed);
+
+  // Micro-batches in one step (depth_first x breadth_first x micro_batch_splits; splits are refused above 1).
+  int micro_batches_per_step() const { return schedule_.sequential_micro_batches(); }
+
+  // Forward and backward of one training step. `micro_batches` (micro_batches_per_step() of them, on the model's
+  // device) hold `num_labels` unmasked labels in all; `loss_scale` multiplies the loss gradient (fp16 scaling).
+  // `losses` is cleared first and holds the step's loss sums after.
+  void run_training_step(std::span<layers::MicroBatch> micro_batches, int64_t num_labels, int64_t iteration,
+                         double loss_scale, layers::LossSums& losses);
+  // Forward only (no dropout, nothing saved), adding the losses into `losses` (not cleared, so several steps can
+  // accumulate).
+  void run_forward(std::span<layers::MicroBatch> micro_batches, int64_t iteration, layers::LossSums& losses);
+
+  // Model FLOPs of forward + backward of these micro-batches (sum of the layers' flops()).
+  double flops(std::span<const layers::MicroBatch> micro_batches) const;
+
+ private:
+  layers::LayerContext make_context(const layers::MicroBatch& batch, Phase phase, int64_t iteration,
+                                    double loss_gradient_scale, layers::LossSums& losses) const;
+
+  MultiStage& multi_stage_;
+  const ScheduleConfig& schedule_;
+  const DistributedConfig& distributed_;
+  Stream stream_;
+};
+
+}  // namespace fast_llm::engine

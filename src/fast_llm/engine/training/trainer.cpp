@@ -1,0 +1,409 @@
+// The training loop: data -> schedule -> optimizer, metric lines, evaluations, run directory.
+#include "fast_llm/engine/training/trainer.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <limits>
+#include <map>
+
+#include "fast_llm/core/error.h"
+#include "fast_llm/core/logging.h"
+#include "fast_llm/engine/evaluation/config.h"
+
+namespace fast_llm::engine {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Steps s in [1, steps] at which `interval` happens.
+int64_t occurrences(const IntervalConfig& interval, int64_t steps) {
+  if (!interval.interval || steps < 1) return 0;
+  const int64_t every = *interval.interval, offset = interval.offset;
+  // Occurrences are offset + k * every >= 1 (offset is in [0, every) after validation).
+  const int64_t first = offset == 0 ? every : offset;
+  return first > steps ? 0 : (steps - first) / every + 1;
+}
+
+// Adds `value` to the total named `name`, keeping first-seen order.
+void accumulate(std::vector<std::pair<std::string, double>>& totals, const std::string& name, double value) {
+  for (auto& [existing, total] : totals)
+    if (existing == name) {
+      total += value;
+      return;
+    }
+  totals.emplace_back(name, value);
+}
+
+}  // namespace
+
+layers::MicroBatch to_micro_batch(const std::shared_ptr<const data::Batch>& batch, Device device, Stream stream) {
+  FLM_CHECK(batch->predicted_tokens == 1, "training",
+            "batches with {} predicted tokens (multi-token prediction) are not supported", batch->predicted_tokens);
+  std::shared_ptr<void> owner = std::const_pointer_cast<data::Batch>(batch);
+  auto place = [&](const void* values, int64_t count, DType dtype) {
+    Tensor host = Tensor::from_blob(const_cast<void*>(values), Shape{count}, dtype, Device::cpu(), owner);
+    return device.is_cpu() ? host : host.to(device, stream);
+  };
+  const int64_t tokens = batch->micro_batch_size;
+  FLM_ASSERT(int64_t(batch->tokens.size()) == tokens && int64_t(batch->positions.size()) == tokens &&
+                 int64_t(batch->labels.size()) >= tokens,
+             "batch of sample {} has inconsistent sizes", batch->sample_index);
+  return layers::MicroBatch{.index = 0,
+                            .tokens = place(batch->tokens.data(), tokens, DType::int64),
+                            .labels = place(batch->labels_at(1).data(), tokens, DType::int64),
+                            .positions = place(batch->positions.data(), tokens, DType::int64),
+                            .cu_seqlens = place(batch->cu_seqlens.data(), int64_t(batch->cu_seqlens.size()),
+                                                DType::int32),
+                            .max_seqlen = batch->max_seqlen};
+}
+
+// A `loss` evaluator: `iterations` forward-only steps on `data.datasets.<name>` at each evaluation.
+struct Trainer::Evaluator {
+  std::string name;
+  const LossEvaluatorConfig& config;
+  int64_t iterations = 0;
+  std::unique_ptr<data::DataLoader> loader;
+};
+
+Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data, std::string resolved_config_yaml,
+                 TrainerHooks hooks)
+    : sections_(sections), model_(model), data_(data), hooks_(std::move(hooks)) {
+  const TrainingConfig& training = sections_.training;
+  FLM_CHECK(training.validated() && sections_.schedule.validated() && sections_.optimizer.validated() &&
+                sections_.run.validated(),
+            "training", "the trainer config must be validated first");
+  device_ = resolve_device(sections_.distributed);
+  stream_ = compute_stream(device_);
+  training_ = training.train_iters > 0;
+  samples_per_step_ = int64_t(sections_.schedule.sequential_micro_batches()) *
+                      sections_.distributed.batch_data_parallel();
+  tokens_per_sample_ = data_.config().micro_batch_size;
+  if (data_.sampling_parameters().predicted_tokens != 1)
+    throw NotSupportedError("training", fmt::format("{} predicted tokens per position (multi-token prediction heads) "
+                                                    "are not supported by the training loop",
+                                                    data_.sampling_parameters().predicted_tokens));
+  if (training.checkpoint.enabled() && !hooks_.save_checkpoint)
+    throw NotSupportedError("training", fmt::format("{} is set but this run cannot save checkpoints",
+                                                    training.checkpoint.field_path("interval")));
+  if (training.export_.enabled() && !hooks_.save_export)
+    throw NotSupportedError("training", fmt::format("{} is set but this run cannot save exports",
+                                                    training.export_.field_path("interval")));
+
+  multi_stage_ = std::make_unique<MultiStage>(model_, sections_.multi_stage, sections_.distributed, device_, training_);
+  runner_ = std::make_unique<ScheduleRunner>(*multi_stage_, sections_.schedule, sections_.distributed);
+  if (training_) {
+    optimizer_ = std::make_unique<Optimizer>(sections_.optimizer, *multi_stage_);
+    data_.sample_dataset("training", training.train_iters * samples_per_step_);
+  }
+
+  for (const auto& [name, evaluator] : training.evaluators) {
+    if (!evaluator.is<LossEvaluatorConfig>())
+      throw NotSupportedError("training", fmt::format("training.evaluators.{}: evaluators of type '{}' are not "
+                                                      "supported; use type: loss",
+                                                      name, evaluator.type()));
+    const auto& config = static_cast<const LossEvaluatorConfig&>(evaluator.get());
+    if (!config.enabled() || !config.iterations) {
+      log_main("Evaluator {} is off: it needs both an interval and iterations", name);
+      continue;
+    }
+    // Evaluations at each interval step, and one more at the end when the last step is not one.
+    int64_t evaluations = training_ ? occurrences(config, training.train_iters) +
+                                          (config.enabled_at(training.train_iters) ? 0 : 1)
+                                    : 1;
+    data_.sample_dataset(name, evaluations * *config.iterations * samples_per_step_);
+    evaluators_.push_back(
+        std::make_unique<Evaluator>(Evaluator{.name = name, .config = config, .iterations = *config.iterations}));
+  }
+
+  if (const auto& experiment = sections_.run.experiment_dir) {
+    std::filesystem::create_directories(*experiment);
+    std::ofstream config_file(*experiment / "config.yaml");
+    config_file << resolved_config_yaml;
+    if (!resolved_config_yaml.empty() && resolved_config_yaml.back() != '\n') config_file << '\n';
+    FLM_CHECK(config_file.good(), "training", "cannot write {}", (*experiment / "config.yaml").string());
+    int index = 0;
+    while (std::filesystem::exists(*experiment / "runs" / std::to_string(index))) ++index;
+    run_directory_ = *experiment / "runs" / std::to_string(index);
+    std::filesystem::create_directories(*run_directory_);
+  }
+  progress_on_terminal_ = isatty(STDERR_FILENO) == 1;
+}
+
+Trainer::~Trainer() = default;
+
+std::optional<std::filesystem::path> Trainer::metrics_path() const {
+  if (!run_directory_) return std::nullopt;
+  return *run_directory_ / "metrics.jsonl";
+}
+
+TrainingState Trainer::state() const {
+  return {.completed_steps = completed_steps_, .optimizer = optimizer_ ? optimizer_->state() : OptimizerState{}};
+}
+
+void Trainer::restore(const TrainingState& state) {
+  completed_steps_ = state.completed_steps;
+  if (optimizer_) optimizer_->load(state.optimizer);
+}
+
+std::vector<layers::MicroBatch> Trainer::next_micro_batches(data::DataLoader& loader, std::string_view dataset,
+                                                            std::vector<std::shared_ptr<const data::Batch>>& keep_alive,
+                                                            int64_t& num_labels) {
+  std::vector<layers::MicroBatch> micro_batches;
+  num_labels = 0;
+  for (int64_t index = 0; index < samples_per_step_; ++index) {
+    std::optional<data::Batch> batch = loader.next();
+    FLM_CHECK(batch.has_value(), "training", "dataset '{}' ran out of samples after step {}", dataset,
+              completed_steps_);
+    auto shared = std::make_shared<const data::Batch>(std::move(*batch));
+    num_labels += shared->num_labels(1);
+    micro_batches.push_back(to_micro_batch(shared, device_, stream_));
+    keep_alive.push_back(std::move(shared));
+  }
+  return micro_batches;
+}
+
+void Trainer::initialize_or_load() {
+  if (hooks_.load && hooks_.load(*this)) return;
+  if (!training_)
+    throw Error("training", "evaluation only (training.train_iters is 0) needs weights to evaluate: set `pretrained` "
+                            "or resume from a checkpoint");
+  log_main("Initializing training state from scratch...");
+  multi_stage_->initialize_weights();
+}
+
+Trainer::StepResult Trainer::train_step() {
+  StepResult result;
+  std::vector<std::shared_ptr<const data::Batch>> keep_alive;
+  const double data_start = now_seconds();
+  std::vector<layers::MicroBatch> micro_batches =
+      next_micro_batches(*training_loader_, "training", keep_alive, result.num_labels);
+  result.data_wait_ms = (now_seconds() - data_start) * 1000.0;
+
+  layers::LossSums losses;
+  runner_->run_training_step(micro_batches, result.num_labels, completed_steps_ + 1, optimizer_->loss_scale(),
+                             losses);
+  result.update = optimizer_->step(stream_);
+  ++completed_steps_;
+  // The optimizer read the gradient norm on the host, so the loss sums are ready.
+  for (const auto& [name, sum] : losses.all())
+    result.losses.emplace_back(name, result.num_labels > 0 ? sum.item() / double(result.num_labels) : 0.0);
+  result.flops = runner_->flops(micro_batches);
+  return result;
+}
+
+void Trainer::run() {
+  initialize_or_load();
+  const MemoryUsage memory = memory_usage(device_, /*reset_peak=*/false);
+  log_main("After initial setup: allocated {} MiB | max allocated {} MiB | reserved {} MiB | max reserved {} MiB",
+           format_with_commas(memory.allocated_mib, 2), format_with_commas(memory.max_allocated_mib, 2),
+           format_with_commas(memory.reserved_mib, 2), format_with_commas(memory.max_reserved_mib, 2));
+  if (!training_)
+    run_evaluators(/*done=*/true);
+  else if (completed_steps_ >= sections_.training.train_iters)
+    log_main("Training already completed ({} of {} steps), nothing to do", completed_steps_,
+             sections_.training.train_iters);
+  else
+    train();
+  clear_progress();
+  if (auto path = metrics_path())
+    log_main("Metrics: {}", path->string());
+  else
+    log_main("Metrics: not written (set run.experiment_dir to keep them)");
+  if (last_export_)
+    log_main("Model: {}", last_export_->string());
+  else if (last_checkpoint_)
+    log_main("Model: {}", last_checkpoint_->string());
+  else
+    log_main("Model: not saved (set training.checkpoint.interval or training.export.interval to save it)");
+}
+
+void Trainer::train() {
+  const TrainingConfig& training = sections_.training;
+  const int workers = std::max(1, training.num_workers);
+  training_loader_ = data_.make_loader(
+      "training", {.begin_sample = completed_steps_ * samples_per_step_,
+                   .data_rank = sections_.distributed.batch_data_rank(),
+                   .data_parallel = sections_.distributed.batch_data_parallel(),
+                   .num_workers = workers,
+                   .prefetch = int(std::max<int64_t>(samples_per_step_, int64_t(workers) *
+                                                                            training.prefetch_factor.value_or(2)))});
+  log_main("Training ...");
+  synchronize(device_, stream_);
+  start_time_ = last_log_time_ = now_seconds();
+  start_step_ = last_log_step_ = completed_steps_;
+  interval_ = {};
+  bool stop = false;
+  while (!stop) {
+    StepResult step = train_step();
+    ++interval_.steps;
+    interval_.data_wait_ms += step.data_wait_ms;
+    interval_.flops += step.flops;
+    if (step.update.successful) {
+      ++interval_.advanced;
+      for (const auto& [name, value] : step.losses) accumulate(interval_.loss_totals, name, value);
+    } else {
+      ++interval_.skipped;
+      bool finite = true;
+      for (const auto& [name, value] : step.losses) finite = finite && std::isfinite(value);
+      interval_.nan += !finite;
+      // Keep the loss names in the line even when no step of the interval advanced.
+      for (const auto& [name, value] : step.losses) accumulate(interval_.loss_totals, name, 0.0);
+    }
+    if (training.logs.enabled_at(completed_steps_))
+      log_training(completed_steps_, step.update);
+    else
+      show_progress((now_seconds() - start_time_) * 1000.0 / double(completed_steps_ - start_step_));
+    const bool done = completed_steps_ >= training.train_iters;
+    stop = done || training.shutdown.enabled_at(completed_steps_);
+    run_evaluators(done);
+    save(done, stop);
+  }
+  training_loader_.reset();
+}
+
+void Trainer::log_training(int64_t completed, const OptimizerStepResult& last_update) {
+  const TrainingConfig& training = sections_.training;
+  const double now = now_seconds();
+  const double step_time = (now - last_log_time_) / double(completed - last_log_step_);
+  const double average_step_time = (now - start_time_) / double(completed - start_step_);
+  const double remaining = average_step_time * double(training.train_iters - completed);
+  const int64_t tokens_per_step = samples_per_step_ * tokens_per_sample_;
+  const double flops_per_step = interval_.steps > 0 ? interval_.flops / double(interval_.steps) : 0.0;
+  const int world_size = *sections_.distributed.world_size;
+
+  TrainingMetrics metrics;
+  metrics.iteration = completed;
+  metrics.train_iters = training.train_iters;
+  metrics.consumed_samples = completed * samples_per_step_;
+  metrics.consumed_tokens = completed * tokens_per_step;
+  metrics.batch_size = samples_per_step_;
+  metrics.step_time_ms = step_time * 1000.0;
+  // No activation recomputation: the hardware does the model's FLOPs.
+  metrics.model_tflops = flops_per_step / world_size / step_time / 1e12;
+  metrics.hardware_tflops = metrics.model_tflops;
+  metrics.tokens_per_sec_per_gpu = double(tokens_per_step) / world_size / step_time;
+  metrics.memory = memory_usage(device_, /*reset_peak=*/true);
+  for (const auto& [name, total] : interval_.loss_totals)
+    metrics.losses.emplace_back(name, interval_.advanced > 0 ? total / double(interval_.advanced)
+                                                             : std::numeric_limits<double>::quiet_NaN());
+  metrics.learning_rate = last_update.learning_rate;
+  metrics.loss_scale = optimizer_->loss_scale();
+  metrics.grad_norm = last_update.grad_norm;
+  metrics.skipped_iters = interval_.skipped;
+  metrics.nan_iters = interval_.nan;
+  metrics.step_time_average_ms = average_step_time * 1000.0;
+  metrics.data_wait_ms = interval_.steps > 0 ? interval_.data_wait_ms / double(interval_.steps) : 0.0;
+  metrics.remaining_time_s = remaining;
+  metrics.completion_time = double(std::time(nullptr)) + remaining;
+  metrics.percent_done = 100.0 * double(completed) / double(training.train_iters);
+
+  clear_progress();
+  log_main("{}", format_training_metrics(metrics));
+  write_metrics(training_metrics_json(metrics));
+  last_log_time_ = now;
+  last_log_step_ = completed;
+  interval_ = {};
+}
+
+void Trainer::run_evaluators(bool done) {
+  for (auto& evaluator : evaluators_) {
+    if (!done && !evaluator->config.enabled_at(completed_steps_)) continue;
+    clear_progress();
+    const int64_t iterations = evaluator->iterations;
+    if (!evaluator->loader) {
+      // Evaluations before this one (a resumed run continues where the last one stopped).
+      const int64_t previous = occurrences(evaluator->config, completed_steps_ - 1);
+      evaluator->loader = data_.make_loader(
+          evaluator->name, {.begin_sample = previous * iterations * samples_per_step_,
+                            .data_rank = sections_.distributed.batch_data_rank(),
+                            .data_parallel = sections_.distributed.batch_data_parallel(),
+                            .num_workers = std::max(1, sections_.training.num_workers),
+                            .prefetch = int(samples_per_step_)});
+    }
+    const double start = now_seconds();
+    std::vector<std::pair<std::string, double>> totals;
+    double flops = 0.0;
+    for (int64_t iteration = 0; iteration < iterations; ++iteration) {
+      std::vector<std::shared_ptr<const data::Batch>> keep_alive;
+      int64_t num_labels = 0;
+      std::vector<layers::MicroBatch> micro_batches =
+          next_micro_batches(*evaluator->loader, evaluator->name, keep_alive, num_labels);
+      layers::LossSums losses;
+      runner_->run_forward(micro_batches, iteration, losses);
+      for (const auto& [name, sum] : losses.all())
+        accumulate(totals, name, num_labels > 0 ? sum.item() / double(num_labels) : 0.0);
+      // Forward only: a third of forward + backward.
+      flops += runner_->flops(micro_batches) / 3.0;
+      synchronize(device_, stream_);
+    }
+    const double step_time = (now_seconds() - start) / double(iterations);
+    const int world_size = *sections_.distributed.world_size;
+    const int64_t tokens_per_step = samples_per_step_ * tokens_per_sample_;
+
+    StepMetrics metrics;
+    metrics.iteration = completed_steps_;
+    metrics.train_iters = sections_.training.train_iters;
+    metrics.consumed_samples = completed_steps_ * samples_per_step_;
+    metrics.consumed_tokens = completed_steps_ * tokens_per_step;
+    metrics.batch_size = samples_per_step_;
+    metrics.step_time_ms = step_time * 1000.0;
+    metrics.model_tflops = flops / double(iterations) / world_size / step_time / 1e12;
+    metrics.hardware_tflops = metrics.model_tflops;
+    metrics.tokens_per_sec_per_gpu = double(tokens_per_step) / world_size / step_time;
+    metrics.memory = memory_usage(device_, /*reset_peak=*/false);
+    for (const auto& [name, total] : totals) metrics.losses.emplace_back(name, total / double(iterations));
+    log_main("{}", format_validation_metrics(metrics, evaluator->name));
+    write_metrics(validation_metrics_json(metrics, evaluator->name));
+  }
+}
+
+void Trainer::save(bool done, bool stopping) {
+  const TrainingConfig& training = sections_.training;
+  if (training.checkpoint.enabled() && (stopping || training.checkpoint.enabled_at(completed_steps_))) {
+    clear_progress();
+    last_checkpoint_ = hooks_.save_checkpoint(*this, completed_steps_);
+    log_main("Saved checkpoint of step {} in {}", completed_steps_, last_checkpoint_->string());
+  }
+  if (training.export_.enabled() && (done || training.export_.enabled_at(completed_steps_))) {
+    clear_progress();
+    last_export_ = hooks_.save_export(*this, completed_steps_);
+    log_main("Exported step {} to {}", completed_steps_, last_export_->string());
+  }
+}
+
+void Trainer::write_metrics(const nlohmann::json& record) {
+  auto path = metrics_path();
+  if (!path) return;
+  std::ofstream file(*path, std::ios::app);
+  file << record.dump() << '\n';
+  FLM_CHECK(file.good(), "training", "cannot write {}", path->string());
+}
+
+void Trainer::show_progress(double average_step_ms) {
+  if (!progress_on_terminal_) return;
+  const int64_t total = sections_.training.train_iters;
+  const double remaining_s = average_step_ms / 1000.0 * double(total - completed_steps_);
+  std::fprintf(stderr, "\r\033[Ktraining: step %lld/%lld (%.1f %%) | %.1f ms/step | remaining %s",
+               static_cast<long long>(completed_steps_), static_cast<long long>(total),
+               100.0 * double(completed_steps_) / double(total), average_step_ms,
+               format_duration(remaining_s).c_str());
+  std::fflush(stderr);
+  progress_shown_ = true;
+}
+
+void Trainer::clear_progress() {
+  if (!progress_shown_) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  progress_shown_ = false;
+}
+
+}  // namespace fast_llm::engine

@@ -1,0 +1,165 @@
+// The training loop (reference/fast-llm.md §6.6-§6.8; DESIGN.md §5).
+//
+// The caller (the `train` command) validates the trainer config, builds the model, the data and the experiment
+// directory's resolved config text, then:
+//
+//   engine::Trainer trainer({.training = config.training, .schedule = config.schedule,
+//                            .optimizer = config.optimizer, .multi_stage = config.model.multi_stage,
+//                            .distributed = config.model.distributed, .run = config.run},
+//                           model, data, config.to_yaml_string());
+//   trainer.run();
+//
+// Setup (in the constructor): the model is cut into stages with flat buffers on the run's device, the optimizer and
+// the schedule are built, `training` is sampled with train_iters x samples-per-step samples and each `loss`
+// evaluator's dataset with what its evaluations read, `<experiment_dir>/config.yaml` is written and
+// `<experiment_dir>/runs/<k>/` created (k: the first unused index). `run()` loads or initialises the weights, trains
+// `training.train_iters` steps, logs every `training.logs.interval` steps, evaluates every evaluator interval and at
+// the end, writes one JSON object per log line to `runs/<k>/metrics.jsonl`, and says at the end where the metrics and
+// the model are. With train_iters 0 it only evaluates.
+//
+// Checkpoints and exports are written by the checkpoint engine through `TrainerHooks`; a config that asks for them
+// without a hook is refused.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fast_llm/data/batch.h"
+#include "fast_llm/data/data.h"
+#include "fast_llm/engine/base_model.h"
+#include "fast_llm/engine/distributed/config.h"
+#include "fast_llm/engine/multi_stage/config.h"
+#include "fast_llm/engine/multi_stage/multi_stage.h"
+#include "fast_llm/engine/optimizer/config.h"
+#include "fast_llm/engine/optimizer/optimizer.h"
+#include "fast_llm/engine/schedule/config.h"
+#include "fast_llm/engine/schedule/runner.h"
+#include "fast_llm/engine/training/config.h"
+#include "fast_llm/engine/training/metrics.h"
+#include "fast_llm/engine/training/run_config.h"
+#include "fast_llm/layers/context.h"
+
+namespace fast_llm::engine {
+
+// The validated sections of the trainer config the engine reads (the lead composes the full config type).
+struct TrainerSections {
+  const TrainingConfig& training;
+  const ScheduleConfig& schedule;
+  const OptimizerConfig& optimizer;
+  const MultiStageConfig& multi_stage;
+  const DistributedConfig& distributed;
+  const RunConfig& run;
+};
+
+// What a checkpoint keeps of the training loop besides the stages' shards.
+struct TrainingState {
+  int64_t completed_steps = 0;
+  OptimizerState optimizer;
+};
+
+class Trainer;
+
+// Checkpoint-engine entry points. Each may be empty.
+struct TrainerHooks {
+  // Loads the state to start from (the last checkpoint, or pretrained weights) into the stages' shards and, through
+  // `Trainer::restore`, the training state; returns false when there is nothing to load (fresh initialisation).
+  std::function<bool(Trainer&)> load;
+  // Saves a checkpoint (`training.checkpoint`) / an export (`training.export`) of the current state at the completed
+  // step; returns the directory written.
+  std::function<std::filesystem::path(Trainer&, int64_t step)> save_checkpoint;
+  std::function<std::filesystem::path(Trainer&, int64_t step)> save_export;
+};
+
+// A host batch from the data library as the layers see it, on `device` (tokens, labels at distance 1, positions int64;
+// cu_seqlens int32). `keep_alive` owns the host vectors until the copies have finished (the CPU tensors view them).
+layers::MicroBatch to_micro_batch(const std::shared_ptr<const data::Batch>& batch, Device device, Stream stream = {});
+
+class Trainer {
+ public:
+  Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data, std::string resolved_config_yaml,
+          TrainerHooks hooks = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  void run();
+
+  MultiStage& multi_stage() { return *multi_stage_; }
+  // Null when train_iters is 0 (evaluation only).
+  Optimizer* optimizer() { return optimizer_.get(); }
+  Device device() const { return device_; }
+  int64_t samples_per_step() const { return samples_per_step_; }
+  int64_t completed_steps() const { return completed_steps_; }
+  TrainingState state() const;
+  // Sets the training state from a checkpoint (called from TrainerHooks::load).
+  void restore(const TrainingState& state);
+
+  // `<experiment_dir>/runs/<k>` and its metrics file; empty without run.experiment_dir.
+  const std::optional<std::filesystem::path>& run_directory() const { return run_directory_; }
+  std::optional<std::filesystem::path> metrics_path() const;
+
+
+ private:
+  struct Evaluator;
+  struct StepResult {
+    OptimizerStepResult update;
+    std::vector<std::pair<std::string, double>> losses;  // loss sum / labels in the step, by name
+    int64_t num_labels = 0;
+    double data_wait_ms = 0;
+    double flops = 0;
+  };
+
+  // One training step on the next batches of the training loader.
+  StepResult train_step();
+
+  std::vector<layers::MicroBatch> next_micro_batches(data::DataLoader& loader, std::string_view dataset,
+                                                     std::vector<std::shared_ptr<const data::Batch>>& keep_alive,
+                                                     int64_t& num_labels);
+  void initialize_or_load();
+  void train();
+  void run_evaluators(bool done);
+  void log_training(int64_t completed, const OptimizerStepResult& last_update);
+  void write_metrics(const nlohmann::json& record);
+  void show_progress(double average_step_ms);
+  void clear_progress();
+  void save(bool done, bool stopping);
+
+  TrainerSections sections_;
+  BaseModel& model_;
+  data::GPTData& data_;
+  TrainerHooks hooks_;
+  Device device_;
+  Stream stream_;
+  int64_t samples_per_step_ = 0;
+  int64_t tokens_per_sample_ = 0;
+  bool training_ = false;
+
+  std::unique_ptr<MultiStage> multi_stage_;
+  std::unique_ptr<ScheduleRunner> runner_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<std::unique_ptr<Evaluator>> evaluators_;
+  std::unique_ptr<data::DataLoader> training_loader_;
+
+  int64_t completed_steps_ = 0;
+  std::optional<std::filesystem::path> run_directory_;
+  std::optional<std::filesystem::path> last_checkpoint_;
+  std::optional<std::filesystem::path> last_export_;
+  bool progress_on_terminal_ = false;
+  bool progress_shown_ = false;
+
+  // Accumulated since the last log line.
+  struct Interval {
+    int64_t advanced = 0, skipped = 0, nan = 0, steps = 0;
+    double data_wait_ms = 0, flops = 0;
+    std::vector<std::pair<std::string, double>> loss_totals;
+  } interval_;
+  double start_time_ = 0, last_log_time_ = 0;
+  int64_t start_step_ = 0, last_log_step_ = 0;
+};
+
+}  // namespace fast_llm::engine
