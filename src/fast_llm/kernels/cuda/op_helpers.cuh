@@ -1,0 +1,278 @@
+// Helpers shared by the fused CUDA ops (normalization, rotary, embedding, cross_entropy, optimizer_ops, pointwise), on
+// top of common.cuh (stream resolution, NVTX ranges, element loads and stores, Vector): the launch scope of a
+// launcher, argument checks, float loads and stores of up to 16 bytes, and deterministic warp / row-group reductions.
+//
+// Conventions of those ops: element types are float, bfloat16 and float16 (fp64 is CPU-only); math in fp32; the
+// last dimension of every tensor is contiguous and other strides are free; a vector path (16-byte accesses) runs when
+// every pointer and row stride it touches is aligned for it, the scalar path otherwise. Reductions never use atomics:
+// every sum is taken in an order fixed by the shape and the device, so results are bitwise reproducible run to run.
+#pragma once
+
+// common.cuh comes first: it sets up fmt for nvcc before anything includes it.
+#include "fast_llm/kernels/cuda/common.cuh"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "fast_llm/core/cuda/check.h"
+#include "fast_llm/core/device.h"
+#include "fast_llm/core/error.h"
+#include "fast_llm/tensor/cuda/device_guard.h"
+#include "fast_llm/tensor/tensor.h"
+
+namespace fast_llm::kernels::cuda {
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Host: launching.
+
+// Everything a launcher holds while it queues work: the NVTX range named after the op, the tensor's device made
+// current, and the stream (`Stream{}` is the device's compute stream, never the legacy default stream).
+class LaunchScope {
+ public:
+  LaunchScope(const char* op, Device device, Stream stream)
+      : op_(op), range_(op), guard_(device.index), device_(device), stream_(resolve_stream(device, stream)) {}
+
+  cudaStream_t stream() const { return stream_; }
+  Stream tensor_stream() const { return Stream{stream_}; }
+  Device device() const { return device_; }
+  int multiprocessors() const { return device_info(device_).multiprocessor_count; }
+
+  // Throws `[op] kernel launch failed: ...` if the last launch was rejected (bad configuration, no kernel image).
+  void check_launch() const {
+    const cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess) [[unlikely]]
+      throw Error(op_, fmt::format("kernel launch failed: {} ({})", cudaGetErrorString(status),
+                                   cudaGetErrorName(status)));
+  }
+
+ private:
+  const char* op_;
+  NvtxRange range_;
+  detail::CudaDeviceGuard guard_;
+  Device device_;
+  cudaStream_t stream_;
+};
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// Blocks for a grid-stride loop over `count` items with `threads` threads per block: enough to cover the items, at
+// most `waves` blocks per multiprocessor.
+inline unsigned grid_for(int64_t count, int threads, const LaunchScope& scope, int waves = 8) {
+  const int64_t needed = ceil_div(count, threads);
+  const int64_t cap = int64_t(scope.multiprocessors()) * waves;
+  return unsigned(needed < 1 ? 1 : needed < cap ? needed : cap);
+}
+
+// Grid for kernels over (rows, vectors of a row): blockIdx.x covers the vectors of a row with `column_blocks` blocks,
+// blockIdx.y walks rows (row = blockIdx.y, blockIdx.y + gridDim.y, ...), with about 16 blocks per multiprocessor in
+// all, so that no thread divides an index.
+inline dim3 row_grid(int64_t column_blocks, int64_t rows, const LaunchScope& scope) {
+  const int64_t target = int64_t(scope.multiprocessors()) * 16;
+  int64_t y = ceil_div(target, column_blocks);
+  const int64_t y_max = rows < 65535 ? rows : 65535;
+  y = y < 1 ? 1 : y > y_max ? y_max : y;
+  return dim3(unsigned(column_blocks), unsigned(y));
+}
+
+// Threads per block for kernels over vectors of a row: a multiple of 32, at most 256.
+inline int row_threads(int64_t vectors) {
+  const int64_t threads = round_up(vectors, 32);
+  return int(threads > 256 ? 256 : threads);
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Host: argument checks. `*_reason` functions tell `supports` why a variant cannot run; `check_*` throw `[op] what`
+// for arguments no variant can run.
+
+inline bool is_cuda_floating(DType dtype) {
+  return dtype == DType::float32 || dtype == DType::bfloat16 || dtype == DType::float16;
+}
+
+inline std::optional<std::string> cuda_floating_reason(std::string_view name, const Tensor& tensor) {
+  if (is_cuda_floating(tensor.dtype())) return std::nullopt;
+  return fmt::format("{} has dtype {}; supported: float32, bfloat16, float16", name, dtype_name(tensor.dtype()));
+}
+
+inline std::optional<std::string> float32_reason(std::string_view name, const Tensor& tensor) {
+  if (tensor.dtype() == DType::float32) return std::nullopt;
+  return fmt::format("{} has dtype {}; supported: float32", name, dtype_name(tensor.dtype()));
+}
+
+inline std::optional<std::string> same_dtype_reason(std::string_view name, const Tensor& tensor,
+                                                    std::string_view reference_name, const Tensor& reference) {
+  if (tensor.dtype() == reference.dtype()) return std::nullopt;
+  return fmt::format("{} has dtype {}, {} has {}; they must match", name, dtype_name(tensor.dtype()), reference_name,
+                     dtype_name(reference.dtype()));
+}
+
+// The last dimension is contiguous (other strides are free).
+inline std::optional<std::string> inner_contiguous_reason(std::string_view name, const Tensor& tensor) {
+  if (tensor.rank() == 0 || tensor.stride(-1) == 1 || tensor.size(-1) == 1) return std::nullopt;
+  return fmt::format("{} has strides {}: the last dimension must be contiguous", name, tensor.strides().str());
+}
+
+inline std::optional<std::string> contiguous_reason(std::string_view name, const Tensor& tensor) {
+  if (tensor.is_contiguous()) return std::nullopt;
+  return fmt::format("{} is not contiguous (shape {}, strides {})", name, tensor.shape().str(),
+                     tensor.strides().str());
+}
+
+inline std::optional<std::string> on_cuda_reason(std::string_view name, const Tensor& tensor) {
+  if (tensor.defined() && tensor.device().is_cuda()) return std::nullopt;
+  return fmt::format("{} is on {}, not a CUDA device", name, tensor.device().str());
+}
+
+inline void check_on_device(std::string_view op, std::string_view name, const Tensor& tensor, Device device) {
+  FLM_CHECK(tensor.defined(), op, "{} is undefined", name);
+  FLM_CHECK(tensor.device() == device, op, "{} is on {}, expected {}", name, tensor.device().str(), device.str());
+}
+
+inline void check_shape(std::string_view op, std::string_view name, const Tensor& tensor, const Shape& expected,
+                        Device device) {
+  check_on_device(op, name, tensor, device);
+  FLM_CHECK(tensor.shape() == expected, op, "{} has shape {}, expected {}", name, tensor.shape().str(),
+            expected.str());
+}
+
+inline void check_rank(std::string_view op, std::string_view name, const Tensor& tensor, int rank,
+                       std::string_view layout, Device device) {
+  check_on_device(op, name, tensor, device);
+  FLM_CHECK(tensor.rank() == rank, op, "{} has shape {}, expected {}", name, tensor.shape().str(), layout);
+}
+
+// Stride (in elements) between rows of a 2-d tensor; 0 when there is a single row (its stride is never used).
+inline int64_t row_stride(const Tensor& tensor) { return tensor.size(0) > 1 ? tensor.stride(0) : 0; }
+
+// Elements per 16-byte vector.
+template <class T>
+inline constexpr int kVectorElements = int(16 / sizeof(T));
+
+// Whether a 2-d tensor suits 16-byte accesses of element type T at every row start.
+template <class T>
+bool rows_aligned(const Tensor& tensor) {
+  return is_aligned(tensor.data(), 16) && row_stride(tensor) % kVectorElements<T> == 0;
+}
+
+// Calls `function(std::type_identity<T>{})` with the device element type of a CUDA floating dtype.
+template <class Function>
+decltype(auto) visit_cuda_floating(DType dtype, Function&& function) {
+  switch (dtype) {
+    case DType::float32: return function(std::type_identity<float>{});
+    case DType::bfloat16: return function(std::type_identity<bfloat16>{});
+    case DType::float16: return function(std::type_identity<float16>{});
+    default: break;
+  }
+  throw InternalError("kernels", fmt::format("visit_cuda_floating: {} is not float32, bfloat16 or float16",
+                                             dtype_name(dtype)));
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Device: N consecutive elements as floats (common.cuh's load / store round to nearest even on store, as the CPU's
+// store_value), in accesses of one Vector of up to 16 bytes.
+
+// Loads N consecutive elements as floats, in accesses of up to 16 bytes: `pointer` must be aligned to
+// min(16, N * sizeof(T)) bytes.
+template <int N, class T>
+__device__ __forceinline__ void load_floats(const T* pointer, float (&values)[N]) {
+  constexpr int kPiece = int(16 / sizeof(T)) < N ? int(16 / sizeof(T)) : N;
+#pragma unroll
+  for (int piece = 0; piece < N / kPiece; ++piece) {
+    const Vector<T, kPiece> pack = *reinterpret_cast<const Vector<T, kPiece>*>(pointer + piece * kPiece);
+#pragma unroll
+    for (int i = 0; i < kPiece; ++i) values[piece * kPiece + i] = load(pack.values[i]);
+  }
+}
+
+// Rounds N floats to T and stores them, in accesses of up to 16 bytes (alignment as load_floats).
+template <int N, class T>
+__device__ __forceinline__ void store_floats(T* pointer, const float (&values)[N]) {
+  constexpr int kPiece = int(16 / sizeof(T)) < N ? int(16 / sizeof(T)) : N;
+#pragma unroll
+  for (int piece = 0; piece < N / kPiece; ++piece) {
+    Vector<T, kPiece> pack;
+#pragma unroll
+    for (int i = 0; i < kPiece; ++i) pack.values[i] = store<T>(values[piece * kPiece + i]);
+    *reinterpret_cast<Vector<T, kPiece>*>(pointer + piece * kPiece) = pack;
+  }
+}
+
+// Raw N-element vectors (kept in registers between two passes over a row; N * sizeof(T) <= 16).
+template <int N, class T>
+__device__ __forceinline__ Vector<T, N> load_pack(const T* pointer) {
+  return *reinterpret_cast<const Vector<T, N>*>(pointer);
+}
+
+template <int N, class T>
+__device__ __forceinline__ void unpack_floats(const Vector<T, N>& pack, float (&values)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) values[i] = load(pack.values[i]);
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Device: deterministic reductions. A butterfly of plain additions gives every lane the same bits (a + b == b + a);
+// sums across warps go through shared memory and are read back by every thread in the same order.
+
+__device__ __forceinline__ float warp_sum(float value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+__device__ __forceinline__ double warp_sum(double value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+// Sums `value` over a row group: `warps_per_group` consecutive warps of the block (threadIdx.x / 32 /
+// warps_per_group names the group). Every thread of the block must call it the same number of times (it
+// synchronises the block when a group has several warps); `scratch` holds one float per warp of the block.
+__device__ __forceinline__ float group_sum(float value, float* scratch, int warps_per_group) {
+  value = warp_sum(value);
+  if (warps_per_group == 1) return value;
+  const int warp = int(threadIdx.x) / 32;
+  __syncthreads();  // the previous call's readers are done with scratch
+  if (threadIdx.x % 32 == 0) scratch[warp] = value;
+  __syncthreads();
+  const int first = warp - warp % warps_per_group;
+  float total = 0.0f;
+  for (int i = 0; i < warps_per_group; ++i) total += scratch[first + i];
+  return total;
+}
+
+// The same for two sums at once (one pair of barriers); `scratch` holds two floats per warp.
+__device__ __forceinline__ float2 group_sum2(float2 value, float2* scratch, int warps_per_group) {
+  value.x = warp_sum(value.x);
+  value.y = warp_sum(value.y);
+  if (warps_per_group == 1) return value;
+  const int warp = int(threadIdx.x) / 32;
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) scratch[warp] = value;
+  __syncthreads();
+  const int first = warp - warp % warps_per_group;
+  float2 total = make_float2(0.0f, 0.0f);
+  for (int i = 0; i < warps_per_group; ++i) {
+    total.x += scratch[first + i].x;
+    total.y += scratch[first + i].y;
+  }
+  return total;
+}
+
+// Sums `value` over the whole block (blockDim.x a multiple of 32, at most 1024) in double; the result is valid in
+// thread 0. `scratch` holds 32 doubles.
+__device__ __forceinline__ double block_sum_to_thread0(double value, double* scratch) {
+  value = warp_sum(value);
+  const int warp = int(threadIdx.x) / 32, warps = int(blockDim.x) / 32;
+  if (threadIdx.x % 32 == 0) scratch[warp] = value;
+  __syncthreads();
+  double total = 0.0;
+  if (threadIdx.x == 0)
+    for (int i = 0; i < warps; ++i) total += scratch[i];
+  return total;
+}
+
+}  // namespace fast_llm::kernels::cuda

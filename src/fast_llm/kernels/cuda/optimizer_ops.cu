@@ -1,0 +1,206 @@
+// Fused CUDA adam_step and squared_norm (kernels/optimizer_ops.h), variant "fused".
+//
+// adam_step: one launch over a contiguous fp32 range (a stage's shard); a grid-stride loop over 16-byte vectors of the
+// four tensors (float4), the last count % 4 elements one by one; the scalar path runs when a pointer is not 16-byte
+// aligned. Bias corrections are computed once on the host in fp64; the update is in fp32.
+// squared_norm: a two-stage deterministic reduction. A fixed grid (set by the element count and the device) sums
+// x^2 per thread in fp32 over a fixed grid-stride pattern, each block reduces its threads in fp64 in a fixed order
+// into a workspace slot, and one block adds the slots in order, in fp64, into the fp32 / fp64 result (+=).
+#include "fast_llm/kernels/cuda/op_helpers.cuh"
+
+#include <cmath>
+#include <utility>
+
+#include "fast_llm/kernels/optimizer_ops.h"
+
+namespace fast_llm::kernels::cuda {
+namespace {
+
+constexpr int kAdamThreads = 256;
+constexpr int kNormThreads = 512;
+constexpr int kNormBlocksPerMultiprocessor = 4;
+constexpr int kSumThreads = 1024;
+
+struct AdamParams {
+  float* parameters;
+  const float* gradients;
+  float* exp_avg;
+  float* exp_avg_sq;
+  int64_t count;
+  float learning_rate;
+  float beta_1, one_minus_beta_1;
+  float beta_2, one_minus_beta_2;
+  float bias_correction_1;  // 1 - beta_1^step
+  float bias_correction_2;  // 1 - beta_2^step
+  float epsilon;
+  float weight_decay;
+  float grad_scale;
+};
+
+// m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  p -= lr (m / c1 / (sqrt(v / c2) + eps) + wd p), g = grad * scale.
+__device__ __forceinline__ void adam_element(const AdamParams& a, float& parameter, float gradient, float& exp_avg,
+                                             float& exp_avg_sq) {
+  const float g = gradient * a.grad_scale;
+  exp_avg = a.beta_1 * exp_avg + a.one_minus_beta_1 * g;
+  exp_avg_sq = a.beta_2 * exp_avg_sq + a.one_minus_beta_2 * g * g;
+  const float denominator = sqrtf(exp_avg_sq / a.bias_correction_2) + a.epsilon;
+  parameter -= a.learning_rate * (exp_avg / a.bias_correction_1 / denominator + a.weight_decay * parameter);
+}
+
+template <bool kVectorized>
+__global__ void __launch_bounds__(kAdamThreads) adam_kernel(const AdamParams a) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t scalar_begin = 0;
+  if constexpr (kVectorized) {
+    const int64_t vectors = a.count / 4;
+    for (int64_t v = thread; v < vectors; v += stride) {
+      float4 p = reinterpret_cast<const float4*>(a.parameters)[v];
+      const float4 g = reinterpret_cast<const float4*>(a.gradients)[v];
+      float4 m = reinterpret_cast<const float4*>(a.exp_avg)[v];
+      float4 s = reinterpret_cast<const float4*>(a.exp_avg_sq)[v];
+      adam_element(a, p.x, g.x, m.x, s.x);
+      adam_element(a, p.y, g.y, m.y, s.y);
+      adam_element(a, p.z, g.z, m.z, s.z);
+      adam_element(a, p.w, g.w, m.w, s.w);
+      reinterpret_cast<float4*>(a.parameters)[v] = p;
+      reinterpret_cast<float4*>(a.exp_avg)[v] = m;
+      reinterpret_cast<float4*>(a.exp_avg_sq)[v] = s;
+    }
+    scalar_begin = vectors * 4;
+  }
+  for (int64_t i = scalar_begin + thread; i < a.count; i += stride)
+    adam_element(a, a.parameters[i], a.gradients[i], a.exp_avg[i], a.exp_avg_sq[i]);
+}
+
+// partials[block] = sum of x^2 over the block's grid-stride share (the last count % kVec elements go to block 0).
+template <class T, int kVec>
+__global__ void __launch_bounds__(kNormThreads) squared_norm_partial_kernel(const T* input, int64_t count,
+                                                                             double* partials) {
+  __shared__ double scratch[32];
+  const int64_t vectors = count / kVec;
+  float sum = 0.0f;
+  for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors; v += int64_t(gridDim.x) * blockDim.x) {
+    float x[kVec];
+    load_floats<kVec>(input + v * kVec, x);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) sum += x[i] * x[i];
+  }
+  if (blockIdx.x == 0)
+    for (int64_t i = vectors * kVec + threadIdx.x; i < count; i += blockDim.x) {
+      const float x = load(input[i]);
+      sum += x * x;
+    }
+  const double total = block_sum_to_thread0(double(sum), scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+template <class R>
+__global__ void __launch_bounds__(kSumThreads) squared_norm_final_kernel(const double* partials, int count, R* result) {
+  __shared__ double scratch[32];
+  double sum = 0.0;
+  for (int i = int(threadIdx.x); i < count; i += int(blockDim.x)) sum += partials[i];
+  sum = block_sum_to_thread0(sum, scratch);
+  if (threadIdx.x == 0) *result += R(sum);
+}
+
+std::optional<std::string> supports_adam_step(const AdamStepArgs& args) {
+  if (auto reason = on_cuda_reason("parameters", args.parameters)) return reason;
+  const std::pair<std::string_view, const Tensor*> tensors[] = {{"parameters", &args.parameters},
+                                                                {"gradients", &args.gradients},
+                                                                {"exp_avg", &args.exp_avg},
+                                                                {"exp_avg_sq", &args.exp_avg_sq}};
+  for (const auto& [name, tensor] : tensors) {
+    if (auto reason = float32_reason(name, *tensor)) return reason;
+    if (auto reason = contiguous_reason(name, *tensor)) return reason;
+  }
+  return std::nullopt;
+}
+
+void adam_step_fused(const AdamStepArgs& args) {
+  constexpr const char* op = "adam_step";
+  const Device device = args.parameters.device();
+  check_on_device(op, "parameters", args.parameters, device);
+  check_shape(op, "gradients", args.gradients, args.parameters.shape(), device);
+  check_shape(op, "exp_avg", args.exp_avg, args.parameters.shape(), device);
+  check_shape(op, "exp_avg_sq", args.exp_avg_sq, args.parameters.shape(), device);
+  FLM_CHECK(args.step >= 1, op, "step {} must be at least 1", args.step);
+  const int64_t count = args.parameters.numel();
+  if (count == 0) return;
+  LaunchScope scope(op, device, args.stream);
+  const AdamParams params{.parameters = args.parameters.data_as<float>(),
+                          .gradients = args.gradients.data_as<float>(),
+                          .exp_avg = args.exp_avg.data_as<float>(),
+                          .exp_avg_sq = args.exp_avg_sq.data_as<float>(),
+                          .count = count,
+                          .learning_rate = float(args.learning_rate),
+                          .beta_1 = float(args.beta_1),
+                          .one_minus_beta_1 = float(1.0 - args.beta_1),
+                          .beta_2 = float(args.beta_2),
+                          .one_minus_beta_2 = float(1.0 - args.beta_2),
+                          .bias_correction_1 = float(1.0 - std::pow(args.beta_1, double(args.step))),
+                          .bias_correction_2 = float(1.0 - std::pow(args.beta_2, double(args.step))),
+                          .epsilon = float(args.epsilon),
+                          .weight_decay = float(args.weight_decay),
+                          .grad_scale = float(args.grad_scale)};
+  const bool vectorized = is_aligned(params.parameters, 16) && is_aligned(params.gradients, 16) &&
+                          is_aligned(params.exp_avg, 16) && is_aligned(params.exp_avg_sq, 16);
+  const unsigned grid = grid_for(vectorized ? ceil_div(count, 4) : count, kAdamThreads, scope);
+  if (vectorized)
+    adam_kernel<true><<<grid, kAdamThreads, 0, scope.stream()>>>(params);
+  else
+    adam_kernel<false><<<grid, kAdamThreads, 0, scope.stream()>>>(params);
+  scope.check_launch();
+}
+
+std::optional<std::string> supports_squared_norm(const SquaredNormArgs& args) {
+  if (auto reason = on_cuda_reason("input", args.input)) return reason;
+  if (auto reason = cuda_floating_reason("input", args.input)) return reason;
+  if (auto reason = contiguous_reason("input", args.input)) return reason;
+  if (args.result.dtype() != DType::float32 && args.result.dtype() != DType::float64)
+    return fmt::format("result has dtype {}; supported: float32, float64", dtype_name(args.result.dtype()));
+  return std::nullopt;
+}
+
+void squared_norm_fused(const SquaredNormArgs& args) {
+  constexpr const char* op = "squared_norm";
+  const Device device = args.input.device();
+  check_on_device(op, "input", args.input, device);
+  check_on_device(op, "result", args.result, device);
+  FLM_CHECK(args.result.numel() == 1, op, "result has shape {}, expected one element", args.result.shape().str());
+  const int64_t count = args.input.numel();
+  if (count == 0) return;
+  LaunchScope scope(op, device, args.stream);
+  visit_cuda_floating(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
+    constexpr int kVec = kVectorElements<T>;
+    const bool vectorized = is_aligned(args.input.data(), 16);
+    const int64_t vectors = vectorized ? count / kVec : count;
+    const unsigned blocks = grid_for(vectors, kNormThreads, scope, kNormBlocksPerMultiprocessor);
+    Tensor partials = Tensor::empty(Shape{int64_t(blocks)}, DType::float64, device, scope.tensor_stream());
+    const T* input = static_cast<const T*>(args.input.data());
+    if (vectorized)
+      squared_norm_partial_kernel<T, kVec><<<blocks, kNormThreads, 0, scope.stream()>>>(input, count,
+                                                                                        partials.data_as<double>());
+    else
+      squared_norm_partial_kernel<T, 1><<<blocks, kNormThreads, 0, scope.stream()>>>(input, count,
+                                                                                     partials.data_as<double>());
+    scope.check_launch();
+    if (args.result.dtype() == DType::float64)
+      squared_norm_final_kernel<double><<<1, kSumThreads, 0, scope.stream()>>>(partials.data_as<double>(), int(blocks),
+                                                                               args.result.data_as<double>());
+    else
+      squared_norm_final_kernel<float><<<1, kSumThreads, 0, scope.stream()>>>(partials.data_as<double>(), int(blocks),
+                                                                              args.result.data_as<float>());
+    scope.check_launch();
+  });
+}
+
+}  // namespace
+
+FLM_REGISTER_KERNEL(AdamStep, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline, &supports_adam_step,
+                    &adam_step_fused, "one launch per contiguous fp32 range, float4 accesses");
+FLM_REGISTER_KERNEL(SquaredNorm, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline,
+                    &supports_squared_norm, &squared_norm_fused,
+                    "fixed grid of per-block partial sums, then one block adds them in order (deterministic)");
+
+}  // namespace fast_llm::kernels::cuda
