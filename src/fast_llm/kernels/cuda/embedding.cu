@@ -1,7 +1,7 @@
 // Fused CUDA embedding_forward / embedding_backward (kernels/embedding.h), variant "fused".
 //
 // Forward: a gather. A thread owns one 16-byte vector column of the output and walks tokens blockIdx.y,
-// blockIdx.y + gridDim.y, ...; each token's row of the weight is read with 16-byte accesses.
+// blockIdx.y + gridDim.y, ..., kTokensPerStep of them at a time; weight rows are read with 16-byte accesses.
 // Backward: a deterministic scatter-add, without atomics. The (index, token) pairs are sorted by index with CUB's
 // radix sort (stable, so tokens of one index stay in token order), then the sorted list is cut into chunks of
 // kChunk tokens. One block per (chunk, column tile) sums the consecutive tokens of each index in order; an index
@@ -12,8 +12,9 @@
 // depends only on the indices, so results are bitwise reproducible.
 //
 // Indices are int32 or int64 with any stride; they must lie in [0, rows) (the data pipeline guarantees it; an index
-// outside is skipped rather than read or written out of bounds). Weight and output share a floating dtype;
-// grad_output is any floating dtype and grad_weight float32. Last dimensions contiguous, row strides free.
+// outside reads as a zero row in the forward and is skipped in the backward, never read or written out of bounds).
+// Weight and output share a floating dtype; grad_output is any floating dtype and grad_weight float32. Last dimensions
+// contiguous, row strides free.
 #include "fast_llm/kernels/cuda/op_helpers.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -28,6 +29,7 @@ namespace {
 constexpr int kChunk = 32;     // sorted tokens per block in the backward
 constexpr int kPrefetch = 8;   // rows of grad_output loaded ahead in the backward
 constexpr int kPrepareThreads = 256;
+constexpr int kTokensPerStep = 4;  // tokens a thread of the forward gathers at once
 
 __device__ __forceinline__ int64_t load_index(const void* indices, bool int64_indices, int64_t offset) {
   return int64_indices ? static_cast<const int64_t*>(indices)[offset]
@@ -49,31 +51,46 @@ struct EmbeddingForwardParams {
   bool accumulate;
 };
 
-// output[t] (+)= scale * weight[index[t]]
+// output[t] (+)= scale * weight[index[t]], for kTokensPerStep tokens at a time (their index loads, then their row
+// loads, are all in flight together).
 template <class T, int kVec>
 __global__ void __launch_bounds__(256) embedding_forward_kernel(const EmbeddingForwardParams p) {
   const int64_t vector = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (vector >= p.hidden / kVec) return;
   const int64_t column = vector * kVec;
-  for (int64_t token = blockIdx.y; token < p.tokens; token += gridDim.y) {
-    const int64_t row = load_index(p.indices, p.int64_indices, token * p.index_stride);
-    T* output = static_cast<T*>(p.output) + token * p.output_stride + column;
-    float values[kVec];
-    if (row >= 0 && row < p.rows) {
-      load_floats<kVec>(static_cast<const T*>(p.weight) + row * p.weight_stride + column, values);
+  const int64_t token_stride = gridDim.y;
+  for (int64_t first = blockIdx.y; first < p.tokens; first += token_stride * kTokensPerStep) {
+    int64_t rows[kTokensPerStep];
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) values[i] *= p.scale;
-    } else {
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) values[i] = 0.0f;
+    for (int u = 0; u < kTokensPerStep; ++u) {
+      const int64_t token = first + u * token_stride;
+      rows[u] = token < p.tokens ? load_index(p.indices, p.int64_indices, token * p.index_stride) : -1;
     }
-    if (p.accumulate) {
-      float previous[kVec];
-      load_floats<kVec>(output, previous);
+    float values[kTokensPerStep][kVec];
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) values[i] += previous[i];
+    for (int u = 0; u < kTokensPerStep; ++u) {
+      if (rows[u] >= 0 && rows[u] < p.rows) {
+        load_floats<kVec>(static_cast<const T*>(p.weight) + rows[u] * p.weight_stride + column, values[u]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) values[u][i] = 0.0f;
+      }
     }
-    store_floats<kVec>(output, values);
+#pragma unroll
+    for (int u = 0; u < kTokensPerStep; ++u) {
+      const int64_t token = first + u * token_stride;
+      if (token >= p.tokens) continue;
+      T* output = static_cast<T*>(p.output) + token * p.output_stride + column;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) values[u][i] *= p.scale;
+      if (p.accumulate) {
+        float previous[kVec];
+        load_floats<kVec>(output, previous);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) values[u][i] += previous[i];
+      }
+      store_floats<kVec>(output, values[u]);
+    }
   }
 }
 
