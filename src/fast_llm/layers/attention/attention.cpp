@@ -1,0 +1,224 @@
+#include "fast_llm/layers/attention/attention.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <vector>
+
+#include "fast_llm/core/error.h"
+#include "fast_llm/kernels/attention.h"
+#include "fast_llm/kernels/rotary.h"
+#include "fast_llm/layers/common/parameter_settings.h"
+
+namespace fast_llm::layers {
+
+namespace {
+
+LinearOptions projection_options(const AffineLinearConfig& config, int64_t input_size, int64_t output_size,
+                                 int64_t hidden_size, double lr_scale) {
+  lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
+  FLM_ASSERT(config.bias.enabled.has_value(), "{}: bias.enabled is resolved at validation", config.path());
+  return {.input_size = input_size,
+          .output_size = output_size,
+          .bias = *config.bias.enabled,
+          .transposed_weight = false,
+          .weight = parameter_settings(config.weight, default_weight_initialization(hidden_size), lr_scale),
+          .bias_settings = parameter_settings(config.bias, default_bias_initialization(), lr_scale,
+                                              /*default_weight_decay=*/false)};
+}
+
+const AttentionConfig& checked(const AttentionConfig& config) {
+  if (config.dropout > 0.0)
+    throw NotSupportedError("layers", fmt::format("{}: attention dropout ({}) is not supported; set it to 0",
+                                                  config.field_path("dropout"), config.dropout));
+  if (config.value_norm)
+    throw NotSupportedError("layers", fmt::format("{}: value normalization is not supported",
+                                                  config.field_path("value_norm")));
+  if (config.shared_key_value)
+    throw NotSupportedError("layers", fmt::format("{}: shared key and value projections are not supported",
+                                                  config.field_path("shared_key_value")));
+  return config;
+}
+
+std::unique_ptr<Normalization> optional_norm(std::string name, const std::optional<config::Dynamic<NormalizationConfig>>& config,
+                                             int64_t head_size, double lr_scale) {
+  if (!config) return nullptr;
+  auto norm = std::make_unique<Normalization>(std::move(name), config->get(), head_size, lr_scale);
+  if (norm->is_identity()) return nullptr;
+  return norm;
+}
+
+}  // namespace
+
+Attention::Attention(std::string name, const AttentionConfig& config, int64_t hidden_size, double lr_scale,
+                     std::shared_ptr<Rotary> rotary)
+    : Module(std::move(name)),
+      heads_(checked(config).heads),
+      head_groups_(config.head_groups),
+      head_size_(config.head_size),
+      causal_(config.causal),
+      softmax_scale_(std::pow(double(config.head_size), -config.softmax_scale_power)),
+      query_(child_name("query"),
+             projection_options(config.query_layer, hidden_size, int64_t(config.heads) * config.head_size, hidden_size,
+                                combine_lr_scales(lr_scale, config.lr_scale))),
+      key_value_(child_name("key_value"),
+                 projection_options(config.key_layer, hidden_size, 2 * int64_t(config.head_groups) * config.head_size,
+                                    hidden_size, combine_lr_scales(lr_scale, config.lr_scale))),
+      dense_(child_name("dense"),
+             projection_options(config.dense_layer, int64_t(config.heads) * config.head_size, hidden_size, hidden_size,
+                                combine_lr_scales(lr_scale, config.lr_scale))),
+      rotary_(std::move(rotary)) {
+  if (config.window_size) window_size_ = *config.window_size;
+  const double mixer_lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
+  add_child(query_);
+  add_child(key_value_);
+  add_child(dense_);
+  query_norm_ = optional_norm(child_name("query_norm"), config.query_norm, head_size_, mixer_lr_scale);
+  key_norm_ = optional_norm(child_name("key_norm"), config.key_norm, head_size_, mixer_lr_scale);
+  if (query_norm_) add_child(*query_norm_);
+  if (key_norm_) add_child(*key_norm_);
+  if (!rotary_) rotary_ = std::make_shared<Rotary>(config.rotary.get(), head_size_);
+  FLM_ASSERT(!rotary_->enabled() || int64_t(rotary_->frequencies().inverse_frequencies.size()) * 2 == head_size_,
+             "{}: rotary frequencies for another head size", this->name());
+}
+
+Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream) {
+  const int64_t tokens = input.size(0);
+  // (tokens, heads, head_size) and (tokens, head_groups, head_size), each contiguous.
+  Tensor query = query_.forward(input, stream).reshape(Shape{tokens, heads_, head_size_});
+  Tensor key = key_value_.forward(input, stream, key_range()).reshape(Shape{tokens, head_groups_, head_size_});
+  Tensor value = key_value_.forward(input, stream, value_range()).reshape(Shape{tokens, head_groups_, head_size_});
+
+  Normalization::Saved query_norm_saved, key_norm_saved;
+  if (query_norm_) {
+    query = query_norm_->forward(query.reshape(Shape{tokens * heads_, head_size_}), &query_norm_saved, stream)
+                .reshape(Shape{tokens, heads_, head_size_});
+  }
+  if (key_norm_) {
+    key = key_norm_->forward(key.reshape(Shape{tokens * head_groups_, head_size_}), &key_norm_saved, stream)
+              .reshape(Shape{tokens, head_groups_, head_size_});
+  }
+  if (rotary_->enabled()) {
+    Rotary::Tables tables = rotary_->tables(tokens, input.device(), stream);
+    kernels::rotary_apply({.tensor = query, .cos = tables.cos, .sin = tables.sin, .inverse = false, .stream = stream});
+    kernels::rotary_apply({.tensor = key, .cos = tables.cos, .sin = tables.sin, .inverse = false, .stream = stream});
+  }
+
+  Tensor output = Tensor::empty(query.shape(), query.dtype(), input.device(), stream);
+  // fp64 statistics for fp64 compute (exact CPU tests), fp32 otherwise.
+  const DType statistics_dtype = query.dtype() == DType::float64 ? DType::float64 : DType::float32;
+  Tensor logsumexp = Tensor::empty(Shape{heads_, tokens}, statistics_dtype, input.device(), stream);
+  kernels::attention_forward({.query = query,
+                              .key = key,
+                              .value = value,
+                              .cu_seqlens = batch.cu_seqlens,
+                              .max_seqlen = batch.max_seqlen,
+                              .output = output,
+                              .logsumexp = logsumexp,
+                              .softmax_scale = softmax_scale_,
+                              .causal = causal_,
+                              .window_size = window_size_,
+                              .stream = stream});
+  Tensor flat_output = output.reshape(Shape{tokens, int64_t(heads_) * head_size_});
+  Tensor result = dense_.forward(flat_output, stream);
+  if (saved != nullptr) {
+    *saved = Saved{.input = input,
+                   .query = query,
+                   .key = key,
+                   .value = value,
+                   .output = output,
+                   .logsumexp = logsumexp,
+                   .cu_seqlens = batch.cu_seqlens,
+                   .max_seqlen = batch.max_seqlen,
+                   .query_norm = std::move(query_norm_saved),
+                   .key_norm = std::move(key_norm_saved)};
+  }
+  return result;
+}
+
+Tensor Attention::backward(const Tensor& grad_output, const Saved& saved, Stream stream) const {
+  FLM_ASSERT(saved.input.defined(), "{}: backward without a saved forward", name());
+  const int64_t tokens = saved.input.size(0);
+  const Device device = saved.input.device();
+  const DType dtype = saved.query.dtype();
+  Tensor flat_output = saved.output.reshape(Shape{tokens, int64_t(heads_) * head_size_});
+  Tensor grad_attention = dense_.backward(grad_output, flat_output, stream).reshape(saved.output.shape());
+
+  Tensor grad_query = Tensor::empty(saved.query.shape(), dtype, device, stream);
+  Tensor grad_key = Tensor::empty(saved.key.shape(), dtype, device, stream);
+  Tensor grad_value = Tensor::empty(saved.value.shape(), dtype, device, stream);
+  kernels::attention_backward({.grad_output = grad_attention,
+                               .query = saved.query,
+                               .key = saved.key,
+                               .value = saved.value,
+                               .output = saved.output,
+                               .logsumexp = saved.logsumexp,
+                               .cu_seqlens = saved.cu_seqlens,
+                               .max_seqlen = saved.max_seqlen,
+                               .grad_query = grad_query,
+                               .grad_key = grad_key,
+                               .grad_value = grad_value,
+                               .softmax_scale = softmax_scale_,
+                               .causal = causal_,
+                               .window_size = window_size_,
+                               .stream = stream});
+  if (rotary_->enabled()) {
+    Rotary::Tables tables = rotary_->tables(tokens, device, stream);
+    kernels::rotary_apply({.tensor = grad_query, .cos = tables.cos, .sin = tables.sin, .inverse = true, .stream = stream});
+    kernels::rotary_apply({.tensor = grad_key, .cos = tables.cos, .sin = tables.sin, .inverse = true, .stream = stream});
+  }
+  if (query_norm_) {
+    grad_query = query_norm_->backward(grad_query.reshape(Shape{tokens * heads_, head_size_}), saved.query_norm, stream);
+  }
+  if (key_norm_) {
+    grad_key = key_norm_->backward(grad_key.reshape(Shape{tokens * head_groups_, head_size_}), saved.key_norm, stream);
+  }
+  Tensor grad_input = Tensor::empty(saved.input.shape(), saved.input.dtype(), device, stream);
+  query_.backward(grad_query.reshape(Shape{tokens, int64_t(heads_) * head_size_}), saved.input, &grad_input,
+                  /*accumulate_grad_input=*/false, stream);
+  key_value_.backward(grad_key.reshape(Shape{tokens, int64_t(head_groups_) * head_size_}), saved.input, &grad_input,
+                      /*accumulate_grad_input=*/true, stream, key_range());
+  key_value_.backward(grad_value.reshape(Shape{tokens, int64_t(head_groups_) * head_size_}), saved.input, &grad_input,
+                      /*accumulate_grad_input=*/true, stream, value_range());
+  return grad_input;
+}
+
+int64_t Attention::matmul_weight_count() const {
+  return query_.input_size() * query_.output_size() + key_value_.input_size() * key_value_.output_size() +
+         dense_.input_size() * dense_.output_size();
+}
+
+double Attention::flops(const MicroBatch& batch) const {
+  const int64_t tokens = batch.num_tokens();
+  double result = 6.0 * double(tokens) * double(matmul_weight_count());
+  std::vector<int64_t> lengths;
+  if (batch.cu_seqlens.defined()) {
+    Tensor boundaries = batch.cu_seqlens.to(Device::cpu());
+    const int32_t* data = boundaries.data_as<int32_t>();
+    for (int64_t document = 0; document + 1 < boundaries.numel(); ++document)
+      lengths.push_back(int64_t(data[document + 1]) - data[document]);
+  } else {
+    lengths.push_back(tokens);
+  }
+  result += 12.0 * double(heads_) * double(head_size_) * double(attention_pair_count(lengths, causal_, window_size_));
+  return result;
+}
+
+int64_t attention_pair_count(std::span<const int64_t> document_lengths, bool causal, std::optional<int64_t> window_size) {
+  int64_t pairs = 0;
+  for (int64_t length : document_lengths) {
+    if (!window_size && !causal) {
+      pairs += length * length;
+    } else if (!window_size || length <= *window_size) {
+      pairs += length * (length + 1) / 2;
+    } else {
+      // A window never shows later keys (causal or not): the first `window` queries see 1..window keys, the others
+      // `window` each.
+      const int64_t window = *window_size;
+      pairs += window * (window + 1) / 2 + (length - window) * window;
+    }
+  }
+  return pairs;
+}
+
+}  // namespace fast_llm::layers

@@ -1,0 +1,90 @@
+// Attention mixer (Fast-LLM's `type: attention`): multi-head, grouped-query or multi-query attention over the packed
+// documents of a micro-batch, with optional per-head query/key norms, rotary embeddings and a sliding window.
+//
+// Parameters (Fast-LLM names under the mixer's name, e.g. `decoder.3.mixer`):
+//   query.weight      [heads * head_size, hidden]            (+ query.bias)
+//   key_value.weight  [2 * head_groups * head_size, hidden]   keys then values, from key_layer's settings (+ bias)
+//   dense.weight      [hidden, heads * head_size]            (+ dense.bias)
+//   query_norm.*, key_norm.* (head_size) when configured
+// Forward, on (tokens, hidden):
+//   q = x Wq^T, k = x Wk^T, v = x Wv^T   (k and v: the two halves of key_value, each computed contiguous)
+//   q, k = norm(q), norm(k) per head; rotary(q), rotary(k) in place
+//   o = attention(q, k, v) per document (cu_seqlens), causal, window, scale head_size^-softmax_scale_power, GQA
+//   y = o Wd^T
+// The module keeps no per-micro-batch state: forward fills a Saved the decoder block keeps until backward.
+// Backward returns grad_input (=) and accumulates parameter gradients (+=). Attention dropout is refused.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "fast_llm/layers/attention/config.h"
+#include "fast_llm/layers/attention/rotary.h"
+#include "fast_llm/layers/common/linear.h"
+#include "fast_llm/layers/common/normalization.h"
+#include "fast_llm/layers/layer.h"
+
+namespace fast_llm::layers {
+
+class Attention : public Module {
+ public:
+  // `rotary` may be shared between layers with the same rotary settings (the cos/sin tables are then built once); null
+  // builds this layer's own from the config.
+  Attention(std::string name, const AttentionConfig& config, int64_t hidden_size, double lr_scale,
+            std::shared_ptr<Rotary> rotary = nullptr);
+
+  struct Saved {
+    Tensor input;      // (tokens, hidden)
+    Tensor query;      // (tokens, heads, head_size), after norm and rotary
+    Tensor key;        // (tokens, head_groups, head_size), after norm and rotary
+    Tensor value;      // (tokens, head_groups, head_size)
+    Tensor output;     // (tokens, heads, head_size): attention output, input of dense
+    Tensor logsumexp;  // (heads, tokens) fp32 (fp64 for fp64 compute)
+    Tensor cu_seqlens;
+    int64_t max_seqlen = 0;
+    Normalization::Saved query_norm;
+    Normalization::Saved key_norm;
+  };
+
+  // (tokens, hidden) -> (tokens, hidden). `saved` may be null (validation: nothing kept).
+  Tensor forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream);
+  Tensor backward(const Tensor& grad_output, const Saved& saved, Stream stream) const;
+
+  // Matmuls (6 * tokens * weights) plus attention (12 * heads * head_size per attended query-key pair, counted from
+  // the documents of `batch`; reads cu_seqlens on the host).
+  double flops(const MicroBatch& batch) const;
+  int64_t matmul_weight_count() const;
+
+  int heads() const { return heads_; }
+  int head_groups() const { return head_groups_; }
+  int head_size() const { return head_size_; }
+  bool causal() const { return causal_; }
+  std::optional<int64_t> window_size() const { return window_size_; }
+
+ private:
+  Linear::OutputRange key_range() const { return {0, int64_t(head_groups_) * head_size_}; }
+  Linear::OutputRange value_range() const {
+    return {int64_t(head_groups_) * head_size_, 2 * int64_t(head_groups_) * head_size_};
+  }
+
+  int heads_;
+  int head_groups_;
+  int head_size_;
+  bool causal_;
+  std::optional<int64_t> window_size_;
+  double softmax_scale_;
+  Linear query_;
+  Linear key_value_;
+  Linear dense_;
+  std::unique_ptr<Normalization> query_norm_;
+  std::unique_ptr<Normalization> key_norm_;
+  std::shared_ptr<Rotary> rotary_;
+};
+
+// Number of (query, key) pairs attention computes for documents of the given lengths (causal and window as the
+// attention op defines them). Host-side.
+int64_t attention_pair_count(std::span<const int64_t> document_lengths, bool causal, std::optional<int64_t> window_size);
+
+}  // namespace fast_llm::layers

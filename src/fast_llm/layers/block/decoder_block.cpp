@@ -1,0 +1,115 @@
+#include "fast_llm/layers/block/decoder_block.h"
+
+#include <fmt/format.h>
+
+#include "fast_llm/core/error.h"
+#include "fast_llm/kernels/copy.h"
+#include "fast_llm/kernels/pointwise.h"
+#include "fast_llm/layers/common/dropout.h"
+#include "fast_llm/layers/common/parameter_settings.h"
+
+namespace fast_llm::layers {
+
+namespace {
+
+constexpr uint64_t kMixerDropout = 0;
+constexpr uint64_t kMlpDropout = 1;
+
+const DecoderBlockConfig& checked(const DecoderBlockConfig& config) {
+  if (config.post_mixer_normalization || config.post_mlp_normalization)
+    throw NotSupportedError("layers", fmt::format("{}: post-mixer and post-MLP normalizations are not supported",
+                                                  config.path()));
+  if (config.output_scale.enabled.value_or(false))
+    throw NotSupportedError("layers", fmt::format("{}: a learned block output scale is not supported",
+                                                  config.field_path("output_scale")));
+  if (config.distillation_model)
+    throw NotSupportedError("layers", fmt::format("{}: activation distillation is not supported",
+                                                  config.field_path("distillation_model")));
+  if (!config.mixer.is<AttentionConfig>())
+    throw NotSupportedError("layers", fmt::format("{}: mixer type '{}' is not supported (only attention)",
+                                                  config.field_path("mixer"), config.mixer.type()));
+  return config;
+}
+
+// x *= mask / (1 - p), in place; nothing when p is 0.
+void apply_dropout(Tensor& tensor, double probability, uint64_t seed, Stream stream) {
+  if (probability <= 0.0) return;
+  kernels::dropout({.tensor = tensor, .probability = probability, .seed = seed, .stream = stream});
+}
+
+// A contiguous copy of `tensor` with dropout applied, or `tensor` itself when there is no dropout.
+Tensor dropout_copy(const Tensor& tensor, double probability, uint64_t seed, Stream stream) {
+  if (probability <= 0.0) return tensor;
+  Tensor copy = Tensor::empty(tensor.shape(), tensor.dtype(), tensor.device(), stream);
+  kernels::copy({.source = tensor, .destination = copy, .stream = stream});
+  apply_dropout(copy, probability, seed, stream);
+  return copy;
+}
+
+}  // namespace
+
+DecoderBlock::DecoderBlock(std::string name, const DecoderBlockConfig& config, int64_t hidden_size, double lr_scale,
+                           std::shared_ptr<Rotary> rotary)
+    : Layer(std::move(name)),
+      dropout_(checked(config).dropout),
+      norm_1_(child_name("norm_1"), config.mixer_normalization(), hidden_size,
+              combine_lr_scales(lr_scale, config.lr_scale)),
+      norm_2_(child_name("norm_2"), config.mlp_normalization(), hidden_size,
+              combine_lr_scales(lr_scale, config.lr_scale)) {
+  const double block_lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
+  mixer_ = std::make_unique<Attention>(child_name("mixer"), *config.mixer.as<AttentionConfig>(), hidden_size,
+                                       block_lr_scale, std::move(rotary));
+  mlp_ = std::make_unique<Mlp>(child_name("mlp"), config.mlp.get(), hidden_size, block_lr_scale);
+  add_child(norm_1_);
+  add_child(*mixer_);
+  add_child(norm_2_);
+  add_child(*mlp_);
+}
+
+Tensor DecoderBlock::forward(LayerContext& context, const Tensor& input) {
+  const bool keep = context.training;
+  const double dropout = context.training ? dropout_ : 0.0;
+  Saved saved;
+  saved.dropout_seed = context.dropout_seed;
+  const Stream stream = context.stream;
+
+  Tensor normalized = norm_1_.forward(input, keep ? &saved.norm_1 : nullptr, stream);
+  // (tokens, hidden): the mixer output, then the residual stream after the mixer.
+  Tensor hidden = mixer_->forward(normalized, context.batch, keep ? &saved.mixer : nullptr, stream);
+  apply_dropout(hidden, dropout, dropout_seed(saved.dropout_seed, name(), kMixerDropout), stream);
+  kernels::axpy({.input = input, .output = hidden, .alpha = 1.0, .stream = stream});
+
+  normalized = norm_2_.forward(hidden, keep ? &saved.norm_2 : nullptr, stream);
+  // (tokens, hidden): the MLP output, then the block output.
+  Tensor output = mlp_->forward(normalized, keep ? &saved.mlp : nullptr, stream);
+  apply_dropout(output, dropout, dropout_seed(saved.dropout_seed, name(), kMlpDropout), stream);
+  kernels::axpy({.input = hidden, .output = output, .alpha = 1.0, .stream = stream});
+
+  if (keep) saved_.insert_or_assign(context.batch.index, std::move(saved));
+  return output;
+}
+
+Tensor DecoderBlock::backward(LayerContext& context, const Tensor& grad_output) {
+  auto found = saved_.find(context.batch.index);
+  FLM_ASSERT(found != saved_.end(), "{}: backward of micro-batch {} without its forward", name(), context.batch.index);
+  Saved saved = std::move(found->second);
+  saved_.erase(found);
+  const Stream stream = context.stream;
+
+  // MLP branch: grad of the residual stream after the mixer = grad_output + norm_2'(mlp'(dropout'(grad_output))).
+  Tensor grad_mlp = dropout_copy(grad_output, dropout_, dropout_seed(saved.dropout_seed, name(), kMlpDropout), stream);
+  Tensor grad_hidden = norm_2_.backward(mlp_->backward(grad_mlp, saved.mlp, stream), saved.norm_2, stream);
+  kernels::axpy({.input = grad_output, .output = grad_hidden, .alpha = 1.0, .stream = stream});
+
+  // Mixer branch.
+  Tensor grad_mixer = dropout_copy(grad_hidden, dropout_, dropout_seed(saved.dropout_seed, name(), kMixerDropout), stream);
+  Tensor grad_input = norm_1_.backward(mixer_->backward(grad_mixer, saved.mixer, stream), saved.norm_1, stream);
+  kernels::axpy({.input = grad_hidden, .output = grad_input, .alpha = 1.0, .stream = stream});
+  return grad_input;
+}
+
+double DecoderBlock::flops(const MicroBatch& batch) const {
+  return mixer_->flops(batch) + mlp_->flops(batch.num_tokens());
+}
+
+}  // namespace fast_llm::layers

@@ -1,0 +1,57 @@
+// Decoder block (Fast-LLM's `type: decoder`), a Layer on the residual stream (tokens, hidden):
+//   h = x + dropout(mixer(norm_1(x)))
+//   y = h + dropout(mlp(norm_2(h)))
+// Residual additions are axpy on the mixer / MLP outputs (no copy); dropout uses seeds derived from the micro-batch's
+// dropout seed and the block's name, so backward regenerates the same masks.
+// Parameters: `<name>.norm_1.*`, `<name>.mixer.*` (attention), `<name>.norm_2.*`, `<name>.mlp.*`.
+// Backward returns the gradient of x (=), accumulating parameter gradients (+=). Saved state is kept per
+// micro-batch (context.batch.index) from forward to backward.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "fast_llm/layers/attention/attention.h"
+#include "fast_llm/layers/block/config.h"
+#include "fast_llm/layers/common/normalization.h"
+#include "fast_llm/layers/layer.h"
+#include "fast_llm/layers/mlp/mlp.h"
+
+namespace fast_llm::layers {
+
+class DecoderBlock : public Layer {
+ public:
+  // `lr_scale`: product of the enclosing scales (model, decoder). `rotary`: shared rotary tables, or null.
+  // Refused: mixers other than attention, post-mixer / post-MLP norms, a learned output scale, activation
+  // distillation.
+  DecoderBlock(std::string name, const DecoderBlockConfig& config, int64_t hidden_size, double lr_scale,
+               std::shared_ptr<Rotary> rotary = nullptr);
+
+  Tensor forward(LayerContext& context, const Tensor& input) override;
+  Tensor backward(LayerContext& context, const Tensor& grad_output) override;
+  double flops(const MicroBatch& batch) const override;
+
+  Attention& mixer() { return *mixer_; }
+  const Attention& mixer() const { return *mixer_; }
+  Mlp& mlp() { return *mlp_; }
+  int64_t matmul_weight_count() const { return mixer_->matmul_weight_count() + mlp_->matmul_weight_count(); }
+
+ private:
+  struct Saved {
+    Normalization::Saved norm_1;
+    Attention::Saved mixer;
+    Normalization::Saved norm_2;
+    Mlp::Saved mlp;
+    uint64_t dropout_seed = 0;
+  };
+
+  double dropout_;
+  Normalization norm_1_;
+  std::unique_ptr<Attention> mixer_;
+  Normalization norm_2_;
+  std::unique_ptr<Mlp> mlp_;
+  std::map<int64_t, Saved> saved_;
+};
+
+}  // namespace fast_llm::layers

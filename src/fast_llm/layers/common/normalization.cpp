@@ -1,0 +1,110 @@
+#include "fast_llm/layers/common/normalization.h"
+
+#include <fmt/format.h>
+
+#include "fast_llm/core/error.h"
+#include "fast_llm/kernels/normalization.h"
+#include "fast_llm/layers/common/parameter_settings.h"
+
+namespace fast_llm::layers {
+
+namespace {
+Tensor* gradient_of(Parameter* parameter) {
+  return parameter != nullptr && parameter->grad.defined() ? &parameter->grad : nullptr;
+}
+}  // namespace
+
+Normalization::Normalization(std::string name, const NormalizationConfig& config, int64_t hidden_size, double lr_scale)
+    : Module(std::move(name)), hidden_size_(hidden_size) {
+  lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
+  if (dynamic_cast<const GatedRmsNormalizationConfig*>(&config) != nullptr)
+    throw NotSupportedError("layers", fmt::format("{}: gated_rms_norm is only for SSM mixers", config.path()));
+  if (const auto* norm = dynamic_cast<const LayerNormalizationBaseConfig*>(&config)) {
+    const auto* layer_norm = dynamic_cast<const LayerNormalizationConfig*>(&config);
+    kind_ = layer_norm != nullptr ? Kind::layer_norm : Kind::rms_norm;
+    epsilon_ = norm->epsilon;
+    zero_centered_ = norm->zero_centered;
+    auto weight = parameter_settings(norm->weight, Initialization::fill(zero_centered_ ? 0.0 : 1.0), lr_scale,
+                                     /*default_weight_decay=*/false);
+    weight_ = &declare("weight", Shape{hidden_size}, weight.initialization, weight.weight_decay, weight.lr_scale);
+    if (layer_norm != nullptr) {
+      auto bias = parameter_settings(layer_norm->bias, default_bias_initialization(), lr_scale, false);
+      bias_ = &declare("bias", Shape{hidden_size}, bias.initialization, bias.weight_decay, bias.lr_scale);
+    }
+  } else if (const auto* fixed = dynamic_cast<const FixedRmsNormalizationConfig*>(&config)) {
+    kind_ = Kind::fixed_rms_norm;
+    epsilon_ = fixed->epsilon;
+  } else {
+    FLM_ASSERT(dynamic_cast<const NoNormalizationConfig*>(&config) != nullptr, "unknown normalization config at {}",
+               config.path());
+    kind_ = Kind::none;
+  }
+}
+
+Tensor Normalization::forward(const Tensor& input, Saved* saved, Stream stream) const {
+  if (kind_ == Kind::none) {
+    if (saved != nullptr) *saved = Saved{};
+    return input;
+  }
+  FLM_ASSERT(input.rank() == 2 && input.size(1) == hidden_size_, "{}: input {} for hidden size {}", name(),
+             input.shape().str(), hidden_size_);
+  const int64_t rows = input.size(0);
+  Device device = input.device();
+  Tensor output = Tensor::empty(input.shape(), input.dtype(), device, stream);
+  Tensor statistic = Tensor::empty(Shape{rows}, DType::float32, device, stream);
+  Tensor inverse_std;
+  const Tensor* weight = weight_ != nullptr ? &weight_->weight : nullptr;
+  if (kind_ == Kind::layer_norm) {
+    inverse_std = Tensor::empty(Shape{rows}, DType::float32, device, stream);
+    kernels::layer_norm_forward({.input = input,
+                                 .weight = weight,
+                                 .bias = &bias_->weight,
+                                 .output = output,
+                                 .mean = statistic,
+                                 .inverse_std = inverse_std,
+                                 .epsilon = epsilon_,
+                                 .zero_centered = zero_centered_,
+                                 .stream = stream});
+  } else {
+    kernels::rms_norm_forward({.input = input,
+                               .weight = weight,
+                               .output = output,
+                               .inverse_rms = statistic,
+                               .epsilon = epsilon_,
+                               .zero_centered = zero_centered_,
+                               .stream = stream});
+  }
+  if (saved != nullptr) *saved = Saved{.input = input, .statistic = statistic, .inverse_std = inverse_std};
+  return output;
+}
+
+Tensor Normalization::backward(const Tensor& grad_output, const Saved& saved, Stream stream) const {
+  if (kind_ == Kind::none) return grad_output;
+  FLM_ASSERT(saved.input.defined(), "{}: backward without a saved forward", name());
+  Tensor grad_input = Tensor::empty(saved.input.shape(), saved.input.dtype(), saved.input.device(), stream);
+  const Tensor* weight = weight_ != nullptr ? &weight_->weight : nullptr;
+  if (kind_ == Kind::layer_norm) {
+    kernels::layer_norm_backward({.grad_output = grad_output,
+                                  .input = saved.input,
+                                  .weight = weight,
+                                  .mean = saved.statistic,
+                                  .inverse_std = saved.inverse_std,
+                                  .grad_input = grad_input,
+                                  .grad_weight = gradient_of(weight_),
+                                  .grad_bias = gradient_of(bias_),
+                                  .zero_centered = zero_centered_,
+                                  .stream = stream});
+  } else {
+    kernels::rms_norm_backward({.grad_output = grad_output,
+                                .input = saved.input,
+                                .weight = weight,
+                                .inverse_rms = saved.statistic,
+                                .grad_input = grad_input,
+                                .grad_weight = gradient_of(weight_),
+                                .zero_centered = zero_centered_,
+                                .stream = stream});
+  }
+  return grad_input;
+}
+
+}  // namespace fast_llm::layers

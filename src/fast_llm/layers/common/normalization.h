@@ -1,0 +1,50 @@
+// Normalization module: layer_norm, rms_norm, fixed_rms_norm (no weight) or none (identity), over the last dimension
+// of (rows, hidden) activations, through the kernels/normalization.h ops.
+//
+// Parameters (Fast-LLM): `<name>.weight` (hidden), ones or zeros when zero-centred (applied as 1 + weight);
+// `<name>.bias` (hidden, layer_norm only), zeros; neither has weight decay. A module keeps no per-micro-batch state:
+// forward fills a Saved that its owning layer keeps until backward.
+// Backward: grad_input (=) returned, grad_weight / grad_bias (+=) into the bound gradient views.
+#pragma once
+
+#include <string>
+
+#include "fast_llm/layers/common/normalization_config.h"
+#include "fast_llm/layers/layer.h"
+
+namespace fast_llm::layers {
+
+class Normalization : public Module {
+ public:
+  enum class Kind { none, layer_norm, rms_norm, fixed_rms_norm };
+
+  // `lr_scale` is the product of the enclosing scales; the config's own lr_scale multiplies it. gated_rms_norm is
+  // refused (SSM mixers only).
+  Normalization(std::string name, const NormalizationConfig& config, int64_t hidden_size, double lr_scale);
+
+  struct Saved {
+    Tensor input;       // (rows, hidden)
+    Tensor statistic;   // (rows) fp32: inverse rms (rms norms) or mean (layer_norm)
+    Tensor inverse_std; // (rows) fp32, layer_norm only
+  };
+
+  Kind kind() const { return kind_; }
+  bool is_identity() const { return kind_ == Kind::none; }
+  int64_t hidden_size() const { return hidden_size_; }
+
+  // (rows, hidden) -> (rows, hidden) in the dtype of the input; `saved` (may be null: nothing kept) is filled for
+  // backward. The identity returns `input` itself.
+  Tensor forward(const Tensor& input, Saved* saved, Stream stream) const;
+  // grad_output (rows, hidden) -> grad_input (=); parameter gradients +=. The identity returns `grad_output` itself.
+  Tensor backward(const Tensor& grad_output, const Saved& saved, Stream stream) const;
+
+ private:
+  Kind kind_ = Kind::none;
+  int64_t hidden_size_ = 0;
+  double epsilon_ = 1e-5;
+  bool zero_centered_ = false;
+  Parameter* weight_ = nullptr;
+  Parameter* bias_ = nullptr;
+};
+
+}  // namespace fast_llm::layers

@@ -1,0 +1,105 @@
+#include "fast_llm/layers/language_model/embedding.h"
+
+#include <fmt/format.h>
+
+#include "fast_llm/core/error.h"
+#include "fast_llm/kernels/copy.h"
+#include "fast_llm/kernels/embedding.h"
+#include "fast_llm/kernels/pointwise.h"
+#include "fast_llm/layers/common/dropout.h"
+#include "fast_llm/layers/common/parameter_settings.h"
+
+namespace fast_llm::layers {
+
+namespace {
+constexpr uint64_t kEmbeddingDropout = 0;
+}  // namespace
+
+LanguageModelEmbedding::LanguageModelEmbedding(std::string name, const LanguageModelEmbeddingsConfig& config,
+                                               int64_t hidden_size, double lr_scale)
+    : Layer(std::move(name)),
+      hidden_size_(hidden_size),
+      dropout_(config.dropout),
+      embedding_scale_(config.embedding_scale) {
+  if (config.full_precision_residual)
+    throw NotSupportedError("layers", fmt::format("{}: a full-precision residual stream is not supported",
+                                                  config.field_path("full_precision_residual")));
+  lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
+  auto word = parameter_settings(config.word_embeddings, default_weight_initialization(hidden_size), lr_scale);
+  word_embeddings_ = &declare("word_embeddings_weight", Shape{config.vocab_size, hidden_size}, word.initialization,
+                              word.weight_decay, word.lr_scale);
+  if (config.position_embeddings.enabled.value_or(false)) {
+    auto position =
+        parameter_settings(config.position_embeddings, default_weight_initialization(hidden_size), lr_scale);
+    position_embeddings_ = &declare("position_embeddings_weight", Shape{config.num_position_embeddings, hidden_size},
+                                    position.initialization, position.weight_decay, position.lr_scale);
+  }
+}
+
+Tensor LanguageModelEmbedding::forward(LayerContext& context, const Tensor& input) {
+  const MicroBatch& batch = context.batch;
+  const Stream stream = context.stream;
+  const Tensor& word_weight = word_embeddings_->weight;
+  // (tokens, hidden)
+  Tensor output = Tensor::empty(Shape{batch.num_tokens(), hidden_size_}, word_weight.dtype(), word_weight.device(), stream);
+  kernels::embedding_forward({.indices = batch.tokens,
+                              .weight = word_weight,
+                              .output = output,
+                              .scale = embedding_scale_,
+                              .accumulate = false,
+                              .stream = stream});
+  if (position_embeddings_ != nullptr) {
+    FLM_CHECK(batch.positions.defined(), "embeddings",
+              "absolute position embeddings need the positions of the micro-batch's tokens");
+    kernels::embedding_forward({.indices = batch.positions,
+                                .weight = position_embeddings_->weight,
+                                .output = output,
+                                .scale = embedding_scale_,
+                                .accumulate = true,
+                                .stream = stream});
+  }
+  if (context.training && dropout_ > 0.0) {
+    kernels::dropout({.tensor = output,
+                      .probability = dropout_,
+                      .seed = dropout_seed(context.dropout_seed, name(), kEmbeddingDropout),
+                      .stream = stream});
+  }
+  if (context.training)
+    saved_.insert_or_assign(batch.index,
+                            Saved{.tokens = batch.tokens, .positions = batch.positions, .dropout_seed = context.dropout_seed});
+  return output;
+}
+
+Tensor LanguageModelEmbedding::backward(LayerContext& context, const Tensor& grad_output) {
+  auto found = saved_.find(context.batch.index);
+  FLM_ASSERT(found != saved_.end(), "{}: backward of micro-batch {} without its forward", name(), context.batch.index);
+  Saved saved = std::move(found->second);
+  saved_.erase(found);
+  const Stream stream = context.stream;
+  Tensor grad = grad_output;
+  if (dropout_ > 0.0) {
+    grad = Tensor::empty(grad_output.shape(), grad_output.dtype(), grad_output.device(), stream);
+    kernels::copy({.source = grad_output, .destination = grad, .stream = stream});
+    kernels::dropout({.tensor = grad,
+                      .probability = dropout_,
+                      .seed = dropout_seed(saved.dropout_seed, name(), kEmbeddingDropout),
+                      .stream = stream});
+  }
+  if (word_embeddings_->grad.defined()) {
+    kernels::embedding_backward({.indices = saved.tokens,
+                                 .grad_output = grad,
+                                 .grad_weight = word_embeddings_->grad,
+                                 .scale = embedding_scale_,
+                                 .stream = stream});
+  }
+  if (position_embeddings_ != nullptr && position_embeddings_->grad.defined()) {
+    kernels::embedding_backward({.indices = saved.positions,
+                                 .grad_output = grad,
+                                 .grad_weight = position_embeddings_->grad,
+                                 .scale = embedding_scale_,
+                                 .stream = stream});
+  }
+  return Tensor();
+}
+
+}  // namespace fast_llm::layers

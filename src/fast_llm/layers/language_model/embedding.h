@@ -1,0 +1,46 @@
+// Language-model embeddings (Fast-LLM's LanguageModelEmbedding), the first Layer: reads the micro-batch's tokens (its
+// input is ignored) and returns the residual stream (tokens, hidden) in the compute dtype:
+//   y = dropout(embedding_scale * (W_word[tokens] + W_position[positions]))
+// position embeddings only when `position_embeddings.enabled` (positions restart at each document: batch.positions).
+// Parameters: `embeddings.word_embeddings_weight` [vocab, hidden] and `embeddings.position_embeddings_weight`
+// [num_position_embeddings, hidden], both N(0, hidden_size^-0.5) by default. With tied weights the head refers to the
+// word embeddings Parameter (declared here only, so it is bound and updated once).
+// Backward scatters the gradient into the tables (+=) and returns an empty tensor (the input has no gradient).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "fast_llm/layers/language_model/config.h"
+#include "fast_llm/layers/layer.h"
+
+namespace fast_llm::layers {
+
+class LanguageModelEmbedding : public Layer {
+ public:
+  // Refused: full_precision_residual.
+  LanguageModelEmbedding(std::string name, const LanguageModelEmbeddingsConfig& config, int64_t hidden_size,
+                         double lr_scale);
+
+  Tensor forward(LayerContext& context, const Tensor& input) override;
+  Tensor backward(LayerContext& context, const Tensor& grad_output) override;
+
+  Parameter& word_embeddings() { return *word_embeddings_; }
+  Parameter* position_embeddings() { return position_embeddings_; }
+
+ private:
+  struct Saved {
+    Tensor tokens;
+    Tensor positions;
+    uint64_t dropout_seed = 0;
+  };
+
+  int64_t hidden_size_;
+  double dropout_;
+  double embedding_scale_;
+  Parameter* word_embeddings_ = nullptr;
+  Parameter* position_embeddings_ = nullptr;
+  std::map<int64_t, Saved> saved_;
+};
+
+}  // namespace fast_llm::layers

@@ -1,0 +1,151 @@
+#include "fast_llm/layers/language_model/head.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "fast_llm/core/error.h"
+#include "fast_llm/kernels/copy.h"
+#include "fast_llm/kernels/cross_entropy.h"
+#include "fast_llm/kernels/gemm.h"
+#include "fast_llm/kernels/pointwise.h"
+#include "fast_llm/layers/common/parameter_settings.h"
+#include "fast_llm/layers/language_model/loss_config.h"
+
+namespace fast_llm::layers {
+
+namespace {
+
+// A zeroed scalar in the dtype of the context's loss sums.
+Tensor zero_scalar(Device device, Stream stream) {
+  Tensor scalar = Tensor::empty(Shape{1}, device.is_cpu() ? DType::float64 : DType::float32, device, stream);
+  kernels::fill({.tensor = scalar, .value = 0.0, .stream = stream});
+  return scalar;
+}
+
+}  // namespace
+
+LanguageModelHead::LanguageModelHead(std::string name, const LanguageModelHeadConfig& config, int64_t hidden_size,
+                                     int64_t vocab_size, double lr_scale, Parameter* tied_output_weights)
+    : Layer(std::move(name)),
+      hidden_size_(hidden_size),
+      vocab_size_(vocab_size),
+      cross_entropy_splits_(config.cross_entropy_splits),
+      logits_scale_factor_(config.logits_scale_factor),
+      softcap_(config.final_logit_softcap),
+      final_norm_(child_name("final_norm"), config.normalization.get(), hidden_size,
+                  combine_lr_scales(lr_scale, config.lr_scale)) {
+  lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
+  if (config.prediction_heads != 1)
+    throw NotSupportedError("layers", fmt::format("{}: multi-token prediction ({} heads) is not supported",
+                                                  config.field_path("prediction_heads"), config.prediction_heads));
+  std::optional<double> loss_scale_factor;
+  for (const auto& [loss_name, loss] : config.losses) {
+    const std::string path = config.field_path("losses." + loss_name);
+    std::optional<Loss>* slot = nullptr;
+    if (loss.is<LabelLossConfig>()) {
+      slot = &label_loss_;
+    } else if (loss.is<ZLossConfig>()) {
+      slot = &z_loss_;
+    } else {
+      throw NotSupportedError("layers", fmt::format("{}: loss type '{}' is not supported (only label and z_loss)",
+                                                    path, loss.type()));
+    }
+    if (slot->has_value())
+      throw NotSupportedError("layers", fmt::format("{}: at most one loss of type '{}' is supported, '{}' is another",
+                                                    path, loss.type(), (*slot)->name));
+    if (loss_scale_factor && *loss_scale_factor != loss->logits_scale_factor)
+      throw NotSupportedError("layers", fmt::format("{}: the head's losses must share one logits_scale_factor", path));
+    loss_scale_factor = loss->logits_scale_factor;
+    *slot = Loss{.name = loss_name, .weight = loss->weight};
+  }
+  FLM_CHECK(label_loss_ || z_loss_, "layers", "{}: the head has no loss", config.field_path("losses"));
+  logits_scale_factor_ *= loss_scale_factor.value_or(1.0);
+
+  add_child(final_norm_);
+  if (tied_output_weights != nullptr) {
+    FLM_ASSERT(tied_output_weights->meta.shape == (Shape{vocab_size, hidden_size}),
+               "tied output weights of shape {} for vocab {} and hidden {}", tied_output_weights->meta.shape.str(),
+               vocab_size, hidden_size);
+    output_weights_ = tied_output_weights;
+  } else {
+    auto weight = parameter_settings(config.output_weight, default_weight_initialization(hidden_size), lr_scale);
+    output_weights_ = &declare("output_weights", Shape{vocab_size, hidden_size}, weight.initialization,
+                               weight.weight_decay, weight.lr_scale);
+  }
+}
+
+Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
+  const MicroBatch& batch = context.batch;
+  const Stream stream = context.stream;
+  const bool training = context.training;
+  const Device device = input.device();
+  const int64_t tokens = input.size(0);
+  FLM_CHECK(batch.labels.defined() && batch.labels.numel() == tokens, "head",
+            "the micro-batch has {} labels for {} tokens", batch.labels.defined() ? batch.labels.numel() : 0, tokens);
+
+  Saved saved;
+  Tensor normalized = final_norm_.forward(input, training ? &saved.final_norm : nullptr, stream);  // (tokens, hidden)
+  const Tensor& weight = output_weights_->weight;  // (vocab, hidden)
+  Tensor* weight_grad = training && output_weights_->grad.defined() ? &output_weights_->grad : nullptr;
+  if (training) saved.grad_normalized = Tensor::empty(normalized.shape(), normalized.dtype(), device, stream);
+
+  const int64_t splits = std::max<int64_t>(1, std::min<int64_t>(cross_entropy_splits_, tokens));
+  const int64_t chunk_size = (tokens + splits - 1) / splits;
+  // (chunk, vocab): logits, overwritten in place by their gradient.
+  Tensor logits_buffer = Tensor::empty(Shape{chunk_size, vocab_size_}, normalized.dtype(), device, stream);
+  Tensor label_sum = zero_scalar(device, stream);
+  Tensor z_loss_sum = zero_scalar(device, stream);
+  const double label_weight = label_loss_ ? label_loss_->weight * context.loss_gradient_scale : 0.0;
+  const double z_loss_weight = z_loss_ ? z_loss_->weight * context.loss_gradient_scale : 0.0;
+
+  for (int64_t begin = 0; begin < tokens; begin += chunk_size) {
+    const int64_t end = std::min(tokens, begin + chunk_size);
+    Tensor hidden = normalized.slice(0, begin, end);          // (chunk, hidden)
+    Tensor logits = logits_buffer.slice(0, 0, end - begin);   // (chunk, vocab)
+    kernels::gemm({.a = hidden, .b = weight, .out = logits, .transpose_b = true, .stream = stream});
+    kernels::cross_entropy_forward_backward({.logits = logits,
+                                             .labels = batch.labels.slice(0, begin, end),
+                                             .label_loss_sum = label_sum,
+                                             .z_loss_sum = z_loss_ ? &z_loss_sum : nullptr,
+                                             .grad_logits = training ? &logits : nullptr,
+                                             .label_weight = label_weight,
+                                             .z_loss_weight = z_loss_weight,
+                                             .logits_scale_factor = logits_scale_factor_,
+                                             .softcap = softcap_,
+                                             .stream = stream});
+    if (!training) continue;
+    Tensor grad_hidden = saved.grad_normalized.slice(0, begin, end);
+    // grad_h = grad_logits W;  grad W += grad_logits^T h
+    kernels::gemm({.a = logits, .b = weight, .out = grad_hidden, .stream = stream});
+    if (weight_grad != nullptr)
+      kernels::gemm({.a = logits, .b = hidden, .out = *weight_grad, .transpose_a = true, .beta = 1.0, .stream = stream});
+  }
+
+  if (context.losses != nullptr) {
+    const std::string total_name(LanguageModelHeadConfig::kHeadLossName);
+    auto add = [&](const Tensor& sum, const Loss& loss) {
+      kernels::axpy({.input = sum, .output = context.losses->get(loss.name, device), .alpha = 1.0, .stream = stream});
+      kernels::axpy({.input = sum, .output = context.losses->get(total_name, device), .alpha = loss.weight,
+                     .stream = stream});
+    };
+    if (label_loss_) add(label_sum, *label_loss_);
+    if (z_loss_) add(z_loss_sum, *z_loss_);
+  }
+  if (training) saved_.insert_or_assign(batch.index, std::move(saved));
+  return Tensor();
+}
+
+Tensor LanguageModelHead::backward(LayerContext& context, const Tensor& grad_output) {
+  auto found = saved_.find(context.batch.index);
+  FLM_ASSERT(found != saved_.end(), "{}: backward of micro-batch {} without its forward", name(), context.batch.index);
+  Saved saved = std::move(found->second);
+  saved_.erase(found);
+  return final_norm_.backward(saved.grad_normalized, saved.final_norm, context.stream);
+}
+
+double LanguageModelHead::flops(const MicroBatch& batch) const {
+  return 6.0 * double(batch.num_tokens()) * double(matmul_weight_count());
+}
+
+}  // namespace fast_llm::layers

@@ -1,0 +1,67 @@
+// Language-model head (Fast-LLM's LanguageModelHead), the last Layer: final norm, output projection and losses.
+//
+// Forward, on the residual stream x (tokens, hidden):
+//   h = final_norm(x)
+//   for each of `cross_entropy_splits` chunks of tokens (so the full (tokens, vocab) logits never exist):
+//     logits = h_chunk W^T                                   (chunk, vocab), W = head.output_weights [vocab, hidden]
+//                                                           or the tied embeddings.word_embeddings_weight
+//     cross_entropy_forward_backward: label loss and z-loss summed into the context's losses, gradient of the logits
+//       (weights: loss weight * context.loss_gradient_scale; logits_scale_factor = head's * loss's; final softcap)
+//     grad_h[chunk] = grad_logits W;  grad W += grad_logits^T h_chunk
+// so the output weight gradient is accumulated during FORWARD (training only), and backward only runs the final norm
+// backward on grad_h and returns the gradient of x; grad_output is ignored. Forward returns an empty tensor.
+// Losses: each configured loss adds its unweighted sum over the micro-batch's labels under its configured name (e.g.
+// `cross_entropy`, `z_loss`), and the head adds sum(weight * loss) under `lm_head_loss` (Fast-LLM's head total); the
+// engine divides by the labels in the step. Supported: one `label` loss and/or one `z_loss` with the same
+// logits_scale_factor; other loss types (distillation, dpo, grpo, gspo) are refused.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "fast_llm/layers/common/normalization.h"
+#include "fast_llm/layers/language_model/config.h"
+#include "fast_llm/layers/layer.h"
+
+namespace fast_llm::layers {
+
+class LanguageModelHead : public Layer {
+ public:
+  // `tied_output_weights`: the word embeddings Parameter when the embeddings are tied (not declared again here), or
+  // null to declare `<name>.output_weights`.
+  LanguageModelHead(std::string name, const LanguageModelHeadConfig& config, int64_t hidden_size, int64_t vocab_size,
+                    double lr_scale, Parameter* tied_output_weights = nullptr);
+
+  Tensor forward(LayerContext& context, const Tensor& input) override;
+  Tensor backward(LayerContext& context, const Tensor& grad_output) override;
+  double flops(const MicroBatch& batch) const override;
+
+  Parameter& output_weights() { return *output_weights_; }
+  Normalization& final_norm() { return final_norm_; }
+  int64_t matmul_weight_count() const { return vocab_size_ * hidden_size_; }
+
+ private:
+  struct Loss {
+    std::string name;
+    double weight = 1.0;
+  };
+  struct Saved {
+    Normalization::Saved final_norm;
+    Tensor grad_normalized;  // (tokens, hidden): gradient of the final norm output
+  };
+
+  int64_t hidden_size_;
+  int64_t vocab_size_;
+  int cross_entropy_splits_;
+  double logits_scale_factor_;
+  std::optional<double> softcap_;
+  std::optional<Loss> label_loss_;
+  std::optional<Loss> z_loss_;
+  Normalization final_norm_;
+  Parameter* output_weights_ = nullptr;
+  std::map<int64_t, Saved> saved_;
+};
+
+}  // namespace fast_llm::layers

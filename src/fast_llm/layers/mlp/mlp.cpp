@@ -1,0 +1,93 @@
+#include "fast_llm/layers/mlp/mlp.h"
+
+#include <fmt/format.h>
+
+#include "fast_llm/core/error.h"
+#include "fast_llm/layers/common/parameter_settings.h"
+
+namespace fast_llm::layers {
+
+namespace {
+
+const MlpConfig& dense_config(const MlpBaseConfig& config) {
+  const auto* mlp = dynamic_cast<const MlpConfig*>(&config);
+  if (mlp == nullptr || dynamic_cast<const MoeMlpConfig*>(&config) != nullptr)
+    throw NotSupportedError("layers", fmt::format("{}: only the dense MLP (type: mlp) is supported",
+                                                  config.field_path("type")));
+  if (config.pre_norm || config.post_norm)
+    throw NotSupportedError("layers", fmt::format("{}: normalization inside the MLP is not supported", config.path()));
+  if (mlp->recompute_level != MlpRecomputeLevel::none)
+    throw NotSupportedError("layers", fmt::format("{}: MLP recomputation is not supported",
+                                                  config.field_path("recompute_level")));
+  FLM_ASSERT(mlp->activation.has_value(), "{}: activation is resolved at validation", config.path());
+  return *mlp;
+}
+
+LinearOptions layer_options(const AffineLinearConfig& config, int64_t input_size, int64_t output_size,
+                            bool transposed_weight, int64_t hidden_size, double lr_scale) {
+  lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
+  FLM_ASSERT(config.bias.enabled.has_value(), "{}: bias.enabled is resolved at validation", config.path());
+  return {.input_size = input_size,
+          .output_size = output_size,
+          .bias = *config.bias.enabled,
+          .transposed_weight = transposed_weight,
+          .weight = parameter_settings(config.weight, default_weight_initialization(hidden_size), lr_scale),
+          .bias_settings = parameter_settings(config.bias, default_bias_initialization(), lr_scale,
+                                              /*default_weight_decay=*/false)};
+}
+
+}  // namespace
+
+kernels::ActivationType kernel_activation(ActivationType type) {
+  switch (type) {
+    case ActivationType::gelu: return kernels::ActivationType::gelu;
+    case ActivationType::silu: return kernels::ActivationType::silu;
+    case ActivationType::relu: return kernels::ActivationType::relu;
+    case ActivationType::sigmoid: return kernels::ActivationType::sigmoid;
+    case ActivationType::squared_relu: return kernels::ActivationType::squared_relu;
+    case ActivationType::identity: return kernels::ActivationType::identity;
+  }
+  FLM_ASSERT(false, "unknown activation type {}", int(type));
+}
+
+Mlp::Mlp(std::string name, const MlpBaseConfig& base_config, int64_t hidden_size, double lr_scale)
+    : Module(std::move(name)),
+      intermediate_size_(dense_config(base_config).intermediate_size),
+      gated_(dense_config(base_config).gated),
+      activation_(kernel_activation(*dense_config(base_config).activation)),
+      layer_1_(child_name("layer_1"),
+               layer_options(dense_config(base_config).layer_1, hidden_size,
+                             (gated_ ? 2 : 1) * intermediate_size_, /*transposed_weight=*/false, hidden_size,
+                             combine_lr_scales(lr_scale, base_config.lr_scale))),
+      layer_2_(child_name("layer_2"),
+               layer_options(dense_config(base_config).layer_2, intermediate_size_, hidden_size,
+                             /*transposed_weight=*/true, hidden_size, combine_lr_scales(lr_scale, base_config.lr_scale))) {
+  add_child(layer_1_);
+  add_child(layer_2_);
+}
+
+Tensor Mlp::forward(const Tensor& input, Saved* saved, Stream stream) const {
+  const int64_t tokens = input.size(0);
+  Tensor hidden = layer_1_.forward(input, stream);
+  Tensor activated = Tensor::empty(Shape{tokens, intermediate_size_}, hidden.dtype(), input.device(), stream);
+  kernels::activation_forward(
+      {.type = activation_, .gated = gated_, .input = hidden, .output = activated, .stream = stream});
+  Tensor output = layer_2_.forward(activated, stream);
+  if (saved != nullptr) *saved = Saved{.input = input, .hidden = hidden, .activated = activated};
+  return output;
+}
+
+Tensor Mlp::backward(const Tensor& grad_output, const Saved& saved, Stream stream) const {
+  FLM_ASSERT(saved.input.defined(), "{}: backward without a saved forward", name());
+  Tensor grad_activated = layer_2_.backward(grad_output, saved.activated, stream);
+  Tensor grad_hidden = Tensor::empty(saved.hidden.shape(), saved.hidden.dtype(), saved.hidden.device(), stream);
+  kernels::activation_backward({.type = activation_,
+                                .gated = gated_,
+                                .grad_output = grad_activated,
+                                .input = saved.hidden,
+                                .grad_input = grad_hidden,
+                                .stream = stream});
+  return layer_1_.backward(grad_hidden, saved.input, stream);
+}
+
+}  // namespace fast_llm::layers

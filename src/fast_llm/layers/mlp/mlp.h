@@ -1,0 +1,50 @@
+// Dense MLP (Fast-LLM's `type: mlp`): y = act(x W1^T + b1) W2 + b2, or for gated MLPs act(gate) * up with
+// [gate; up] = x W1^T + b1.
+//
+// Parameters (Fast-LLM names under the MLP's name, e.g. `decoder.3.mlp`):
+//   layer_1.weight  [2 * intermediate, hidden] gated (gate rows first) or [intermediate, hidden]   (+ layer_1.bias)
+//   layer_2.weight  [intermediate, hidden]: stored TRANSPOSED, y = a W2                             (+ layer_2.bias)
+// The module keeps no per-micro-batch state: forward fills a Saved the decoder block keeps until backward.
+// Backward returns grad_input (=) and accumulates parameter gradients (+=).
+#pragma once
+
+#include <string>
+
+#include "fast_llm/kernels/activation.h"
+#include "fast_llm/layers/common/linear.h"
+#include "fast_llm/layers/layer.h"
+#include "fast_llm/layers/mlp/config.h"
+
+namespace fast_llm::layers {
+
+class Mlp : public Module {
+ public:
+  // The dense MLP only: moe and hybrid_moe, recomputation and the MLP's own pre/post norms are refused.
+  Mlp(std::string name, const MlpBaseConfig& config, int64_t hidden_size, double lr_scale);
+
+  struct Saved {
+    Tensor input;      // (tokens, hidden)
+    Tensor hidden;     // (tokens, 2 * intermediate) gated, (tokens, intermediate) otherwise: layer_1 output
+    Tensor activated;  // (tokens, intermediate): activation output, layer_2 input
+  };
+
+  // (tokens, hidden) -> (tokens, hidden); `saved` may be null (validation: nothing kept).
+  Tensor forward(const Tensor& input, Saved* saved, Stream stream) const;
+  Tensor backward(const Tensor& grad_output, const Saved& saved, Stream stream) const;
+
+  double flops(int64_t tokens) const { return layer_1_.flops(tokens) + layer_2_.flops(tokens); }
+  int64_t matmul_weight_count() const {
+    return layer_1_.input_size() * layer_1_.output_size() + layer_2_.input_size() * layer_2_.output_size();
+  }
+
+ private:
+  int64_t intermediate_size_;
+  bool gated_;
+  kernels::ActivationType activation_;
+  Linear layer_1_;
+  Linear layer_2_;
+};
+
+kernels::ActivationType kernel_activation(ActivationType type);
+
+}  // namespace fast_llm::layers

@@ -1,0 +1,84 @@
+#include "fast_llm/models/gpt/model.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <utility>
+
+#include "fast_llm/core/error.h"
+#include "fast_llm/layers/attention/rotary.h"
+#include "fast_llm/layers/common/parameter_settings.h"
+
+namespace fast_llm::models::gpt {
+
+GPTModel::GPTModel(const GPTBaseModelConfig& config) {
+  FLM_ASSERT(config.validated(), "GPTModel built from a config that was not validated");
+  if (auto unsupported = config.unsupported_fields(); !unsupported.empty())
+    throw NotSupportedError("gpt", fmt::format("the model config uses features that are not supported yet:\n  {}",
+                                               fmt::join(unsupported, "\n  ")));
+  if (!config.peft.is<layers::NoPeftConfig>())
+    throw NotSupportedError("gpt", fmt::format("{}: PEFT type '{}' is not supported", config.field_path("peft"),
+                                               config.peft.type()));
+
+  const int64_t hidden_size = config.hidden_size;
+  const double lr_scale = layers::combine_lr_scales(1.0, config.lr_scale);
+  embeddings_ = std::make_unique<layers::LanguageModelEmbedding>("embeddings", config.embeddings, hidden_size, lr_scale);
+
+  const layers::BlockSequenceConfig& decoder = config.decoder.get();
+  const double decoder_lr_scale = layers::combine_lr_scales(lr_scale, decoder.lr_scale);
+  // Blocks with the same rotary frequencies share one Rotary, so the cos/sin tables exist once.
+  std::vector<std::shared_ptr<layers::Rotary>> rotaries;
+  for (int index = 0; index < decoder.block_count(); ++index) {
+    const auto* block = dynamic_cast<const layers::DecoderBlockConfig*>(&decoder.block_at(index));
+    if (block == nullptr)
+      throw NotSupportedError("gpt", fmt::format("{}: block {} is not a decoder block", decoder.path(), index));
+    std::shared_ptr<layers::Rotary> rotary;
+    if (const auto* attention = block->mixer.as<layers::AttentionConfig>()) {
+      layers::RotaryFrequencies frequencies = layers::rotary_frequencies(attention->rotary.get(), attention->head_size);
+      for (const auto& candidate : rotaries)
+        if (candidate->frequencies() == frequencies) rotary = candidate;
+      if (!rotary) rotary = rotaries.emplace_back(std::make_shared<layers::Rotary>(std::move(frequencies)));
+    }
+    blocks_.push_back(std::make_unique<layers::DecoderBlock>(fmt::format("decoder.{}", index), *block, hidden_size,
+                                                             decoder_lr_scale, std::move(rotary)));
+  }
+
+  head_ = std::make_unique<layers::LanguageModelHead>(
+      "head", config.head, hidden_size, config.embeddings.vocab_size, lr_scale,
+      config.tied_embedding_weight ? &embeddings_->word_embeddings() : nullptr);
+}
+
+std::vector<layers::Layer*> GPTModel::layers() {
+  std::vector<layers::Layer*> result;
+  result.reserve(blocks_.size() + 2);
+  result.push_back(embeddings_.get());
+  for (auto& block : blocks_) result.push_back(block.get());
+  result.push_back(head_.get());
+  return result;
+}
+
+int64_t GPTModel::matmul_weight_count() const {
+  int64_t count = head_->matmul_weight_count();
+  for (const auto& block : blocks_) count += block->matmul_weight_count();
+  return count;
+}
+
+double GPTModel::flops_per_token(int64_t sequence_length) const {
+  double attention = 0.0;
+  for (const auto& block : blocks_) {
+    const layers::Attention& mixer = block->mixer();
+    const double width = double(mixer.heads()) * double(mixer.head_size());
+    if (mixer.causal() && !mixer.window_size()) {
+      attention += 6.0 * double(sequence_length) * width;
+    } else {
+      // Same accounting as Attention::flops: 12 * width per attended pair, per token of the sequence.
+      const int64_t length = sequence_length;
+      attention += 12.0 * width *
+                   double(layers::attention_pair_count(std::span(&length, 1), mixer.causal(), mixer.window_size())) /
+                   double(sequence_length);
+    }
+  }
+  return 6.0 * double(matmul_weight_count()) + attention;
+}
+
+}  // namespace fast_llm::models::gpt

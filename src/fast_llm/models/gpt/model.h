@@ -1,0 +1,49 @@
+// The GPT model: the layer list [embeddings, decoder blocks..., head] built from a validated GPT base-model config,
+// with Fast-LLM's parameter names (embeddings.word_embeddings_weight, decoder.{i}.norm_1.weight,
+// decoder.{i}.mixer.{query,key_value,dense}.weight, decoder.{i}.mlp.{layer_1,layer_2}.weight, head.final_norm.weight,
+// head.output_weights). The engine binds the declared parameters, initialises them from their metadata and runs the
+// layers; it sees this class only through engine::BaseModel.
+//
+// Refused at construction (NotSupportedError naming the config path): any field the config marks as not supported
+// yet, PEFT (LoRA), mixers other than attention, MLPs other than the dense one, attention dropout, loss types other
+// than label and z_loss.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "fast_llm/engine/base_model.h"
+#include "fast_llm/layers/block/decoder_block.h"
+#include "fast_llm/layers/language_model/embedding.h"
+#include "fast_llm/layers/language_model/head.h"
+#include "fast_llm/models/gpt/config.h"
+
+namespace fast_llm::models::gpt {
+
+class GPTModel : public engine::BaseModel {
+ public:
+  // `config` must be validated; the model copies what it needs and keeps no reference to it.
+  explicit GPTModel(const GPTBaseModelConfig& config);
+
+  std::vector<layers::Layer*> layers() override;
+
+  layers::LanguageModelEmbedding& embeddings() { return *embeddings_; }
+  layers::DecoderBlock& block(int index) { return *blocks_.at(size_t(index)); }
+  int block_count() const { return int(blocks_.size()); }
+  layers::LanguageModelHead& head() { return *head_; }
+
+  // Weights that take part in matmuls: attention and MLP projections of every block and the output projection (counted
+  // even when tied to the embeddings); embedding lookups are not matmuls.
+  int64_t matmul_weight_count() const;
+  // Model FLOPs per token for sequences of `sequence_length` tokens (DESIGN.md §8): 6 * matmul weights +
+  // 6 * blocks * sequence_length * heads * head_size (causal attention, forward and backward).
+  double flops_per_token(int64_t sequence_length) const;
+
+ private:
+  std::unique_ptr<layers::LanguageModelEmbedding> embeddings_;
+  std::vector<std::unique_ptr<layers::DecoderBlock>> blocks_;
+  std::unique_ptr<layers::LanguageModelHead> head_;
+};
+
+}  // namespace fast_llm::models::gpt

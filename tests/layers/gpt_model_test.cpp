@@ -1,0 +1,148 @@
+// The GPT model assembled from a config: layer list and Fast-LLM parameter names, shared (tied) weights, FLOPs, a
+// whole tiny model (2 blocks) checked against finite differences of the loss for a sample of every parameter, and
+// refused configs.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "fast_llm/core/error.h"
+#include "fast_llm/models/gpt/model.h"
+#include "layer_test_util.h"
+
+namespace fast_llm::models::gpt {
+namespace {
+
+using namespace layers::testing;
+using layers::Layer;
+using layers::LayerContext;
+using layers::LossSums;
+using layers::Parameter;
+
+std::string tiny_model(const std::string& embeddings = "{vocab_size: 13}",
+                       const std::string& head = "{normalization: {type: rms_norm}}") {
+  return "hidden_size: 8\nembeddings: " + embeddings + "\nhead: " + head + R"(
+decoder:
+  num_blocks: 2
+  block:
+    mixer: {heads: 4, head_groups: 2, head_size: 2, add_linear_biases: false, rotary: {type: default, theta: 100}}
+    mlp: {intermediate_size: 12, gated: true, add_linear_biases: false}
+    normalization: {type: rms_norm}
+)";
+}
+
+GPTBaseModelConfig model_config(const std::string& yaml) { return load_config<GPTBaseModelConfig>(yaml); }
+
+TEST(GPTModel, LayersAndParameterNames) {
+  GPTModel model(model_config(tiny_model()));
+  std::vector<Layer*> layers = model.layers();
+  ASSERT_EQ(layers.size(), 4u);
+  EXPECT_EQ(layers[0], &model.embeddings());
+  EXPECT_EQ(layers[1], &model.block(0));
+  EXPECT_EQ(layers[2], &model.block(1));
+  EXPECT_EQ(layers[3], &model.head());
+  std::vector<std::string> names;
+  for (Layer* layer : layers)
+    for (Parameter* parameter : layer->parameters()) names.push_back(parameter->meta.name);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "embeddings.word_embeddings_weight", "decoder.0.norm_1.weight", "decoder.0.mixer.query.weight",
+                       "decoder.0.mixer.key_value.weight", "decoder.0.mixer.dense.weight", "decoder.0.norm_2.weight",
+                       "decoder.0.mlp.layer_1.weight", "decoder.0.mlp.layer_2.weight", "decoder.1.norm_1.weight",
+                       "decoder.1.mixer.query.weight", "decoder.1.mixer.key_value.weight",
+                       "decoder.1.mixer.dense.weight", "decoder.1.norm_2.weight", "decoder.1.mlp.layer_1.weight",
+                       "decoder.1.mlp.layer_2.weight", "head.output_weights", "head.final_norm.weight"}));
+}
+
+TEST(GPTModel, TiedEmbeddingsAreDeclaredOnce) {
+  GPTModel model(model_config(tiny_model() + "tied_embedding_weight: true\n"));
+  std::set<std::string> names;
+  for (Layer* layer : model.layers())
+    for (Parameter* parameter : layer->parameters()) EXPECT_TRUE(names.insert(parameter->meta.name).second);
+  EXPECT_FALSE(names.contains("head.output_weights"));
+  EXPECT_EQ(&model.head().output_weights(), &model.embeddings().word_embeddings());
+}
+
+TEST(GPTModel, PatternDecoderAndLearningRateScales) {
+  GPTModel model(model_config(R"(
+hidden_size: 8
+lr_scale: 0.5
+embeddings: {vocab_size: 13}
+decoder:
+  type: pattern
+  num_blocks: 3
+  lr_scale: 2
+  pattern: [full, sliding]
+  blocks:
+    full: {mixer: {heads: 2, head_size: 4}, mlp: {intermediate_size: 8}}
+    sliding: {mixer: {heads: 2, head_size: 4, window_size: 3, lr_scale: 3}, mlp: {intermediate_size: 6}}
+)"));
+  ASSERT_EQ(model.block_count(), 3);
+  EXPECT_FALSE(model.block(0).mixer().window_size().has_value());
+  EXPECT_EQ(model.block(1).mixer().window_size(), 3);
+  EXPECT_FALSE(model.block(2).mixer().window_size().has_value());
+  Parameter* sliding_query = find_parameter(model.block(1), "decoder.1.mixer.query.weight");
+  Parameter* full_query = find_parameter(model.block(2), "decoder.2.mixer.query.weight");
+  EXPECT_DOUBLE_EQ(sliding_query->meta.lr_scale, 0.5 * 2 * 3);
+  EXPECT_DOUBLE_EQ(full_query->meta.lr_scale, 0.5 * 2);
+  EXPECT_DOUBLE_EQ(model.embeddings().word_embeddings().meta.lr_scale, 0.5);
+  EXPECT_EQ(find_parameter(model.block(1), "decoder.1.mlp.layer_2.weight")->meta.shape, (Shape{6, 8}));
+}
+
+// matmul weights per block: query 8x8, key_value 8x8, dense 8x8, layer_1 24x8, layer_2 12x8 = 480; head 13x8 = 104.
+TEST(GPTModel, FlopsPerToken) {
+  GPTModel model(model_config(tiny_model()));
+  EXPECT_EQ(model.matmul_weight_count(), 2 * 480 + 104);
+  EXPECT_DOUBLE_EQ(model.flops_per_token(16), 6.0 * 1064 + 6.0 * 2 * 16 * (4 * 2));
+  // Per micro-batch, the layers count exact attended pairs: documents of 3 and 5 tokens have 6 + 15.
+  BatchData data = make_batch({3, 5}, 13, 1);
+  double flops = 0;
+  for (Layer* layer : model.layers()) flops += layer->flops(data.batch);
+  EXPECT_DOUBLE_EQ(flops, 6.0 * 8 * 1064 + 2 * 12.0 * (4 * 2) * 21);
+}
+
+// The loss of the whole model, normalised by the labels, against every layer's backward.
+TEST(GPTModel, LossGradientMatchesFiniteDifferences) {
+  GPTModel model(model_config(tiny_model(
+      "{vocab_size: 13, position_embeddings: {enabled: true}, num_position_embeddings: 8}",
+      "{normalization: {type: rms_norm}, losses: {cross_entropy: {type: label}, z_loss: {type: z_loss, weight: 0.1}}}")));
+  uint64_t seed = 100;
+  for (Layer* layer : model.layers()) bind_parameters(*layer, seed++);
+  BatchData data = make_batch({3, 5, 4}, 13, 7, /*index=*/5);
+  const double scale = 1.0 / 9.0;
+
+  LossSums losses;
+  LayerContext training = make_context(data.batch, true, &losses, scale);
+  std::vector<Layer*> layers = model.layers();
+  Tensor activation;
+  for (Layer* layer : layers) activation = layer->forward(training, activation);
+  Tensor grad;
+  for (auto layer = layers.rbegin(); layer != layers.rend(); ++layer) grad = (*layer)->backward(training, grad);
+  EXPECT_FALSE(grad.defined());
+
+  auto objective = [&] {
+    LossSums sums;
+    LayerContext context = make_context(data.batch, false, &sums, scale);
+    Tensor hidden;
+    for (Layer* layer : layers) hidden = layer->forward(context, hidden);
+    return sums.all().at("lm_head_loss").item() * scale;
+  };
+  EXPECT_NEAR(objective(), losses.all().at("lm_head_loss").item() * scale, 1e-12);
+  int checked = 0;
+  for (Layer* layer : layers)
+    for (Parameter* parameter : layer->parameters()) {
+      expect_gradient(objective, parameter->weight, parameter->grad, parameter->meta.name, /*max_checks=*/6);
+      ++checked;
+    }
+  EXPECT_EQ(checked, 18);
+}
+
+TEST(GPTModel, RefusesUnsupportedConfigs) {
+  EXPECT_THROW(GPTModel(model_config(tiny_model() + "peft: {type: lora}\n")), NotSupportedError);
+  EXPECT_THROW(GPTModel(model_config(R"(
+hidden_size: 8
+decoder: {block: {mlp: {type: moe, experts: 4}}}
+)")),
+               NotSupportedError);
+}
+
+}  // namespace
+}  // namespace fast_llm::models::gpt

@@ -1,0 +1,201 @@
+// Language-model head: names, tied weights, the loss against a direct computation, backward of the (normalised) loss
+// against finite differences with splits / z-loss / softcap / logits scales / tied weights, splits that do not change
+// anything, loss names, refused losses.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "fast_llm/core/error.h"
+#include "fast_llm/layers/language_model/embedding.h"
+#include "fast_llm/layers/language_model/head.h"
+#include "layer_test_util.h"
+
+namespace fast_llm::layers {
+namespace {
+
+using namespace testing;
+
+constexpr int64_t kHidden = 6;
+constexpr int64_t kVocab = 11;
+
+LanguageModelHeadConfig head_config(const std::string& yaml) { return load_config<LanguageModelHeadConfig>(yaml); }
+
+double loss_value(const LossSums& losses, const std::string& name) {
+  auto found = losses.all().find(name);
+  if (found == losses.all().end()) {
+    ADD_FAILURE() << "no loss named " << name;
+    return 0.0;
+  }
+  return found->second.item();
+}
+
+TEST(Head, NamesAndTiedWeights) {
+  LanguageModelHead head("head", head_config("{normalization: {type: rms_norm}}"), kHidden, kVocab, 1.0);
+  // A module lists its own parameters before its sub-modules'.
+  EXPECT_EQ(parameter_names(head), (std::vector<std::string>{"head.output_weights", "head.final_norm.weight"}));
+  EXPECT_EQ(head.output_weights().meta.shape, (Shape{kVocab, kHidden}));
+
+  LanguageModelEmbedding embeddings("embeddings", load_config<LanguageModelEmbeddingsConfig>("{vocab_size: 11}"),
+                                    kHidden, 1.0);
+  LanguageModelHead tied("head", head_config("{normalization: {type: rms_norm}}"), kHidden, kVocab, 1.0,
+                         &embeddings.word_embeddings());
+  EXPECT_EQ(parameter_names(tied), (std::vector<std::string>{"head.final_norm.weight"}));
+  EXPECT_EQ(&tied.output_weights(), &embeddings.word_embeddings());
+}
+
+// Without a norm and with default settings, the label loss is sum_t logsumexp(z_t) - z_t[label_t] over labelled
+// tokens, z = x W^T, computed here directly.
+TEST(Head, CrossEntropyIsSumOfNegativeLogLikelihoods) {
+  LanguageModelHead head("head", head_config("{normalization: {type: none}}"), kHidden, kVocab, 1.0);
+  bind_parameters(head, 1);
+  BatchData data = make_batch({4, 5}, kVocab, 2);
+  Tensor input = random_tensor(Shape{9, kHidden}, 3);
+  LossSums losses;
+  LayerContext context = make_context(data.batch, false, &losses);
+  EXPECT_FALSE(head.forward(context, input).defined());
+  auto x = values_of(input), w = values_of(head.output_weights().weight);
+  double expected = 0;
+  for (size_t t = 0; t < 9; ++t) {
+    if (data.labels[t] < 0) continue;
+    std::vector<double> logits(kVocab);
+    double max_logit = -1e300;
+    for (int64_t v = 0; v < kVocab; ++v) {
+      for (int64_t h = 0; h < kHidden; ++h) logits[size_t(v)] += x[t * kHidden + size_t(h)] * w[size_t(v * kHidden + h)];
+      max_logit = std::max(max_logit, logits[size_t(v)]);
+    }
+    double sum = 0;
+    for (double logit : logits) sum += std::exp(logit - max_logit);
+    expected += max_logit + std::log(sum) - logits[size_t(data.labels[t])];
+  }
+  EXPECT_NEAR(loss_value(losses, "cross_entropy"), expected, 1e-10);
+  EXPECT_NEAR(loss_value(losses, "lm_head_loss"), expected, 1e-10);
+  EXPECT_EQ(losses.all().size(), 2u);
+}
+
+struct HeadCase {
+  std::string name;
+  std::string yaml;
+  bool tied = false;
+};
+
+void PrintTo(const HeadCase& test_case, std::ostream* stream) { *stream << test_case.yaml; }
+
+
+class HeadTest : public ::testing::TestWithParam<HeadCase> {};
+
+// The objective is the head's total loss times the loss-gradient scale (the normalisation 1 / labels in the step),
+// which is what the gradients are of.
+TEST_P(HeadTest, BackwardMatchesFiniteDifferences) {
+  const HeadCase& test_case = GetParam();
+  LanguageModelEmbedding embeddings("embeddings", load_config<LanguageModelEmbeddingsConfig>("{vocab_size: 11}"),
+                                    kHidden, 1.0);
+  bind_parameters(embeddings, 4);
+  LanguageModelHead head("head", head_config(test_case.yaml), kHidden, kVocab, 1.0,
+                         test_case.tied ? &embeddings.word_embeddings() : nullptr);
+  bind_parameters(head, 5);
+  BatchData data = make_batch({3, 5, 4}, kVocab, 6, /*index=*/1);
+  Tensor input = random_tensor(Shape{12, kHidden}, 7, 1.5);
+  const double scale = 1.0 / 9.0;  // 9 labelled tokens
+
+  LossSums losses;
+  LayerContext training = make_context(data.batch, true, &losses, scale);
+  head.forward(training, input);
+  Tensor grad_input = head.backward(training, Tensor());
+  ASSERT_EQ(grad_input.shape(), input.shape());
+
+  auto objective = [&] {
+    LossSums sums;
+    LayerContext context = make_context(data.batch, false, &sums, scale);
+    head.forward(context, input);
+    return loss_value(sums, "lm_head_loss") * scale;
+  };
+  EXPECT_NEAR(objective(), loss_value(losses, "lm_head_loss") * scale, 1e-12);
+  expect_gradient(objective, input, grad_input, "input");
+  expect_gradient(objective, head.output_weights().weight, head.output_weights().grad, "output weights");
+  for (Parameter* parameter : head.parameters())
+    expect_gradient(objective, parameter->weight, parameter->grad, parameter->meta.name);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, HeadTest,
+    ::testing::Values(
+        HeadCase{"default", "{normalization: {type: layer_norm}}"},
+        HeadCase{"splits", "{normalization: {type: rms_norm}, cross_entropy_splits: 3}"},
+        HeadCase{"z_loss", "{normalization: {type: rms_norm}, losses: {cross_entropy: {type: label, weight: 0.7}, "
+                           "z_loss: {type: z_loss, weight: 0.1}}}"},
+        HeadCase{"softcap", "{normalization: {type: rms_norm}, final_logit_softcap: 2.0}"},
+        HeadCase{"logits_scale", "{normalization: {type: rms_norm}, logits_scale_factor: 0.5, "
+                                 "losses: {cross_entropy: {type: label, logits_scale_factor: 3.0}}}"},
+        HeadCase{"tied", "{normalization: {type: rms_norm}, cross_entropy_splits: 2}", true},
+        HeadCase{"z_loss_only", "{normalization: {type: none}, losses: {z: {type: z_loss, weight: 0.5}}}"}),
+    [](const auto& info) { return info.param.name; });
+
+// cross_entropy_splits only bounds memory: losses and every gradient are the same as with one split.
+TEST(Head, SplitsChangeNothing) {
+  std::vector<std::vector<double>> results;
+  for (int splits : {1, 3}) {
+    LanguageModelHead head("head",
+                           head_config("{normalization: {type: rms_norm}, cross_entropy_splits: " +
+                                       std::to_string(splits) + ", losses: {ce: {type: label}, z: {type: z_loss}}}"),
+                           kHidden, kVocab, 1.0);
+    bind_parameters(head, 8);
+    BatchData data = make_batch({4, 6}, kVocab, 9);
+    Tensor input = random_tensor(Shape{10, kHidden}, 10);
+    LossSums losses;
+    LayerContext context = make_context(data.batch, true, &losses, 0.25);
+    head.forward(context, input);
+    std::vector<double> result = values_of(head.backward(context, Tensor()));
+    for (Parameter* parameter : head.parameters()) {
+      auto grad = values_of(parameter->grad);
+      result.insert(result.end(), grad.begin(), grad.end());
+    }
+    result.push_back(loss_value(losses, "ce"));
+    result.push_back(loss_value(losses, "z"));
+    result.push_back(loss_value(losses, "lm_head_loss"));
+    results.push_back(result);
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  EXPECT_GT(max_abs(results[0]), 0.0);
+  for (size_t i = 0; i < results[0].size(); ++i) EXPECT_NEAR(results[0][i], results[1][i], 1e-12) << i;
+}
+
+TEST(Head, LossNamesAndWeightedTotal) {
+  LanguageModelHead head("head",
+                         head_config("{normalization: {type: none}, losses: {cross_entropy: {type: label, weight: "
+                                     "0.5}, z_loss: {type: z_loss, weight: 0.25}}}"),
+                         kHidden, kVocab, 1.0);
+  bind_parameters(head, 11);
+  BatchData data = make_batch({4, 6}, kVocab, 12);
+  Tensor input = random_tensor(Shape{10, kHidden}, 13);
+  LossSums losses;
+  LayerContext context = make_context(data.batch, false, &losses);
+  head.forward(context, input);
+  head.forward(context, input);  // sums accumulate over micro-batches
+  ASSERT_EQ(losses.all().size(), 3u);
+  const double label = loss_value(losses, "cross_entropy"), z = loss_value(losses, "z_loss");
+  EXPECT_GT(label, 0.0);
+  EXPECT_GT(z, 0.0);
+  EXPECT_NEAR(loss_value(losses, "lm_head_loss"), 0.5 * label + 0.25 * z, 1e-12);
+
+  LossSums once;
+  LayerContext single = make_context(data.batch, false, &once);
+  head.forward(single, input);
+  EXPECT_NEAR(loss_value(once, "cross_entropy") * 2, label, 1e-12);
+}
+
+TEST(Head, RefusesUnsupportedLosses) {
+  EXPECT_THROW(LanguageModelHead("head", head_config("{losses: {teacher: {type: distillation}}}"), kHidden, kVocab,
+                                 1.0),
+               NotSupportedError);
+  EXPECT_THROW(LanguageModelHead("head", head_config("{losses: {dpo: {type: dpo, reference_model: ref}}}"), kHidden,
+                                 kVocab, 1.0),
+               NotSupportedError);
+  EXPECT_THROW(LanguageModelHead("head", head_config("{losses: {a: {type: label}, b: {type: label}}}"), kHidden,
+                                 kVocab, 1.0),
+               NotSupportedError);
+  EXPECT_THROW(LanguageModelHead("head", head_config("{losses: {grpo: {type: grpo}}}"), kHidden, kVocab, 1.0),
+               NotSupportedError);
+}
+
+}  // namespace
+}  // namespace fast_llm::layers
