@@ -1,0 +1,69 @@
+// Consistency of every rotary_apply variant (CPU and CUDA) with the CPU reference: forward and inverse, fp32 / bf16 /
+// fp16 / fp64, full and partial rotary, odd sizes, contiguous tensors and the heads of a fused (tokens, 3 heads,
+// head_size) buffer. The reference itself is checked against hand-computed rotations and finite differences in
+// rotary_test.cpp.
+#include "fast_llm/kernels/rotary.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "kernels/reference_consistency.h"
+
+namespace fast_llm::kernels {
+namespace {
+
+using namespace testing;
+
+struct RotaryCase {
+  DType dtype = DType::bfloat16;
+  int64_t tokens = 1, heads = 1, head_size = 2, half = 1;
+  bool inverse = false;
+  bool strided = false;  // the middle third of the heads of a (tokens, 3 heads, head_size) buffer
+};
+
+std::string case_name(const RotaryCase& c) {
+  return fmt::format("{} ({}, {}, {}) half={} inverse={}{}", dtype_name(c.dtype), c.tokens, c.heads, c.head_size,
+                     c.half, c.inverse, c.strided ? " strided" : "");
+}
+
+// cos or sin (tokens, half) of random angles, fp32 as the header asks.
+Tensor table(const RotaryCase& c, bool sine, uint64_t seed) {
+  std::vector<double> values = uniform_values(c.tokens * c.half, seed, -std::numbers::pi, std::numbers::pi);
+  for (double& value : values) value = sine ? std::sin(value) : std::cos(value);
+  return make_tensor(values, Shape{c.tokens, c.half}, DType::float32);
+}
+
+TEST(RotaryConsistency, CpuAndCudaVariantsMatchTheReference) {
+  std::vector<std::array<int64_t, 4>> shapes = {
+      {1, 1, 2, 1}, {5, 3, 8, 4}, {7, 4, 64, 32}, {9, 2, 80, 16}, {33, 8, 128, 64}};  // (tokens, heads, head_size, half)
+  uint64_t seed = 40000;
+  for (DType dtype : {DType::float32, DType::bfloat16, DType::float16, DType::float64}) {
+    for (const auto& [tokens, heads, head_size, half] : shapes) {
+      for (bool inverse : {false, true}) {
+        for (bool strided : {false, true}) {
+          const RotaryCase c{.dtype = dtype, .tokens = tokens, .heads = heads, .head_size = head_size, .half = half,
+                             .inverse = inverse, .strided = strided};
+          ConsistencyProblem<RotaryApply> problem{.name = case_name(c), .dtype = dtype, .exact = false,
+                                                  .tensors = {}, .call = {}};
+          // Rotated in place: an output whose initial values are read.
+          Tensor storage = random_tensor(Shape{tokens, strided ? 3 * heads : heads, head_size}, dtype, ++seed, -2, 2);
+          std::function<Tensor(const Tensor&)> view;
+          if (strided) view = [heads](const Tensor& tensor) { return tensor.slice(1, heads, 2 * heads); };
+          problem.tensors["tensor"] = accumulated_output(storage, view);
+          const uint64_t angle_seed = ++seed;
+          problem.tensors["cos"] = input(table(c, false, angle_seed));
+          problem.tensors["sin"] = input(table(c, true, angle_seed));
+          problem.call = [inverse](TensorMap& t, const auto& run) {
+            run({.tensor = t.at("tensor"), .cos = t.at("cos"), .sin = t.at("sin"), .inverse = inverse});
+          };
+          check_variants_on_all_devices(problem, /*must_support=*/dtype != DType::float64 && !strided);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fast_llm::kernels
