@@ -60,10 +60,10 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 // Blocks for a grid-stride loop over `count` items with `threads` threads per block: enough to cover the items, at
-// most `waves` blocks per multiprocessor.
-inline unsigned grid_for(int64_t count, int threads, const LaunchScope& scope, int waves = 8) {
+// most `blocks_per_multiprocessor` blocks per multiprocessor.
+inline unsigned grid_for(int64_t count, int threads, const LaunchScope& scope, int blocks_per_multiprocessor = 8) {
   const int64_t needed = ceil_div(count, threads);
-  const int64_t cap = int64_t(scope.multiprocessors()) * waves;
+  const int64_t cap = int64_t(scope.multiprocessors()) * blocks_per_multiprocessor;
   return unsigned(needed < 1 ? 1 : needed < cap ? needed : cap);
 }
 
