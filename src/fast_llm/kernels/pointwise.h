@@ -1,7 +1,7 @@
 // Ops: axpy (residual stream and gradient accumulation) and dropout.
 //   axpy:    output += alpha * input           (any float dtypes, same shape; math in fp32/fp64)
-//   dropout: x = x * mask / (1 - p) in place, mask[i] = uniform(seed, i) >= p   (core/random.h Philox, so the
-//            same seed regenerates the same mask in backward, on any device)
+//   dropout: x = x * mask / (1 - p) in place, mask[i] = uniform(seed, i) >= float(p)   (core/random.h Philox,
+//            compared in fp32, so the same seed regenerates the same mask in backward, on any device); 0 <= p < 1
 #pragma once
 
 #include <cstdint>

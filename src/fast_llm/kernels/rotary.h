@@ -1,11 +1,12 @@
 // Op: rotary_apply. Rotary position embedding in the "rotate-half" layout (Hugging Face compatible, no weight
-// permutation): for each head, the pair (x[i], x[i + head_size/2]) is rotated by angle theta(t, i):
+// permutation): for each head, the pair (x[i], x[i + rotary_dims/2]), i < rotary_dims/2, is rotated by theta(t, i):
 //   x1' = x1 * cos - x2 * sin,   x2' = x2 * cos + x1 * sin
 // in place on (tokens, heads, head_size). The backward of a rotation is the rotation by the opposite angle, so the
 // same op with `inverse = true` turns the gradient of the output into the gradient of the input.
 // cos/sin are precomputed per token (positions are indices in the packed micro-batch: attention never crosses
 // documents and rotary is relative, so this equals per-document positions) in fp32, scaled by the attention factor
-// of yarn where it applies. Only the first `rotary_dims` of head_size rotate when cos/sin are narrower.
+// of yarn where it applies. rotary_dims = head_size in general; when cos/sin are narrower only the first rotary_dims
+// columns rotate (Hugging Face's partial rotary: rotate_half on x[:rotary_dims]) and the rest pass through.
 #pragma once
 
 #include "fast_llm/kernels/registry.h"
