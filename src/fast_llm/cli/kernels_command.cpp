@@ -1,0 +1,38 @@
+// `fast-llm kernels`: the kernel variants registered in this binary (and plugins), and which can run here.
+#include <cstdio>
+
+#include "fast_llm/cli/commands.h"
+#include "fast_llm/core/device.h"
+#include "fast_llm/kernels/listing.h"
+#include "fast_llm/kernels/registry.h"
+
+namespace fast_llm::cli {
+
+void add_kernels_command(CLI::App& app, CommandAction& action) {
+  auto* command = app.add_subcommand("kernels", "List the kernel variants available on this machine.");
+  auto device = std::make_shared<std::string>("all");
+  auto plugins = std::make_shared<std::vector<std::string>>();
+  command->add_option("--device", *device, "Only this device's variants.")
+      ->check(CLI::IsMember({"all", "cpu", "cuda"}));
+  command->add_option("--plugin", *plugins, "Load this kernel plugin (a shared library) first; repeatable.");
+  command->callback([&action, device, plugins] {
+    action = [device, plugins] {
+      if (!plugins->empty()) kernels::load_kernel_plugins(*plugins);
+      std::optional<DeviceType> filter;
+      if (*device == "cpu") filter = DeviceType::cpu;
+      if (*device == "cuda") filter = DeviceType::cuda;
+      std::string table = kernels::format_kernel_table(filter);
+      std::fwrite(table.data(), 1, table.size(), stdout);
+      const auto& gpus = cuda_devices();
+      if (gpus.empty())
+        std::printf("\nCUDA devices: none%s\n", cuda_compiled() ? "" : " (this build has no CUDA backend)");
+      for (const auto& gpu : gpus)
+        std::printf("\n%s: %s, compute capability %d.%d, %zu MiB, %d multiprocessors\n", gpu.device.str().c_str(),
+                    gpu.name.c_str(), gpu.compute_capability_major, gpu.compute_capability_minor,
+                    gpu.total_memory >> 20, gpu.multiprocessor_count);
+      return 0;
+    };
+  });
+}
+
+}  // namespace fast_llm::cli

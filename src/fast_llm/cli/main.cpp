@@ -1,0 +1,57 @@
+// fast-llm: the command line. This is the only place that catches errors: it prints them (with the rank in a
+// distributed run) and exits 1.
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <exception>
+
+#include "fast_llm/cli/commands.h"
+#include "fast_llm/core/error.h"
+#include "fast_llm/core/logging.h"
+
+namespace {
+
+void set_rank_from_environment() {
+  const char* rank = std::getenv("RANK");
+  const char* world_size = std::getenv("WORLD_SIZE");
+  if (rank && world_size) fast_llm::set_log_rank(std::atoi(rank), std::atoi(world_size));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fast_llm;
+  set_rank_from_environment();
+  CLI::App app{"fast-llm: train GPT-style language models from one YAML file, on CPU or CUDA GPUs.", "fast-llm"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "fast-llm 0.1.0");
+  bool debug = false;
+  app.add_flag("--debug", debug, "Log debug lines (kernel choices, allocator and loader details).");
+
+  cli::CommandAction action;
+  cli::add_train_command(app, action);
+  cli::add_convert_command(app, action);
+  cli::add_prepare_command(app, action);
+  cli::add_evaluate_command(app, action);
+  cli::add_generate_command(app, action);
+  cli::add_kernels_command(app, action);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  }
+  if (debug) set_log_level(LogLevel::debug);
+  try {
+    return action ? action() : 0;
+  } catch (const Error& error) {
+    log_error("{}", error.what());
+    if (log_level() <= LogLevel::debug)
+      log_error("  thrown at {}:{}", error.location().file_name(), error.location().line());
+  } catch (const std::bad_alloc&) {
+    log_error("[memory] out of host memory");
+  } catch (const std::exception& error) {
+    log_error("[internal] {} (this is a bug in fast-llm)", error.what());
+  }
+  return 1;
+}

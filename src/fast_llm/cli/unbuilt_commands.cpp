@@ -1,0 +1,53 @@
+// Commands of Fast-LLM's command line that fast-llm accepts but cannot run yet. Each parses its arguments as Fast-LLM
+// does (`-c config.yaml`, `a.b.c=value` overrides) and stops with a clear error, so scripts fail loudly instead of
+// doing something else.
+#include "fast_llm/cli/commands.h"
+#include "fast_llm/core/error.h"
+
+namespace fast_llm::cli {
+
+namespace {
+
+struct CommonOptions {
+  std::string config;
+  std::vector<std::string> overrides;
+};
+
+CLI::App* add_refused_command(CLI::App& parent, CommandAction& action, const std::string& name,
+                              const std::string& description, const std::string& component,
+                              const std::string& reason) {
+  auto* command = parent.add_subcommand(name, description);
+  auto options = std::make_shared<CommonOptions>();
+  command->add_option("-c,--config", options->config, "YAML configuration file.");
+  command->add_option("overrides", options->overrides, "Overrides `a.b.c=value`.");
+  command->callback([&action, component, reason] {
+    action = [component, reason]() -> int { throw NotSupportedError(component, reason); };
+  });
+  return command;
+}
+
+}  // namespace
+
+void add_convert_command(CLI::App& app, CommandAction& action) {
+  auto* convert = app.add_subcommand("convert", "Convert checkpoints between formats (fast_llm, distributed, llama, "
+                                                "mistral, qwen2, mixtral).");
+  convert->require_subcommand(1);
+  add_refused_command(*convert, action, "gpt", "Convert a GPT checkpoint.", "convert",
+                      "checkpoint conversion is not available yet: the safetensors and Hugging Face converters are "
+                      "being built");
+}
+
+void add_evaluate_command(CLI::App& app, CommandAction& action) {
+  auto* evaluate = app.add_subcommand("evaluate", "Run the evaluators of a training config on a pretrained model.");
+  evaluate->require_subcommand(1);
+  add_refused_command(*evaluate, action, "gpt", "Evaluate a GPT model.", "evaluate",
+                      "stand-alone evaluation needs loading a pretrained checkpoint, which is not available yet; "
+                      "evaluators of type `loss` run inside `train gpt`");
+}
+
+void add_generate_command(CLI::App& app, CommandAction& action) {
+  add_refused_command(app, action, "generate", "Generate text with a trained model.", "generate",
+                      "text generation is not available yet");
+}
+
+}  // namespace fast_llm::cli

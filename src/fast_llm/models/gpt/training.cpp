@@ -1,0 +1,25 @@
+#include "fast_llm/models/gpt/training.h"
+
+#include "fast_llm/data/data.h"
+#include "fast_llm/engine/training/trainer.h"
+#include "fast_llm/models/gpt/model.h"
+
+namespace fast_llm::models::gpt {
+
+void train(const GPTTrainerConfig& config) {
+  config.kernels.apply();
+  GPTModel model(config.model.base_model);
+  data::GPTData data(config.data,
+                     data::DataSetup{.experiment_directory = config.run.experiment_dir,
+                                     .vocab_size = config.model.base_model.embeddings.vocab_size});
+  engine::Trainer trainer({.training = config.training,
+                           .schedule = config.schedule,
+                           .optimizer = config.optimizer,
+                           .multi_stage = config.model.multi_stage,
+                           .distributed = config.model.distributed,
+                           .run = config.run},
+                          model, data, config.to_yaml_string());
+  trainer.run();
+}
+
+}  // namespace fast_llm::models::gpt
