@@ -33,7 +33,8 @@ std::string_view type_name(ActivationType type) {
 // The activations as written in their papers, in double.
 double naive_activation(ActivationType type, double x) {
   switch (type) {
-    case ActivationType::gelu: return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * std::pow(x, 3))));
+    case ActivationType::gelu:
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * std::pow(x, 3))));
     case ActivationType::silu: return x / (1 + std::exp(-x));
     case ActivationType::relu: return std::max(x, 0.0);
     case ActivationType::squared_relu: return std::pow(std::max(x, 0.0), 2);
@@ -165,7 +166,8 @@ TEST(ActivationReference, Errors) {
                "[activation_forward] output has shape (2, 2), expected (2, 3)");
   expect_error([&] { activation_forward({.gated = false, .input = input, .output = output}); },
                "[activation_forward] output has shape (2, 2), expected (2, 6)");
-  Tensor grad_output = Tensor::empty(Shape{2, 3}, DType::float32), grad_input = Tensor::empty(Shape{2, 3}, DType::float32);
+  Tensor grad_output = Tensor::empty(Shape{2, 3}, DType::float32),
+         grad_input = Tensor::empty(Shape{2, 3}, DType::float32);
   expect_error(
       [&] {
         activation_backward({.gated = true, .grad_output = grad_output, .input = input, .grad_input = grad_input});

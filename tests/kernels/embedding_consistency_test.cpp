@@ -1,12 +1,11 @@
 // Consistency of every embedding_forward / embedding_backward variant (CPU and CUDA) with the CPU reference: int64 and
 // int32 indices with repeats, fp32 / bf16 / fp16 / fp64 weights, scale, accumulate, odd sizes, fp32 gradient buffers.
 // The reference itself is checked against hand-computed gathers and finite differences in embedding_test.cpp.
-#include "fast_llm/kernels/embedding.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "fast_llm/kernels/embedding.h"
 #include "kernels/reference_consistency.h"
 
 namespace fast_llm::kernels {
@@ -35,27 +34,32 @@ TEST(EmbeddingConsistency, CpuAndCudaVariantsMatchTheReference) {
           const double scale = accumulate ? 1.0 : 0.7;
           Tensor indices = random_indices(tokens, rows, index_dtype, ++seed);
 
-          ConsistencyProblem<EmbeddingForward> forward{.name = name, .dtype = dtype, .exact = false, .tensors = {},
-                                                       .call = {}};
+          ConsistencyProblem<EmbeddingForward> forward{
+              .name = name, .dtype = dtype, .exact = false, .tensors = {}, .call = {}};
           forward.tensors["indices"] = input(indices);
           forward.tensors["weight"] = input(random_tensor(Shape{rows, hidden}, dtype, ++seed));
           Tensor initial_output = random_tensor(Shape{tokens, hidden}, dtype, ++seed);
           forward.tensors["output"] = accumulate ? accumulated_output(initial_output) : output(initial_output);
           forward.call = [scale, accumulate](TensorMap& t, const auto& run) {
-            run({.indices = t.at("indices"), .weight = t.at("weight"), .output = t.at("output"), .scale = scale,
+            run({.indices = t.at("indices"),
+                 .weight = t.at("weight"),
+                 .output = t.at("output"),
+                 .scale = scale,
                  .accumulate = accumulate});
           };
           check_variants_on_all_devices(forward, must_support);
 
-          ConsistencyProblem<EmbeddingBackward> backward{.name = name, .dtype = dtype, .exact = false, .tensors = {},
-                                                         .call = {}};
+          ConsistencyProblem<EmbeddingBackward> backward{
+              .name = name, .dtype = dtype, .exact = false, .tensors = {}, .call = {}};
           backward.tensors["indices"] = input(indices);
           backward.tensors["grad_output"] = input(random_tensor(Shape{tokens, hidden}, dtype, ++seed));
           const DType gradient_dtype = dtype == DType::float64 ? DType::float64 : DType::float32;
           backward.tensors["grad_weight"] =
               accumulated_output(random_tensor(Shape{rows, hidden}, gradient_dtype, ++seed));
           backward.call = [scale](TensorMap& t, const auto& run) {
-            run({.indices = t.at("indices"), .grad_output = t.at("grad_output"), .grad_weight = t.at("grad_weight"),
+            run({.indices = t.at("indices"),
+                 .grad_output = t.at("grad_output"),
+                 .grad_weight = t.at("grad_weight"),
                  .scale = scale});
           };
           check_variants_on_all_devices(backward, must_support);

@@ -138,7 +138,8 @@ TEST(EmbeddingReference, Errors) {
                "[embedding_forward] indices has shape (2, 2), expected (tokens)");
 
   Tensor float_indices = make_tensor({1, 2, 0}, Shape{3}, DType::float32);
-  auto reason = reference_unsupported_reason<EmbeddingForward>({.indices = float_indices, .weight = weight, .output = output});
+  auto reason =
+      reference_unsupported_reason<EmbeddingForward>({.indices = float_indices, .weight = weight, .output = output});
   ASSERT_TRUE(reason.has_value());
   EXPECT_NE(reason->find("indices has dtype float32"), std::string::npos) << *reason;
   Tensor bf16_grad_weight = Tensor::empty(Shape{5, 2}, DType::bfloat16);

@@ -2,10 +2,9 @@
 // with and without weight and bias, zero-centered, odd sizes, contiguous rows and strided views; fp32 statistics and
 // gradient buffers as the header lays out. The reference itself is checked against hand-computed values and finite
 // differences in normalization_test.cpp.
-#include "fast_llm/kernels/normalization.h"
-
 #include <gtest/gtest.h>
 
+#include "fast_llm/kernels/normalization.h"
 #include "kernels/reference_consistency.h"
 
 namespace fast_llm::kernels {
@@ -43,8 +42,13 @@ std::vector<NormCase> norm_cases() {
       for (const auto& [weight, bias, zero_centered] :
            std::vector<std::tuple<bool, bool, bool>>{{true, true, false}, {true, false, true}, {false, false, false}})
         for (bool strided : {false, true})
-          cases.push_back({.dtype = dtype, .rows = rows, .hidden = hidden, .weight = weight, .bias = bias,
-                           .zero_centered = zero_centered, .strided = strided});
+          cases.push_back({.dtype = dtype,
+                           .rows = rows,
+                           .hidden = hidden,
+                           .weight = weight,
+                           .bias = bias,
+                           .zero_centered = zero_centered,
+                           .strided = strided});
   return cases;
 }
 
@@ -59,20 +63,24 @@ TEST(NormalizationConsistency, CpuAndCudaVariantsMatchTheReference) {
     const bool must_support = c.dtype != DType::float64 && !c.strided;
     const Shape rows{c.rows}, hidden{c.hidden};
 
-    ConsistencyProblem<RmsNormForward> rms_forward{.name = case_name(c), .dtype = c.dtype, .exact = false,
-                                                   .tensors = {}, .call = {}};
+    ConsistencyProblem<RmsNormForward> rms_forward{
+        .name = case_name(c), .dtype = c.dtype, .exact = false, .tensors = {}, .call = {}};
     rms_forward.tensors["input"] = activation(c, false, ++seed);
     if (c.weight) rms_forward.tensors["weight"] = input(random_tensor(hidden, c.dtype, ++seed));
     rms_forward.tensors["output"] = activation(c, true, ++seed);
     rms_forward.tensors["inverse_rms"] = output(Tensor::empty(rows, DType::float32));
     rms_forward.call = [c](TensorMap& t, const auto& run) {
-      run({.input = t.at("input"), .weight = optional_tensor(t, "weight"), .output = t.at("output"),
-           .inverse_rms = t.at("inverse_rms"), .epsilon = 1e-5, .zero_centered = c.zero_centered});
+      run({.input = t.at("input"),
+           .weight = optional_tensor(t, "weight"),
+           .output = t.at("output"),
+           .inverse_rms = t.at("inverse_rms"),
+           .epsilon = 1e-5,
+           .zero_centered = c.zero_centered});
     };
     check_variants_on_all_devices(rms_forward, must_support);
 
-    ConsistencyProblem<RmsNormBackward> rms_backward{.name = case_name(c), .dtype = c.dtype, .exact = false,
-                                                     .tensors = {}, .call = {}};
+    ConsistencyProblem<RmsNormBackward> rms_backward{
+        .name = case_name(c), .dtype = c.dtype, .exact = false, .tensors = {}, .call = {}};
     rms_backward.tensors["grad_output"] = activation(c, false, ++seed);
     rms_backward.tensors["input"] = activation(c, false, ++seed);
     if (c.weight) {
@@ -82,14 +90,18 @@ TEST(NormalizationConsistency, CpuAndCudaVariantsMatchTheReference) {
     rms_backward.tensors["inverse_rms"] = input(random_tensor(rows, DType::float32, ++seed, 0.5, 2));
     rms_backward.tensors["grad_input"] = activation(c, true, ++seed);
     rms_backward.call = [c](TensorMap& t, const auto& run) {
-      run({.grad_output = t.at("grad_output"), .input = t.at("input"), .weight = optional_tensor(t, "weight"),
-           .inverse_rms = t.at("inverse_rms"), .grad_input = t.at("grad_input"),
-           .grad_weight = optional_tensor(t, "grad_weight"), .zero_centered = c.zero_centered});
+      run({.grad_output = t.at("grad_output"),
+           .input = t.at("input"),
+           .weight = optional_tensor(t, "weight"),
+           .inverse_rms = t.at("inverse_rms"),
+           .grad_input = t.at("grad_input"),
+           .grad_weight = optional_tensor(t, "grad_weight"),
+           .zero_centered = c.zero_centered});
     };
     check_variants_on_all_devices(rms_backward, must_support);
 
-    ConsistencyProblem<LayerNormForward> layer_forward{.name = case_name(c), .dtype = c.dtype, .exact = false,
-                                                       .tensors = {}, .call = {}};
+    ConsistencyProblem<LayerNormForward> layer_forward{
+        .name = case_name(c), .dtype = c.dtype, .exact = false, .tensors = {}, .call = {}};
     layer_forward.tensors["input"] = activation(c, false, ++seed);
     if (c.weight) layer_forward.tensors["weight"] = input(random_tensor(hidden, c.dtype, ++seed));
     if (c.bias) layer_forward.tensors["bias"] = input(random_tensor(hidden, c.dtype, ++seed));
@@ -97,14 +109,19 @@ TEST(NormalizationConsistency, CpuAndCudaVariantsMatchTheReference) {
     layer_forward.tensors["mean"] = output(Tensor::empty(rows, DType::float32));
     layer_forward.tensors["inverse_std"] = output(Tensor::empty(rows, DType::float32));
     layer_forward.call = [c](TensorMap& t, const auto& run) {
-      run({.input = t.at("input"), .weight = optional_tensor(t, "weight"), .bias = optional_tensor(t, "bias"),
-           .output = t.at("output"), .mean = t.at("mean"), .inverse_std = t.at("inverse_std"), .epsilon = 1e-5,
+      run({.input = t.at("input"),
+           .weight = optional_tensor(t, "weight"),
+           .bias = optional_tensor(t, "bias"),
+           .output = t.at("output"),
+           .mean = t.at("mean"),
+           .inverse_std = t.at("inverse_std"),
+           .epsilon = 1e-5,
            .zero_centered = c.zero_centered});
     };
     check_variants_on_all_devices(layer_forward, must_support);
 
-    ConsistencyProblem<LayerNormBackward> layer_backward{.name = case_name(c), .dtype = c.dtype, .exact = false,
-                                                         .tensors = {}, .call = {}};
+    ConsistencyProblem<LayerNormBackward> layer_backward{
+        .name = case_name(c), .dtype = c.dtype, .exact = false, .tensors = {}, .call = {}};
     layer_backward.tensors["grad_output"] = activation(c, false, ++seed);
     layer_backward.tensors["input"] = activation(c, false, ++seed);
     if (c.weight) {
@@ -117,9 +134,14 @@ TEST(NormalizationConsistency, CpuAndCudaVariantsMatchTheReference) {
     layer_backward.tensors["inverse_std"] = input(random_tensor(rows, DType::float32, ++seed, 0.5, 2));
     layer_backward.tensors["grad_input"] = activation(c, true, ++seed);
     layer_backward.call = [c](TensorMap& t, const auto& run) {
-      run({.grad_output = t.at("grad_output"), .input = t.at("input"), .weight = optional_tensor(t, "weight"),
-           .mean = t.at("mean"), .inverse_std = t.at("inverse_std"), .grad_input = t.at("grad_input"),
-           .grad_weight = optional_tensor(t, "grad_weight"), .grad_bias = optional_tensor(t, "grad_bias"),
+      run({.grad_output = t.at("grad_output"),
+           .input = t.at("input"),
+           .weight = optional_tensor(t, "weight"),
+           .mean = t.at("mean"),
+           .inverse_std = t.at("inverse_std"),
+           .grad_input = t.at("grad_input"),
+           .grad_weight = optional_tensor(t, "grad_weight"),
+           .grad_bias = optional_tensor(t, "grad_bias"),
            .zero_centered = c.zero_centered});
     };
     check_variants_on_all_devices(layer_backward, must_support);

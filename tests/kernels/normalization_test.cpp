@@ -34,8 +34,8 @@ std::vector<double> naive_rms_norm(const std::vector<double>& x, int64_t rows, i
 }
 
 std::vector<double> naive_layer_norm(const std::vector<double>& x, int64_t rows, int64_t hidden,
-                                     const std::vector<double>* weight, const std::vector<double>* bias,
-                                     double epsilon, bool zero_centered) {
+                                     const std::vector<double>* weight, const std::vector<double>* bias, double epsilon,
+                                     bool zero_centered) {
   std::vector<double> y(x.size());
   for (int64_t row = 0; row < rows; ++row) {
     const double* values = x.data() + row * hidden;
@@ -224,7 +224,8 @@ TEST(RmsNormReference, LowPrecisionMatchesFloat64) {
       Tensor weight = random_tensor(Shape{hidden}, DType::float32, 33);
       Tensor input64 = converted(input, DType::float64), grad_output64 = converted(grad_output, DType::float64);
 
-      Tensor output = Tensor::empty(Shape{rows, hidden}, dtype), inverse_rms = Tensor::empty(Shape{rows}, DType::float32);
+      Tensor output = Tensor::empty(Shape{rows, hidden}, dtype),
+             inverse_rms = Tensor::empty(Shape{rows}, DType::float32);
       Tensor output64 = Tensor::empty(Shape{rows, hidden}, DType::float64);
       Tensor inverse_rms64 = Tensor::empty(Shape{rows}, DType::float64);
       rms_forward(input, &weight, output, inverse_rms, 1e-5, zero_centered);
@@ -249,30 +250,46 @@ TEST(RmsNormReference, ShapeErrors) {
   Tensor input = random_tensor(Shape{2, 4}, DType::float32, 41);
   Tensor output = Tensor::empty(Shape{2, 4}, DType::float32), inverse_rms = Tensor::empty(Shape{2}, DType::float32);
   Tensor short_weight = Tensor::empty(Shape{3}, DType::float32);
-  expect_error([&] { rms_norm_forward({.input = input, .weight = &short_weight, .output = output, .inverse_rms = inverse_rms}); },
-               "[rms_norm_forward] weight has shape (3), expected (4)");
+  expect_error(
+      [&] {
+        rms_norm_forward({.input = input, .weight = &short_weight, .output = output, .inverse_rms = inverse_rms});
+      },
+      "[rms_norm_forward] weight has shape (3), expected (4)");
   Tensor wrong_output = Tensor::empty(Shape{4, 2}, DType::float32);
-  expect_error([&] { rms_norm_forward({.input = input, .weight = nullptr, .output = wrong_output, .inverse_rms = inverse_rms}); },
-               "[rms_norm_forward] output has shape (4, 2), expected (2, 4)");
+  expect_error(
+      [&] {
+        rms_norm_forward({.input = input, .weight = nullptr, .output = wrong_output, .inverse_rms = inverse_rms});
+      },
+      "[rms_norm_forward] output has shape (4, 2), expected (2, 4)");
   Tensor wrong_statistics = Tensor::empty(Shape{4}, DType::float32);
-  expect_error([&] { rms_norm_forward({.input = input, .weight = nullptr, .output = output, .inverse_rms = wrong_statistics}); },
-               "[rms_norm_forward] inverse_rms has shape (4), expected (2)");
+  expect_error(
+      [&] { rms_norm_forward({.input = input, .weight = nullptr, .output = output, .inverse_rms = wrong_statistics}); },
+      "[rms_norm_forward] inverse_rms has shape (4), expected (2)");
   Tensor input3 = Tensor::empty(Shape{2, 2, 4}, DType::float32);
-  expect_error([&] { rms_norm_forward({.input = input3, .weight = nullptr, .output = output, .inverse_rms = inverse_rms}); },
-               "[rms_norm_forward] input has shape (2, 2, 4), expected (rows, hidden)");
+  expect_error(
+      [&] { rms_norm_forward({.input = input3, .weight = nullptr, .output = output, .inverse_rms = inverse_rms}); },
+      "[rms_norm_forward] input has shape (2, 2, 4), expected (rows, hidden)");
 
   Tensor grad_input = Tensor::empty(Shape{2, 4}, DType::float32), grad_weight = Tensor::empty(Shape{4}, DType::float32);
   expect_error(
       [&] {
-        rms_norm_backward({.grad_output = input, .input = input, .weight = nullptr, .inverse_rms = inverse_rms,
-                           .grad_input = grad_input, .grad_weight = &grad_weight});
+        rms_norm_backward({.grad_output = input,
+                           .input = input,
+                           .weight = nullptr,
+                           .inverse_rms = inverse_rms,
+                           .grad_input = grad_input,
+                           .grad_weight = &grad_weight});
       },
       "[rms_norm_backward] grad_weight is given without a weight");
   Tensor short_grad_output = Tensor::empty(Shape{1, 4}, DType::float32);
   expect_error(
       [&] {
-        rms_norm_backward({.grad_output = short_grad_output, .input = input, .weight = nullptr,
-                           .inverse_rms = inverse_rms, .grad_input = grad_input, .grad_weight = nullptr});
+        rms_norm_backward({.grad_output = short_grad_output,
+                           .input = input,
+                           .weight = nullptr,
+                           .inverse_rms = inverse_rms,
+                           .grad_input = grad_input,
+                           .grad_weight = nullptr});
       },
       "[rms_norm_backward] grad_output has shape (1, 4), expected (2, 4)");
 }
@@ -280,7 +297,8 @@ TEST(RmsNormReference, ShapeErrors) {
 TEST(RmsNormReference, UnsupportedDtypes) {
   Tensor input = Tensor::empty(Shape{2, 4}, DType::float32), output = Tensor::empty(Shape{2, 4}, DType::float32);
   Tensor int_input = Tensor::empty(Shape{2, 4}, DType::int32);
-  Tensor inverse_rms = Tensor::empty(Shape{2}, DType::float32), bf16_statistics = Tensor::empty(Shape{2}, DType::bfloat16);
+  Tensor inverse_rms = Tensor::empty(Shape{2}, DType::float32),
+         bf16_statistics = Tensor::empty(Shape{2}, DType::bfloat16);
   auto reason = reference_unsupported_reason<RmsNormForward>(
       {.input = int_input, .weight = nullptr, .output = output, .inverse_rms = inverse_rms});
   ASSERT_TRUE(reason.has_value());
@@ -296,8 +314,11 @@ TEST(RmsNormReference, UnsupportedDtypes) {
   EXPECT_NE(reason->find("output has dtype bfloat16"), std::string::npos) << *reason;
 
   Tensor weight = Tensor::empty(Shape{4}, DType::float32), bf16_grad_weight = Tensor::empty(Shape{4}, DType::bfloat16);
-  reason = reference_unsupported_reason<RmsNormBackward>({.grad_output = input, .input = input, .weight = &weight,
-                                                          .inverse_rms = inverse_rms, .grad_input = output,
+  reason = reference_unsupported_reason<RmsNormBackward>({.grad_output = input,
+                                                          .input = input,
+                                                          .weight = &weight,
+                                                          .inverse_rms = inverse_rms,
+                                                          .grad_input = output,
                                                           .grad_weight = &bf16_grad_weight});
   ASSERT_TRUE(reason.has_value());
   EXPECT_NE(reason->find("grad_weight has dtype bfloat16"), std::string::npos) << *reason;
@@ -370,7 +391,8 @@ TEST(LayerNormReference, BackwardMatchesFiniteDifferences) {
         Tensor probe = random_tensor(Shape{rows, hidden}, DType::float64, 64);
         const std::vector<double> probe_values = values_of(probe);
         Tensor output = filled(Shape{rows, hidden}, DType::float64, kNaN);
-        Tensor mean = filled(Shape{rows}, DType::float64, kNaN), inverse_std = filled(Shape{rows}, DType::float64, kNaN);
+        Tensor mean = filled(Shape{rows}, DType::float64, kNaN),
+               inverse_std = filled(Shape{rows}, DType::float64, kNaN);
         auto loss = [&] {
           layer_forward(input, weight_pointer, bias_pointer, output, mean, inverse_std, epsilon, zero_centered);
           return dot(values_of(output), probe_values);
@@ -383,8 +405,8 @@ TEST(LayerNormReference, BackwardMatchesFiniteDifferences) {
         Tensor grad_input = filled(Shape{rows, hidden}, DType::float64, kNaN);
         Tensor grad_weight = filled(Shape{hidden}, DType::float64, 0.25);
         Tensor grad_bias = filled(Shape{hidden}, DType::float64, -0.5);
-        layer_backward(probe, input, weight_pointer, mean, inverse_std, grad_input,
-                       has_weight ? &grad_weight : nullptr, has_bias ? &grad_bias : nullptr, zero_centered);
+        layer_backward(probe, input, weight_pointer, mean, inverse_std, grad_input, has_weight ? &grad_weight : nullptr,
+                       has_bias ? &grad_bias : nullptr, zero_centered);
         expect_near(grad_input, expected_grad_input, 1e-8, 1e-7, "grad_input");
         if (has_weight) expect_near(grad_weight, plus(expected_grad_weight, 0.25), 1e-8, 1e-7, "grad_weight");
         if (has_bias) expect_near(grad_bias, plus(expected_grad_bias, -0.5), 1e-8, 1e-7, "grad_bias");
@@ -436,30 +458,47 @@ TEST(LayerNormReference, ShapeErrors) {
   Tensor long_bias = Tensor::empty(Shape{5}, DType::float32);
   expect_error(
       [&] {
-        layer_norm_forward({.input = input, .weight = nullptr, .bias = &long_bias, .output = output, .mean = mean,
+        layer_norm_forward({.input = input,
+                            .weight = nullptr,
+                            .bias = &long_bias,
+                            .output = output,
+                            .mean = mean,
                             .inverse_std = inverse_std});
       },
       "[layer_norm_forward] bias has shape (5), expected (4)");
   Tensor short_mean = Tensor::empty(Shape{2}, DType::float32);
   expect_error(
       [&] {
-        layer_norm_forward({.input = input, .weight = nullptr, .bias = nullptr, .output = output, .mean = short_mean,
+        layer_norm_forward({.input = input,
+                            .weight = nullptr,
+                            .bias = nullptr,
+                            .output = output,
+                            .mean = short_mean,
                             .inverse_std = inverse_std});
       },
       "[layer_norm_forward] mean has shape (2), expected (3)");
   Tensor empty_rows = Tensor::empty(Shape{3, 0}, DType::float32);
   expect_error(
       [&] {
-        layer_norm_forward({.input = empty_rows, .weight = nullptr, .bias = nullptr, .output = empty_rows,
-                            .mean = mean, .inverse_std = inverse_std});
+        layer_norm_forward({.input = empty_rows,
+                            .weight = nullptr,
+                            .bias = nullptr,
+                            .output = empty_rows,
+                            .mean = mean,
+                            .inverse_std = inverse_std});
       },
       "[layer_norm_forward] input has shape (3, 0): hidden size must be positive");
 
   Tensor grad_input = Tensor::empty(Shape{3, 4}, DType::float32), grad_bias = Tensor::empty(Shape{3}, DType::float32);
   expect_error(
       [&] {
-        layer_norm_backward({.grad_output = input, .input = input, .weight = nullptr, .mean = mean,
-                             .inverse_std = inverse_std, .grad_input = grad_input, .grad_weight = nullptr,
+        layer_norm_backward({.grad_output = input,
+                             .input = input,
+                             .weight = nullptr,
+                             .mean = mean,
+                             .inverse_std = inverse_std,
+                             .grad_input = grad_input,
+                             .grad_weight = nullptr,
                              .grad_bias = &grad_bias});
       },
       "[layer_norm_backward] grad_bias has shape (3), expected (4)");

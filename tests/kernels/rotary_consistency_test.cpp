@@ -2,13 +2,12 @@
 // fp16 / fp64, full and partial rotary, odd sizes, contiguous tensors and the heads of a fused (tokens, 3 heads,
 // head_size) buffer. The reference itself is checked against hand-computed rotations and finite differences in
 // rotary_test.cpp.
-#include "fast_llm/kernels/rotary.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <numbers>
 
+#include "fast_llm/kernels/rotary.h"
 #include "kernels/reference_consistency.h"
 
 namespace fast_llm::kernels {
@@ -36,17 +35,25 @@ Tensor table(const RotaryCase& c, bool sine, uint64_t seed) {
 }
 
 TEST(RotaryConsistency, CpuAndCudaVariantsMatchTheReference) {
-  std::vector<std::array<int64_t, 4>> shapes = {
-      {1, 1, 2, 1}, {5, 3, 8, 4}, {7, 4, 64, 32}, {9, 2, 80, 16}, {33, 8, 128, 64}};  // (tokens, heads, head_size, half)
+  std::vector<std::array<int64_t, 4>> shapes = {{1, 1, 2, 1},
+                                                {5, 3, 8, 4},
+                                                {7, 4, 64, 32},
+                                                {9, 2, 80, 16},
+                                                {33, 8, 128, 64}};  // (tokens, heads, head_size, half)
   uint64_t seed = 40000;
   for (DType dtype : {DType::float32, DType::bfloat16, DType::float16, DType::float64}) {
     for (const auto& [tokens, heads, head_size, half] : shapes) {
       for (bool inverse : {false, true}) {
         for (bool strided : {false, true}) {
-          const RotaryCase c{.dtype = dtype, .tokens = tokens, .heads = heads, .head_size = head_size, .half = half,
-                             .inverse = inverse, .strided = strided};
-          ConsistencyProblem<RotaryApply> problem{.name = case_name(c), .dtype = dtype, .exact = false,
-                                                  .tensors = {}, .call = {}};
+          const RotaryCase c{.dtype = dtype,
+                             .tokens = tokens,
+                             .heads = heads,
+                             .head_size = head_size,
+                             .half = half,
+                             .inverse = inverse,
+                             .strided = strided};
+          ConsistencyProblem<RotaryApply> problem{
+              .name = case_name(c), .dtype = dtype, .exact = false, .tensors = {}, .call = {}};
           // Rotated in place: an output whose initial values are read.
           Tensor storage = random_tensor(Shape{tokens, strided ? 3 * heads : heads, head_size}, dtype, ++seed, -2, 2);
           std::function<Tensor(const Tensor&)> view;

@@ -22,7 +22,8 @@ void rotate(const Tensor& tensor, const Tensor& cos, const Tensor& sin, bool inv
 
 // cos / sin tables (tokens, half) of random angles in [-pi, pi].
 std::pair<Tensor, Tensor> random_tables(int64_t tokens, int64_t half, DType dtype, uint64_t seed) {
-  std::vector<double> angles = uniform_values(tokens * half, seed, -std::numbers::pi, std::numbers::pi), cos(angles.size()), sin(angles.size());
+  std::vector<double> angles = uniform_values(tokens * half, seed, -std::numbers::pi, std::numbers::pi),
+                      cos(angles.size()), sin(angles.size());
   for (size_t index = 0; index < angles.size(); ++index) {
     cos[index] = std::cos(angles[index]);
     sin[index] = std::sin(angles[index]);
@@ -51,17 +52,25 @@ TEST(RotaryReference, ForwardHandChecked) {
 
 TEST(RotaryReference, PartialRotaryHandChecked) {
   // head_size 6, rotary_dims 4 (half 2): pairs (x0, x2), (x1, x3); x4, x5 pass through. Two tokens, two heads.
-  Tensor x = make_tensor({1, 2, 3, 4, 5, 6, /*head 1*/ -1, 0, 1, 0, 7, 8,  //
-                          /*token 1*/ 1, 2, 3, 4, 5, 6, 0, 1, 0, -1, 9, 10},
+  // Rows: (token 0, head 0), (token 0, head 1), (token 1, head 0), (token 1, head 1).
+  // clang-format off
+  Tensor x = make_tensor({1, 2, 3, 4, 5, 6,
+                          -1, 0, 1, 0, 7, 8,
+                          1, 2, 3, 4, 5, 6,
+                          0, 1, 0, -1, 9, 10},
                          Shape{2, 2, 6}, DType::float64);
+  // clang-format on
   // Token 0: pair 0 by 90 degrees, pair 1 by 180 degrees. Token 1: identity, then cos 0.6 sin 0.8.
   Tensor cos = make_tensor({0, -1, 1, 0.6}, Shape{2, 2}, DType::float32);
   Tensor sin = make_tensor({1, 0, 0, 0.8}, Shape{2, 2}, DType::float32);
   rotate(x, cos, sin, false);
-  expect_near(x,
-              {-3, -2, 1, -4, 5, 6, /*head 1*/ -1, 0, -1, 0, 7, 8,  //
-               /*token 1*/ 1, 2 * 0.6 - 4 * 0.8, 3, 4 * 0.6 + 2 * 0.8, 5, 6, 0, 0.6 + 0.8, 0, -0.6 + 0.8, 9, 10},
-              1e-7, 1e-7, "partial rotary");
+  // clang-format off
+  const std::vector<double> expected = {-3, -2, 1, -4, 5, 6,
+                                        -1, 0, -1, 0, 7, 8,
+                                        1, 2 * 0.6 - 4 * 0.8, 3, 4 * 0.6 + 2 * 0.8, 5, 6,
+                                        0, 0.6 + 0.8, 0, -0.6 + 0.8, 9, 10};
+  // clang-format on
+  expect_near(x, expected, 1e-7, 1e-7, "partial rotary");
 }
 
 TEST(RotaryReference, StridedViewMatchesFormula) {
