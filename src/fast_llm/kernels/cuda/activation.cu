@@ -1,0 +1,272 @@
+// Fused activations on CUDA (kernels/activation.h): one pass over (tokens, I), reading [gate | up] rows for gated
+// MLPs (silu gated = SwiGLU), fp32 math (fp64 for fp64 tensors), rounded to nearest even on store. Backward recomputes
+// the activation from the saved input, so forward keeps nothing else. Rows whose columns are contiguous and 16-byte
+// aligned move in 16-byte vectors; any other strides go element by element.
+// common.cuh first: it sets fmt up for nvcc before anything else includes fmt.
+#include "fast_llm/kernels/cuda/common.cuh"
+//
+#include "fast_llm/kernels/cuda/activation.cuh"
+#include "fast_llm/tensor/cuda/device_guard.h"
+
+namespace fast_llm::kernels::cuda {
+
+// gelu is the tanh approximation 0.5 x (1 + tanh(k (x + c x^3))), k = sqrt(2 / pi), c = 0.044715 (as Fast-LLM).
+constexpr double kGeluScale = 0.7978845608028654;
+constexpr double kGeluCubic = 0.044715;
+
+template <class C>
+static __device__ __forceinline__ C exponential(C x) {
+  if constexpr (std::is_same_v<C, float>)
+    return expf(x);
+  else
+    return exp(x);
+}
+
+template <class C>
+static __device__ __forceinline__ C hyperbolic_tangent(C x) {
+  if constexpr (std::is_same_v<C, float>)
+    return tanhf(x);
+  else
+    return tanh(x);
+}
+
+template <class C>
+static __device__ __forceinline__ C sigmoid(C x) {
+  return C(1) / (C(1) + exponential(-x));
+}
+
+template <class C>
+static __device__ __forceinline__ C activation_value(ActivationType type, C x) {
+  switch (type) {
+    case ActivationType::gelu:
+      return C(0.5) * x * (C(1) + hyperbolic_tangent(C(kGeluScale) * (x + C(kGeluCubic) * x * x * x)));
+    case ActivationType::silu: return x * sigmoid(x);
+    case ActivationType::relu: return x > C(0) ? x : C(0);
+    case ActivationType::squared_relu: return x > C(0) ? x * x : C(0);
+    case ActivationType::sigmoid: return sigmoid(x);
+    case ActivationType::identity: return x;
+  }
+  return x;
+}
+
+// d act / dx.
+template <class C>
+static __device__ __forceinline__ C activation_derivative(ActivationType type, C x) {
+  switch (type) {
+    case ActivationType::gelu: {
+      // t = tanh(u), u = k (x + c x^3):  0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)
+      const C t = hyperbolic_tangent(C(kGeluScale) * (x + C(kGeluCubic) * x * x * x));
+      return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * C(kGeluScale) * (C(1) + C(3 * kGeluCubic) * x * x);
+    }
+    case ActivationType::silu: {
+      // (x s(x))' = s (1 + x (1 - s))
+      const C s = sigmoid(x);
+      return s * (C(1) + x * (C(1) - s));
+    }
+    case ActivationType::relu: return x > C(0) ? C(1) : C(0);
+    case ActivationType::squared_relu: return x > C(0) ? C(2) * x : C(0);
+    case ActivationType::sigmoid: {
+      const C s = sigmoid(x);
+      return s * (C(1) - s);
+    }
+    case ActivationType::identity: return C(1);
+  }
+  return C(1);
+}
+
+// N consecutive elements of a row: one 16-byte access when N > 1 (then the column stride is 1), else one element at
+// any stride.
+template <class T, int N>
+static __device__ __forceinline__ Vector<T, N> load_row(const T* pointer) {
+  return *reinterpret_cast<const Vector<T, N>*>(pointer);
+}
+template <class T, int N>
+static __device__ __forceinline__ void store_row(T* pointer, const Vector<T, N>& value) {
+  *reinterpret_cast<Vector<T, N>*>(pointer) = value;
+}
+
+// Element strides of a (tokens, columns) tensor.
+struct RowStrides {
+  int64_t row = 0, column = 0;
+};
+
+// output (tokens, I) = act(input[:, :I]) (* input[:, I:2I] when gated), N columns per step.
+template <class T, bool kGated, int N>
+static __global__ void activation_forward_kernel(ActivationType type, const T* __restrict__ input, RowStrides input_strides,
+                                                 T* __restrict__ output, RowStrides output_strides, int64_t tokens,
+                                                 int64_t size) {
+  using C = Compute<T>;
+  const int64_t steps_per_row = size / N;
+  const int64_t steps = tokens * steps_per_row;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t step = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; step < steps; step += stride) {
+    const int64_t token = step / steps_per_row;
+    const int64_t column = (step - token * steps_per_row) * N;
+    const T* gate_pointer = input + token * input_strides.row + column * input_strides.column;
+    const Vector<T, N> gate = load_row<T, N>(gate_pointer);
+    Vector<T, N> up;
+    if constexpr (kGated) up = load_row<T, N>(gate_pointer + size * input_strides.column);
+    Vector<T, N> result;
+#pragma unroll
+    for (int lane = 0; lane < N; ++lane) {
+      C y = activation_value(type, C(load(gate.values[lane])));
+      if constexpr (kGated) y *= C(load(up.values[lane]));
+      result.values[lane] = store<T>(y);
+    }
+    store_row<T, N>(output + token * output_strides.row + column * output_strides.column, result);
+  }
+}
+
+// grad_input = d/d input of sum(grad_output * output): for gated rows [gate | up],
+//   grad_gate = g up act'(gate), grad_up = g act(gate); otherwise grad_x = g act'(x).
+template <class T, bool kGated, int N>
+static __global__ void activation_backward_kernel(ActivationType type, const T* __restrict__ grad_output,
+                                                  RowStrides grad_output_strides, const T* __restrict__ input,
+                                                  RowStrides input_strides, T* __restrict__ grad_input,
+                                                  RowStrides grad_input_strides, int64_t tokens, int64_t size) {
+  using C = Compute<T>;
+  const int64_t steps_per_row = size / N;
+  const int64_t steps = tokens * steps_per_row;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t step = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; step < steps; step += stride) {
+    const int64_t token = step / steps_per_row;
+    const int64_t column = (step - token * steps_per_row) * N;
+    const T* x_pointer = input + token * input_strides.row + column * input_strides.column;
+    const Vector<T, N> x = load_row<T, N>(x_pointer);
+    const Vector<T, N> g =
+        load_row<T, N>(grad_output + token * grad_output_strides.row + column * grad_output_strides.column);
+    T* grad_pointer = grad_input + token * grad_input_strides.row + column * grad_input_strides.column;
+    if constexpr (kGated) {
+      const Vector<T, N> up = load_row<T, N>(x_pointer + size * input_strides.column);
+      Vector<T, N> grad_gate, grad_up;
+#pragma unroll
+      for (int lane = 0; lane < N; ++lane) {
+        const C gate_value = C(load(x.values[lane]));
+        const C g_value = C(load(g.values[lane]));
+        grad_gate.values[lane] = store<T>(g_value * C(load(up.values[lane])) * activation_derivative(type, gate_value));
+        grad_up.values[lane] = store<T>(g_value * activation_value(type, gate_value));
+      }
+      store_row<T, N>(grad_pointer, grad_gate);
+      store_row<T, N>(grad_pointer + size * grad_input_strides.column, grad_up);
+    } else {
+      Vector<T, N> grad_x;
+#pragma unroll
+      for (int lane = 0; lane < N; ++lane)
+        grad_x.values[lane] =
+            store<T>(C(load(g.values[lane])) * activation_derivative(type, C(load(x.values[lane]))));
+      store_row<T, N>(grad_pointer, grad_x);
+    }
+  }
+}
+
+static RowStrides strides_of(const Tensor& tensor) { return {.row = tensor.stride(0), .column = tensor.stride(1)}; }
+
+// Whether N-element steps can use 16-byte accesses on `tensor`: unit column stride, rows and the start aligned.
+template <class T, int N>
+static bool vectorizable(const Tensor& tensor) {
+  return tensor.stride(1) == 1 && tensor.stride(0) % N == 0 && is_aligned(tensor.data(), sizeof(T) * N);
+}
+
+static std::optional<std::string> same_floating_dtype(const Tensor& reference, std::string_view reference_name,
+                                                      std::initializer_list<std::pair<const Tensor*, std::string_view>> others) {
+  const DType dtype = reference.dtype();
+  if (dtype != DType::float32 && dtype != DType::float64 && dtype != DType::bfloat16 && dtype != DType::float16)
+    return fmt::format("{} has dtype {}; supported: float32, float64, bfloat16, float16", reference_name,
+                       dtype_name(dtype));
+  for (const auto& [tensor, name] : others)
+    if (tensor->dtype() != dtype)
+      return fmt::format("{} has dtype {}, {} has {}; they must match", name, dtype_name(tensor->dtype()),
+                         reference_name, dtype_name(dtype));
+  return std::nullopt;
+}
+
+// Checks the shapes shared by forward and backward and returns I.
+static int64_t check_activation_shapes(std::string_view op, const Tensor& input, bool gated, const Tensor& other,
+                                       std::string_view other_name, const Shape& other_shape_if_gated) {
+  FLM_CHECK(input.defined() && other.defined(), op, "input and {} must be defined", other_name);
+  FLM_CHECK(input.device().is_cuda() && other.device() == input.device(), op, "input is on {}, {} on {}",
+            input.device().str(), other_name, other.device().str());
+  FLM_CHECK(input.rank() == 2, op, "input has shape {}, expected {}", input.shape().str(),
+            gated ? "(tokens, 2 I) [gate | up]" : "(tokens, I)");
+  FLM_CHECK(!gated || input.size(1) % 2 == 0, op,
+            "input has shape {}: a gated input needs an even number of columns [gate | up]", input.shape().str());
+  FLM_CHECK(other.shape() == other_shape_if_gated, op, "{} has shape {}, expected {}", other_name,
+            other.shape().str(), other_shape_if_gated.str());
+  return gated ? input.size(1) / 2 : input.size(1);
+}
+
+std::optional<std::string> activation_forward_cuda_supports(const ActivationForwardArgs& args) {
+  return same_floating_dtype(args.input, "input", {{&args.output, "output"}});
+}
+
+void activation_forward_cuda(const ActivationForwardArgs& args) {
+  constexpr std::string_view op = "activation_forward";
+  const int64_t tokens = args.input.rank() == 2 ? args.input.size(0) : 0;
+  const int64_t size = args.input.rank() == 2 ? (args.gated ? args.input.size(1) / 2 : args.input.size(1)) : 0;
+  check_activation_shapes(op, args.input, args.gated, args.output, "output", Shape{tokens, size});
+  NvtxRange range("activation_forward");
+  if (tokens == 0 || size == 0) return;
+  const Device device = args.input.device();
+  ::fast_llm::detail::CudaDeviceGuard guard(device.index);
+  const cudaStream_t stream = resolve_stream(device, args.stream);
+  visit_floating(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
+    constexpr int N = int(16 / sizeof(T));
+    const T* input = static_cast<const T*>(args.input.data());
+    T* output = static_cast<T*>(args.output.data());
+    const bool vectorized = size % N == 0 && vectorizable<T, N>(args.input) && vectorizable<T, N>(args.output);
+    auto launch = [&]<bool kGated, int kWidth>() {
+      activation_forward_kernel<T, kGated, kWidth><<<grid_size(device, tokens * (size / kWidth)), kBlockSize, 0, stream>>>(
+          args.type, input, strides_of(args.input), output, strides_of(args.output), tokens, size);
+    };
+    if (args.gated)
+      vectorized ? launch.template operator()<true, N>() : launch.template operator()<true, 1>();
+    else
+      vectorized ? launch.template operator()<false, N>() : launch.template operator()<false, 1>();
+    FLM_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+std::optional<std::string> activation_backward_cuda_supports(const ActivationBackwardArgs& args) {
+  return same_floating_dtype(args.input, "input", {{&args.grad_output, "grad_output"}, {&args.grad_input, "grad_input"}});
+}
+
+void activation_backward_cuda(const ActivationBackwardArgs& args) {
+  constexpr std::string_view op = "activation_backward";
+  const int64_t tokens = args.input.rank() == 2 ? args.input.size(0) : 0;
+  const int64_t size = args.input.rank() == 2 ? (args.gated ? args.input.size(1) / 2 : args.input.size(1)) : 0;
+  check_activation_shapes(op, args.input, args.gated, args.grad_output, "grad_output", Shape{tokens, size});
+  check_activation_shapes(op, args.input, args.gated, args.grad_input, "grad_input", args.input.shape());
+  NvtxRange range("activation_backward");
+  if (tokens == 0 || size == 0) return;
+  const Device device = args.input.device();
+  ::fast_llm::detail::CudaDeviceGuard guard(device.index);
+  const cudaStream_t stream = resolve_stream(device, args.stream);
+  visit_floating(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
+    constexpr int N = int(16 / sizeof(T));
+    const T* grad_output = static_cast<const T*>(args.grad_output.data());
+    const T* input = static_cast<const T*>(args.input.data());
+    T* grad_input = static_cast<T*>(args.grad_input.data());
+    const bool vectorized = size % N == 0 && vectorizable<T, N>(args.grad_output) && vectorizable<T, N>(args.input) &&
+                            vectorizable<T, N>(args.grad_input);
+    auto launch = [&]<bool kGated, int kWidth>() {
+      activation_backward_kernel<T, kGated, kWidth>
+          <<<grid_size(device, tokens * (size / kWidth)), kBlockSize, 0, stream>>>(
+              args.type, grad_output, strides_of(args.grad_output), input, strides_of(args.input), grad_input,
+              strides_of(args.grad_input), tokens, size);
+    };
+    if (args.gated)
+      vectorized ? launch.template operator()<true, N>() : launch.template operator()<true, 1>();
+    else
+      vectorized ? launch.template operator()<false, N>() : launch.template operator()<false, 1>();
+    FLM_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+FLM_REGISTER_KERNEL(ActivationForward, DeviceType::cuda, "fused", /*priority=*/0, KernelKind::baseline,
+                    &activation_forward_cuda_supports, &activation_forward_cuda,
+                    "one pass over [gate | up] rows (SwiGLU when gated silu), 16-byte vectors, fp32 math");
+FLM_REGISTER_KERNEL(ActivationBackward, DeviceType::cuda, "fused", /*priority=*/0, KernelKind::baseline,
+                    &activation_backward_cuda_supports, &activation_backward_cuda,
+                    "one pass recomputing the activation, 16-byte vectors, fp32 math");
+
+}  // namespace fast_llm::kernels::cuda

@@ -1,0 +1,281 @@
+// gemm on CUDA through cuBLASLt (kernels/gemm.h): fp32 compute and scaling for bf16 / fp16 / fp32 inputs, the bias
+// added by the BIAS epilogue, strided batches, the algorithm from cuBLASLt's heuristic cached per problem.
+//
+// cuBLASLt is column-major, we are row-major. A row-major (r, c) matrix is the column-major (c, r) matrix of the same
+// bytes, so out = op(a) op(b) is computed as the column-major out^T (n, m) = op(b)^T op(a)^T: cuBLASLt's "A" is our b,
+// its "B" our a, and the bias, one value per row of cuBLASLt's D, is one per column of ours.
+//
+// Descriptors and algorithms are host-side objects created once per problem and kept for the process (they hold no
+// device memory); the workspace is one buffer per (device, stream), so gemms on two streams never share one.
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "fast_llm/kernels/cuda/common.cuh"
+#include "fast_llm/kernels/cuda/cublas_check.h"
+#include "fast_llm/kernels/cuda/gemm.cuh"
+#include "fast_llm/tensor/cuda/device_guard.h"
+
+namespace fast_llm::kernels::cuda {
+
+// Everything cuBLASLt's choice of algorithm depends on: the problem in cuBLASLt's (column-major) terms, the pointers'
+// alignments, and whether the epilogue adds a bias.
+struct GemmKey {
+  int device = 0;
+  uint64_t rows = 0, columns = 0, inner = 0;  // cuBLASLt's m, n, k: our n, m, k
+  int64_t batch = 1;
+  cudaDataType_t input_type = CUDA_R_32F, output_type = CUDA_R_32F;
+  bool transpose_a = false, transpose_b = false;  // cuBLASLt's A (our b) and B (our a)
+  int64_t leading_a = 0, leading_b = 0, leading_out = 0;
+  int64_t batch_stride_a = 0, batch_stride_b = 0, batch_stride_out = 0;
+  bool bias = false;
+  uint32_t alignment_a = 0, alignment_b = 0, alignment_out = 0, alignment_bias = 0;
+
+  auto tie() const {
+    return std::tie(device, rows, columns, inner, batch, input_type, output_type, transpose_a, transpose_b, leading_a,
+                    leading_b, leading_out, batch_stride_a, batch_stride_b, batch_stride_out, bias, alignment_a,
+                    alignment_b, alignment_out, alignment_bias);
+  }
+  bool operator<(const GemmKey& other) const { return tie() < other.tie(); }
+};
+
+struct GemmPlan {
+  cublasLtMatmulDesc_t description = nullptr;
+  cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, out_layout = nullptr;
+  cublasLtMatmulAlgo_t algorithm{};
+};
+
+// The operands of one call, in cuBLASLt's roles.
+struct GemmCall {
+  GemmKey key;
+  const void* a = nullptr;  // our b
+  const void* b = nullptr;  // our a
+  void* out = nullptr;
+  const void* bias = nullptr;
+};
+
+static cudaDataType_t cuda_data_type(DType dtype) {
+  switch (dtype) {
+    case DType::bfloat16: return CUDA_R_16BF;
+    case DType::float16: return CUDA_R_16F;
+    case DType::float32: return CUDA_R_32F;
+    default: break;
+  }
+  throw InternalError("kernels", fmt::format("gemm: no cuBLASLt type for {}", dtype_name(dtype)));
+}
+
+// The largest power of two (at most 256, cuBLASLt's default requirement) that divides the address.
+static uint32_t pointer_alignment(const void* pointer) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+std::optional<std::string> gemm_cublaslt_supports(const GemmArgs& args) {
+  const GemmShape shape = gemm_shape(args);
+  const DType dtype = args.a.dtype();
+  if (dtype != DType::bfloat16 && dtype != DType::float16 && dtype != DType::float32)
+    return fmt::format("a has dtype {}; cublaslt multiplies bfloat16, float16 and float32", dtype_name(dtype));
+  if (args.b.dtype() != dtype)
+    return fmt::format("b has dtype {}, a has {}; they must match", dtype_name(args.b.dtype()), dtype_name(dtype));
+  if (args.out.dtype() != dtype && args.out.dtype() != DType::float32)
+    return fmt::format("out has dtype {}, expected {} (the inputs') or float32", dtype_name(args.out.dtype()),
+                       dtype_name(dtype));
+  if (args.bias) {
+    if (args.bias->dtype() != args.out.dtype())
+      return fmt::format("bias has dtype {}, out has {}; they must match", dtype_name(args.bias->dtype()),
+                         dtype_name(args.out.dtype()));
+    if (args.bias->stride(0) != 1 && shape.n > 1) return std::string("the bias epilogue needs a contiguous bias");
+  }
+  if (shape.k == 0) return std::string("k = 0: cuBLASLt needs a non-empty inner dimension");
+  std::string reason;
+  if (!blas_operand(args.a, args.transpose_a, &reason)) return "a: " + reason;
+  if (!blas_operand(args.b, args.transpose_b, &reason)) return "b: " + reason;
+  if (!blas_output(args.out, &reason)) return reason;
+  return std::nullopt;
+}
+
+static GemmCall describe(const GemmArgs& args, const GemmShape& shape) {
+  const BlasOperand a = *blas_operand(args.a, args.transpose_a, nullptr);
+  const BlasOperand b = *blas_operand(args.b, args.transpose_b, nullptr);
+  const BlasOperand out = *blas_output(args.out, nullptr);
+  GemmCall call;
+  call.a = args.b.data();
+  call.b = args.a.data();
+  call.out = args.out.data();
+  call.bias = args.bias ? args.bias->data() : nullptr;
+  GemmKey& key = call.key;
+  key.device = args.out.device().index;
+  key.rows = uint64_t(shape.n);
+  key.columns = uint64_t(shape.m);
+  key.inner = uint64_t(shape.k);
+  key.batch = shape.batch;
+  key.input_type = cuda_data_type(args.a.dtype());
+  key.output_type = cuda_data_type(args.out.dtype());
+  key.transpose_a = b.transpose;
+  key.transpose_b = a.transpose;
+  key.leading_a = b.leading_dimension;
+  key.leading_b = a.leading_dimension;
+  key.leading_out = out.leading_dimension;
+  key.batch_stride_a = shape.b_batched ? b.batch_stride : 0;
+  key.batch_stride_b = a.batch_stride;
+  key.batch_stride_out = out.batch_stride;
+  key.bias = args.bias != nullptr;
+  key.alignment_a = pointer_alignment(call.a);
+  key.alignment_b = pointer_alignment(call.b);
+  key.alignment_out = pointer_alignment(call.out);
+  key.alignment_bias = call.bias ? pointer_alignment(call.bias) : 0;
+  return call;
+}
+
+template <class Value>
+static void set_layout(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attribute, Value value) {
+  FLM_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, attribute, &value, sizeof(value)));
+}
+
+// A column-major (rows, columns) layout with `leading` and, batched, `batch_stride` between matrices.
+static cublasLtMatrixLayout_t make_layout(cudaDataType_t type, uint64_t rows, uint64_t columns, int64_t leading,
+                                          int64_t batch, int64_t batch_stride) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, rows, columns, leading));
+  if (batch > 1) {
+    set_layout(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, int32_t(batch));
+    set_layout(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, batch_stride);
+  }
+  return layout;
+}
+
+cublasLtHandle_t cublaslt_handle(Device device) {
+  static std::mutex mutex;
+  static std::map<int, cublasLtHandle_t> handles;  // kept for the process, like the streams they serve
+  std::lock_guard lock(mutex);
+  cublasLtHandle_t& handle = handles[device.index];
+  if (!handle) {
+    ::fast_llm::detail::CudaDeviceGuard guard(device.index);
+    FLM_CUBLAS_CHECK(cublasLtCreate(&handle));
+  }
+  return handle;
+}
+
+static std::mutex& plan_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+// The cached plan for `call`, created (descriptors, heuristic) on first use. Call with plan_mutex held.
+static GemmPlan& plan_for(const GemmCall& call, Device device) {
+  static std::map<GemmKey, GemmPlan> plans;
+  const GemmKey& key = call.key;
+  if (auto found = plans.find(key); found != plans.end()) return found->second;
+
+  GemmPlan plan;
+  FLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.description, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t operation_a = key.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t operation_b = key.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.description, CUBLASLT_MATMUL_DESC_TRANSA, &operation_a,
+                                                  sizeof(operation_a)));
+  FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.description, CUBLASLT_MATMUL_DESC_TRANSB, &operation_b,
+                                                  sizeof(operation_b)));
+  if (key.bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const int32_t bias_type = key.output_type;
+    FLM_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.description, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.description, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                    sizeof(bias_type)));
+    // The heuristic reads the bias pointer's alignment from here.
+    FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.description, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &call.bias,
+                                                    sizeof(call.bias)));
+  }
+  // Stored shapes: A is (rows, inner) after op, so (inner, rows) when transposed; B is (inner, columns) after op.
+  plan.a_layout = make_layout(key.input_type, key.transpose_a ? key.inner : key.rows,
+                              key.transpose_a ? key.rows : key.inner, key.leading_a, key.batch, key.batch_stride_a);
+  plan.b_layout = make_layout(key.input_type, key.transpose_b ? key.columns : key.inner,
+                              key.transpose_b ? key.inner : key.columns, key.leading_b, key.batch, key.batch_stride_b);
+  plan.out_layout =
+      make_layout(key.output_type, key.rows, key.columns, key.leading_out, key.batch, key.batch_stride_out);
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  FLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  const uint64_t workspace_bytes = kCublasLtWorkspaceBytes;
+  FLM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                        &workspace_bytes, sizeof(workspace_bytes)));
+  // cuBLASLt assumes 256-byte aligned operands unless told otherwise; views into flat buffers often are less.
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.alignment_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.alignment_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.alignment_out},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.alignment_out}};
+  for (const auto& [attribute, alignment] : alignments)
+    FLM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof(alignment)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(device), plan.description, plan.a_layout, plan.b_layout,
+                                     plan.out_layout, plan.out_layout, preference, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(preference);
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+    cublasLtMatmulDescDestroy(plan.description);
+    cublasLtMatrixLayoutDestroy(plan.a_layout);
+    cublasLtMatrixLayoutDestroy(plan.b_layout);
+    cublasLtMatrixLayoutDestroy(plan.out_layout);
+    throw Error("gemm", fmt::format("cuBLASLt has no algorithm for m={} n={} k={} batch={} (row-major, transposes "
+                                    "a={} b={}, leading dimensions a={} b={} out={}, alignments a={} b={} out={}): {}",
+                                    key.columns, key.rows, key.inner, key.batch, key.transpose_b, key.transpose_a,
+                                    key.leading_b, key.leading_a, key.leading_out, key.alignment_b, key.alignment_a,
+                                    key.alignment_out,
+                                    status == CUBLAS_STATUS_SUCCESS ? "no result" : cublasLtGetStatusName(status)));
+  }
+  plan.algorithm = result.algo;
+  return plans.emplace(key, plan).first->second;
+}
+
+// One workspace per (device, stream): kept for the process, like the streams.
+static void* workspace_for(Device device, cudaStream_t stream) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, cudaStream_t>, void*> workspaces;
+  std::lock_guard lock(mutex);
+  void*& workspace = workspaces[{device.index, stream}];
+  if (!workspace) FLM_CUDA_CHECK(cudaMalloc(&workspace, kCublasLtWorkspaceBytes));
+  return workspace;
+}
+
+cublasLtMatmulAlgo_t gemm_cublaslt_algorithm(const GemmArgs& args) {
+  const GemmShape shape = gemm_shape(args);
+  const Device device = args.out.device();
+  ::fast_llm::detail::CudaDeviceGuard guard(device.index);
+  std::lock_guard lock(plan_mutex());
+  return plan_for(describe(args, shape), device).algorithm;
+}
+
+void gemm_cublaslt(const GemmArgs& args) {
+  const GemmShape shape = gemm_shape(args);
+  NvtxRange range("gemm");
+  if (shape.m == 0 || shape.n == 0) return;
+  const Device device = args.out.device();
+  FLM_CHECK(device.is_cuda(), "gemm", "out is on {}, expected a CUDA device", device.str());
+  ::fast_llm::detail::CudaDeviceGuard guard(device.index);
+  const cudaStream_t stream = resolve_stream(device, args.stream);
+  const GemmCall call = describe(args, shape);
+  void* workspace = workspace_for(device, stream);
+  const float alpha = float(args.alpha), beta = float(args.beta);
+  // The lock covers the plan (its bias pointer is set per call) until cuBLASLt has read it at enqueue time.
+  std::lock_guard lock(plan_mutex());
+  GemmPlan& plan = plan_for(call, device);
+  if (call.bias)
+    FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.description, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &call.bias,
+                                                    sizeof(call.bias)));
+  // C and D are both out: beta * out is read from and the result written to the same matrix.
+  FLM_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(device), plan.description, &alpha, call.a, plan.a_layout, call.b,
+                                  plan.b_layout, &beta, call.out, plan.out_layout, call.out, plan.out_layout,
+                                  &plan.algorithm, workspace, kCublasLtWorkspaceBytes, stream));
+}
+
+FLM_REGISTER_KERNEL(Gemm, DeviceType::cuda, "cublaslt", /*priority=*/0, KernelKind::baseline, &gemm_cublaslt_supports,
+                    &gemm_cublaslt,
+                    "cuBLASLt, fp32 compute, bias epilogue, strided batches, heuristic algorithm cached per problem");
+
+}  // namespace fast_llm::kernels::cuda
