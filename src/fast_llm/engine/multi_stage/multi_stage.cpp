@@ -3,8 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cmath>
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
@@ -36,11 +34,6 @@ MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, co
                             fmt::format("world size {}: data-parallel training (sharded stages, gradient reduction) "
                                         "needs the distributed engine, which is not built yet; run one process",
                                         *distributed.world_size));
-  if (multi_stage.layers_per_stage < 1.0)
-    throw NotSupportedError("multi_stage",
-                            fmt::format("model.multi_stage.layers_per_stage {} would split a layer over several "
-                                        "stages; use a value of at least 1",
-                                        multi_stage.layers_per_stage));
   FLM_CHECK(!layers_.empty(), "multi_stage", "the model has no layers");
 
   settings_ = StageSettings{.device = device,
@@ -54,18 +47,21 @@ MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, co
                             .store_frozen_weights_in_optimization_precision =
                                 multi_stage.store_frozen_weights_in_optimization_precision};
 
+  // Greedy split, as Fast-LLM's: a stage closes once it holds at least layers_per_stage layers since the last one
+  // closed (each layer counts 1), and at the last layer.
   const int64_t num_layers = int64_t(layers_.size());
-  const int64_t num_stages = int64_t(std::ceil(double(num_layers) / multi_stage.layers_per_stage - 1e-9));
-  int64_t begin = 0;
-  for (int64_t stage = 0; stage < num_stages; ++stage) {
-    int64_t end = stage + 1 == num_stages
-                      ? num_layers
-                      : std::min(num_layers, int64_t(std::llround(double(stage + 1) * multi_stage.layers_per_stage)));
-    std::vector<layers::Layer*> stage_layers(layers_.begin() + begin, layers_.begin() + end);
-    stages_.push_back(std::make_unique<Stage>(int(stage), std::move(stage_layers), settings_));
-    begin = end;
+  double last_count = 0;
+  size_t begin = 0;
+  for (size_t layer = 0; layer < layers_.size(); ++layer) {
+    const double count = double(layer + 1);
+    if (count >= last_count + multi_stage.layers_per_stage || layer + 1 == layers_.size()) {
+      std::vector<layers::Layer*> stage_layers(layers_.begin() + int64_t(begin), layers_.begin() + int64_t(layer + 1));
+      stages_.push_back(std::make_unique<Stage>(int(stages_.size()), std::move(stage_layers), settings_));
+      begin = layer + 1;
+      last_count = count;
+    }
   }
-  log_main("Model: {} layers in {} stages, {} parameters ({} trainable) on {}", num_layers, num_stages,
+  log_main("Model: {} layers in {} stages, {} parameters ({} trainable) on {}", num_layers, stages_.size(),
            num_parameters(), num_trainable_parameters(), device.str());
 }
 

@@ -1,8 +1,8 @@
 // A model cut into stages: consecutive layers grouped by `model.multi_stage.layers_per_stage`, each stage with its
 // own flat buffers (stage.h). This is what the schedule runs and the optimizer updates.
 //
-// Stage s holds layers [round(s * layers_per_stage), round((s + 1) * layers_per_stage)) of the L layers (the last
-// stage ends at L), S = ceil(L / layers_per_stage) stages.
+// Stages are cut greedily, as Fast-LLM does: a stage closes after the layer that brings it to at least
+// layers_per_stage layers, and after the last layer (so a value below 1 puts each layer in its own stage).
 // Data parallelism (ZeRO sharding over several ranks) needs the distributed engine: world sizes above one are refused.
 #pragma once
 

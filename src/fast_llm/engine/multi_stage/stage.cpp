@@ -140,6 +140,11 @@ void Stage::fill_initial_values(const layers::Parameter& parameter, int64_t begi
 }
 
 void Stage::initialize_weights() {
+  initialize_shard();
+  copy_weights_from_shard();
+}
+
+void Stage::initialize_shard() {
   const int rank = settings_.data_rank;
   const size_t element_size = dtype_size(settings_.optimization_dtype);
   // Each region's shard: [region begin of this rank, + shard size) in stage coordinates, at `shard_offset` in the
@@ -175,7 +180,6 @@ void Stage::initialize_weights() {
     set_bytes(exp_avg_.data(), settings_.device, 0, exp_avg_.nbytes(), Stream{});
     set_bytes(exp_avg_sq_.data(), settings_.device, 0, exp_avg_sq_.nbytes(), Stream{});
   }
-  copy_weights_from_shard();
 }
 
 void Stage::copy_weights_from_shard(Stream stream) {
@@ -187,14 +191,14 @@ void Stage::copy_weights_from_shard(Stream stream) {
 }
 
 void Stage::copy_gradients_to_shard(Stream stream) {
-  if (gradients_alias_shard_ || grad_buffer_.numel() == 0) return;
+  if (gradients_alias_shard_ || !grad_buffer_.defined() || grad_buffer_.numel() == 0) return;
   FLM_CHECK(settings_.data_parallel == 1, "multi_stage",
             "reducing gradients over {} data-parallel ranks needs the distributed engine", settings_.data_parallel);
   kernels::cast({.source = grad_buffer_, .destination = grad_shard_, .stream = stream});
 }
 
 void Stage::zero_gradients(Stream stream) {
-  if (grad_buffer_.numel() > 0) set_bytes(grad_buffer_.data(), settings_.device, 0, grad_buffer_.nbytes(), stream);
+  if (grad_buffer_.defined() && grad_buffer_.numel() > 0) set_bytes(grad_buffer_.data(), settings_.device, 0, grad_buffer_.nbytes(), stream);
 }
 
 }  // namespace fast_llm::engine

@@ -96,8 +96,9 @@ class Stage {
   Tensor trainable_weight_shard() const { return weight_shard_.slice(0, 0, trainable_shard_size()); }
 
   // Fills this rank's master shard from each parameter's initialisation (element i of a parameter is a pure function
-  // of (seed, parameter name, i), so any stage layout gives the same values), zeroes the Adam state, and copies the
-  // result into the compute-dtype weights.
+  // of (seed, parameter name, i), so any stage layout and sharding gives the same values) and zeroes the Adam state.
+  void initialize_shard();
+  // initialize_shard, then the result into the compute-dtype weights.
   void initialize_weights();
   // weight_buffer <- weight_shard (cast to the compute dtype). One data-parallel rank: a cast, or nothing when the two
   // are the same memory.

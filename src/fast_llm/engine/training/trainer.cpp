@@ -120,7 +120,8 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
                                     : 1;
     data_.sample_dataset(name, evaluations * *config.iterations * samples_per_step_);
     evaluators_.push_back(
-        std::make_unique<Evaluator>(Evaluator{.name = name, .config = config, .iterations = *config.iterations}));
+        std::make_unique<Evaluator>(
+            Evaluator{.name = name, .config = config, .iterations = *config.iterations, .loader = nullptr}));
   }
 
   if (const auto& experiment = sections_.run.experiment_dir) {

@@ -1,0 +1,220 @@
+// The optimizer against scalar formulas: AdamW with bias correction, decoupled weight decay only where the parameter
+// takes it, lr_scale per group, global-norm clipping, loss scaling, and skipped steps on non-finite gradients.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "engine/engine_test_util.h"
+#include "fast_llm/engine/optimizer/grad_scaler.h"
+#include "fast_llm/engine/optimizer/optimizer.h"
+
+namespace fast_llm::engine {
+namespace {
+
+using testing::load_config;
+
+// A test model in fp64 with optimizer settings where every term of Adam matters: epsilon is large enough that the
+// clipping coefficient changes the update.
+struct OptimizerSetup {
+  explicit OptimizerSetup(const std::string& optimizer_yaml)
+      : optimizer_config(load_config<OptimizerConfig>(optimizer_yaml, "optimizer")),
+        multi_stage(model, multi_stage_config, distributed, Device::cpu()),
+        optimizer(optimizer_config, multi_stage) {
+    multi_stage.initialize_weights();
+  }
+
+  // Sets gradient element i of every parameter to `value(name, i)`.
+  template <class Function>
+  void set_gradients(Function value) {
+    multi_stage.zero_gradients();
+    for (layers::Layer* layer : multi_stage.layers())
+      for (layers::Parameter* parameter : layer->parameters()) {
+        double* grad = parameter->grad.data_as<double>();
+        for (int64_t i = 0; i < parameter->grad.numel(); ++i) grad[i] = value(parameter->meta.name, i);
+      }
+  }
+
+  std::map<std::string, std::vector<double>> weights() {
+    std::map<std::string, std::vector<double>> result;
+    for (layers::Layer* layer : multi_stage.layers())
+      for (layers::Parameter* parameter : layer->parameters())
+        result[parameter->meta.name] = testing::values(parameter->weight);
+    return result;
+  }
+
+  DistributedConfig distributed = testing::cpu_distributed();
+  MultiStageConfig multi_stage_config = testing::multi_stage_config("{layers_per_stage: 2}");
+  OptimizerConfig optimizer_config;
+  testing::TestModel model{7, 3, 2};
+  MultiStage multi_stage;
+  Optimizer optimizer;
+};
+
+constexpr const char* kOptimizerYaml =
+    "{learning_rate: {base: 0.1}, weight_decay: 0.2, beta_1: 0.8, beta_2: 0.9, epsilon: 0.05, "
+    "gradient_norm_clipping: 0.5}";
+
+double gradient_value(const std::string& name, int64_t i) {
+  double sign = (i % 3 == 1) ? -1.0 : 1.0;
+  return sign * 0.02 * double(i + 1) * double(name.size());
+}
+
+TEST(Optimizer, ClippingCoefficient) {
+  EXPECT_DOUBLE_EQ(clipping_coefficient(4.0, 1.0), 1.0 / (4.0 + 1e-6));
+  EXPECT_DOUBLE_EQ(clipping_coefficient(0.5, 1.0), 1.0);
+  EXPECT_LT(clipping_coefficient(1.0, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(clipping_coefficient(0.0, 1.0), 1.0);
+}
+
+TEST(Optimizer, TwoAdamStepsMatchTheScalarFormula) {
+  OptimizerSetup setup(kOptimizerYaml);
+  const double lr = 0.1, weight_decay = 0.2, beta_1 = 0.8, beta_2 = 0.9, epsilon = 0.05, clip = 0.5;
+  auto expected = setup.weights();
+  std::map<std::string, std::vector<double>> m, v;
+  std::map<std::string, const layers::ParameterMeta*> metas;
+  for (layers::Layer* layer : setup.multi_stage.layers())
+    for (layers::Parameter* parameter : layer->parameters()) {
+      metas[parameter->meta.name] = &parameter->meta;
+      m[parameter->meta.name].assign(size_t(parameter->meta.shape.numel()), 0.0);
+      v[parameter->meta.name].assign(size_t(parameter->meta.shape.numel()), 0.0);
+    }
+  // The test model's settings: linear biases have lr_scale 0.5 and no weight decay, the head's bias no weight decay.
+  ASSERT_FALSE(metas.at("decoder.0.bias")->weight_decay);
+  ASSERT_EQ(metas.at("decoder.0.bias")->lr_scale, 0.5);
+  ASSERT_TRUE(metas.at("decoder.0.weight")->weight_decay);
+
+  for (int step = 1; step <= 2; ++step) {
+    auto gradient = [&](const std::string& name, int64_t i) { return gradient_value(name, i) * (step == 1 ? 1 : -3); };
+    setup.set_gradients(gradient);
+    double squared = 0;
+    for (const auto& [name, weights] : expected)
+      for (size_t i = 0; i < weights.size(); ++i) squared += gradient(name, int64_t(i)) * gradient(name, int64_t(i));
+    const double norm = std::sqrt(squared);
+    const double coefficient = std::min(1.0, clip / (norm + 1e-6));
+    ASSERT_LT(coefficient, 1.0);  // clipping is active
+
+    OptimizerStepResult result = setup.optimizer.step();
+    ASSERT_TRUE(result.successful);
+    EXPECT_NEAR(result.grad_norm, norm, 1e-12 * norm);
+    EXPECT_DOUBLE_EQ(result.learning_rate, lr);
+    EXPECT_EQ(setup.optimizer.optimizer_step(), step);
+
+    for (auto& [name, weights] : expected) {
+      const layers::ParameterMeta& meta = *metas.at(name);
+      for (size_t i = 0; i < weights.size(); ++i) {
+        const double g = gradient(name, int64_t(i)) * coefficient;
+        double& mi = m[name][i];
+        double& vi = v[name][i];
+        mi = beta_1 * mi + (1 - beta_1) * g;
+        vi = beta_2 * vi + (1 - beta_2) * g * g;
+        const double m_hat = mi / (1 - std::pow(beta_1, step));
+        const double v_hat = vi / (1 - std::pow(beta_2, step));
+        const double decay = meta.weight_decay ? weight_decay : 0.0;
+        weights[i] -= lr * meta.lr_scale * (m_hat / (std::sqrt(v_hat) + epsilon) + decay * weights[i]);
+      }
+    }
+    auto actual = setup.weights();
+    for (const auto& [name, weights] : expected)
+      for (size_t i = 0; i < weights.size(); ++i)
+        ASSERT_NEAR(actual.at(name)[i], weights[i], 1e-14) << name << "[" << i << "] at step " << step;
+  }
+}
+
+TEST(Optimizer, NonFiniteGradientSkipsTheStep) {
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    OptimizerSetup setup(kOptimizerYaml);
+    const auto before = setup.weights();
+    setup.set_gradients([&](const std::string& name, int64_t i) {
+      return name == "decoder.1.weight" && i == 4 ? bad : gradient_value(name, i);
+    });
+    OptimizerStepResult result = setup.optimizer.step();
+    EXPECT_FALSE(result.successful);
+    EXPECT_FALSE(std::isfinite(result.grad_norm));
+    EXPECT_EQ(setup.optimizer.optimizer_step(), 0);
+    EXPECT_EQ(setup.weights(), before);
+    for (auto& stage : setup.multi_stage.stages())
+      for (double value : testing::values(stage->exp_avg())) ASSERT_EQ(value, 0.0);
+
+    // The next finite step is step 1 (bias correction and schedule).
+    setup.set_gradients(gradient_value);
+    result = setup.optimizer.step();
+    EXPECT_TRUE(result.successful);
+    EXPECT_EQ(setup.optimizer.optimizer_step(), 1);
+    EXPECT_NE(setup.weights(), before);
+  }
+}
+
+TEST(Optimizer, LearningRateFollowsTheScheduleBySuccessfulSteps) {
+  OptimizerSetup setup("{learning_rate: {base: 1.0, warmup_iterations: 4}}");
+  setup.set_gradients(gradient_value);
+  EXPECT_DOUBLE_EQ(setup.optimizer.step().learning_rate, 0.25);
+  setup.set_gradients([](const std::string&, int64_t) { return std::numeric_limits<double>::quiet_NaN(); });
+  EXPECT_FALSE(setup.optimizer.step().successful);
+  setup.set_gradients(gradient_value);
+  EXPECT_DOUBLE_EQ(setup.optimizer.step().learning_rate, 0.5);
+}
+
+TEST(Optimizer, ConstantLossScaleIsDividedOut) {
+  OptimizerSetup scaled(std::string(kOptimizerYaml).insert(1, "gradient_scaler: {constant: 8.0}, "));
+  OptimizerSetup plain(kOptimizerYaml);
+  EXPECT_EQ(scaled.optimizer.loss_scale(), 8.0);
+  EXPECT_EQ(plain.optimizer.loss_scale(), 1.0);
+  // Gradients of a loss scaled by 8 are 8 times larger; the update must be that of the unscaled gradients.
+  scaled.set_gradients([](const std::string& name, int64_t i) { return 8.0 * gradient_value(name, i); });
+  plain.set_gradients(gradient_value);
+  OptimizerStepResult scaled_result = scaled.optimizer.step(), plain_result = plain.optimizer.step();
+  EXPECT_NEAR(scaled_result.grad_norm, plain_result.grad_norm, 1e-12);
+  auto scaled_weights = scaled.weights(), plain_weights = plain.weights();
+  for (const auto& [name, weights] : plain_weights)
+    for (size_t i = 0; i < weights.size(); ++i) ASSERT_NEAR(scaled_weights.at(name)[i], weights[i], 1e-14) << name;
+}
+
+TEST(Optimizer, DefaultLearningRateScaleOtherThanOneIsRefused) {
+  EXPECT_THROW(OptimizerSetup("{default_learning_rate_scale: 0.5}"), NotSupportedError);
+}
+
+TEST(GradScaler, DynamicScalingForFloat16) {
+  auto config = load_config<GradientScalerConfig>("{initial: 1024, minimum: 256, window: 3, hysteresis: 2}",
+                                                  "optimizer.gradient_scaler");
+  GradScaler scaler(config, DType::float16);
+  EXPECT_TRUE(scaler.dynamic());
+  EXPECT_EQ(scaler.scale(), 1024);
+  scaler.update(false);  // hysteresis 2 -> 1: kept
+  EXPECT_EQ(scaler.scale(), 1024);
+  scaler.update(false);  // hysteresis exhausted: halved
+  EXPECT_EQ(scaler.scale(), 512);
+  scaler.update(false);  // still exhausted: halved again
+  EXPECT_EQ(scaler.scale(), 256);
+  scaler.update(false);  // not below the minimum
+  EXPECT_EQ(scaler.scale(), 256);
+  scaler.update(true);
+  scaler.update(true);
+  EXPECT_EQ(scaler.scale(), 256);
+  scaler.update(true);  // window of 3 successes: doubled, hysteresis restored
+  EXPECT_EQ(scaler.scale(), 512);
+  scaler.update(false);
+  EXPECT_EQ(scaler.scale(), 512);
+  scaler.update(true);  // a success resets the window count, not the hysteresis
+  scaler.update(false);
+  EXPECT_EQ(scaler.scale(), 256);
+}
+
+TEST(GradScaler, NoScalingOutsideFloat16UnlessConstant) {
+  auto config = load_config<GradientScalerConfig>("{}", "optimizer.gradient_scaler");
+  for (DType dtype : {DType::bfloat16, DType::float32, DType::float64}) {
+    GradScaler scaler(config, dtype);
+    EXPECT_FALSE(scaler.dynamic());
+    scaler.update(false);
+    EXPECT_EQ(scaler.scale(), 1.0);
+  }
+  auto constant = load_config<GradientScalerConfig>("{constant: 4}", "optimizer.gradient_scaler");
+  GradScaler scaler(constant, DType::float16);
+  EXPECT_FALSE(scaler.dynamic());
+  scaler.update(false);
+  EXPECT_EQ(scaler.scale(), 4.0);
+}
+
+}  // namespace
+}  // namespace fast_llm::engine

@@ -1,0 +1,196 @@
+// The step schedule: gradient accumulation gives the loss and gradients of one micro-batch holding the same
+// documents (the loss is normalised by the labels of the whole step), the order of forward and backward calls, the
+// per-micro-batch context, and gradients zeroed at the start of each step.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+#include "engine/engine_test_util.h"
+#include "fast_llm/engine/schedule/runner.h"
+
+namespace fast_llm::engine {
+namespace {
+
+using testing::load_config;
+
+Tensor int64_tensor(const std::vector<int64_t>& values) {
+  Tensor tensor = Tensor::empty(Shape{int64_t(values.size())}, DType::int64);
+  std::copy(values.begin(), values.end(), tensor.data_as<int64_t>());
+  return tensor;
+}
+
+Tensor int32_tensor(const std::vector<int32_t>& values) {
+  Tensor tensor = Tensor::empty(Shape{int64_t(values.size())}, DType::int32);
+  std::copy(values.begin(), values.end(), tensor.data_as<int32_t>());
+  return tensor;
+}
+
+// A micro-batch of tokens [begin, end) of the stream below, with document boundaries `cu_seqlens` (relative).
+layers::MicroBatch slice_batch(const std::vector<int64_t>& tokens, const std::vector<int64_t>& labels, int64_t begin,
+                               int64_t end, const std::vector<int32_t>& cu_seqlens) {
+  std::vector<int64_t> positions(size_t(end - begin), 0);
+  for (size_t document = 0; document + 1 < cu_seqlens.size(); ++document)
+    for (int32_t t = cu_seqlens[document]; t < cu_seqlens[document + 1]; ++t)
+      positions[size_t(t)] = t - cu_seqlens[document];
+  return layers::MicroBatch{
+      .tokens = int64_tensor(std::vector<int64_t>(tokens.begin() + begin, tokens.begin() + end)),
+      .labels = int64_tensor(std::vector<int64_t>(labels.begin() + begin, labels.begin() + end)),
+      .positions = int64_tensor(positions),
+      .cu_seqlens = int32_tensor(cu_seqlens),
+      .max_seqlen = 6};
+}
+
+// 16 tokens in 4 documents of lengths 5, 3 | 2, 6: the cut at 8 falls between documents. Labels are masked at each
+// document's first position and in a loss-masking span, unevenly between the halves (6 labels in the first half, 4
+// in the second), so a per-micro-batch normalisation would give other gradients.
+const std::vector<int64_t> kTokens = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
+const std::vector<int64_t> kLabels = {-100, 14, 41, 15, 59, -100, 26, 65, -100, 35, -100, -100, -100, 79, 93, 31};
+
+struct ScheduleRun {
+  explicit ScheduleRun(const std::string& schedule_yaml, double layers_per_stage = 1.0, int seed = 11)
+      : distributed(testing::cpu_distributed(seed)),
+        schedule(load_config<ScheduleConfig>(schedule_yaml, "schedule")),
+        multi_stage_config(testing::multi_stage_config("{layers_per_stage: " + std::to_string(layers_per_stage) + "}")),
+        model(10, 4, 2, &events),
+        multi_stage(model, multi_stage_config, distributed, Device::cpu()),
+        runner(multi_stage, schedule, distributed) {
+    multi_stage.initialize_weights();
+  }
+
+  double step(std::vector<layers::MicroBatch> micro_batches, int64_t iteration = 1) {
+    int64_t num_labels = 0;
+    for (const auto& batch : micro_batches) num_labels += count_labels(batch);
+    runner.run_training_step(micro_batches, num_labels, iteration, 1.0, losses);
+    return losses.all().at("mse").item() / double(num_labels);
+  }
+
+  std::map<std::string, std::vector<double>> gradients() {
+    std::map<std::string, std::vector<double>> result;
+    for (layers::Layer* layer : multi_stage.layers())
+      for (layers::Parameter* parameter : layer->parameters())
+        result[parameter->meta.name] = testing::values(parameter->grad);
+    return result;
+  }
+
+  DistributedConfig distributed;
+  ScheduleConfig schedule;
+  MultiStageConfig multi_stage_config;
+  testing::LayerEvents events;
+  testing::TestModel model;
+  MultiStage multi_stage;
+  ScheduleRunner runner;
+  layers::LossSums losses;
+};
+
+void expect_same_gradients(const std::map<std::string, std::vector<double>>& actual,
+                           const std::map<std::string, std::vector<double>>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (const auto& [name, values] : expected) {
+    const auto& other = actual.at(name);
+    ASSERT_EQ(other.size(), values.size());
+    double largest = 0;
+    for (double value : values) largest = std::max(largest, std::fabs(value));
+    ASSERT_GT(largest, 0.0) << name;
+    for (size_t i = 0; i < values.size(); ++i) ASSERT_NEAR(other[i], values[i], 1e-12) << name << "[" << i << "]";
+  }
+}
+
+TEST(Schedule, CountLabels) {
+  EXPECT_EQ(count_labels(slice_batch(kTokens, kLabels, 0, 16, {0, 5, 8, 10, 16})), 10);
+  EXPECT_EQ(count_labels(slice_batch(kTokens, kLabels, 0, 8, {0, 5, 8})), 6);
+}
+
+TEST(Schedule, GradientAccumulationMatchesOneMicroBatch) {
+  ScheduleRun whole("{}");
+  const double whole_loss = whole.step({slice_batch(kTokens, kLabels, 0, 16, {0, 5, 8, 10, 16})});
+  const auto whole_gradients = whole.gradients();
+
+  for (const char* schedule : {"{depth_first_micro_batches: 2}", "{breadth_first_micro_batches: 2}"}) {
+    ScheduleRun split(schedule);
+    const double split_loss = split.step({slice_batch(kTokens, kLabels, 0, 8, {0, 5, 8}),
+                                          slice_batch(kTokens, kLabels, 8, 16, {0, 2, 8})});
+    EXPECT_NEAR(split_loss, whole_loss, 1e-12) << schedule;
+    expect_same_gradients(split.gradients(), whole_gradients);
+  }
+}
+
+TEST(Schedule, EveryMicroBatchSeesTheStepNormalisation) {
+  ScheduleRun run("{depth_first_micro_batches: 2}");
+  run.step({slice_batch(kTokens, kLabels, 0, 8, {0, 5, 8}), slice_batch(kTokens, kLabels, 8, 16, {0, 2, 8})});
+  ASSERT_FALSE(run.events.loss_gradient_scales.empty());
+  for (double scale : run.events.loss_gradient_scales) EXPECT_DOUBLE_EQ(scale, 1.0 / 10.0);
+}
+
+TEST(Schedule, GradientsAreZeroedAtTheStartOfEachStep) {
+  ScheduleRun run("{}");
+  auto batch = [] { return std::vector<layers::MicroBatch>{slice_batch(kTokens, kLabels, 0, 16, {0, 5, 8, 10, 16})}; };
+  const double first = run.step(batch());
+  const auto gradients = run.gradients();
+  EXPECT_DOUBLE_EQ(run.step(batch(), 2), first);
+  expect_same_gradients(run.gradients(), gradients);
+}
+
+TEST(Schedule, DepthFirstRunsEachMicroBatchForwardAndBackwardInTurn) {
+  // Stages: {embeddings, decoder.0}, {decoder.1, head}.
+  ScheduleRun run("{depth_first_micro_batches: 2}", 2.0);
+  ASSERT_EQ(run.multi_stage.stages().size(), 2u);
+  run.step({slice_batch(kTokens, kLabels, 0, 8, {0, 5, 8}), slice_batch(kTokens, kLabels, 8, 16, {0, 2, 8})});
+  const std::vector<std::string> expected = {
+      "embeddings F 0", "decoder.0 F 0", "decoder.1 F 0", "head F 0",
+      "head B 0",       "decoder.1 B 0", "decoder.0 B 0", "embeddings B 0",
+      "embeddings F 1", "decoder.0 F 1", "decoder.1 F 1", "head F 1",
+      "head B 1",       "decoder.1 B 1", "decoder.0 B 1", "embeddings B 1"};
+  EXPECT_EQ(run.events.events, expected);
+}
+
+TEST(Schedule, BreadthFirstInterleavesMicroBatchesStageByStage) {
+  ScheduleRun run("{breadth_first_micro_batches: 2}", 2.0);
+  run.step({slice_batch(kTokens, kLabels, 0, 8, {0, 5, 8}), slice_batch(kTokens, kLabels, 8, 16, {0, 2, 8})});
+  const std::vector<std::string> expected = {
+      "embeddings F 0", "decoder.0 F 0", "embeddings F 1", "decoder.0 F 1",
+      "decoder.1 F 0",  "head F 0",      "decoder.1 F 1",  "head F 1",
+      "head B 0",       "decoder.1 B 0", "head B 1",       "decoder.1 B 1",
+      "decoder.0 B 0",  "embeddings B 0", "decoder.0 B 1", "embeddings B 1"};
+  EXPECT_EQ(run.events.events, expected);
+}
+
+TEST(Schedule, DropoutSeedsDependOnSeedStepAndMicroBatch) {
+  auto seeds_of = [](int seed, int64_t iteration) {
+    ScheduleRun run("{depth_first_micro_batches: 2}", 1.0, seed);
+    run.step({slice_batch(kTokens, kLabels, 0, 8, {0, 5, 8}), slice_batch(kTokens, kLabels, 8, 16, {0, 2, 8})},
+             iteration);
+    // The seed each micro-batch saw (first event of each).
+    return std::vector<uint64_t>{run.events.dropout_seeds.front(), run.events.dropout_seeds.back()};
+  };
+  auto base = seeds_of(1, 5);
+  EXPECT_NE(base[0], base[1]);
+  EXPECT_EQ(seeds_of(1, 5), base);
+  auto other_step = seeds_of(1, 6);
+  EXPECT_NE(other_step[0], base[0]);
+  EXPECT_NE(other_step[1], base[1]);
+  auto other_seed = seeds_of(2, 5);
+  EXPECT_NE(other_seed[0], base[0]);
+}
+
+TEST(Schedule, ForwardOnlyAddsLossesWithoutGradients) {
+  ScheduleRun run("{}");
+  auto batches = std::vector<layers::MicroBatch>{slice_batch(kTokens, kLabels, 0, 16, {0, 5, 8, 10, 16})};
+  const double training_loss = run.step(batches);
+  run.multi_stage.zero_gradients();
+  layers::LossSums losses;
+  run.runner.run_forward(batches, 1, losses);
+  run.runner.run_forward(batches, 2, losses);
+  EXPECT_NEAR(losses.all().at("mse").item() / 20.0, training_loss, 1e-12);
+  for (const auto& [name, values] : run.gradients())
+    for (double value : values) ASSERT_EQ(value, 0.0) << name;
+}
+
+TEST(Schedule, WrongMicroBatchCountIsAnError) {
+  ScheduleRun run("{depth_first_micro_batches: 2}");
+  std::vector<layers::MicroBatch> one = {slice_batch(kTokens, kLabels, 0, 16, {0, 5, 8, 10, 16})};
+  EXPECT_THROW(run.runner.run_training_step(one, 10, 1, 1.0, run.losses), Error);
+}
+
+}  // namespace
+}  // namespace fast_llm::engine

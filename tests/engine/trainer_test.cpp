@@ -1,0 +1,226 @@
+// The trainer end to end on the test model and the `random` dataset: reproducible losses for a seed, the metrics
+// file and its records, the run directory, evaluators, refusals; and the formatting of the metric line.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "engine/engine_test_util.h"
+#include "fast_llm/data/data.h"
+#include "fast_llm/engine/training/trainer.h"
+
+namespace fast_llm::engine {
+namespace {
+
+using testing::load_config;
+
+std::filesystem::path fresh_directory(const std::string& name) {
+  auto path = std::filesystem::temp_directory_path() /
+              ("fast_llm_trainer_test_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(path);
+  return path;
+}
+
+struct TrainerRun {
+  TrainerRun(const std::filesystem::path& directory, int seed, const std::string& training_yaml)
+      : distributed(testing::cpu_distributed(seed)),
+        multi_stage_config(testing::multi_stage_config("{layers_per_stage: 2}")),
+        training(load_config<TrainingConfig>(training_yaml, "training")),
+        schedule(load_config<ScheduleConfig>("{depth_first_micro_batches: 2}", "schedule")),
+        optimizer(load_config<OptimizerConfig>("{learning_rate: {base: 0.01, warmup_iterations: 2}}", "optimizer")),
+        run(load_config<RunConfig>("{experiment_dir: '" + directory.string() + "'}", "run")),
+        data_config(load_config<data::GPTDataConfig>(
+            "{datasets: {training: {type: random}, validation: {type: random}}, micro_batch_size: 16}", "data")),
+        model(20, 4, 2),
+        data(data_config, {.experiment_directory = directory, .vocab_size = 20}) {}
+
+  std::unique_ptr<Trainer> make_trainer(TrainerHooks hooks = {}) {
+    return std::make_unique<Trainer>(TrainerSections{.training = training,
+                                                     .schedule = schedule,
+                                                     .optimizer = optimizer,
+                                                     .multi_stage = multi_stage_config,
+                                                     .distributed = distributed,
+                                                     .run = run},
+                                     model, data, "resolved: true\nseed: 1", std::move(hooks));
+  }
+
+  DistributedConfig distributed;
+  MultiStageConfig multi_stage_config;
+  TrainingConfig training;
+  ScheduleConfig schedule;
+  OptimizerConfig optimizer;
+  RunConfig run;
+  data::GPTDataConfig data_config;
+  testing::TestModel model;
+  data::GPTData data;
+};
+
+constexpr const char* kTrainingYaml =
+    "{train_iters: 6, logs: {interval: 2}, evaluators: {validation: {interval: 3, iterations: 2}}}";
+
+std::vector<nlohmann::json> read_records(const std::filesystem::path& path) {
+  std::vector<nlohmann::json> records;
+  std::ifstream file(path);
+  for (std::string line; std::getline(file, line);) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
+std::vector<nlohmann::json> train(const std::string& name, int seed) {
+  auto directory = fresh_directory(name);
+  TrainerRun run(directory, seed, kTrainingYaml);
+  auto trainer = run.make_trainer();
+  trainer->run();
+  return read_records(directory / "runs" / "0" / "metrics.jsonl");
+}
+
+TEST(Trainer, WritesTheRunDirectoryAndOneRecordPerLogLine) {
+  auto directory = fresh_directory("records");
+  {
+    TrainerRun run(directory, 1234, kTrainingYaml);
+    auto trainer = run.make_trainer();
+    EXPECT_EQ(trainer->samples_per_step(), 2);
+    EXPECT_EQ(trainer->metrics_path(), directory / "runs" / "0" / "metrics.jsonl");
+    trainer->run();
+    EXPECT_EQ(trainer->completed_steps(), 6);
+    EXPECT_EQ(trainer->optimizer()->optimizer_step(), 6);
+  }
+  std::ifstream config_file(directory / "config.yaml");
+  std::stringstream config_text;
+  config_text << config_file.rdbuf();
+  EXPECT_EQ(config_text.str(), "resolved: true\nseed: 1\n");
+
+  auto records = read_records(directory / "runs" / "0" / "metrics.jsonl");
+  ASSERT_EQ(records.size(), 5u);
+  const std::vector<std::pair<std::string, int>> expected = {
+      {"training", 2}, {"validation", 3}, {"training", 4}, {"training", 6}, {"validation", 6}};
+  for (size_t i = 0; i < records.size(); ++i) {
+    const auto& record = records[i];
+    EXPECT_EQ(record.at("phase"), expected[i].first) << i;
+    EXPECT_EQ(record.at("iteration"), expected[i].second) << i;
+    EXPECT_EQ(record.at("train_iters"), 6);
+    EXPECT_EQ(record.at("batch_size"), 2);
+    EXPECT_EQ(record.at("consumed_samples"), 2 * expected[i].second);
+    EXPECT_EQ(record.at("consumed_tokens"), 2 * 16 * expected[i].second);
+    ASSERT_TRUE(record.at("mse").is_number()) << i;
+    EXPECT_GT(record.at("mse").get<double>(), 0.0);
+    EXPECT_GT(record.at("model_tflops").get<double>(), 0.0);
+    EXPECT_GT(record.at("tokens_per_sec_per_gpu").get<double>(), 0.0);
+    if (expected[i].first == "training") {
+      EXPECT_GT(record.at("grad_norm").get<double>(), 0.0);
+      EXPECT_EQ(record.at("skipped_iters"), 0);
+      EXPECT_EQ(record.at("nan_iters"), 0);
+      EXPECT_EQ(record.at("loss_scale"), 1.0);
+      EXPECT_DOUBLE_EQ(record.at("percent_done").get<double>(), 100.0 * expected[i].second / 6.0);
+    } else {
+      EXPECT_EQ(record.at("dataset"), "validation");
+    }
+  }
+  // Warmup over 2 steps: the rate logged at step 2 is the base rate.
+  EXPECT_DOUBLE_EQ(records[0].at("learning_rate").get<double>(), 0.01);
+
+  // A second run in the same experiment directory gets the next run index.
+  TrainerRun again(directory, 1234, kTrainingYaml);
+  auto trainer = again.make_trainer();
+  EXPECT_EQ(trainer->metrics_path(), directory / "runs" / "1" / "metrics.jsonl");
+  std::filesystem::remove_all(directory);
+}
+
+TEST(Trainer, TheSameSeedGivesTheSameLosses) {
+  auto first = train("seed_a", 42), second = train("seed_b", 42), other = train("seed_c", 43);
+  ASSERT_EQ(first.size(), 5u);
+  ASSERT_EQ(second.size(), first.size());
+  ASSERT_EQ(other.size(), first.size());
+  bool any_difference = false;
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(first[i].at("mse").get<double>(), second[i].at("mse").get<double>()) << i;
+    if (first[i].contains("grad_norm")) {
+      EXPECT_EQ(first[i].at("grad_norm").get<double>(), second[i].at("grad_norm").get<double>()) << i;
+    }
+    any_difference = any_difference || first[i].at("mse").get<double>() != other[i].at("mse").get<double>();
+  }
+  EXPECT_TRUE(any_difference);
+  for (const char* name : {"seed_a", "seed_b", "seed_c"}) std::filesystem::remove_all(fresh_directory(name));
+}
+
+TEST(Trainer, CheckpointsWithoutACheckpointEngineAreRefused) {
+  auto directory = fresh_directory("refused");
+  TrainerRun run(directory, 1, "{train_iters: 2, checkpoint: {interval: 1}}");
+  EXPECT_THROW(run.make_trainer(), NotSupportedError);
+  // With a hook, saves happen at each interval step and the last one is the model's location.
+  std::vector<int64_t> saved;
+  TrainerHooks hooks;
+  hooks.save_checkpoint = [&](Trainer&, int64_t step) {
+    saved.push_back(step);
+    return directory / "checkpoint" / std::to_string(step);
+  };
+  auto trainer = run.make_trainer(hooks);
+  trainer->run();
+  EXPECT_EQ(saved, (std::vector<int64_t>{1, 2}));
+  std::filesystem::remove_all(directory);
+}
+
+TEST(Trainer, EvaluationOnlyNeedsWeightsToLoad) {
+  auto directory = fresh_directory("evaluation_only");
+  TrainerRun run(directory, 1, "{train_iters: 0, evaluators: {validation: {interval: 1, iterations: 1}}}");
+  EXPECT_THROW(run.make_trainer()->run(), Error);
+  TrainerRun loaded(directory, 1, "{train_iters: 0, evaluators: {validation: {interval: 1, iterations: 1}}}");
+  TrainerHooks hooks;
+  hooks.load = [](Trainer& trainer) {
+    trainer.multi_stage().initialize_weights();
+    return true;
+  };
+  auto trainer = loaded.make_trainer(hooks);
+  EXPECT_EQ(trainer->optimizer(), nullptr);
+  trainer->run();
+  auto records = read_records(*trainer->metrics_path());
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].at("phase"), "validation");
+  EXPECT_EQ(records[0].at("iteration"), 0);
+  std::filesystem::remove_all(directory);
+}
+
+TEST(Metrics, PythonStyleNumberAndTimeFormats) {
+  EXPECT_EQ(format_with_commas(1234567.891, 2), "1,234,567.89");
+  EXPECT_EQ(format_with_commas(999, 0), "999");
+  EXPECT_EQ(format_with_commas(1000, 0), "1,000");
+  EXPECT_EQ(format_with_commas(-12345.5, 1), "-12,345.5");
+  EXPECT_EQ(format_duration(3725), "1:02:05");
+  EXPECT_EQ(format_duration(59.6), "0:01:00");
+  EXPECT_EQ(format_duration(90061), "1 day, 1:01:01");
+  EXPECT_EQ(format_duration(2 * 86400 + 5), "2 days, 0:00:05");
+}
+
+TEST(Metrics, TrainingLineHasFastLlmFields) {
+  TrainingMetrics metrics;
+  metrics.iteration = 20;
+  metrics.train_iters = 100;
+  metrics.consumed_samples = 160;
+  metrics.consumed_tokens = 1310720;
+  metrics.batch_size = 8;
+  metrics.step_time_ms = 12.345;
+  metrics.learning_rate = 3e-4;
+  metrics.loss_scale = 1;
+  metrics.grad_norm = 0.98765;
+  metrics.skipped_iters = 1;
+  metrics.losses = {{"language_model_loss", 2.3456789}};
+  metrics.percent_done = 20;
+  const std::string line = format_training_metrics(metrics);
+  for (const char* field :
+       {"training @ iteration     20/   100", "| consumed samples:          160", "| consumed tokens:        1,310,720",
+        "| batch size:   8", "| step time: 12.35 ms", "tflop/s (model)", "tflop/s (hardware)", "tokens/s/gpu",
+        "| Memory allocated 0.00 MiB", "| global max reserved 0.00 MiB", "| learning rate: 3.000e-04",
+        "| loss scale:     1", "| grad norm: 0.9877", "| skipped iterations:   1", "| nan iterations:   0",
+        "| average step time", "| data wait: ", "| remaining 0:00:00", "(20.00 %)",
+        "| language_model_loss: 2.34568"})
+    EXPECT_NE(line.find(field), std::string::npos) << field << "\n" << line;
+  const std::string validation = format_validation_metrics(metrics, "wiki");
+  EXPECT_EQ(validation.rfind("validation/wiki @ iteration     20/   100", 0), 0u) << validation;
+  EXPECT_EQ(validation.find("learning rate"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fast_llm::engine
