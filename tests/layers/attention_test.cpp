@@ -120,7 +120,7 @@ TEST(Attention, ParameterLayoutNamesAndSettings) {
   auto names = parameter_names(attention);
   EXPECT_EQ(names, (std::vector<std::string>{"decoder.1.mixer.query.weight", "decoder.1.mixer.query.bias",
                                              "decoder.1.mixer.key_value.weight", "decoder.1.mixer.dense.weight",
-                                             "decoder.1.mixer.query_norm.weight"}));
+                                             "decoder.1.mixer.q_norm.weight"}));
   auto parameters = attention.parameters();
   EXPECT_EQ(parameters[0]->meta.shape, (Shape{12, 10}));  // [heads * head_size, hidden]
   EXPECT_EQ(parameters[2]->meta.shape, (Shape{12, 10}));  // [2 * head_groups * head_size, hidden]

@@ -135,6 +135,67 @@ TEST(GPTModel, LossGradientMatchesFiniteDifferences) {
   EXPECT_EQ(checked, 18);
 }
 
+// One training step of the tiny model in a compute dtype (fp32 gradients below fp64): the head's loss, then every
+// parameter gradient, concatenated.
+std::vector<double> loss_and_gradients(DType dtype, DType grad_dtype) {
+  GPTModel model(model_config(tiny_model(
+      "{vocab_size: 13}", "{normalization: {type: rms_norm}, cross_entropy_splits: 2, "
+                          "losses: {cross_entropy: {type: label}, z_loss: {type: z_loss, weight: 0.01}}}")));
+  uint64_t seed = 200;
+  for (Layer* layer : model.layers()) bind_parameters(*layer, seed++, dtype, grad_dtype);
+  BatchData data = make_batch({6, 10}, 13, 3);
+  LossSums losses;
+  LayerContext context = make_context(data.batch, true, &losses, 1.0 / 14.0, 0, dtype);
+  std::vector<Layer*> layers = model.layers();
+  Tensor activation;
+  for (Layer* layer : layers) {
+    activation = layer->forward(context, activation);
+    if (activation.defined()) EXPECT_EQ(activation.dtype(), dtype);
+  }
+  Tensor grad;
+  for (auto layer = layers.rbegin(); layer != layers.rend(); ++layer) {
+    grad = (*layer)->backward(context, grad);
+    if (grad.defined()) EXPECT_EQ(grad.dtype(), dtype);
+  }
+  std::vector<double> result{losses.all().at("lm_head_loss").item() / 14.0};
+  for (Layer* layer : layers)
+    for (Parameter* parameter : layer->parameters()) {
+      EXPECT_EQ(parameter->grad.dtype(), grad_dtype);
+      auto values = values_of(parameter->grad);
+      result.insert(result.end(), values.begin(), values.end());
+    }
+  return result;
+}
+
+double relative_error(const std::vector<double>& actual, const std::vector<double>& expected, size_t begin) {
+  double difference = 0, norm = 0;
+  for (size_t i = begin; i < expected.size(); ++i) {
+    difference += (actual[i] - expected[i]) * (actual[i] - expected[i]);
+    norm += expected[i] * expected[i];
+  }
+  return std::sqrt(difference / norm);
+}
+
+// The same step in lower precisions (parameters and activations in the compute dtype, gradients in fp32) stays close
+// to fp64: the layers run in every compute dtype.
+TEST(GPTModel, ComputeDtypesAgreeWithFloat64) {
+  const std::vector<double> reference = loss_and_gradients(DType::float64, DType::float64);
+  EXPECT_GT(max_abs(reference), 0.0);
+  struct Case {
+    DType dtype;
+    double loss_tolerance;
+    double gradient_tolerance;
+  };
+  for (const Case& test_case : {Case{DType::float32, 1e-6, 1e-5}, Case{DType::bfloat16, 2e-3, 3e-2},
+                                Case{DType::float16, 1e-3, 5e-3}}) {
+    SCOPED_TRACE(std::string(dtype_name(test_case.dtype)));
+    const std::vector<double> result = loss_and_gradients(test_case.dtype, DType::float32);
+    ASSERT_EQ(result.size(), reference.size());
+    EXPECT_NEAR(result[0], reference[0], test_case.loss_tolerance * reference[0]);
+    EXPECT_LT(relative_error(result, reference, 1), test_case.gradient_tolerance);
+  }
+}
+
 TEST(GPTModel, RefusesUnsupportedConfigs) {
   EXPECT_THROW(GPTModel(model_config(tiny_model() + "peft: {type: lora}\n")), NotSupportedError);
   EXPECT_THROW(GPTModel(model_config(R"(

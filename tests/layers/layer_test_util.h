@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,8 +77,11 @@ inline double max_abs(const std::vector<double>& values) {
 }
 
 // Gives every parameter of `module` a weight (random values around its initialisation: fills get +-0.3 noise, random
-// initialisations +-scale uniform noise with scale max(std, 0.3)) and a zeroed gradient, in `dtype` on the CPU.
-inline void bind_parameters(Module& module, uint64_t seed, DType dtype = DType::float64) {
+// initialisations +-scale uniform noise with scale max(std, 0.3)) in `dtype` and a zeroed gradient, on the CPU. The
+// values depend on `seed` only, not on the dtype (they are rounded to it).
+// Gradients are in `grad_dtype` (the engine's are fp32 by default), or in `dtype` when unset.
+inline void bind_parameters(Module& module, uint64_t seed, DType dtype = DType::float64,
+                            std::optional<DType> grad_dtype = std::nullopt) {
   uint64_t stream = 0;
   for (Parameter* parameter : module.parameters()) {
     const Initialization& init = parameter->meta.initialization;
@@ -89,7 +93,7 @@ inline void bind_parameters(Module& module, uint64_t seed, DType dtype = DType::
         value = init.mean + std::max(init.std, 0.3) * value;
     }
     parameter->weight = tensor_from(values, parameter->meta.shape, dtype);
-    parameter->grad = zeros(parameter->meta.shape, dtype);
+    parameter->grad = zeros(parameter->meta.shape, grad_dtype.value_or(dtype));
   }
 }
 

@@ -73,8 +73,8 @@ Attention::Attention(std::string name, const AttentionConfig& config, int64_t hi
   add_child(query_);
   add_child(key_value_);
   add_child(dense_);
-  query_norm_ = optional_norm(child_name("query_norm"), config.query_norm, head_size_, mixer_lr_scale);
-  key_norm_ = optional_norm(child_name("key_norm"), config.key_norm, head_size_, mixer_lr_scale);
+  query_norm_ = optional_norm(child_name("q_norm"), config.query_norm, head_size_, mixer_lr_scale);
+  key_norm_ = optional_norm(child_name("k_norm"), config.key_norm, head_size_, mixer_lr_scale);
   if (query_norm_) add_child(*query_norm_);
   if (key_norm_) add_child(*key_norm_);
   if (!rotary_) rotary_ = std::make_shared<Rotary>(config.rotary.get(), head_size_);

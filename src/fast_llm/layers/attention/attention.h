@@ -5,7 +5,7 @@
 //   query.weight      [heads * head_size, hidden]            (+ query.bias)
 //   key_value.weight  [2 * head_groups * head_size, hidden]   keys then values, from key_layer's settings (+ bias)
 //   dense.weight      [hidden, heads * head_size]            (+ dense.bias)
-//   query_norm.*, key_norm.* (head_size) when configured
+//   q_norm.*, k_norm.* (head_size) when query_norm / key_norm are configured (Fast-LLM's attribute names)
 // Forward, on (tokens, hidden):
 //   q = x Wq^T, k = x Wk^T, v = x Wv^T   (k and v: the two halves of key_value, each computed contiguous)
 //   q, k = norm(q), norm(k) per head; rotary(q), rotary(k) in place
