@@ -1,0 +1,184 @@
+// The layers on a CUDA device (fp32 and bf16 compute, fp32 gradients) against the same step on the CPU in fp32: the
+// losses and every parameter gradient agree within the dtype's tolerance. The whole GPT model runs once the CUDA
+// attention kernel is registered (skipped before). Without a GPU every case skips itself.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "fast_llm/core/device.h"
+#include "fast_llm/kernels/attention.h"
+#include "fast_llm/kernels/pointwise.h"
+#include "fast_llm/layers/common/normalization.h"
+#include "fast_llm/layers/language_model/embedding.h"
+#include "fast_llm/layers/language_model/head.h"
+#include "fast_llm/layers/mlp/mlp.h"
+#include "fast_llm/models/gpt/model.h"
+#include "layer_test_util.h"
+
+namespace fast_llm::layers {
+namespace {
+
+using namespace testing;
+
+#define REQUIRE_GPU() \
+  if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA device visible"
+
+// Parameters with the values of `bind_parameters(seed)` in `dtype` on `device`, gradients fp32 zeros there.
+void bind_on(Module& module, uint64_t seed, Device device, DType dtype) {
+  bind_parameters(module, seed, dtype, DType::float32);
+  if (device.is_cpu()) return;
+  for (Parameter* parameter : module.parameters()) {
+    parameter->weight = parameter->weight.to(device);
+    parameter->grad = parameter->grad.to(device);
+  }
+}
+
+MicroBatch batch_on(const MicroBatch& batch, Device device) {
+  MicroBatch result = batch;
+  result.tokens = batch.tokens.to(device);
+  result.labels = batch.labels.to(device);
+  result.positions = batch.positions.to(device);
+  result.cu_seqlens = batch.cu_seqlens.to(device);
+  return result;
+}
+
+std::vector<double> host_values(const Tensor& tensor) { return values_of(tensor.to(Device::cpu())); }
+
+double relative_error(const std::vector<double>& actual, const std::vector<double>& expected) {
+  EXPECT_EQ(actual.size(), expected.size());
+  double difference = 0, norm = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    difference += (actual[i] - expected[i]) * (actual[i] - expected[i]);
+    norm += expected[i] * expected[i];
+  }
+  return std::sqrt(difference / norm);
+}
+
+struct StepResult {
+  double loss = 0;
+  std::vector<std::vector<double>> gradients;  // per parameter
+  std::vector<std::string> names;
+};
+
+const std::vector<int64_t> kDocuments{17, 40, 7};
+constexpr int64_t kHidden = 64, kVocab = 97;
+
+// embeddings -> rms norm -> gated MLP -> head (z-loss, splits), forward and backward on `device`.
+StepResult mlp_stack_step(Device device, DType dtype) {
+  auto embeddings_config = load_config<LanguageModelEmbeddingsConfig>(
+      "{vocab_size: 97, position_embeddings: {enabled: true}, num_position_embeddings: 64, embedding_scale: 2}");
+  struct NormHolder : config::Config {
+    config::Dynamic<NormalizationConfig> normalization;
+    void visit(config::Visitor& v) override { v(normalization, "normalization", "", config::Hint::core); }
+  };
+  auto norm_config = load_config<NormHolder>("normalization: {type: rms_norm}");
+  auto mlp_config = load_config<MlpConfig>("{intermediate_size: 96, gated: true, add_linear_biases: true}");
+  auto head_config = load_config<LanguageModelHeadConfig>(
+      "{normalization: {type: layer_norm}, cross_entropy_splits: 3, final_logit_softcap: 20, "
+      "losses: {cross_entropy: {type: label}, z_loss: {type: z_loss, weight: 0.01}}}");
+  LanguageModelEmbedding embeddings("embeddings", embeddings_config, kHidden, 1.0);
+  Normalization norm("norm", norm_config.normalization.get(), kHidden, 1.0);
+  Mlp mlp("mlp", mlp_config, kHidden, 1.0);
+  LanguageModelHead head("head", head_config, kHidden, kVocab, 1.0);
+  std::vector<Module*> modules{&embeddings, &norm, &mlp, &head};
+  uint64_t seed = 40;
+  for (Module* module : modules) bind_on(*module, seed++, device, dtype);
+
+  BatchData data = make_batch(kDocuments, kVocab, 41);
+  MicroBatch batch = batch_on(data.batch, device);
+  LossSums losses;
+  LayerContext context = make_context(batch, true, &losses, 1.0 / 61.0, 0, dtype);
+  context.device = device;
+  Tensor hidden = embeddings.forward(context, Tensor());
+  Normalization::Saved norm_saved;
+  Mlp::Saved mlp_saved;
+  Tensor output = mlp.forward(norm.forward(hidden, &norm_saved, {}), &mlp_saved, {});
+  kernels::axpy({.input = hidden, .output = output, .alpha = 1.0});
+  head.forward(context, output);
+  Tensor grad = head.backward(context, Tensor());
+  Tensor grad_hidden = norm.backward(mlp.backward(grad, mlp_saved, {}), norm_saved, {});
+  kernels::axpy({.input = grad, .output = grad_hidden, .alpha = 1.0});
+  embeddings.backward(context, grad_hidden);
+  synchronize_device(device);
+
+  StepResult result{.loss = losses.all().at("lm_head_loss").item()};
+  for (Module* module : modules)
+    for (Parameter* parameter : module->parameters()) {
+      result.gradients.push_back(host_values(parameter->grad));
+      result.names.push_back(parameter->meta.name);
+    }
+  return result;
+}
+
+StepResult gpt_step(Device device, DType dtype) {
+  models::gpt::GPTModel model(load_config<models::gpt::GPTBaseModelConfig>(R"(
+hidden_size: 64
+embeddings: {vocab_size: 97}
+head: {normalization: {type: rms_norm}, cross_entropy_splits: 2}
+decoder:
+  num_blocks: 2
+  block:
+    mixer: {heads: 4, head_groups: 2, head_size: 16, window_size: 24, rotary: {type: llama3, theta: 10000}}
+    mlp: {intermediate_size: 96, gated: true, add_linear_biases: false}
+    normalization: {type: rms_norm}
+)"));
+  uint64_t seed = 60;
+  for (Layer* layer : model.layers()) bind_on(*layer, seed++, device, dtype);
+  BatchData data = make_batch(kDocuments, kVocab, 61);
+  MicroBatch batch = batch_on(data.batch, device);
+  LossSums losses;
+  LayerContext context = make_context(batch, true, &losses, 1.0 / 61.0, 0, dtype);
+  context.device = device;
+  std::vector<Layer*> layers = model.layers();
+  Tensor activation;
+  for (Layer* layer : layers) activation = layer->forward(context, activation);
+  Tensor grad;
+  for (auto layer = layers.rbegin(); layer != layers.rend(); ++layer) grad = (*layer)->backward(context, grad);
+  synchronize_device(device);
+  StepResult result{.loss = losses.all().at("lm_head_loss").item()};
+  for (Layer* layer : layers)
+    for (Parameter* parameter : layer->parameters()) {
+      result.gradients.push_back(host_values(parameter->grad));
+      result.names.push_back(parameter->meta.name);
+    }
+  return result;
+}
+
+void expect_close(const StepResult& actual, const StepResult& expected, double loss_tolerance,
+                  double gradient_tolerance) {
+  EXPECT_NEAR(actual.loss, expected.loss, loss_tolerance * std::abs(expected.loss));
+  ASSERT_EQ(actual.gradients.size(), expected.gradients.size());
+  for (size_t p = 0; p < expected.gradients.size(); ++p) {
+    EXPECT_GT(max_abs(expected.gradients[p]), 0.0) << expected.names[p];
+    EXPECT_LT(relative_error(actual.gradients[p], expected.gradients[p]), gradient_tolerance) << expected.names[p];
+  }
+}
+
+// The comparison itself, on the CPU: bf16 against fp32 (runs with or without a GPU).
+TEST(CudaLayers, MlpStackBfloat16OnCpuIsClose) {
+  const StepResult reference = mlp_stack_step(Device::cpu(), DType::float32);
+  expect_close(mlp_stack_step(Device::cpu(), DType::bfloat16), reference, 1e-2, 5e-2);
+}
+
+TEST(CudaLayers, MlpStackMatchesCpu) {
+  REQUIRE_GPU();
+  const StepResult reference = mlp_stack_step(Device::cpu(), DType::float32);
+  expect_close(mlp_stack_step(Device::cuda(0), DType::float32), reference, 1e-5, 1e-4);
+  expect_close(mlp_stack_step(Device::cuda(0), DType::bfloat16), reference, 1e-2, 5e-2);
+}
+
+TEST(CudaLayers, GptModelMatchesCpu) {
+  REQUIRE_GPU();
+  bool attention_on_cuda = false;
+  for (const auto& variant : kernels::OpRegistry<kernels::AttentionForward>::instance().variants())
+    attention_on_cuda |= variant.info.device == DeviceType::cuda;
+  if (!attention_on_cuda) GTEST_SKIP() << "no CUDA attention kernel registered";
+  const StepResult reference = gpt_step(Device::cpu(), DType::float32);
+  expect_close(gpt_step(Device::cuda(0), DType::float32), reference, 1e-5, 1e-4);
+  expect_close(gpt_step(Device::cuda(0), DType::bfloat16), reference, 1e-2, 5e-2);
+}
+
+}  // namespace
+}  // namespace fast_llm::layers
