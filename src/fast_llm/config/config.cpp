@@ -170,6 +170,16 @@ bool is_empty_output(const YAML::Node& node) {
   return !node || node.IsNull() || ((node.IsMap() || node.IsSequence()) && node.size() == 0);
 }
 
+// Empty, or a mapping of nothing but empty values (what a non-architecture field holding configs writes when nothing
+// below it is architecture).
+bool is_empty_recursive(const YAML::Node& node) {
+  if (is_empty_output(node)) return true;
+  if (!node.IsMap()) return false;
+  for (const auto& entry : node)
+    if (!is_empty_recursive(entry.second)) return false;
+  return true;
+}
+
 void collect_unsupported(Config& config, const std::string& path, std::vector<std::string>& messages) {
   for_each_field(config, [&](const FieldInfo& info, FieldHandle& field) {
     std::string field_path = join_path(path, info.name);
@@ -228,8 +238,10 @@ YAML::Node Config::to_yaml(const WriteOptions& options) const {
     else
       wanted = hint_importance(info.hint) <= options.verbose;
     if (!wanted && !holds_configs) return;
-    YAML::Node value = field.write(options);
-    if (!wanted && is_empty_output(value)) return;
+    WriteOptions field_options = options;
+    field_options.omit_dynamic_type = options.architecture_only && !wanted;
+    YAML::Node value = field.write(field_options);
+    if (!wanted && (options.architecture_only ? is_empty_recursive(value) : is_empty_output(value))) return;
     node[std::string(info.name)] = value;
   });
   return node;

@@ -59,6 +59,9 @@ struct WriteOptions {
   int verbose = kVerboseEverything;
   // Write only architecture fields (and nested configs that hold some).
   bool architecture_only = false;
+  // Leave out the `type` of dynamic configs: set by to_yaml for the fields it writes with architecture_only only to
+  // reach the architecture fields nested in them (the type of a non-architecture field is not architecture).
+  bool omit_dynamic_type = false;
 };
 
 // A type-erased view of one field of one config object; built on the stack by `Visitor::operator()`.

@@ -192,7 +192,7 @@ struct Codec<Dynamic<Base>> {
     if (!value.has_value()) return YAML::Node(YAML::NodeType::Null);
     YAML::Node fields = value->to_yaml(options);
     YAML::Node node(YAML::NodeType::Map);
-    node["type"] = value.type();
+    if (!options.omit_dynamic_type) node["type"] = value.type();
     for (const auto& entry : fields)
       if (entry.first.Scalar() != "type") node[entry.first.Scalar()] = entry.second;
     return node;
