@@ -1,0 +1,311 @@
+#include "fast_llm/engine/checkpoint/distributed.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <set>
+
+#include "fast_llm/config/config.h"
+#include "fast_llm/core/error.h"
+#include "fast_llm/core/logging.h"
+
+namespace fast_llm::engine {
+
+namespace {
+
+constexpr std::string_view kComponent = "checkpoint";
+
+std::string rank_file(int rank) { return fmt::format("rank_{}.safetensors", rank); }
+std::string stage_key(size_t stage, std::string_view shard) { return fmt::format("stage_{}/{}", stage, shard); }
+
+// A parameter as the layout records it.
+struct RecordedParameter {
+  std::string name;
+  int64_t offset = 0;
+  Shape shape;
+  bool frozen = false;
+};
+struct RecordedStage {
+  int64_t trainable_size = 0, frozen_size = 0;
+  std::vector<RecordedParameter> parameters;
+};
+struct RecordedLayout {
+  int data_parallel = 1;
+  DType optimization_dtype = DType::float32;
+  std::vector<std::string> files;
+  std::vector<RecordedStage> stages;
+};
+
+YAML::Node layout_of(const MultiStage& multi_stage) {
+  YAML::Node layout(YAML::NodeType::Map);
+  const StageSettings& settings = multi_stage.settings();
+  layout["data_parallel"] = settings.data_parallel;
+  layout["optimization_dtype"] = std::string(dtype_name(settings.optimization_dtype));
+  YAML::Node files(YAML::NodeType::Sequence);
+  for (int rank = 0; rank < settings.data_parallel; ++rank) files.push_back(rank_file(rank));
+  layout["files"] = files;
+  YAML::Node stages(YAML::NodeType::Sequence);
+  for (const auto& stage : multi_stage.stages()) {
+    YAML::Node node(YAML::NodeType::Map);
+    node["trainable_size"] = stage->trainable_size();
+    node["frozen_size"] = stage->frozen_size();
+    YAML::Node parameters(YAML::NodeType::Sequence);
+    for (const ParameterSlot& slot : stage->parameters()) {
+      YAML::Node parameter(YAML::NodeType::Map);
+      parameter["name"] = slot.parameter->meta.name;
+      parameter["offset"] = slot.offset;
+      YAML::Node shape(YAML::NodeType::Sequence);
+      for (int64_t dim : slot.parameter->meta.shape) shape.push_back(dim);
+      shape.SetStyle(YAML::EmitterStyle::Flow);
+      parameter["shape"] = shape;
+      parameter["frozen"] = slot.parameter->meta.frozen;
+      parameter.SetStyle(YAML::EmitterStyle::Flow);
+      parameters.push_back(parameter);
+    }
+    node["parameters"] = parameters;
+    stages.push_back(node);
+  }
+  layout["stages"] = stages;
+  return layout;
+}
+
+RecordedLayout read_layout(const std::filesystem::path& directory, const CheckpointMetadata& metadata) {
+  const std::filesystem::path file = directory / kMetadataFile;
+  auto fail = [&](std::string_view message) -> void {
+    throw Error(kComponent, fmt::format("{}: `layout` {}", file.string(), message));
+  };
+  RecordedLayout layout;
+  const YAML::Node& node = metadata.layout;
+  if (!node || !node.IsMap()) fail("is missing or not a mapping");
+  try {
+    layout.data_parallel = node["data_parallel"].as<int>();
+    auto dtype = parse_dtype(node["optimization_dtype"].as<std::string>());
+    if (!dtype || !is_floating(*dtype)) fail("has an invalid optimization_dtype");
+    layout.optimization_dtype = *dtype;
+    for (const auto& name : node["files"]) layout.files.push_back(name.as<std::string>());
+    for (const auto& stage : node["stages"]) {
+      RecordedStage recorded{.trainable_size = stage["trainable_size"].as<int64_t>(),
+                             .frozen_size = stage["frozen_size"].as<int64_t>()};
+      for (const auto& parameter : stage["parameters"]) {
+        RecordedParameter entry{.name = parameter["name"].as<std::string>(),
+                                .offset = parameter["offset"].as<int64_t>(),
+                                .frozen = parameter["frozen"].as<bool>()};
+        for (const auto& dim : parameter["shape"]) entry.shape.push_back(dim.as<int64_t>());
+        if (entry.offset < 0 || entry.offset + entry.shape.numel() >
+                                    recorded.trainable_size + recorded.frozen_size)
+          fail(fmt::format("places parameter {} outside its stage", entry.name));
+        recorded.parameters.push_back(std::move(entry));
+      }
+      layout.stages.push_back(std::move(recorded));
+    }
+  } catch (const YAML::Exception& error) {
+    fail(fmt::format("is malformed: {}", error.msg));
+  }
+  if (layout.data_parallel < 1 || int(layout.files.size()) != layout.data_parallel)
+    fail("lists a number of files that does not match its data_parallel");
+  for (const auto& name : layout.files)
+    if (name.find('/') != std::string::npos) fail(fmt::format("names file '{}' outside the checkpoint", name));
+  return layout;
+}
+
+bool same_layout(const RecordedLayout& recorded, const MultiStage& multi_stage) {
+  const StageSettings& settings = multi_stage.settings();
+  if (recorded.data_parallel != settings.data_parallel || recorded.optimization_dtype != settings.optimization_dtype ||
+      recorded.stages.size() != multi_stage.stages().size())
+    return false;
+  for (size_t index = 0; index < recorded.stages.size(); ++index) {
+    const RecordedStage& stage = recorded.stages[index];
+    const Stage& current = *multi_stage.stages()[index];
+    if (stage.trainable_size != current.trainable_size() || stage.frozen_size != current.frozen_size() ||
+        stage.parameters.size() != current.parameters().size())
+      return false;
+    for (size_t slot = 0; slot < stage.parameters.size(); ++slot) {
+      const RecordedParameter& parameter = stage.parameters[slot];
+      const ParameterSlot& actual = current.parameters()[slot];
+      if (parameter.name != actual.parameter->meta.name || parameter.offset != actual.offset ||
+          !(parameter.shape == actual.parameter->meta.shape) || parameter.frozen != actual.parameter->meta.frozen)
+        return false;
+    }
+  }
+  return true;
+}
+
+// Step of a save directory name, or nothing for other names.
+std::optional<int64_t> step_of(const std::filesystem::path& path) {
+  const std::string name = path.filename().string();
+  int64_t step = 0;
+  auto [end, error] = std::from_chars(name.data(), name.data() + name.size(), step);
+  if (error != std::errc() || end != name.data() + name.size() || step < 0) return std::nullopt;
+  return step;
+}
+
+}  // namespace
+
+void write_distributed_checkpoint(const std::filesystem::path& directory, MultiStage& multi_stage,
+                                  const DistributedCheckpointContents& contents) {
+  const StageSettings& settings = multi_stage.settings();
+  FLM_CHECK(settings.training, kComponent, "a distributed checkpoint holds the optimizer state: the model must be "
+                                           "built for training");
+  std::vector<SafetensorsEntry> entries;
+  for (size_t index = 0; index < multi_stage.stages().size(); ++index) {
+    Stage& stage = *multi_stage.stages()[index];
+    const std::pair<std::string_view, Tensor*> shards[] = {
+        {kWeightsShard, &stage.weight_shard()}, {kExpAvgShard, &stage.exp_avg()}, {kExpAvgSqShard, &stage.exp_avg_sq()}};
+    for (const auto& [shard, buffer] : shards) {
+      Tensor* tensor = buffer;
+      entries.push_back({.name = stage_key(index, shard),
+                         .dtype = tensor->dtype(),
+                         .shape = tensor->shape(),
+                         .values = [tensor] { return tensor->to(Device::cpu()); }});
+    }
+  }
+  write_safetensors(directory / rank_file(settings.data_rank), entries,
+                    {{"format", "distributed"},
+                     {"step", std::to_string(contents.state.completed_steps)},
+                     {"rank", std::to_string(settings.data_rank)}});
+  CheckpointMetadata metadata{.format = CheckpointFormat::distributed,
+                              .config = contents.model_config,
+                              .shards = state_shards(true),
+                              .state = contents.state,
+                              .consumed_samples = contents.consumed_samples,
+                              .layout = layout_of(multi_stage),
+                              .trainer_config = contents.trainer_config};
+  write_checkpoint_metadata(directory, metadata);
+}
+
+void save_distributed_checkpoint(const std::filesystem::path& directory, MultiStage& multi_stage,
+                                 const DistributedCheckpointContents& contents, bool sync) {
+  write_checkpoint_directory(
+      directory,
+      [&](const std::filesystem::path& temporary) { write_distributed_checkpoint(temporary, multi_stage, contents); },
+      sync);
+}
+
+TrainingState load_distributed_checkpoint(const std::filesystem::path& directory, const CheckpointMetadata& metadata,
+                                          MultiStage& multi_stage, bool optimizer_state) {
+  FLM_CHECK(metadata.format == CheckpointFormat::distributed, kComponent, "{} is not a distributed checkpoint",
+            directory.string());
+  if (optimizer_state && metadata.shards.size() < 3)
+    throw Error(kComponent, fmt::format("{}: the checkpoint holds no optimizer state", directory.string()));
+  const RecordedLayout layout = read_layout(directory, metadata);
+  if (same_layout(layout, multi_stage)) {
+    const StageSettings& settings = multi_stage.settings();
+    SafetensorsFile file(directory / layout.files.at(size_t(settings.data_rank)));
+    const Stream stream = compute_stream(settings.device);
+    for (size_t index = 0; index < multi_stage.stages().size(); ++index) {
+      Stage& stage = *multi_stage.stages()[index];
+      std::vector<std::pair<std::string_view, Tensor*>> shards{{kWeightsShard, &stage.weight_shard()}};
+      if (optimizer_state) {
+        shards.emplace_back(kExpAvgShard, &stage.exp_avg());
+        shards.emplace_back(kExpAvgSqShard, &stage.exp_avg_sq());
+      }
+      for (const auto& [shard, buffer] : shards) {
+        const std::string key = stage_key(index, shard);
+        const SafetensorsTensorInfo& info = file.info(key);
+        if (info.dtype.dtype != buffer->dtype() || info.numel() != buffer->numel())
+          throw Error(kComponent, fmt::format("{}: tensor '{}' is {} x {}, the stage's shard is {} x {}",
+                                              file.path().string(), key, info.dtype.name, info.numel(),
+                                              dtype_name(buffer->dtype()), buffer->numel()));
+        Tensor values = file.read(key).flatten();
+        buffer->copy_bytes_from(values, stream);
+        synchronize(settings.device, stream);
+      }
+    }
+    multi_stage.copy_weights_from_shards(stream);
+    synchronize(settings.device, stream);
+  } else {
+    log_main("Checkpoint {} has another stage layout: loading it parameter by parameter", directory.string());
+    load_multi_stage_state(multi_stage, *distributed_checkpoint_source(directory, metadata), optimizer_state);
+  }
+  return metadata.state.value_or(TrainingState{});
+}
+
+std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesystem::path& directory,
+                                                            const CheckpointMetadata& metadata) {
+  const RecordedLayout layout = read_layout(directory, metadata);
+  if (layout.data_parallel != 1)
+    throw NotSupportedError(kComponent, fmt::format("{}: reading a checkpoint written by {} data-parallel ranks needs "
+                                                    "the distributed engine",
+                                                    directory.string(), layout.data_parallel));
+  auto file = std::make_shared<SafetensorsFile>(directory / layout.files.front());
+  auto result = std::make_shared<TensorList>(fmt::format("checkpoint {} (distributed)", directory.string()));
+  const DType dtype = layout.optimization_dtype;
+  for (size_t index = 0; index < layout.stages.size(); ++index) {
+    const RecordedStage& stage = layout.stages[index];
+    for (const std::string& shard : metadata.shards) {
+      const std::string key = stage_key(index, shard);
+      const SafetensorsTensorInfo& info = file->info(key);
+      const int64_t expected = shard == kWeightsShard ? stage.trainable_size + stage.frozen_size : stage.trainable_size;
+      if (info.dtype.dtype != dtype || info.numel() != expected)
+        throw Error(kComponent, fmt::format("{}: tensor '{}' is {} x {}, the layout says {} x {}",
+                                            file->path().string(), key, info.dtype.name, info.numel(),
+                                            dtype_name(dtype), expected));
+    }
+    for (const RecordedParameter& parameter : stage.parameters) {
+      for (const std::string& shard : metadata.shards) {
+        if (shard != kWeightsShard && parameter.frozen) continue;
+        const std::string key = stage_key(index, shard);
+        const int64_t offset = parameter.offset, numel = parameter.shape.numel();
+        const Shape shape = parameter.shape;
+        result->add(state_key(parameter.name, shard), {dtype, shape}, [file, key, offset, numel, shape, dtype] {
+          Tensor values = Tensor::empty(shape, dtype);
+          const std::span<const std::byte> bytes = file->bytes(key);
+          const size_t size = dtype_size(dtype);
+          std::memcpy(values.data(), bytes.data() + size_t(offset) * size, size_t(numel) * size);
+          return values;
+        });
+      }
+    }
+  }
+  return result;
+}
+
+std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& root) {
+  if (!std::filesystem::is_directory(root)) return std::nullopt;
+  std::optional<std::pair<int64_t, std::filesystem::path>> best;
+  for (const auto& entry : std::filesystem::directory_iterator(root)) {
+    if (!entry.is_directory()) continue;
+    auto step = step_of(entry.path());
+    if (!step || !checkpoint_complete(entry.path())) continue;
+    if (!best || *step > best->first) best = {*step, entry.path()};
+  }
+  if (!best) return std::nullopt;
+  return best->second;
+}
+
+void prune_checkpoints(const std::filesystem::path& root, const TrainingCheckpointBaseConfig& config) {
+  if (!std::filesystem::is_directory(root)) return;
+  std::vector<std::pair<int64_t, std::filesystem::path>> complete;
+  std::vector<std::filesystem::path> leftovers;
+  for (const auto& entry : std::filesystem::directory_iterator(root)) {
+    if (!entry.is_directory()) continue;
+    const std::string name = entry.path().filename().string();
+    auto step = step_of(entry.path());
+    if (step && checkpoint_complete(entry.path()))
+      complete.emplace_back(*step, entry.path());
+    else if (step || (name.starts_with(".") && name.find(".tmp-") != std::string::npos))
+      leftovers.push_back(entry.path());
+  }
+  for (const auto& path : leftovers) {
+    log_main("Removing {} (left by an interrupted save)", path.string());
+    std::filesystem::remove_all(path);
+  }
+  if (!config.keep) return;
+  std::sort(complete.begin(), complete.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  int kept = 0;
+  for (const auto& [step, path] : complete) {
+    const bool permanent = config.keep_every && config.interval &&
+                           (step - config.offset) % (int64_t(*config.keep_every) * *config.interval) == 0;
+    if (permanent) continue;
+    if (kept < *config.keep) {
+      ++kept;
+      continue;
+    }
+    log_main("Removing {} (keeping the last {})", path.string(), *config.keep);
+    std::filesystem::remove_all(path);
+  }
+}
+
+}  // namespace fast_llm::engine

@@ -1,0 +1,68 @@
+// `metadata.yaml` of the native checkpoint formats (`distributed` and `fast_llm`), as Fast-LLM's CheckpointMetadata,
+// and the directory discipline every checkpoint write follows.
+//
+//   fast_llm_version: 0.1.0
+//   format: distributed                # or fast_llm
+//   model: gpt
+//   config: {base_model: ..., multi_stage: ..., distributed: ...}   # the model config (fields set explicitly)
+//   shards: [weights, exp_avg, exp_avg_sq]                         # what the files hold for each parameter
+//   state:                              # the training loop's state (checkpoints with optimizer state)
+//     completed_steps: 12
+//     consumed_samples: 96
+//     optimizer: {step: 12, grad_scaler: {scale: 1.0, growth_tracker: 0, hysteresis_tracker: 0}}
+//   layout: ...                         # format-specific (stage layout / file of each tensor)
+//   trainer_config: ...                 # distributed checkpoints: the run's whole resolved config
+//
+// Writes go to a temporary sibling directory that is renamed into place when complete, after which an empty `ok`
+// file is written: a directory without `ok` (a write killed half-way) is never read as a checkpoint.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fast_llm/engine/checkpoint/config.h"
+#include "fast_llm/engine/checkpoint/state.h"
+#include "fast_llm/engine/training/trainer.h"
+
+namespace fast_llm::engine {
+
+inline constexpr std::string_view kFastLLMVersion = "0.1.0";
+inline constexpr std::string_view kMetadataFile = "metadata.yaml";
+inline constexpr std::string_view kCompleteMarker = "ok";
+
+struct CheckpointMetadata {
+  CheckpointFormat format = CheckpointFormat::fast_llm;
+  std::string fast_llm_version = std::string(kFastLLMVersion);
+  std::string model = "gpt";
+  YAML::Node config;  // the model config: base_model, multi_stage, distributed
+  std::vector<std::string> shards;
+  std::optional<TrainingState> state;
+  int64_t consumed_samples = 0;  // with `state`
+  YAML::Node layout;
+  std::string trainer_config;  // empty: not stored
+};
+
+void write_checkpoint_metadata(const std::filesystem::path& directory, const CheckpointMetadata& metadata);
+// Reads and checks `<directory>/metadata.yaml`; errors name the file and the key. `expected` (if given) must match
+// the stored format.
+CheckpointMetadata read_checkpoint_metadata(const std::filesystem::path& directory,
+                                            std::optional<CheckpointFormat> expected = std::nullopt);
+
+// Whether `directory` holds a complete checkpoint (its `ok` marker).
+bool checkpoint_complete(const std::filesystem::path& directory);
+
+// Writes a checkpoint directory atomically: `write(temporary)` fills a fresh temporary sibling of `directory`, which
+// then replaces `directory` (an existing one is removed first), and `ok` is written last. With `sync`, files and
+// directories are flushed to disk at each stage, so a crash at any point leaves either the previous contents or a
+// directory without `ok`.
+void write_checkpoint_directory(const std::filesystem::path& directory,
+                                const std::function<void(const std::filesystem::path&)>& write, bool sync);
+
+}  // namespace fast_llm::engine

@@ -1,0 +1,349 @@
+#include "fast_llm/engine/checkpoint/state.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+
+#include "fast_llm/core/error.h"
+
+namespace fast_llm::engine {
+
+namespace {
+
+constexpr std::string_view kComponent = "checkpoint";
+
+// This rank's part of one region (trainable or frozen) of a stage: stage coordinates [begin, begin + size), stored at
+// `shard_offset` of the weight shard.
+struct Region {
+  int64_t begin = 0, size = 0, shard_offset = 0;
+};
+
+Region region_of(const Stage& stage, bool frozen) {
+  const int rank = stage.settings().data_rank;
+  if (frozen) return {stage.frozen_shard_begin(rank), stage.frozen_shard_size(), stage.trainable_shard_size()};
+  return {stage.trainable_shard_begin(rank), stage.trainable_shard_size(), 0};
+}
+
+// The part of `slot` in this rank's shard: elements [parameter_begin, parameter_begin + count) of the parameter sit at
+// `shard_position` of the weight shard (and, for trainable parameters, at `shard_position` of the Adam shards).
+struct Overlap {
+  int64_t parameter_begin = 0, shard_position = 0, count = 0;
+};
+
+Overlap overlap_of(const Stage& stage, const ParameterSlot& slot) {
+  const Region region = region_of(stage, slot.parameter->meta.frozen);
+  const int64_t begin = std::max(slot.offset, region.begin);
+  const int64_t end = std::min(slot.offset + slot.numel, region.begin + region.size);
+  if (begin >= end) return {};
+  return {begin - slot.offset, region.shard_offset + begin - region.begin, end - begin};
+}
+
+// `count` elements of a contiguous 1-d tensor from `begin`.
+Tensor elements(const Tensor& tensor, int64_t begin, int64_t count) { return tensor.slice(0, begin, begin + count); }
+
+Tensor host_copy(const Tensor& tensor) {
+  Tensor result = Tensor::empty(tensor.shape(), tensor.dtype());
+  result.copy_bytes_from(tensor, compute_stream(tensor.device()));
+  synchronize(tensor.device(), compute_stream(tensor.device()));
+  return result;
+}
+
+std::string safe_file_name(const std::string& name, const std::filesystem::path& index) {
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+    throw Error(kComponent, fmt::format("{}: weight_map names file '{}', which is not a plain file name in the "
+                                        "checkpoint directory",
+                                        index.string(), name));
+  return name;
+}
+
+}  // namespace
+
+std::vector<std::string> state_shards(bool optimizer_state) {
+  if (!optimizer_state) return {std::string(kWeightsShard)};
+  return {std::string(kWeightsShard), std::string(kExpAvgShard), std::string(kExpAvgSqShard)};
+}
+
+std::string state_key(std::string_view parameter, std::string_view shard) {
+  return fmt::format("{}/{}", parameter, shard);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// TensorList
+
+void TensorList::add(std::string name, TensorSpec spec, std::function<Tensor()> load) {
+  FLM_ASSERT(!entries_.contains(name), "{}: tensor {} added twice", description_, name);
+  names_.push_back(name);
+  entries_.emplace(std::move(name), Entry{std::move(spec), std::move(load)});
+}
+
+TensorSpec TensorList::spec(const std::string& name) const {
+  auto found = entries_.find(name);
+  FLM_CHECK(found != entries_.end(), kComponent, "{}: no tensor '{}'", description_, name);
+  return found->second.spec;
+}
+
+Tensor TensorList::load(const std::string& name) const {
+  auto found = entries_.find(name);
+  FLM_CHECK(found != entries_.end(), kComponent, "{}: no tensor '{}'", description_, name);
+  Tensor tensor = found->second.load();
+  const TensorSpec& spec = found->second.spec;
+  FLM_ASSERT(tensor.defined() && tensor.dtype() == spec.dtype && tensor.shape() == spec.shape &&
+                 tensor.device().is_cpu() && tensor.is_contiguous(),
+             "{}: tensor {} loaded as {} {}, listed as {} {}", description_, name,
+             tensor.defined() ? dtype_name(tensor.dtype()) : "undefined", tensor.shape().str(), dtype_name(spec.dtype),
+             spec.shape.str());
+  return tensor;
+}
+
+std::shared_ptr<TensorSource> convert_source(std::shared_ptr<const TensorSource> source, DType dtype) {
+  auto result = std::make_shared<TensorList>(fmt::format("{} (as {})", source->describe(), dtype_name(dtype)));
+  for (const std::string& name : source->names()) {
+    TensorSpec spec = source->spec(name);
+    if (!is_floating(spec.dtype) || spec.dtype == dtype) {
+      result->add(name, spec, [source, name] { return source->load(name); });
+      continue;
+    }
+    result->add(name, {dtype, spec.shape}, [source, name, dtype] { return to_host_dtype(source->load(name), dtype); });
+  }
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// SafetensorsSet
+
+SafetensorsSet::SafetensorsSet(std::string description, const std::vector<std::filesystem::path>& files)
+    : description_(std::move(description)) {
+  for (const auto& path : files) {
+    files_.push_back(std::make_unique<SafetensorsFile>(path));
+    const size_t index = files_.size() - 1;
+    for (const SafetensorsTensorInfo& info : files_.back()->tensors()) {
+      auto [found, inserted] = owner_.emplace(info.name, index);
+      if (!inserted)
+        throw Error(kComponent, fmt::format("{}: tensor '{}' is in both {} and {}", description_, info.name,
+                                            files_[found->second]->path().string(), path.string()));
+      names_.push_back(info.name);
+    }
+  }
+}
+
+std::unique_ptr<SafetensorsSet> SafetensorsSet::open_huggingface(const std::filesystem::path& directory) {
+  const std::filesystem::path index_path = directory / "model.safetensors.index.json";
+  const std::filesystem::path single = directory / "model.safetensors";
+  const std::string description = fmt::format("checkpoint {}", directory.string());
+  if (!std::filesystem::exists(index_path)) {
+    if (!std::filesystem::exists(single))
+      throw Error(kComponent, fmt::format("{}: neither model.safetensors nor model.safetensors.index.json is there",
+                                          directory.string()));
+    return std::make_unique<SafetensorsSet>(description, std::vector<std::filesystem::path>{single});
+  }
+  std::ifstream stream(index_path);
+  if (!stream) throw Error(kComponent, fmt::format("{}: cannot open", index_path.string()));
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(stream);
+  } catch (const nlohmann::json::exception& error) {
+    throw Error(kComponent, fmt::format("{}: not valid JSON: {}", index_path.string(), error.what()));
+  }
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    throw Error(kComponent, fmt::format("{}: no `weight_map` object", index_path.string()));
+  std::map<std::string, std::string> weight_map;
+  std::vector<std::filesystem::path> files;
+  std::set<std::string> seen_files;
+  for (auto entry = index["weight_map"].begin(); entry != index["weight_map"].end(); ++entry) {
+    if (!entry.value().is_string())
+      throw Error(kComponent, fmt::format("{}: weight_map entry '{}' is not a file name", index_path.string(),
+                                          entry.key()));
+    std::string file = safe_file_name(entry.value().get<std::string>(), index_path);
+    weight_map[entry.key()] = file;
+    if (seen_files.insert(file).second) {
+      if (!std::filesystem::exists(directory / file))
+        throw Error(kComponent, fmt::format("{}: weight_map names {} (for tensor '{}'), which does not exist",
+                                            index_path.string(), (directory / file).string(), entry.key()));
+      files.push_back(directory / file);
+    }
+  }
+  auto set = std::make_unique<SafetensorsSet>(description, files);
+  for (const auto& [name, file] : weight_map) {
+    if (!set->contains(name))
+      throw Error(kComponent, fmt::format("{}: tensor '{}' is listed in {} but {} does not hold it",
+                                          index_path.string(), name, file, (directory / file).string()));
+    const std::filesystem::path actual = set->file_of(name).path().filename();
+    if (actual != file)
+      throw Error(kComponent, fmt::format("{}: tensor '{}' is listed in {} but is in {}", index_path.string(), name,
+                                          file, actual.string()));
+  }
+  for (const std::string& name : set->names())
+    if (!weight_map.contains(name))
+      throw Error(kComponent, fmt::format("{}: tensor '{}' of {} is missing from the index", index_path.string(), name,
+                                          set->file_of(name).path().string()));
+  return set;
+}
+
+const SafetensorsFile& SafetensorsSet::file_of(const std::string& name) const {
+  auto found = owner_.find(name);
+  FLM_CHECK(found != owner_.end(), kComponent, "{}: no tensor '{}'", description_, name);
+  return *files_[found->second];
+}
+
+TensorSpec SafetensorsSet::spec(const std::string& name) const {
+  const SafetensorsFile& file = file_of(name);
+  const SafetensorsTensorInfo& info = file.info(name);
+  if (!info.dtype.dtype)
+    throw Error(kComponent, fmt::format("{}: tensor '{}' has dtype {}, which is not supported", file.path().string(),
+                                        name, info.dtype.name));
+  return {*info.dtype.dtype, info.tensor_shape()};
+}
+
+Tensor SafetensorsSet::load(const std::string& name) const { return file_of(name).read(name); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Writing sets of files
+
+std::map<std::string, std::string> write_safetensors_set(const std::filesystem::path& directory,
+                                                         const TensorSource& source,
+                                                         const std::vector<std::string>& names,
+                                                         int64_t parameters_per_file, SafetensorsSetLayout layout,
+                                                         const std::map<std::string, std::string>& metadata,
+                                                         bool sync) {
+  FLM_ASSERT(parameters_per_file > 0, "parameters_per_file must be positive");
+  std::vector<std::vector<SafetensorsEntry>> files;
+  int64_t in_file = 0;
+  uint64_t total_bytes = 0;
+  for (const std::string& name : names) {
+    const TensorSpec spec = source.spec(name);
+    const int64_t numel = spec.shape.numel();
+    if (files.empty() || (in_file > 0 && in_file + numel > parameters_per_file)) {
+      files.emplace_back();
+      in_file = 0;
+    }
+    in_file += numel;
+    total_bytes += uint64_t(numel) * dtype_size(spec.dtype);
+    files.back().push_back(
+        SafetensorsEntry{.name = name, .dtype = spec.dtype, .shape = spec.shape, .values = [&source, name] {
+                           return source.load(name);
+                         }});
+  }
+  if (files.empty()) files.emplace_back();
+
+  std::map<std::string, std::string> file_of;
+  const size_t count = files.size();
+  for (size_t index = 0; index < count; ++index) {
+    std::string file_name;
+    if (layout == SafetensorsSetLayout::numbered)
+      file_name = fmt::format("model_{}.safetensors", index);
+    else if (count == 1)
+      file_name = "model.safetensors";
+    else
+      file_name = fmt::format("model-{:05d}-of-{:05d}.safetensors", index + 1, count);
+    write_safetensors(directory / file_name, files[index], metadata, {.sync = sync});
+    for (const SafetensorsEntry& entry : files[index]) file_of[entry.name] = file_name;
+  }
+
+  if (layout == SafetensorsSetLayout::huggingface && count > 1) {
+    nlohmann::ordered_json index = {{"metadata", {{"total_size", total_bytes}}},
+                                    {"weight_map", nlohmann::ordered_json::object()}};
+    for (const std::string& name : names) index["weight_map"][name] = file_of[name];
+    const std::filesystem::path path = directory / "model.safetensors.index.json";
+    std::ofstream stream(path);
+    stream << index.dump(2) << '\n';
+    stream.close();
+    FLM_CHECK(stream.good(), kComponent, "{}: cannot write", path.string());
+  }
+  return file_of;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Stages
+
+std::shared_ptr<TensorSource> multi_stage_source(MultiStage& multi_stage, bool optimizer_state) {
+  auto result = std::make_shared<TensorList>("the model being trained");
+  FLM_CHECK(multi_stage.settings().data_parallel == 1, kComponent,
+            "saving the model state from {} data-parallel shards needs the distributed engine",
+            multi_stage.settings().data_parallel);
+  FLM_CHECK(!optimizer_state || multi_stage.settings().training, kComponent,
+            "the model has no optimizer state (it was built for inference)");
+  const DType dtype = multi_stage.settings().optimization_dtype;
+  // Parameters in the layers' declaration order.
+  for (layers::Layer* layer : multi_stage.layers()) {
+    for (layers::Parameter* parameter : layer->parameters()) {
+      Stage* owner = nullptr;
+      const ParameterSlot* slot = nullptr;
+      for (auto& stage : multi_stage.stages())
+        if ((slot = stage->find(parameter->meta.name))) {
+          owner = stage.get();
+          break;
+        }
+      FLM_ASSERT(slot != nullptr, "parameter {} is in no stage", parameter->meta.name);
+      const Overlap overlap = overlap_of(*owner, *slot);
+      FLM_ASSERT(overlap.count == slot->numel, "parameter {} is not whole in this rank's shard", parameter->meta.name);
+      const Shape shape = parameter->meta.shape;
+      auto read_from = [owner, overlap, shape](Tensor& (Stage::*buffer)()) {
+        return [owner, overlap, shape, buffer] {
+          return host_copy(elements((owner->*buffer)(), overlap.shard_position, overlap.count)).reshape(shape);
+        };
+      };
+      result->add(state_key(parameter->meta.name, kWeightsShard), {dtype, shape}, read_from(&Stage::weight_shard));
+      if (optimizer_state && !parameter->meta.frozen) {
+        result->add(state_key(parameter->meta.name, kExpAvgShard), {dtype, shape}, read_from(&Stage::exp_avg));
+        result->add(state_key(parameter->meta.name, kExpAvgSqShard), {dtype, shape}, read_from(&Stage::exp_avg_sq));
+      }
+    }
+  }
+  return result;
+}
+
+void load_multi_stage_state(MultiStage& multi_stage, const TensorSource& source, bool optimizer_state) {
+  FLM_CHECK(!optimizer_state || multi_stage.settings().training, kComponent,
+            "the model has no optimizer state to load (it was built for inference)");
+  const DType dtype = multi_stage.settings().optimization_dtype;
+  std::set<std::string> used;
+  for (auto& stage_pointer : multi_stage.stages()) {
+    Stage& stage = *stage_pointer;
+    const Stream stream = compute_stream(stage.settings().device);
+    for (const ParameterSlot& slot : stage.parameters()) {
+      const layers::ParameterMeta& meta = slot.parameter->meta;
+      const Overlap overlap = overlap_of(stage, slot);
+      std::vector<std::pair<std::string_view, Tensor*>> shards{{kWeightsShard, &stage.weight_shard()}};
+      if (optimizer_state && !meta.frozen) {
+        shards.emplace_back(kExpAvgShard, &stage.exp_avg());
+        shards.emplace_back(kExpAvgSqShard, &stage.exp_avg_sq());
+      }
+      for (const auto& [shard, buffer] : shards) {
+        const std::string key = state_key(meta.name, shard);
+        if (!source.contains(key))
+          throw Error(kComponent, fmt::format("{}: no tensor '{}' for parameter {} of shape {}", source.describe(),
+                                              key, meta.name, meta.shape.str()));
+        used.insert(key);
+        const TensorSpec spec = source.spec(key);
+        if (!(spec.shape == meta.shape))
+          throw Error(kComponent, fmt::format("{}: tensor '{}' has shape {}, the model's parameter {} has shape {}",
+                                              source.describe(), key, spec.shape.str(), meta.name,
+                                              meta.shape.str()));
+        if (overlap.count == 0) continue;
+        Tensor values = to_host_dtype(source.load(key), dtype).flatten();
+        elements(*buffer, overlap.shard_position, overlap.count)
+            .copy_bytes_from(elements(values, overlap.parameter_begin, overlap.count), stream);
+        // `values` is freed when this iteration ends: the copy must be done with it.
+        synchronize(stage.settings().device, stream);
+      }
+    }
+  }
+  // Every tensor of the shards read must belong to a parameter of the model.
+  const std::vector<std::string> shards = state_shards(optimizer_state);
+  for (const std::string& name : source.names()) {
+    if (used.contains(name)) continue;
+    const size_t slash = name.rfind('/');
+    const std::string shard = slash == std::string::npos ? "" : name.substr(slash + 1);
+    if (std::find(shards.begin(), shards.end(), shard) == shards.end()) continue;
+    throw Error(kComponent, fmt::format("{}: tensor '{}' belongs to no parameter of the model (a different "
+                                        "architecture?)",
+                                        source.describe(), name));
+  }
+  multi_stage.copy_weights_from_shards(compute_stream(multi_stage.device()));
+  synchronize(multi_stage.device(), compute_stream(multi_stage.device()));
+}
+
+}  // namespace fast_llm::engine
