@@ -1,6 +1,7 @@
 // `fast-llm train gpt -c config.yaml [a.b.c=value ...] [--validate]` (also `train_gpt`, Fast-LLM's flat alias).
 #include "fast_llm/cli/commands.h"
 #include "fast_llm/cli/config_loading.h"
+#include "fast_llm/models/gpt/conversion/checkpoint.h"
 #include "fast_llm/models/gpt/training.h"
 #include "fast_llm/models/gpt/trainer_config.h"
 
@@ -26,7 +27,8 @@ void add_gpt_training(CLI::App& command, CommandAction& action) {
       models::gpt::GPTTrainerConfig config;
       std::optional<std::filesystem::path> file;
       if (!options->config.empty()) file = options->config;
-      load_config(config, file, options->overrides);
+      // The pretrained checkpoint's model config goes under the run's own values (models/gpt/conversion/checkpoint.h).
+      models::gpt::load_trainer_config(config, read_config_tree(file, options->overrides));
       if (options->validate) {
         print_resolved_config(config);
         return 0;

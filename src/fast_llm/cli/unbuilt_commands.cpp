@@ -28,15 +28,6 @@ CLI::App* add_refused_command(CLI::App& parent, CommandAction& action, const std
 
 }  // namespace
 
-void add_convert_command(CLI::App& app, CommandAction& action) {
-  auto* convert = app.add_subcommand("convert", "Convert checkpoints between formats (fast_llm, distributed, llama, "
-                                                "mistral, qwen2, mixtral).");
-  convert->require_subcommand(1);
-  add_refused_command(*convert, action, "gpt", "Convert a GPT checkpoint.", "convert",
-                      "checkpoint conversion is not available yet: the safetensors and Hugging Face converters are "
-                      "being built");
-}
-
 void add_evaluate_command(CLI::App& app, CommandAction& action) {
   auto* evaluate = app.add_subcommand("evaluate", "Run the evaluators of a training config on a pretrained model.");
   evaluate->require_subcommand(1);

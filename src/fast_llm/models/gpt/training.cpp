@@ -2,12 +2,14 @@
 
 #include "fast_llm/data/data.h"
 #include "fast_llm/engine/training/trainer.h"
+#include "fast_llm/models/gpt/conversion/checkpoint.h"
 #include "fast_llm/models/gpt/model.h"
 
 namespace fast_llm::models::gpt {
 
 void train(const GPTTrainerConfig& config) {
   config.kernels.apply();
+  warn_pretrained_architecture(config);
   GPTModel model(config.model.base_model);
   data::GPTData data(config.data,
                      data::DataSetup{.experiment_directory = config.run.experiment_dir,
@@ -18,7 +20,7 @@ void train(const GPTTrainerConfig& config) {
                            .multi_stage = config.model.multi_stage,
                            .distributed = config.model.distributed,
                            .run = config.run},
-                          model, data, config.to_yaml_string());
+                          model, data, config.to_yaml_string(), trainer_hooks(config));
   trainer.run();
 }
 

@@ -1,0 +1,52 @@
+// `fast-llm convert gpt [-c config.yaml] input.format=... input.path=... output.format=... output.path=... [-v]`:
+// converts a GPT checkpoint between formats (distributed, fast_llm, llama, mistral, qwen2; `auto` reads the Hugging
+// Face format from config.json), with Fast-LLM's ConvertConfig fields (input, output, use_cpu, exist_ok,
+// layers_per_step). `<output.path>/ok` is written last.
+#include "fast_llm/cli/commands.h"
+#include "fast_llm/cli/config_loading.h"
+#include "fast_llm/models/gpt/conversion/checkpoint.h"
+
+namespace fast_llm::cli {
+
+namespace {
+
+struct ConvertOptions {
+  std::string config;
+  bool validate = false;
+  std::vector<std::string> overrides;
+};
+
+void add_gpt_conversion(CLI::App& command, CommandAction& action) {
+  auto options = std::make_shared<ConvertOptions>();
+  command.add_option("-c,--config", options->config, "YAML configuration file (ConvertConfig: input, output, ...).");
+  command.add_flag("-v,--validate", options->validate, "Print the resolved configuration and exit.");
+  command.add_option("overrides", options->overrides,
+                     "Overrides `a.b.c=value` (value read as YAML), e.g. input.format=llama input.path=/m "
+                     "output.format=fast_llm output.path=/out.");
+  command.callback([&action, options] {
+    action = [options] {
+      models::gpt::ConvertConfig config;
+      std::optional<std::filesystem::path> file;
+      if (!options->config.empty()) file = options->config;
+      load_config(config, file, options->overrides);
+      if (options->validate) {
+        print_resolved_config(config);
+        return 0;
+      }
+      require_supported(config);
+      models::gpt::convert(config);
+      return 0;
+    };
+  });
+}
+
+}  // namespace
+
+void add_convert_command(CLI::App& app, CommandAction& action) {
+  auto* convert = app.add_subcommand("convert", "Convert checkpoints between formats (distributed, fast_llm, llama, "
+                                                "mistral, qwen2).");
+  convert->require_subcommand(1);
+  add_gpt_conversion(*convert->add_subcommand("gpt", "Convert a GPT checkpoint."), action);
+}
+
+}  // namespace fast_llm::cli
