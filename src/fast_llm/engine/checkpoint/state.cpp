@@ -299,37 +299,37 @@ void load_multi_stage_state(MultiStage& multi_stage, const TensorSource& source,
   FLM_CHECK(!optimizer_state || multi_stage.settings().training, kComponent,
             "the model has no optimizer state to load (it was built for inference)");
   const DType dtype = multi_stage.settings().optimization_dtype;
-  std::set<std::string> used;
-  for (auto& stage_pointer : multi_stage.stages()) {
-    Stage& stage = *stage_pointer;
-    const Stream stream = compute_stream(stage.settings().device);
-    for (const ParameterSlot& slot : stage.parameters()) {
+  // What each parameter takes: (key, stage, slot, buffer getter).
+  struct Target {
+    std::string key;
+    Stage* stage;
+    const ParameterSlot* slot;
+    Tensor& (Stage::*buffer)();
+  };
+  std::vector<Target> targets;
+  for (auto& stage : multi_stage.stages()) {
+    for (const ParameterSlot& slot : stage->parameters()) {
       const layers::ParameterMeta& meta = slot.parameter->meta;
-      const Overlap overlap = overlap_of(stage, slot);
-      std::vector<std::pair<std::string_view, Tensor*>> shards{{kWeightsShard, &stage.weight_shard()}};
+      targets.push_back({state_key(meta.name, kWeightsShard), stage.get(), &slot, &Stage::weight_shard});
       if (optimizer_state && !meta.frozen) {
-        shards.emplace_back(kExpAvgShard, &stage.exp_avg());
-        shards.emplace_back(kExpAvgSqShard, &stage.exp_avg_sq());
-      }
-      for (const auto& [shard, buffer] : shards) {
-        const std::string key = state_key(meta.name, shard);
-        if (!source.contains(key))
-          throw Error(kComponent, fmt::format("{}: no tensor '{}' for parameter {} of shape {}", source.describe(),
-                                              key, meta.name, meta.shape.str()));
-        used.insert(key);
-        const TensorSpec spec = source.spec(key);
-        if (!(spec.shape == meta.shape))
-          throw Error(kComponent, fmt::format("{}: tensor '{}' has shape {}, the model's parameter {} has shape {}",
-                                              source.describe(), key, spec.shape.str(), meta.name,
-                                              meta.shape.str()));
-        if (overlap.count == 0) continue;
-        Tensor values = to_host_dtype(source.load(key), dtype).flatten();
-        elements(*buffer, overlap.shard_position, overlap.count)
-            .copy_bytes_from(elements(values, overlap.parameter_begin, overlap.count), stream);
-        // `values` is freed when this iteration ends: the copy must be done with it.
-        synchronize(stage.settings().device, stream);
+        targets.push_back({state_key(meta.name, kExpAvgShard), stage.get(), &slot, &Stage::exp_avg});
+        targets.push_back({state_key(meta.name, kExpAvgSqShard), stage.get(), &slot, &Stage::exp_avg_sq});
       }
     }
+  }
+  // Everything is checked before anything is loaded.
+  std::set<std::string> used;
+  for (const Target& target : targets) {
+    const layers::ParameterMeta& meta = target.slot->parameter->meta;
+    if (!source.contains(target.key))
+      throw Error(kComponent, fmt::format("{}: no tensor '{}' for parameter {} of shape {}", source.describe(),
+                                          target.key, meta.name, meta.shape.str()));
+    const TensorSpec spec = source.spec(target.key);
+    if (!(spec.shape == meta.shape))
+      throw Error(kComponent, fmt::format("{}: tensor '{}' has shape {}, the model's parameter {} has shape {}",
+                                          source.describe(), target.key, spec.shape.str(), meta.name,
+                                          meta.shape.str()));
+    used.insert(target.key);
   }
   // Every tensor of the shards read must belong to a parameter of the model.
   const std::vector<std::string> shards = state_shards(optimizer_state);
@@ -341,6 +341,16 @@ void load_multi_stage_state(MultiStage& multi_stage, const TensorSource& source,
     throw Error(kComponent, fmt::format("{}: tensor '{}' belongs to no parameter of the model (a different "
                                         "architecture?)",
                                         source.describe(), name));
+  }
+  for (const Target& target : targets) {
+    const Overlap overlap = overlap_of(*target.stage, *target.slot);
+    if (overlap.count == 0) continue;
+    const Stream stream = compute_stream(target.stage->settings().device);
+    Tensor values = to_host_dtype(source.load(target.key), dtype).flatten();
+    elements((target.stage->*target.buffer)(), overlap.shard_position, overlap.count)
+        .copy_bytes_from(elements(values, overlap.parameter_begin, overlap.count), stream);
+    // `values` is freed when this iteration ends: the copy must be done with it.
+    synchronize(target.stage->settings().device, stream);
   }
   multi_stage.copy_weights_from_shards(compute_stream(multi_stage.device()));
   synchronize(multi_stage.device(), compute_stream(multi_stage.device()));
