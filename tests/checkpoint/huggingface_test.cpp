@@ -11,6 +11,7 @@
 #include "fast_llm/layers/block/config.h"
 #include "fast_llm/models/gpt/conversion/checkpoint.h"
 #include "fast_llm/models/gpt/conversion/huggingface.h"
+#include "fast_llm/models/gpt/conversion/reference_outputs.h"
 #include "models/config_test_util.h"
 
 namespace fast_llm::models::gpt {
@@ -479,6 +480,97 @@ TEST(Huggingface, ArchitectureComparisonIgnoresNonArchitectureSettings) {
   GPTBaseModelConfig wider = ours("{heads: 2, head_size: 8, rotary: {type: default}}");
   ASSERT_EQ(config::compare_architecture(plain, wider).size(), 1u);
   EXPECT_NE(config::compare_architecture(plain, wider)[0].find("head_size: 4 != 8"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fast_llm::models::gpt
+
+namespace fast_llm::models::gpt {
+namespace {
+
+// The hidden `model_outputs` command's work on a checkpoint written here: logits, the loss (which must be the
+// cross-entropy of those logits) and gradients named by Hugging Face names, each checked by finite differences of the
+// loss through a perturbed checkpoint (fp64).
+TEST(ModelOutputs, LossMatchesTheLogitsAndGradientsMatchFiniteDifferences) {
+  const Case llama = cases()[0];
+  const auto root = directory("model_outputs");
+  auto tensors = testing::write_hf_checkpoint(root / "model", llama.spec);
+  Tensor tokens = Tensor::empty(Shape{2, 5}, DType::int64);
+  const int64_t ids[] = {1, 5, 9, 2, 15, 0, 3, 3, 7, 11};
+  std::copy(std::begin(ids), std::end(ids), tokens.data_as<int64_t>());
+  engine::write_safetensors(root / "tokens.safetensors",
+                            {{.name = "tokens", .dtype = DType::int64, .shape = Shape{2, 5}, .values = [&] { return tokens; }}});
+  auto run = [&](const std::filesystem::path& model, const std::string& output, bool gradients) {
+    ModelOutputsConfig config;
+    testing::ScopedEnvironment environment(testing::single_process());
+    load_model_outputs_config(
+        config, YAML::Load("{pretrained: {format: llama, path: '" + model.string() + "'}, tokens: '" +
+                           (root / "tokens.safetensors").string() + "', output: '" + (root / output).string() +
+                           "', gradients: " + (gradients ? "true" : "false") +
+                           ", model: {distributed: {compute_dtype: float64, optimization_dtype: float64, use_cuda: "
+                           "false}}}"));
+    write_model_outputs(config);
+    return std::make_unique<engine::SafetensorsFile>(root / output);
+  };
+  auto outputs = run(root / "model", "outputs.safetensors", true);
+  Tensor logits = outputs->read("logits");
+  ASSERT_EQ(logits.shape(), (Shape{2, 5, 16}));
+  const double loss = outputs->read("loss").data_as<double>()[0];
+  // Cross-entropy of the next token, averaged over the 2 x 4 predictions.
+  double total = 0.0;
+  for (int64_t row = 0; row < 2; ++row)
+    for (int64_t t = 0; t + 1 < 5; ++t) {
+      const double* z = logits.data_as<double>() + (row * 5 + t) * 16;
+      double max = z[0], sum = 0.0;
+      for (int v = 0; v < 16; ++v) max = std::max(max, z[v]);
+      for (int v = 0; v < 16; ++v) sum += std::exp(z[v] - max);
+      total += std::log(sum) + max - z[ids[row * 5 + t + 1]];
+    }
+  EXPECT_NEAR(loss, total / 8.0, 1e-12);
+
+  // Every Hugging Face tensor has its gradient, with its shape.
+  for (const auto& [name, tensor] : tensors) {
+    ASSERT_TRUE(outputs->contains("grad." + name)) << name;
+    EXPECT_EQ(outputs->info("grad." + name).tensor_shape(), tensor.shape()) << name;
+  }
+  // Finite differences through the checkpoint, on entries of split, transposed and plain tensors.
+  const std::vector<std::pair<std::string, int64_t>> probes{{"model.layers.1.self_attn.v_proj.weight", 11},
+                                                            {"model.layers.0.self_attn.k_proj.bias", 2},
+                                                            {"model.layers.0.mlp.down_proj.weight", 29},
+                                                            {"model.layers.1.mlp.up_proj.weight", 40},
+                                                            {"model.layers.0.self_attn.q_proj.weight", 7},
+                                                            {"lm_head.weight", 50},
+                                                            {"model.norm.weight", 3}};
+  const double epsilon = 1e-5;
+  for (const auto& [name, index] : probes) {
+    const double gradient = outputs->read("grad." + name).data_as<double>()[index];
+    double losses[2];
+    for (int side = 0; side < 2; ++side) {
+      testing::HfCheckpointSpec spec = llama.spec;
+      const auto perturbed = root / ("perturbed_" + std::to_string(side));
+      std::filesystem::remove_all(perturbed);
+      auto written = testing::write_hf_checkpoint(perturbed, spec);  // same values: same seeds
+      // Rewrite the one tensor with the entry moved.
+      engine::TensorList list("perturbed");
+      for (auto& [other, tensor] : written) {
+        Tensor copy = tensor;
+        if (other == name) {
+          copy = Tensor::empty(tensor.shape(), DType::float32);
+          copy.copy_bytes_from(tensor);
+          copy.data_as<float>()[index] += float(side == 0 ? epsilon : -epsilon);
+        }
+        list.add(other, {DType::float32, copy.shape()}, [copy] { return copy; });
+      }
+      std::filesystem::remove(perturbed / "model.safetensors");
+      engine::write_safetensors_set(perturbed, list, list.names(), int64_t(1) << 30,
+                                    engine::SafetensorsSetLayout::huggingface);
+      losses[side] = run(perturbed, "perturbed.safetensors", true)->read("loss").data_as<double>()[0];
+    }
+    // The fp32 perturbation is what the checkpoint holds: divide by it exactly.
+    const float stored = tensors.at(name).data_as<float>()[index];
+    const double step = double(stored + float(epsilon)) - double(stored - float(epsilon));
+    EXPECT_NEAR((losses[0] - losses[1]) / step, gradient, 1e-6 * std::max(1.0, std::abs(gradient))) << name;
+  }
 }
 
 }  // namespace

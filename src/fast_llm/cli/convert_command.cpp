@@ -2,9 +2,14 @@
 // converts a GPT checkpoint between formats (distributed, fast_llm, llama, mistral, qwen2; `auto` reads the Hugging
 // Face format from config.json), with Fast-LLM's ConvertConfig fields (input, output, use_cpu, exist_ok,
 // layers_per_step). `<output.path>/ok` is written last.
+//
+// Also the hidden `fast-llm model_outputs gpt pretrained.format=... pretrained.path=... tokens=... output=...`: logits,
+// loss and gradients of a checkpoint's model on given tokens, for checks against other implementations
+// (tools/hf_check.py; models/gpt/conversion/reference_outputs.h).
 #include "fast_llm/cli/commands.h"
 #include "fast_llm/cli/config_loading.h"
 #include "fast_llm/models/gpt/conversion/checkpoint.h"
+#include "fast_llm/models/gpt/conversion/reference_outputs.h"
 
 namespace fast_llm::cli {
 
@@ -40,6 +45,28 @@ void add_gpt_conversion(CLI::App& command, CommandAction& action) {
   });
 }
 
+void add_model_outputs(CLI::App& command, CommandAction& action) {
+  auto options = std::make_shared<ConvertOptions>();
+  command.add_option("-c,--config", options->config, "YAML configuration file (pretrained, model, tokens, output).");
+  command.add_flag("-v,--validate", options->validate, "Print the resolved configuration and exit.");
+  command.add_option("overrides", options->overrides, "Overrides `a.b.c=value`.");
+  command.callback([&action, options] {
+    action = [options] {
+      models::gpt::ModelOutputsConfig config;
+      std::optional<std::filesystem::path> file;
+      if (!options->config.empty()) file = options->config;
+      models::gpt::load_model_outputs_config(config, read_config_tree(file, options->overrides));
+      if (options->validate) {
+        print_resolved_config(config);
+        return 0;
+      }
+      require_supported(config);
+      models::gpt::write_model_outputs(config);
+      return 0;
+    };
+  });
+}
+
 }  // namespace
 
 void add_convert_command(CLI::App& app, CommandAction& action) {
@@ -47,6 +74,12 @@ void add_convert_command(CLI::App& app, CommandAction& action) {
                                                 "mistral, qwen2).");
   convert->require_subcommand(1);
   add_gpt_conversion(*convert->add_subcommand("gpt", "Convert a GPT checkpoint."), action);
+  // Hidden (an empty group): a debugging tool for reference checks, not part of the user contract.
+  auto* outputs = app.add_subcommand("model_outputs", "Logits, loss and gradients of a checkpoint's model on given "
+                                                      "tokens (reference checks).");
+  outputs->group("");
+  outputs->require_subcommand(1);
+  add_model_outputs(*outputs->add_subcommand("gpt", "A GPT checkpoint."), action);
 }
 
 }  // namespace fast_llm::cli

@@ -229,7 +229,7 @@ YAML::Node merge_config_trees(const YAML::Node& base, const YAML::Node& override
   return result;
 }
 
-void load_trainer_config(GPTTrainerConfig& config, const YAML::Node& tree) {
+YAML::Node with_pretrained_model_config(const YAML::Node& tree) {
   YAML::Node merged = YAML::Clone(tree);
   if (const YAML::Node section = tree["pretrained"]; section && section.IsMap()) {
     engine::CheckpointLoadConfig pretrained;
@@ -242,7 +242,11 @@ void load_trainer_config(GPTTrainerConfig& config, const YAML::Node& tree) {
                config::enum_name(pretrained.format));
     }
   }
-  config.load(merged);
+  return merged;
+}
+
+void load_trainer_config(GPTTrainerConfig& config, const YAML::Node& tree) {
+  config.load(with_pretrained_model_config(tree));
   config.validate();
 }
 

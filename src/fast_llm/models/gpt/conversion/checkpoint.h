@@ -65,6 +65,10 @@ void save_model(const std::filesystem::path& directory, const engine::Checkpoint
 // base's replaces it whole, since the fields of another type do not apply).
 YAML::Node merge_config_trees(const YAML::Node& base, const YAML::Node& overrides);
 
+// `tree` (a config with a `pretrained` section) with the pretrained checkpoint's model config merged under its `model`
+// (as `pretrained.load_config` says).
+YAML::Node with_pretrained_model_config(const YAML::Node& tree);
+
 // Loads the trainer config from `tree` (file + overrides) after merging the pretrained checkpoint's model config
 // under it, then validates.
 void load_trainer_config(GPTTrainerConfig& config, const YAML::Node& tree);
