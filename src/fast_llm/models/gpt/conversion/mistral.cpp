@@ -24,15 +24,17 @@ HfConfigEntry sliding_window_entry() {
                     "`sliding_window` must be an integer or null, got {}", value.dump());
           window = value.is_null() ? std::nullopt : std::optional<int64_t>(value.get<int64_t>());
         }
-        // transformers 5 may list the attention of each layer: all the same, and matching the window.
+        // A list of each layer's attention (transformers 5) must not mix kinds: Mistral applies `sliding_window` to
+        // every layer, so one kind for all is the only layout it can mean.
         if (hf.contains("layer_types") && !hf["layer_types"].is_null()) {
-          const std::string expected = window ? "sliding_attention" : "full_attention";
-          for (const auto& type : hf["layer_types"])
-            if (type != expected)
-              throw NotSupportedError(kComponent, fmt::format("`layer_types` has {}; with sliding_window {} every "
-                                                              "layer must be \"{}\"",
-                                                              type.dump(), hf.value("sliding_window", nlohmann::json()).dump(),
-                                                              expected));
+          const nlohmann::json& types = hf["layer_types"];
+          FLM_CHECK(types.is_array(), kComponent, "`layer_types` must be a list");
+          for (const auto& type : types)
+            if (type != types.front() || (type != "full_attention" && type != "sliding_attention"))
+              throw NotSupportedError(kComponent, fmt::format("`layer_types` {} mixes attention kinds or has an "
+                                                              "unknown one: the mistral format has one attention for "
+                                                              "every layer",
+                                                              types.dump()));
         }
         if (window) yaml_set(model, kWindow, YAML::Node(*window));
       },

@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""Reference check of fast-llm's Hugging Face conversion and model against transformers.
+
+Runs where python3 has torch and transformers (the GPU machine: torch 2.11, transformers 5.17) and a built
+`fast-llm` is at hand (build/device/bin/fast-llm after tools/stage_for_device.sh, or --fast-llm PATH).
+
+Import check, for each case (Llama untied / tied with biases / llama3 rope / yarn rope / head_dim != hidden/heads,
+Mistral with a sliding window shorter than the sequence, Mistral tied, Qwen2 untied / tied):
+  1. transformers builds a small model of that configuration; every parameter (norm weights and biases too) is set to
+     random values; it is saved with save_pretrained (config.json + safetensors);
+  2. `fast-llm model_outputs gpt pretrained.format=<model_type> ...` imports it and writes its logits, mean loss and
+     the gradient of that loss for every tensor (named as in the checkpoint);
+  3. transformers computes the same in float64 (the reference);
+  4. relative error ||ours - reference|| / ||reference|| must be below 1e-5 for fp32 compute (1e-10 for fp64) for the
+     logits, the loss and every gradient; the gradient names must be exactly the model's parameters.
+Export check: `fast-llm train gpt` trains a small Llama-architecture model of ours for a few steps on random data
+with a llama export and a checkpoint; transformers loads the export (and a mistral conversion of the checkpoint made
+with `fast-llm convert gpt`) and must give the logits fast-llm computes from its own checkpoint (same threshold).
+
+Usage:
+  python3 tools/hf_check.py [--fast-llm PATH] [--device cpu|cuda] [--dtypes float32,float64] [--cases a,b]
+                            [--work DIR] [--keep]
+  On the GPU machine, with the staged build:  python3 tools/hf_check.py            (fast-llm on the CPU)
+                                              python3 tools/hf_check.py --device cuda
+Prints one line per check and a summary; writes hf_check.json (every number) into $OUT when set, else the work
+directory. Exit status 0 when everything passes, 1 when a check fails, 2 when the set-up is wrong.
+"""
+
+import argparse
+import copy
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+THRESHOLDS = {"float32": 1e-5, "float64": 1e-10}
+
+try:
+    import torch
+    import transformers
+    from safetensors.torch import load_file, save_file
+except ImportError as error:  # pragma: no cover - set-up problem
+    print(f"hf_check: needs torch, transformers and safetensors ({error})", file=sys.stderr)
+    sys.exit(2)
+
+TRANSFORMERS_MAJOR = int(transformers.__version__.split(".")[0])
+
+# Sizes shared by every case: big enough for GQA, several heads and a sliding window, small enough for seconds.
+BASE = dict(
+    vocab_size=96,
+    hidden_size=64,
+    intermediate_size=80,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-5,
+    initializer_range=0.02,
+)
+BATCH, SEQUENCE = 2, 24
+
+
+@dataclass
+class Case:
+    name: str
+    model_type: str  # llama, mistral, qwen2 (also the fast-llm format)
+    overrides: dict = field(default_factory=dict)
+    rope_type: str = "default"
+    rope: dict = field(default_factory=lambda: {"rope_theta": 10000.0})
+
+
+CASES = [
+    Case("llama", "llama", {"head_dim": 16}),
+    Case("llama_tied_biases", "llama", {"head_dim": 16, "tie_word_embeddings": True, "attention_bias": True, "mlp_bias": True}),
+    Case("llama_llama3_rope", "llama", {"head_dim": 16}, "llama3",
+         {"rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 16}),
+    Case("llama_yarn_rope", "llama", {"head_dim": 16}, "yarn",
+         {"rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16}),
+    Case("llama_narrow_heads", "llama", {"head_dim": 8}),
+    Case("mistral_window", "mistral", {"head_dim": 16, "sliding_window": 8}),
+    Case("mistral_tied", "mistral", {"head_dim": 24, "sliding_window": None, "tie_word_embeddings": True}),
+    Case("qwen2", "qwen2", {"use_sliding_window": False}),
+    Case("qwen2_tied", "qwen2", {"use_sliding_window": False, "tie_word_embeddings": True}),
+]
+
+
+class Results:
+    def __init__(self):
+        self.records = []
+
+    def add(self, check, metric, value, threshold, passed=None, detail=""):
+        if passed is None:
+            passed = value is not None and math.isfinite(value) and value < threshold
+        self.records.append(
+            {"check": check, "metric": metric, "value": value, "threshold": threshold, "passed": bool(passed),
+             "detail": detail})
+        shown = "-" if value is None else f"{value:.3e}"
+        print(f"  {'ok  ' if passed else 'FAIL'} {check:<32} {metric:<48} {shown:>10}  (< {threshold:.0e}) {detail}")
+        return passed
+
+    def error(self, check, message):
+        self.records.append({"check": check, "metric": "error", "value": None, "threshold": None, "passed": False,
+                             "detail": message})
+        print(f"  FAIL {check:<32} {message}")
+
+    @property
+    def failed(self):
+        return [record for record in self.records if not record["passed"]]
+
+
+def relative_error(ours, reference):
+    ours = ours.to(torch.float64)
+    reference = reference.to(torch.float64)
+    if ours.shape != reference.shape:
+        return float("inf")
+    scale = reference.norm().item()
+    difference = (ours - reference).norm().item()
+    return difference / scale if scale > 1e-30 else difference
+
+
+def find_fast_llm(explicit):
+    candidates = [explicit] if explicit else []
+    candidates += [ROOT / "build/device/bin/fast-llm", ROOT / "build/cuda/bin/fast-llm", ROOT / "build/cpu/bin/fast-llm"]
+    which = shutil.which("fast-llm")
+    if which:
+        candidates.append(which)
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return Path(candidate)
+    print("hf_check: no fast-llm binary (looked at " + ", ".join(str(c) for c in candidates if c) +
+          "); build it or pass --fast-llm", file=sys.stderr)
+    sys.exit(2)
+
+
+def run_fast_llm(binary, arguments, log):
+    command = [str(binary)] + [str(argument) for argument in arguments]
+    with open(log, "a") as stream:
+        stream.write("$ " + " ".join(command) + "\n")
+        result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stream.write(result.stdout + "\n")
+    if result.returncode != 0:
+        tail = "\n".join(result.stdout.strip().splitlines()[-15:])
+        raise RuntimeError(f"fast-llm {' '.join(str(a) for a in arguments[:2])} failed (exit {result.returncode}):\n{tail}")
+    return result.stdout
+
+
+def config_class(model_type):
+    return {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
+            "qwen2": transformers.Qwen2Config}[model_type]
+
+
+def make_config(case):
+    kwargs = dict(BASE, **case.overrides)
+    if TRANSFORMERS_MAJOR >= 5:
+        kwargs["rope_parameters"] = {"rope_type": case.rope_type, **case.rope}
+    else:
+        kwargs["rope_theta"] = case.rope["rope_theta"]
+        if case.rope_type != "default":
+            kwargs["rope_scaling"] = {"rope_type": case.rope_type,
+                                      **{key: value for key, value in case.rope.items() if key != "rope_theta"}}
+    return config_class(case.model_type)(**kwargs)
+
+
+def load_model(source):
+    """A float32 model with eager attention, from a config or a checkpoint directory."""
+    if isinstance(source, (str, Path)):
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(source), attn_implementation="eager")
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(source, attn_implementation="eager")
+    return model.to(torch.float32).eval()
+
+
+def randomize(model, seed):
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            noise = torch.randn(parameter.shape, generator=generator, dtype=torch.float32)
+            if parameter.ndim == 1 and "norm" in name:
+                parameter.copy_(1.0 + 0.2 * noise)  # norm weights around one
+            else:
+                parameter.copy_(0.15 * noise)  # matrices and biases (transformers initialises biases to zero)
+
+
+def reference_outputs(model, tokens, gradients=True):
+    """Logits, mean next-token loss and gradients, computed by transformers in float64."""
+    reference = copy.deepcopy(model).to(torch.float64)
+    reference.zero_grad(set_to_none=True)
+    logits = reference(input_ids=tokens, use_cache=False).logits
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+    grads = {}
+    if gradients:
+        loss.backward()
+        grads = {name: parameter.grad.detach().clone() for name, parameter in reference.named_parameters()}
+    return logits.detach(), loss.detach(), grads
+
+
+def our_outputs(binary, fmt, path, tokens_file, output, device, dtype, log, gradients=True):
+    run_fast_llm(binary, ["model_outputs", "gpt", f"pretrained.format={fmt}", f"pretrained.path={path}",
+                          f"tokens={tokens_file}", f"output={output}", f"gradients={'true' if gradients else 'false'}",
+                          f"model.distributed.use_cuda={'true' if device == 'cuda' else 'false'}",
+                          f"model.distributed.compute_dtype={dtype}", f"model.distributed.optimization_dtype={dtype}"],
+                 log)
+    return load_file(str(output))
+
+
+def check_import(case, binary, work, device, dtypes, results, log):
+    torch.manual_seed(0)
+    config = make_config(case)
+    model = load_model(config)
+    randomize(model, seed=len(case.name))
+    checkpoint = work / case.name / "hf"
+    model.save_pretrained(str(checkpoint))
+    generator = torch.Generator().manual_seed(1234)
+    tokens = torch.randint(0, BASE["vocab_size"], (BATCH, SEQUENCE), generator=generator, dtype=torch.int64)
+    tokens_file = work / case.name / "tokens.safetensors"
+    save_file({"tokens": tokens.contiguous()}, str(tokens_file))
+
+    logits, loss, grads = reference_outputs(model, tokens)
+    with torch.no_grad():
+        fp32_logits = model(input_ids=tokens, use_cache=False).logits
+    results.add(f"{case.name}", "(scale) transformers fp32 logits vs fp64", relative_error(fp32_logits, logits), 1.0,
+                passed=True, detail="for comparison only")
+    for dtype in dtypes:
+        threshold = THRESHOLDS[dtype]
+        ours = our_outputs(binary, case.model_type, checkpoint, tokens_file, work / case.name / f"ours_{dtype}.safetensors",
+                           device, dtype, log)
+        label = f"{case.name} [{dtype}]"
+        results.add(label, "logits", relative_error(ours["logits"], logits), threshold)
+        results.add(label, "loss", relative_error(ours["loss"].reshape(()), loss), threshold)
+        our_names = {name[len("grad."):] for name in ours if name.startswith("grad.")}
+        missing, extra = sorted(set(grads) - our_names), sorted(our_names - set(grads))
+        results.add(label, "gradient names", 0.0 if not (missing or extra) else None, 1.0,
+                    passed=not (missing or extra), detail=f"missing {missing} extra {extra}" if missing or extra else "")
+        worst_name, worst = None, 0.0
+        for name, reference in grads.items():
+            if name not in our_names:
+                continue
+            error = relative_error(ours["grad." + name], reference)
+            if not (error < threshold):
+                results.add(label, f"grad {name}", error, threshold)
+            if error > worst or not math.isfinite(error):
+                worst_name, worst = name, error
+        results.add(label, f"gradients (worst: {worst_name})", worst, threshold)
+
+
+TRAIN_CONFIG = """
+training: {{train_iters: 3, logs: {{interval: 1}}, num_workers: 1,
+           checkpoint: {{interval: 3}}, export: {{interval: 3, format: llama}}}}
+data: {{datasets: {{training: {{type: random}}}}, micro_batch_size: 64}}
+optimizer: {{learning_rate: {{base: 0.01}}}}
+model:
+  base_model:
+    hidden_size: 64
+    embeddings: {{vocab_size: {vocab}}}
+    decoder:
+      num_blocks: 2
+      block:
+        mixer: {{heads: 4, head_groups: 2, head_size: 16, add_linear_biases: false, rotary: {{type: default, theta: 10000}}}}
+        mlp: {{intermediate_size: 80, gated: true, activation: silu, add_linear_biases: false}}
+        normalization: {{type: rms_norm, epsilon: 1.0e-05}}
+    head: {{normalization: {{type: rms_norm, epsilon: 1.0e-05}}}}
+    tied_embedding_weight: false
+  distributed: {{compute_dtype: fp32, use_cuda: {use_cuda}, seed: 1}}
+run: {{experiment_dir: {experiment}}}
+"""
+
+
+def check_export(binary, work, device, results, log):
+    experiment = work / "export_run"
+    config_file = work / "export_run.yaml"
+    config_file.write_text(TRAIN_CONFIG.format(vocab=BASE["vocab_size"], use_cuda="true" if device == "cuda" else "false",
+                                               experiment=experiment))
+    run_fast_llm(binary, ["train", "gpt", "-c", config_file], log)
+    export = experiment / "export" / "llama" / "3"
+    if not (export / "ok").exists():
+        raise RuntimeError(f"the training run wrote no export at {export}")
+    mistral = work / "export_mistral"
+    run_fast_llm(binary, ["convert", "gpt", "input.format=distributed", f"input.path={experiment / 'checkpoint'}",
+                          "output.format=mistral", f"output.path={mistral}", "exist_ok=true"], log)
+
+    generator = torch.Generator().manual_seed(99)
+    tokens = torch.randint(0, BASE["vocab_size"], (BATCH, SEQUENCE), generator=generator, dtype=torch.int64)
+    tokens_file = work / "export_tokens.safetensors"
+    save_file({"tokens": tokens.contiguous()}, str(tokens_file))
+    # Ours, from our own native checkpoint.
+    ours = our_outputs(binary, "distributed", experiment / "checkpoint", tokens_file, work / "export_ours.safetensors",
+                       device, "float32", log, gradients=False)
+    for name, directory, model_type in (("export llama", export, "llama"), ("convert mistral", mistral, "mistral")):
+        config = transformers.AutoConfig.from_pretrained(str(directory))
+        results.add(name, f"transformers reads model_type {config.model_type}", 0.0, 1.0,
+                    passed=config.model_type == model_type)
+        model = load_model(directory)
+        logits, _, _ = reference_outputs(model, tokens, gradients=False)
+        results.add(name, "transformers logits vs fast-llm's", relative_error(ours["logits"], logits),
+                    THRESHOLDS["float32"])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fast-llm", help="the fast-llm binary (default: build/device/bin, build/cuda/bin, build/cpu/bin, PATH)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where fast-llm computes (transformers' reference always runs on the CPU in float64)")
+    parser.add_argument("--dtypes", default=None,
+                        help="fast-llm compute dtypes to check (default: float32,float64 on the CPU, float32 on CUDA)")
+    parser.add_argument("--cases", default="", help="comma-separated case names (default: all, and the export check)")
+    parser.add_argument("--work", help="work directory (default: a temporary one)")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+
+    binary = find_fast_llm(args.fast_llm)
+    if args.dtypes is None:
+        args.dtypes = "float32,float64" if args.device == "cpu" else "float32"
+    dtypes = [dtype for dtype in args.dtypes.split(",") if dtype]
+    for dtype in dtypes:
+        if dtype not in THRESHOLDS:
+            parser.error(f"unknown dtype {dtype} (float32, float64)")
+    selected = [name for name in args.cases.split(",") if name]
+    unknown = [name for name in selected if name not in {case.name for case in CASES} | {"export"}]
+    if unknown:
+        parser.error(f"unknown cases {unknown} (known: {[case.name for case in CASES] + ['export']})")
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="hf_check_"))
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "fast_llm.log"
+    torch.set_grad_enabled(True)
+    print(f"hf_check: fast-llm {binary}, torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"device {args.device}, dtypes {dtypes}, work {work}")
+
+    results = Results()
+    for case in CASES:
+        if selected and case.name not in selected:
+            continue
+        print(f"{case.name} ({case.model_type}, rope {case.rope_type}, {case.overrides})")
+        try:
+            check_import(case, binary, work, args.device, dtypes, results, log)
+        except Exception as error:  # every case runs, whatever happens to one
+            results.error(case.name, f"{type(error).__name__}: {error}")
+            traceback.print_exc()
+    if not selected or "export" in selected:
+        print("export (a model trained by fast-llm, loaded by transformers)")
+        try:
+            check_export(binary, work, args.device, results, log)
+        except Exception as error:
+            results.error("export", f"{type(error).__name__}: {error}")
+            traceback.print_exc()
+
+    summary = {"fast_llm": str(binary), "torch": torch.__version__, "transformers": transformers.__version__,
+               "device": args.device, "dtypes": dtypes, "results": results.records}
+    destination = Path(os.environ["OUT"]) if os.environ.get("OUT") else work
+    destination.mkdir(parents=True, exist_ok=True)
+    (destination / "hf_check.json").write_text(json.dumps(summary, indent=1))
+    if os.environ.get("OUT") and log.exists():
+        shutil.copy(log, destination / "hf_check_fast_llm.log")
+    failed = results.failed
+    print(f"{len(results.records) - len(failed)} passed, {len(failed)} failed")
+    print(f"details: {destination / 'hf_check.json'}; fast-llm output: {log}")
+    if not args.keep and not args.work and not failed:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
