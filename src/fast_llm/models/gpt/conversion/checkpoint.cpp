@@ -253,6 +253,8 @@ void load_trainer_config(GPTTrainerConfig& config, const YAML::Node& tree) {
 void warn_pretrained_architecture(const GPTTrainerConfig& config) {
   const engine::CheckpointLoadConfig& pretrained = config.pretrained;
   if (!pretrained.path || !pretrained.model_weights) return;
+  // A run that resumes from its own checkpoint does not read `pretrained`.
+  if (config.run.experiment_dir && engine::latest_checkpoint(*config.run.experiment_dir / "checkpoint")) return;
   engine::CheckpointLoadConfig load_model = pretrained;
   load_model.load_config = engine::ModelConfigType::model;
   const YAML::Node stored = load_pretrained_model_config(load_model);
