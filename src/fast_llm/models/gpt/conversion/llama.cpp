@@ -290,8 +290,16 @@ std::vector<HfConfigEntry> llama_family_config(const LlamaFamilyDefaults& defaul
                   "transformers_version", "initializer_range", "use_cache", "torch_dtype", "dtype", "_name_or_path",
                   "pretraining_tp", "output_attentions", "output_hidden_states", "return_dict", "tokenizer_class",
                   "id2label", "label2id", "problem_type", "finetuning_task", "task_specific_params", "prefix",
-                  "_attn_implementation_autoset", "torchscript", "use_return_dict", "is_decoder",
-                  "chunk_size_feed_forward"}),
+                  "_attn_implementation_autoset", "_attn_implementation", "attn_implementation", "torchscript",
+                  "use_return_dict", "is_decoder", "chunk_size_feed_forward", "_commit_hash", "tf_legacy_loss",
+                  "use_bfloat16", "pruned_heads", "tie_encoder_decoder", "is_encoder_decoder", "add_cross_attention",
+                  "cross_attention_hidden_size", "output_scores", "return_dict_in_generate",
+                  // Generation settings that configs saved by older transformers carry.
+                  "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+                  "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+                  "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+                  "num_return_sequences", "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values",
+                  "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens"}),
   };
 }
 
