@@ -103,7 +103,8 @@ StepResult mlp_stack_step(Device device, DType dtype) {
   embeddings.backward(context, grad_hidden);
   synchronize_device(device);
 
-  StepResult result{.loss = losses.all().at("lm_head_loss").item()};
+  StepResult result;
+  result.loss = losses.all().at("lm_head_loss").item();
   for (Module* module : modules)
     for (Parameter* parameter : module->parameters()) {
       result.gradients.push_back(host_values(parameter->grad));
@@ -137,7 +138,8 @@ decoder:
   Tensor grad;
   for (auto layer = layers.rbegin(); layer != layers.rend(); ++layer) grad = (*layer)->backward(context, grad);
   synchronize_device(device);
-  StepResult result{.loss = losses.all().at("lm_head_loss").item()};
+  StepResult result;
+  result.loss = losses.all().at("lm_head_loss").item();
   for (Layer* layer : layers)
     for (Parameter* parameter : layer->parameters()) {
       result.gradients.push_back(host_values(parameter->grad));
