@@ -139,6 +139,15 @@ TEST(Resume, ADifferentModelIsRefused) {
   EXPECT_NE(message.find("num_blocks: 3 != 2"), std::string::npos) << message;
 }
 
+TEST(Export, AModelTheFormatCannotHoldIsRefusedBeforeTraining) {
+  const auto experiment = directory("export_refused");
+  const std::string message = error_of([&] {
+    train_run(experiment, "training: {train_iters: 2, export: {interval: 2, format: qwen2}}");
+  });
+  EXPECT_NE(message.find("the qwen2 format needs"), std::string::npos) << message;
+  EXPECT_FALSE(std::filesystem::exists(experiment / "runs"));
+}
+
 TEST(Pretrained, EveryFormatLoadsTheSameWeights) {
   // Three steps, exported as llama and fast_llm and checkpointed.
   const auto source = directory("pretrained_source");

@@ -278,6 +278,10 @@ engine::TrainerHooks trainer_hooks(const GPTTrainerConfig& config) {
   if (training.export_.enabled() && !training.export_.model_weights)
     throw ConfigError(training.export_.field_path("model_weights"),
                       "exports without weights are not written: set model_weights: true");
+  // A model the export format cannot hold is refused now, not at the first export after hours of training.
+  if (training.export_.enabled() && is_huggingface(training.export_.format))
+    export_hf_config(hf_format(training.export_.format), config.model.base_model,
+                     training.export_.data_type.value_or(config.model.distributed.optimization_dtype));
 
   engine::TrainerHooks hooks;
   hooks.load = [&config](engine::Trainer& trainer) -> bool {
