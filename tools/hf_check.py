@@ -245,7 +245,9 @@ def check_import(case, binary, work, device, dtypes, results, log):
                 continue
             error = relative_error(ours["grad." + name], reference)
             if not (error < threshold):
-                results.add(label, f"grad {name}", error, threshold)
+                results.add(label, f"grad {name}", error, threshold,
+                            detail=f"|reference| = {reference.norm().item():.3e}, |ours| = "
+                                   f"{ours['grad.' + name].to(torch.float64).norm().item():.3e}")
             if error > worst or not math.isfinite(error):
                 worst_name, worst = name, error
         results.add(label, f"gradients (worst: {worst_name})", worst, threshold)
