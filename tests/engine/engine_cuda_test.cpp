@@ -1,0 +1,133 @@
+// The engine on a GPU against the same engine on the CPU: initialisation (host fill + copy, then the cast to bf16
+// weights) is bit for bit the same, Adam steps agree to fp32 precision, non-finite gradients skip the step, and
+// host batches reach the device intact. Each case skips itself without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/engine_test_util.h"
+#include "fast_llm/engine/optimizer/optimizer.h"
+#include "fast_llm/engine/training/trainer.h"
+
+namespace fast_llm::engine {
+namespace {
+
+using testing::load_config;
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA device"
+
+std::vector<uint8_t> host_bytes(const Tensor& tensor) {
+  Tensor host = tensor.to(Device::cpu());
+  std::vector<uint8_t> bytes(host.nbytes());
+  std::memcpy(bytes.data(), host.data(), bytes.size());
+  return bytes;
+}
+
+struct DeviceSetup {
+  explicit DeviceSetup(Device device)
+      : optimizer_config(load_config<OptimizerConfig>(
+            "{learning_rate: {base: 0.01}, weight_decay: 0.1, gradient_norm_clipping: 0.3}", "optimizer")),
+        multi_stage(model, multi_stage_config, distributed, device),
+        optimizer(optimizer_config, multi_stage) {
+    multi_stage.initialize_weights();
+  }
+
+  // Gradient element i of every stage's (fp32) gradient buffer: a fixed pattern, or `bad` at element 5 of stage 0.
+  void set_gradients(int step, double bad = 0.0) {
+    for (auto& stage : multi_stage.stages()) {
+      Tensor& grads = stage->grad_buffer();
+      Tensor host = Tensor::empty(grads.shape(), DType::float32);
+      float* values = host.data_as<float>();
+      for (int64_t i = 0; i < host.numel(); ++i)
+        values[i] = float(0.001 * double((i * 7 + step * 3) % 23 - 11) * double(stage->index() + 1));
+      if (bad != 0.0 && stage->index() == 0) values[5] = float(bad);
+      grads.copy_bytes_from(host);
+    }
+  }
+
+  DistributedConfig distributed = testing::cpu_distributed(/*seed=*/21, "bfloat16", "float32");
+  MultiStageConfig multi_stage_config = testing::multi_stage_config("{layers_per_stage: 2}");
+  OptimizerConfig optimizer_config;
+  testing::TestModel model{300, 32, 3};
+  MultiStage multi_stage;
+  Optimizer optimizer;
+};
+
+TEST(EngineCuda, InitialisationMatchesTheCpuBitForBit) {
+  SKIP_WITHOUT_GPU();
+  DeviceSetup gpu(Device::cuda(0)), cpu(Device::cpu());
+  ASSERT_EQ(gpu.multi_stage.stages().size(), cpu.multi_stage.stages().size());
+  for (size_t s = 0; s < gpu.multi_stage.stages().size(); ++s) {
+    EXPECT_EQ(host_bytes(gpu.multi_stage.stages()[s]->weight_shard()),
+              host_bytes(cpu.multi_stage.stages()[s]->weight_shard()));
+    EXPECT_EQ(host_bytes(gpu.multi_stage.stages()[s]->weight_buffer()),
+              host_bytes(cpu.multi_stage.stages()[s]->weight_buffer()));
+  }
+}
+
+TEST(EngineCuda, AdamStepsAgreeWithTheCpu) {
+  SKIP_WITHOUT_GPU();
+  DeviceSetup gpu(Device::cuda(0)), cpu(Device::cpu());
+  for (int step = 1; step <= 3; ++step) {
+    gpu.set_gradients(step);
+    cpu.set_gradients(step);
+    OptimizerStepResult gpu_result = gpu.optimizer.step(), cpu_result = cpu.optimizer.step();
+    ASSERT_TRUE(gpu_result.successful);
+    EXPECT_NEAR(gpu_result.grad_norm, cpu_result.grad_norm, 1e-5 * cpu_result.grad_norm);
+    EXPECT_LT(gpu_result.clip_coefficient, 1.0);
+    for (size_t s = 0; s < cpu.multi_stage.stages().size(); ++s) {
+      Tensor gpu_master = gpu.multi_stage.stages()[s]->weight_shard().to(Device::cpu());
+      Tensor cpu_master = cpu.multi_stage.stages()[s]->weight_shard();
+      const float* a = gpu_master.data_as<float>();
+      const float* b = cpu_master.data_as<float>();
+      for (int64_t i = 0; i < cpu_master.numel(); ++i)
+        ASSERT_NEAR(a[i], b[i], 1e-6 + 1e-5 * std::fabs(b[i])) << "stage " << s << " element " << i;
+    }
+  }
+}
+
+TEST(EngineCuda, NonFiniteGradientSkipsTheStep) {
+  SKIP_WITHOUT_GPU();
+  DeviceSetup gpu(Device::cuda(0));
+  const auto before = host_bytes(gpu.multi_stage.stages()[0]->weight_shard());
+  gpu.set_gradients(1, std::numeric_limits<double>::infinity());
+  EXPECT_FALSE(gpu.optimizer.step().successful);
+  EXPECT_EQ(gpu.optimizer.optimizer_step(), 0);
+  EXPECT_EQ(host_bytes(gpu.multi_stage.stages()[0]->weight_shard()), before);
+  gpu.set_gradients(1);
+  EXPECT_TRUE(gpu.optimizer.step().successful);
+  EXPECT_NE(host_bytes(gpu.multi_stage.stages()[0]->weight_shard()), before);
+}
+
+TEST(EngineCuda, MicroBatchesReachTheDevice) {
+  SKIP_WITHOUT_GPU();
+  auto batch = std::make_shared<data::Batch>();
+  batch->micro_batch_size = 6;
+  batch->tokens = {5, 6, 7, 8, 9, 10};
+  batch->labels = {6, 7, -100, 9, 10, 11};
+  batch->label_counts = {5};
+  batch->positions = {0, 1, 0, 1, 2, 3};
+  batch->cu_seqlens = {0, 2, 6};
+  batch->max_seqlen = 4;
+  layers::MicroBatch micro_batch = to_micro_batch(batch, Device::cuda(0));
+  EXPECT_TRUE(micro_batch.tokens.device().is_cuda());
+  EXPECT_EQ(micro_batch.max_seqlen, 4);
+  auto as_vector = [](const Tensor& tensor) {
+    Tensor host = tensor.to(Device::cpu());
+    std::vector<int64_t> values;
+    for (int64_t i = 0; i < host.numel(); ++i)
+      values.push_back(host.dtype() == DType::int64 ? host.data_as<int64_t>()[i] : host.data_as<int32_t>()[i]);
+    return values;
+  };
+  EXPECT_EQ(as_vector(micro_batch.tokens), batch->tokens);
+  EXPECT_EQ(as_vector(micro_batch.labels), batch->labels);
+  EXPECT_EQ(as_vector(micro_batch.positions), batch->positions);
+  EXPECT_EQ(as_vector(micro_batch.cu_seqlens), (std::vector<int64_t>{0, 2, 6}));
+  EXPECT_EQ(micro_batch.cu_seqlens.dtype(), DType::int32);
+}
+
+}  // namespace
+}  // namespace fast_llm::engine
