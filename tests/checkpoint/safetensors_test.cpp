@@ -283,6 +283,41 @@ TEST(Safetensors, TruncatingAValidFileAnywhereIsAnError) {
   }
 }
 
+TEST(Safetensors, RandomlyDamagedFilesOpenOrFailCleanly) {
+  const auto directory = fresh_directory("damaged");
+  Tensor values = Tensor::from_values(std::vector<float>(12, 0.5f), Shape{3, 4});
+  const auto path = directory / "good.safetensors";
+  write_safetensors(path, {{.name = "alpha", .dtype = DType::float32, .shape = Shape{3, 4}, .values = [&] { return values; }},
+                           {.name = "beta", .dtype = DType::bfloat16, .shape = Shape{2, 2},
+                            .values = [] { return Tensor::from_values(std::vector<float>(4, 1.0f), Shape{2, 2}, DType::bfloat16); }}},
+                    {{"format", "pt"}});
+  const std::string bytes = read_file(path);
+  uint64_t state = 12345;
+  int opened = 0, refused = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    std::string damaged = bytes;
+    // One to three bytes changed, mostly in the length and the header, where the structure is.
+    const int changes = 1 + trial % 3;
+    for (int change = 0; change < changes; ++change) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      const size_t position = (state >> 33) % std::min<size_t>(damaged.size(), 200);
+      damaged[position] = char((state >> 17) & 0xff);
+    }
+    const auto cut = directory / "damaged.safetensors";
+    std::ofstream(cut, std::ios::binary | std::ios::trunc) << damaged;
+    try {
+      SafetensorsFile file(cut);
+      for (const auto& info : file.tensors())
+        if (info.dtype.dtype) file.read(info.name);
+      ++opened;
+    } catch (const Error&) {
+      ++refused;
+    }
+  }
+  EXPECT_EQ(opened + refused, 400);
+  EXPECT_GT(refused, 100);
+}
+
 TEST(SafetensorsSet, ShardsWithAnIndexAndChecksIt) {
   const auto directory = fresh_directory("set");
   TensorList source("test tensors");
