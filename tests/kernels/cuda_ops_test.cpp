@@ -52,7 +52,7 @@ void expect_deterministic(const ConsistencyProblem<Op>& problem) {
   const auto& variant = OpRegistry<Op>::instance().find("fused", Device::cuda(0));
   std::vector<std::map<std::string, std::vector<char>>> runs;
   for (int run = 0; run < 2; ++run) {
-    TensorMap tensors = testing::detail::materialize(problem, Device::cuda(0));
+    TensorMap tensors = testing::detail::materialize(problem, Device::cuda(0), testing::detail::kNanPoison);
     problem.call(tensors, [&](const typename Op::Args& args) { variant.run(args); });
     synchronize_device(Device::cuda(0));
     std::map<std::string, std::vector<char>> bytes;
