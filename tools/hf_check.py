@@ -13,6 +13,13 @@ Mistral with a sliding window shorter than the sequence, Mistral tied, Qwen2 unt
   3. transformers computes the same in float64 (the reference);
   4. relative error ||ours - reference|| / ||reference|| must be below 1e-5 for fp32 compute (1e-10 for fp64) for the
      logits, the loss and every gradient; the gradient names must be exactly the model's parameters.
+  bf16 (`--dtypes bfloat16`, default on CUDA with float32): fast-llm computes in bf16 (fp32 master weights, as in
+     training); transformers runs the same model cast to bf16 (on the GPU when --device cuda). Both are compared with
+     the fp64 reference, and ours must be within BF16_FACTOR x transformers' own bf16 error for that quantity (logits,
+     loss, each gradient), and never above BF16_FLOOR when transformers happens to be closer than that: bf16 keeps 8
+     significant bits (relative round-off 2^-9 = 2e-3), so errors of a few 1e-3 are rounding, not bugs. Ours against
+     transformers' bf16 logits directly is printed for information. The bf16 run also checks
+     `llama_smollm_block` (SmolLM2-135M's block widths, two blocks, 128 tokens: the real kernel shapes).
 Export check: `fast-llm train gpt` trains a small Llama-architecture model of ours for a few steps on random data
 with a llama export and a checkpoint; transformers loads the export (and a mistral conversion of the checkpoint made
 with `fast-llm convert gpt`) and must give the logits fast-llm computes from its own checkpoint (same threshold).
@@ -21,7 +28,8 @@ Usage:
   python3 tools/hf_check.py [--fast-llm PATH] [--device cpu|cuda] [--dtypes float32,float64] [--cases a,b]
                             [--work DIR] [--keep]
   On the GPU machine, with the staged build:  python3 tools/hf_check.py            (fast-llm on the CPU)
-                                              python3 tools/hf_check.py --device cuda
+                                              python3 tools/hf_check.py --device cuda   (float32 and bfloat16)
+                                              python3 tools/hf_check.py --device cuda --dtypes bfloat16
 Prints one line per check and a summary; writes hf_check.json (every number) into $OUT when set, else the work
 directory. Exit status 0 when everything passes, 1 when a check fails, 2 when the set-up is wrong.
 """
@@ -40,7 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-THRESHOLDS = {"float32": 1e-5, "float64": 1e-10}
+THRESHOLDS = {"float32": 1e-5, "float64": 1e-10, "bfloat16": None}  # bf16: relative to transformers' bf16 error
+BF16_FACTOR, BF16_FLOOR = 3.0, 1e-2
 
 try:
     import torch
@@ -74,6 +83,8 @@ class Case:
     overrides: dict = field(default_factory=dict)
     rope_type: str = "default"
     rope: dict = field(default_factory=lambda: {"rope_theta": 10000.0})
+    sequence: int = 0  # tokens per row; 0: SEQUENCE
+    extra: bool = False  # run only when named in --cases or when bfloat16 is checked
 
 
 CASES = [
@@ -89,6 +100,11 @@ CASES = [
     Case("mistral_tied", "mistral", {"head_dim": 24, "sliding_window": None, "tie_word_embeddings": True}),
     Case("qwen2", "qwen2", {"use_sliding_window": False}),
     Case("qwen2_tied", "qwen2", {"use_sliding_window": False, "tie_word_embeddings": True}),
+    # SmolLM2-135M's widths (hidden 576, 9 heads in 3 groups of 64, MLP 1536, tied), two blocks, 128 tokens.
+    Case("llama_smollm_block", "llama",
+         {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3,
+          "head_dim": 64, "vocab_size": 4096, "max_position_embeddings": 256, "tie_word_embeddings": True},
+         "default", {"rope_theta": 100000.0}, sequence=128, extra=True),
 ]
 
 
@@ -180,35 +196,74 @@ def load_model(source):
 
 def randomize(model, seed):
     generator = torch.Generator().manual_seed(seed)
+    # 0.15 at the base width (64); wider cases keep the same activation statistics.
+    scale = 0.15 * math.sqrt(BASE["hidden_size"] / model.config.hidden_size)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             noise = torch.randn(parameter.shape, generator=generator, dtype=torch.float32)
             if parameter.ndim == 1 and "norm" in name:
                 parameter.copy_(1.0 + 0.2 * noise)  # norm weights around one
             else:
-                parameter.copy_(0.15 * noise)  # matrices and biases (transformers initialises biases to zero)
+                parameter.copy_(scale * noise)  # matrices and biases (transformers initialises biases to zero)
 
 
-def reference_outputs(model, tokens, gradients=True):
-    """Logits, mean next-token loss and gradients, computed by transformers in float64."""
-    reference = copy.deepcopy(model).to(torch.float64)
+def reference_outputs(model, tokens, gradients=True, dtype=torch.float64, device="cpu"):
+    """Logits, mean next-token loss and gradients, computed by transformers in `dtype` (float64: the reference) on
+    `device`, returned on the host in float64."""
+    reference = copy.deepcopy(model).to(device=device, dtype=dtype)
     reference.zero_grad(set_to_none=True)
-    logits = reference(input_ids=tokens, use_cache=False).logits
-    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+    logits = reference(input_ids=tokens.to(device), use_cache=False).logits
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+                                             tokens[:, 1:].reshape(-1).to(device)) if dtype != torch.float64 else \
+        torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
     grads = {}
     if gradients:
         loss.backward()
-        grads = {name: parameter.grad.detach().clone() for name, parameter in reference.named_parameters()}
-    return logits.detach(), loss.detach(), grads
+        grads = {name: parameter.grad.detach().to("cpu", torch.float64) for name, parameter in
+                 reference.named_parameters()}
+    return logits.detach().to("cpu", torch.float64), loss.detach().to("cpu", torch.float64), grads
 
 
 def our_outputs(binary, fmt, path, tokens_file, output, device, dtype, log, gradients=True):
     run_fast_llm(binary, ["model_outputs", "gpt", f"pretrained.format={fmt}", f"pretrained.path={path}",
                           f"tokens={tokens_file}", f"output={output}", f"gradients={'true' if gradients else 'false'}",
                           f"model.distributed.use_cuda={'true' if device == 'cuda' else 'false'}",
-                          f"model.distributed.compute_dtype={dtype}", f"model.distributed.optimization_dtype={dtype}"],
+                          f"model.distributed.compute_dtype={dtype}",
+                          # bf16 computes from fp32 master weights, as in training.
+                          f"model.distributed.optimization_dtype={'float32' if dtype == 'bfloat16' else dtype}"],
                  log)
     return load_file(str(output))
+
+
+def check_low_precision(label, ours, reference, low, our_names, results):
+    """bf16: ours and transformers' bf16 (`low`) against the fp64 reference; ours may be BF16_FACTOR x worse than
+    transformers, or BF16_FLOOR, whichever is larger."""
+    logits, loss, reference_grads = reference
+    low_logits, low_loss, low_grads = low
+
+    def threshold(theirs):
+        return max(BF16_FACTOR * theirs, BF16_FLOOR)
+
+    error = relative_error(low_logits, logits)
+    results.add(label, "logits (vs fp64; threshold from transformers bf16)", relative_error(ours["logits"], logits),
+                threshold(error), detail=f"transformers bf16: {error:.3e}")
+    results.add(label, "(info) logits vs transformers bf16", relative_error(ours["logits"], low_logits), 1.0,
+                passed=True, detail="for comparison only")
+    error = relative_error(low_loss, loss)
+    results.add(label, "loss", relative_error(ours["loss"].reshape(()), loss), threshold(error),
+                detail=f"transformers bf16: {error:.3e}")
+    worst_name, worst, worst_threshold = None, 0.0, BF16_FLOOR
+    for name, reference_grad in reference_grads.items():
+        if name not in our_names:
+            continue
+        theirs = relative_error(low_grads[name], reference_grad)
+        limit = threshold(theirs)
+        error = relative_error(ours["grad." + name], reference_grad)
+        if not (error < limit):
+            results.add(label, f"grad {name}", error, limit, detail=f"transformers bf16: {theirs:.3e}")
+        if not math.isfinite(error) or error / limit > worst / worst_threshold:
+            worst_name, worst, worst_threshold = name, error, limit
+    results.add(label, f"gradients (worst vs its threshold: {worst_name})", worst, worst_threshold)
 
 
 def check_import(case, binary, work, device, dtypes, results, log):
@@ -219,7 +274,8 @@ def check_import(case, binary, work, device, dtypes, results, log):
     checkpoint = work / case.name / "hf"
     model.save_pretrained(str(checkpoint))
     generator = torch.Generator().manual_seed(1234)
-    tokens = torch.randint(0, BASE["vocab_size"], (BATCH, SEQUENCE), generator=generator, dtype=torch.int64)
+    tokens = torch.randint(0, config.vocab_size, (BATCH, case.sequence or SEQUENCE), generator=generator,
+                           dtype=torch.int64)
     tokens_file = work / case.name / "tokens.safetensors"
     save_file({"tokens": tokens.contiguous()}, str(tokens_file))
 
@@ -233,9 +289,18 @@ def check_import(case, binary, work, device, dtypes, results, log):
         ours = our_outputs(binary, case.model_type, checkpoint, tokens_file, work / case.name / f"ours_{dtype}.safetensors",
                            device, dtype, log)
         label = f"{case.name} [{dtype}]"
+        our_names = {name[len("grad."):] for name in ours if name.startswith("grad.")}
+        if threshold is None:  # bf16
+            low_device = "cuda" if device == "cuda" and torch.cuda.is_available() else "cpu"
+            low = reference_outputs(model, tokens, dtype=torch.bfloat16, device=low_device)
+            missing, extra = sorted(set(grads) - our_names), sorted(our_names - set(grads))
+            results.add(label, "gradient names", 0.0 if not (missing or extra) else None, 1.0,
+                        passed=not (missing or extra),
+                        detail=f"missing {missing} extra {extra}" if missing or extra else "")
+            check_low_precision(label, ours, (logits, loss, grads), low, our_names, results)
+            continue
         results.add(label, "logits", relative_error(ours["logits"], logits), threshold)
         results.add(label, "loss", relative_error(ours["loss"].reshape(()), loss), threshold)
-        our_names = {name[len("grad."):] for name in ours if name.startswith("grad.")}
         missing, extra = sorted(set(grads) - our_names), sorted(our_names - set(grads))
         results.add(label, "gradient names", 0.0 if not (missing or extra) else None, 1.0,
                     passed=not (missing or extra), detail=f"missing {missing} extra {extra}" if missing or extra else "")
@@ -311,7 +376,8 @@ def main():
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where fast-llm computes (transformers' reference always runs on the CPU in float64)")
     parser.add_argument("--dtypes", default=None,
-                        help="fast-llm compute dtypes to check (default: float32,float64 on the CPU, float32 on CUDA)")
+                        help="fast-llm compute dtypes to check: float32, float64, bfloat16 (default: float32,float64 on "
+                             "the CPU, float32,bfloat16 on CUDA)")
     parser.add_argument("--cases", default="", help="comma-separated case names (default: all, and the export check)")
     parser.add_argument("--work", help="work directory (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -319,11 +385,11 @@ def main():
 
     binary = find_fast_llm(args.fast_llm)
     if args.dtypes is None:
-        args.dtypes = "float32,float64" if args.device == "cpu" else "float32"
+        args.dtypes = "float32,float64" if args.device == "cpu" else "float32,bfloat16"
     dtypes = [dtype for dtype in args.dtypes.split(",") if dtype]
     for dtype in dtypes:
         if dtype not in THRESHOLDS:
-            parser.error(f"unknown dtype {dtype} (float32, float64)")
+            parser.error(f"unknown dtype {dtype} (float32, float64, bfloat16)")
     selected = [name for name in args.cases.split(",") if name]
     unknown = [name for name in selected if name not in {case.name for case in CASES} | {"export"}]
     if unknown:
@@ -339,9 +405,12 @@ def main():
     for case in CASES:
         if selected and case.name not in selected:
             continue
+        if not selected and case.extra and "bfloat16" not in dtypes:
+            continue
+        case_dtypes = dtypes if not case.extra or selected else [dtype for dtype in dtypes if dtype == "bfloat16"]
         print(f"{case.name} ({case.model_type}, rope {case.rope_type}, {case.overrides})")
         try:
-            check_import(case, binary, work, args.device, dtypes, results, log)
+            check_import(case, binary, work, args.device, case_dtypes, results, log)
         except Exception as error:  # every case runs, whatever happens to one
             results.error(case.name, f"{type(error).__name__}: {error}")
             traceback.print_exc()

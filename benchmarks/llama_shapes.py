@@ -1,0 +1,69 @@
+"""The dense Llama shapes of DESIGN.md §8 and the model-FLOPs formula, shared by the GPU benchmark scripts.
+
+Model FLOPs per token = 6 x (all matmul weights incl. the LM head) + 6 x layers x seq x (heads x head_size)
+(DESIGN.md §8; the attention term is causal attention over full sequences). The same function recomputes our
+throughput from the resolved config a `fast-llm train gpt` run writes (`experiment_dir/config.yaml`) and the
+PyTorch reference's (benchmarks/torch_gpu_llama_step.py), so both sides are counted alike.
+
+Plain Python, no torch: the benchmark driver imports it with any python3.
+"""
+
+# name -> architecture, batch (sequences per step), targets from DESIGN.md §8.
+#   rope: None for plain rotary, or the llama3 scaling parameters.
+#   targets: min_speedup (ours / PyTorch's best mode), min_tflops (ours, model TFLOP/s).
+SHAPES = {
+    "smollm2-135m": dict(
+        hidden_size=576, num_layers=30, heads=9, head_groups=3, head_size=64, intermediate_size=1536,
+        vocab_size=49152, tied=True, rope_theta=100000.0, rope=None, rms_epsilon=1e-5,
+        sequence_length=2048, batch=16,
+        targets=dict(min_speedup=1.5, min_tflops=None),
+        design="230k tokens/s (torch.compile) -> >= 1.5x"),
+    "llama-3.2-1b": dict(
+        hidden_size=2048, num_layers=16, heads=32, head_groups=8, head_size=64, intermediate_size=8192,
+        vocab_size=128256, tied=True, rope_theta=500000.0,
+        rope=dict(scale_factor=32.0, low_frequency_factor=1.0, high_frequency_factor=4.0,
+                  original_context_length=8192),
+        rms_epsilon=1e-5, sequence_length=4096, batch=4,
+        targets=dict(min_speedup=1.35, min_tflops=530.0),
+        design="47.5k tokens/s, 391 TFLOP/s (compile) -> >= 1.35x, >= 530 TFLOP/s"),
+    "llama-3.2-3b": dict(
+        hidden_size=3072, num_layers=28, heads=24, head_groups=8, head_size=128, intermediate_size=8192,
+        vocab_size=128256, tied=True, rope_theta=500000.0,
+        rope=dict(scale_factor=32.0, low_frequency_factor=1.0, high_frequency_factor=4.0,
+                  original_context_length=8192),
+        rms_epsilon=1e-5, sequence_length=4096, batch=2,
+        targets=dict(min_speedup=None, min_tflops=600.0),
+        design="17.7k tokens/s (eager) -> >= 600 TFLOP/s"),
+}
+
+
+def matmul_weights(hidden_size, num_layers, heads, head_groups, head_size, intermediate_size, vocab_size,
+                   gated=True, **_):
+    """Every matmul weight of the model: q, k, v, o and the MLP of each layer, and the LM head (counted even when
+    tied to the embeddings, whose lookup is not a matmul)."""
+    attention = hidden_size * heads * head_size * 2 + hidden_size * head_groups * head_size * 2
+    mlp = hidden_size * intermediate_size * (3 if gated else 2)
+    return num_layers * (attention + mlp) + hidden_size * vocab_size
+
+
+def model_flops_per_token(sequence_length, num_layers, heads, head_size, **architecture):
+    """DESIGN.md §8: 6 x matmul weights + 6 x layers x seq x heads x head_size (forward + backward, causal)."""
+    weights = matmul_weights(num_layers=num_layers, heads=heads, head_size=head_size, **architecture)
+    return 6.0 * weights + 6.0 * num_layers * sequence_length * heads * head_size
+
+
+def shape_flops_per_token(name):
+    return model_flops_per_token(**SHAPES[name])
+
+
+def architecture_from_fast_llm_config(config):
+    """The formula's arguments from a resolved fast-llm config (dict of the YAML `fast-llm train` writes)."""
+    base = config["model"]["base_model"]
+    decoder = base["decoder"]
+    block = decoder["block"]
+    mixer, mlp = block["mixer"], block["mlp"]
+    return dict(hidden_size=int(base["hidden_size"]), num_layers=int(decoder["num_blocks"]),
+                heads=int(mixer["heads"]), head_groups=int(mixer["head_groups"]), head_size=int(mixer["head_size"]),
+                intermediate_size=int(mlp["intermediate_size"]), gated=bool(mlp.get("gated", False)),
+                vocab_size=int(base["embeddings"]["vocab_size"]),
+                sequence_length=int(config["data"]["micro_batch_size"]))

@@ -1,0 +1,222 @@
+"""PyTorch reference for the GPU training benchmark (benchmarks/gpu_training_benchmark.sh, DESIGN.md §8).
+
+transformers' LlamaForCausalLM built from a LlamaConfig of one of the §8 shapes (benchmarks/llama_shapes.py), SDPA
+attention, fp32 parameters, torch.autocast(bf16), torch.optim.AdamW(fused=True), gradient-norm clipping at 1.0 (as
+fast-llm's default), random tokens, `batch x sequence_length` tokens per step in one forward.
+
+Modes (each in this process, one after the other, the optimizer state and caches released in between):
+  eager          the model as is
+  compile        torch.compile(model) (the whole model; the optimizer step stays eager)
+  compile_layers torch.compile of each decoder layer only ("regional" compilation: much shorter warm-up)
+The first `--warmup` steps of each mode (compilation included) are not timed. Prints one JSON line per mode as soon
+as it is done, so a later mode that fails or hangs loses nothing:
+  {"mode", "ok", "median_step_ms", "tokens_per_second", "model_tflops", "max_allocated_mib", "max_reserved_mib",
+   "warmup_s", "final_loss", ...}  or  {"mode", "ok": false, "error": "..."}
+Exit status 0 unless the set-up itself fails (no CUDA, no transformers).
+
+  python3 benchmarks/torch_gpu_llama_step.py --shape llama-3.2-1b --modes eager,compile --steps 15
+"""
+import argparse
+import gc
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama_shapes import SHAPES, model_flops_per_token  # noqa: E402
+
+
+def emit(record):
+    print(json.dumps(record), flush=True)
+
+
+def llama_config(transformers, shape):
+    """A LlamaConfig of the shape, for transformers 5 (rope_parameters) and 4 (rope_theta + rope_scaling)."""
+    kwargs = dict(vocab_size=shape["vocab_size"], hidden_size=shape["hidden_size"],
+                  intermediate_size=shape["intermediate_size"], num_hidden_layers=shape["num_layers"],
+                  num_attention_heads=shape["heads"], num_key_value_heads=shape["head_groups"],
+                  head_dim=shape["head_size"], max_position_embeddings=max(8192, shape["sequence_length"]),
+                  rms_norm_eps=shape["rms_epsilon"], tie_word_embeddings=shape["tied"], hidden_act="silu",
+                  attention_bias=False, mlp_bias=False, use_cache=False, initializer_range=0.02)
+    rope = {"rope_type": "default", "rope_theta": shape["rope_theta"]}
+    if shape["rope"]:
+        rope = {"rope_type": "llama3", "rope_theta": shape["rope_theta"], "factor": shape["rope"]["scale_factor"],
+                "low_freq_factor": shape["rope"]["low_frequency_factor"],
+                "high_freq_factor": shape["rope"]["high_frequency_factor"],
+                "original_max_position_embeddings": shape["rope"]["original_context_length"]}
+    major = int(transformers.__version__.split(".")[0])
+    if major >= 5:
+        config = transformers.LlamaConfig(rope_parameters=rope, **kwargs)
+    else:
+        scaling = {key: value for key, value in rope.items() if key != "rope_theta"}
+        config = transformers.LlamaConfig(rope_theta=rope["rope_theta"],
+                                          rope_scaling=None if rope["rope_type"] == "default" else scaling, **kwargs)
+    return config
+
+
+def describe_rope(config):
+    for name in ("rope_parameters", "rope_scaling"):
+        value = getattr(config, name, None)
+        if value:
+            return {name: value}
+    return {"rope_theta": getattr(config, "rope_theta", None)}
+
+
+def build_model(torch, transformers, config):
+    """The model on the GPU in fp32; built under the CUDA device so the initialisation runs there (seconds, not the
+    minutes a 3B model takes on the host)."""
+    def make():
+        return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    try:
+        with torch.device("cuda"):
+            model = make()
+    except Exception:  # some versions initialise part of the model on the host explicitly
+        traceback.print_exc(file=sys.stderr)
+        model = make()
+    model = model.to(device="cuda", dtype=torch.float32)
+    model.train()
+    attention = getattr(model.config, "_attn_implementation", None)
+    return model, attention
+
+
+def run_mode(torch, model, mode, args, shape, batches, flops_per_token):
+    tokens_per_step = shape["batch"] * shape["sequence_length"]
+    record = {"mode": mode, "ok": False, "shape": args.shape, "batch": shape["batch"],
+              "sequence_length": shape["sequence_length"], "tokens_per_step": tokens_per_step}
+    optimizer = None
+    try:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        if mode == "eager":
+            forward = model
+        elif mode == "compile":
+            forward = torch.compile(model)
+        elif mode == "compile_layers":
+            for layer in model.model.layers:
+                layer.compile()
+            forward = model
+        else:
+            raise ValueError(f"unknown mode {mode}")
+        parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
+        optimizer = torch.optim.AdamW(parameters, lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8,
+                                      fused=True)
+        times, losses = [], []
+        warmup_start = time.perf_counter()
+        for step in range(args.warmup + args.steps):
+            tokens = batches[step % len(batches)]
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = forward(input_ids=tokens, labels=tokens).loss
+            loss.backward()
+            if args.clip:
+                torch.nn.utils.clip_grad_norm_(parameters, 1.0, foreach=True)
+            optimizer.step()
+            torch.cuda.synchronize()
+            elapsed = time.perf_counter() - start
+            if step == args.warmup - 1 or (args.warmup == 0 and step == 0):
+                record["warmup_s"] = time.perf_counter() - warmup_start
+            if step >= args.warmup:
+                times.append(elapsed)
+                losses.append(float(loss.detach()))
+        median = statistics.median(times)
+        record.update(
+            ok=True, steps=len(times), warmup=args.warmup, median_step_ms=median * 1e3,
+            min_step_ms=min(times) * 1e3, max_step_ms=max(times) * 1e3,
+            tokens_per_second=tokens_per_step / median,
+            model_tflops=flops_per_token * tokens_per_step / median / 1e12,
+            max_allocated_mib=torch.cuda.max_memory_allocated() / 2**20,
+            max_reserved_mib=torch.cuda.max_memory_reserved() / 2**20,
+            final_loss=losses[-1], expected_initial_loss=math.log(shape["vocab_size"]))
+    except Exception as error:  # report and go on with the next mode
+        traceback.print_exc(file=sys.stderr)
+        message = f"{type(error).__name__}: {error}"
+        record.update(ok=False, error=message[:2000])
+        try:
+            record["max_allocated_mib"] = torch.cuda.max_memory_allocated() / 2**20
+        except Exception:
+            pass
+    finally:
+        if optimizer is not None:
+            del optimizer
+        model.zero_grad(set_to_none=True)
+        if mode == "compile_layers":  # back to plain modules for a later mode
+            for layer in model.model.layers:
+                if hasattr(layer, "_compiled_call_impl"):
+                    layer._compiled_call_impl = None
+        if mode != "eager":
+            try:
+                torch._dynamo.reset()
+            except Exception:
+                pass
+        gc.collect()
+        try:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        except Exception:
+            pass
+    return record
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shape", required=True, choices=sorted(SHAPES))
+    parser.add_argument("--modes", default="eager,compile",
+                        help="comma-separated: eager, compile, compile_layers (default: eager,compile)")
+    parser.add_argument("--steps", type=int, default=15, help="timed steps per mode")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation included)")
+    parser.add_argument("--batch", type=int, help="sequences per step (default: the shape's)")
+    parser.add_argument("--sequence-length", type=int, help="tokens per sequence (default: the shape's)")
+    parser.add_argument("--no-clip", dest="clip", action="store_false", help="skip gradient-norm clipping")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    shape = dict(SHAPES[args.shape])
+    if args.batch:
+        shape["batch"] = args.batch
+    if args.sequence_length:
+        shape["sequence_length"] = args.sequence_length
+    modes = [mode for mode in args.modes.split(",") if mode]
+
+    try:
+        import torch
+        import transformers
+    except ImportError as error:
+        emit({"mode": "setup", "ok": False, "error": f"needs torch and transformers: {error}"})
+        return 2
+    if not torch.cuda.is_available():
+        emit({"mode": "setup", "ok": False, "error": "no CUDA device"})
+        return 2
+    torch.manual_seed(args.seed)
+    setup = {"mode": "setup", "ok": True, "framework": f"pytorch {torch.__version__}",
+             "transformers": transformers.__version__, "device": torch.cuda.get_device_name(0), "shape": args.shape,
+             "clip_grad_norm": args.clip}
+    try:
+        config = llama_config(transformers, shape)
+        start = time.perf_counter()
+        model, attention = build_model(torch, transformers, config)
+        setup.update(build_s=time.perf_counter() - start, attention=attention, rope=describe_rope(config),
+                     parameters=sum(parameter.numel() for parameter in model.parameters()),
+                     tied=model.get_output_embeddings().weight is model.get_input_embeddings().weight)
+    except Exception as error:
+        traceback.print_exc(file=sys.stderr)
+        setup.update(ok=False, error=f"{type(error).__name__}: {error}"[:2000])
+        emit(setup)
+        return 2
+    emit(setup)
+    flops_per_token = model_flops_per_token(**shape)
+    generator = torch.Generator(device="cuda").manual_seed(args.seed)
+    batches = [torch.randint(0, shape["vocab_size"], (shape["batch"], shape["sequence_length"]), device="cuda",
+                             generator=generator) for _ in range(4)]
+    for mode in modes:
+        emit(run_mode(torch, model, mode, args, shape, batches, flops_per_token))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
