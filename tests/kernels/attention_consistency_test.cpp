@@ -4,6 +4,10 @@
 // buffer. The backward problems start from the reference forward's output and logsumexp. A variant may decline some
 // problems (a head size, a dtype), but must run at least one. The reference itself is checked against a dense
 // implementation and finite differences in attention_test.cpp.
+// The CUDA variants also run the shapes their tiles care about (cuda_cases): documents of lengths around the 16 / 64 /
+// 128-row tiles (1, 17, 63, 64, 65, 200, 513), windows of 1, 7 and 100, head groups of 1 / 3 / 4 heads and MQA, head
+// sizes 64 and 128 (80 for the reference variant), bf16 / fp16 / fp32, against the CPU reference on the same rounded
+// inputs (fp32 math).
 #include "fast_llm/kernels/attention.h"
 
 #include <gtest/gtest.h>
@@ -108,10 +112,33 @@ void record(std::map<std::string, bool>& ran, const ConsistencyReport& report) {
   for (const VariantOutcome& outcome : report) ran[outcome.id] = ran[outcome.id] || !outcome.unsupported;
 }
 
-void check_all_variants(DeviceType device_type) {
+// Tile-boundary shapes for the CUDA variants.
+std::vector<AttentionCase> cuda_cases() {
+  struct Layout {
+    std::vector<int64_t> document_lengths;
+    int64_t heads, head_groups, head_size;
+  };
+  const std::vector<Layout> layouts{{{1, 17, 63, 64, 65, 200, 513}, 6, 2, 64},  // 3 heads per group
+                                    {{513, 1, 130}, 8, 2, 128},                 // 4 heads per group
+                                    {{200, 64, 17}, 4, 4, 128},                 // multi-head
+                                    {{65, 300}, 4, 1, 64},                      // multi-query
+                                    {{63, 129}, 3, 1, 80}};                     // the reference variant only
+  const std::vector<std::pair<bool, std::optional<int64_t>>> masks{
+      {true, std::nullopt}, {true, 1}, {true, 7}, {true, 100}, {false, std::nullopt}, {false, 7}};
+  std::vector<AttentionCase> cases;
+  for (DType dtype : {DType::bfloat16, DType::float16, DType::float32})
+    for (const Layout& layout : layouts)
+      for (const auto& [causal, window] : masks)
+        cases.push_back({.document_lengths = layout.document_lengths, .heads = layout.heads,
+                         .head_groups = layout.head_groups, .head_size = layout.head_size, .causal = causal,
+                         .window = window, .dtype = dtype, .fused = false});
+  return cases;
+}
+
+void check_all_variants(const std::vector<AttentionCase>& cases, DeviceType device_type) {
   std::map<std::string, bool> ran;
   uint64_t seed = 40000;
-  for (const AttentionCase& c : attention_cases()) {
+  for (const AttentionCase& c : cases) {
     const Shape query_shape{c.tokens(), c.heads, c.head_size}, key_shape{c.tokens(), c.head_groups, c.head_size};
     const Tensor query = random_tensor(query_shape, c.dtype, ++seed, -2, 2);
     const Tensor key = random_tensor(key_shape, c.dtype, ++seed, -2, 2);
@@ -161,11 +188,16 @@ void check_all_variants(DeviceType device_type) {
   for (const auto& [id, any] : ran) EXPECT_TRUE(any) << id << " declined every consistency problem";
 }
 
-TEST(AttentionConsistency, CpuVariantsMatchTheReference) { check_all_variants(DeviceType::cpu); }
+TEST(AttentionConsistency, CpuVariantsMatchTheReference) { check_all_variants(attention_cases(), DeviceType::cpu); }
 
 TEST(AttentionConsistency, CudaVariantsMatchTheReference) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
-  check_all_variants(DeviceType::cuda);
+  check_all_variants(attention_cases(), DeviceType::cuda);
+}
+
+TEST(AttentionConsistency, CudaVariantsMatchTheReferenceAtTileBoundaries) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  check_all_variants(cuda_cases(), DeviceType::cuda);
 }
 
 }  // namespace

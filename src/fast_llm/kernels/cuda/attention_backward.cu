@@ -1,0 +1,493 @@
+// Flash attention backward on CUDA (kernels/attention.h), variant "flash": the flash-attention-2 backward on tensor
+// cores (mma.sync m16n8k16, bf16 / fp16 inputs, fp32 accumulation), head sizes 64 and 128. Three kernels on the op's
+// stream, with fp32 scratch from the caching allocator:
+//   1. delta = rowsum(dO * O) per (head, token) (the softmax correction), into a (heads, tokens) scratch;
+//   2. the main kernel, one CTA per (key block, key/value group, document): it keeps its (kBlockN, head_size) K and V
+//      tiles in shared memory and dK, dV in fp32 registers (each warp owns 16 key rows), and walks every (query head
+//      of the group, query block) that may see its keys, with the next Q / dO tiles loading (cp.async, double
+//      buffered) while the current ones are used. Per query block, in the transposed orientation so that each warp's
+//      products keep its own key rows:
+//        S^T = K Q^T,  P^T = exp2(S^T scale log2 e - lse log2 e),  dP^T = V dO^T,  dS^T = P^T (dP^T - delta),
+//        dV += P^T dO,  dK += dS^T Q  (A operands straight from the accumulators),
+//      then dS^T goes through shared memory for dQ = dS K, which each warp adds for its part of the query block into
+//      an fp32 (tokens, heads, head_size) scratch with vector atomics. dK and dV need no atomics (one CTA owns a key
+//      block and every head of its group), so they are deterministic; dQ's fp32 sums depend on the atomics' order.
+//   3. grad_query = scale * dQ scratch, rounded to the input dtype.
+// Masks as the forward: blocks no query may see are skipped, per-element masks only on boundary blocks. Query rows
+// past the document's end read zeros and get lse = +inf (probability 0); key rows past it are masked and not stored.
+//
+// Layouts: as the forward (channels contiguous, token / head strides multiples of 8, 16-byte aligned data).
+#include "fast_llm/kernels/cuda/attention_tile.cuh"
+
+namespace fast_llm::kernels::cuda::attention {
+namespace {
+
+constexpr int kDeltaThreads = 256;
+constexpr int kCastThreads = 256;
+
+struct TokenHeadTensor {
+  const void* data;
+  int64_t token_stride, head_stride;
+};
+
+// ---------------------------------------------------------------------------------------------------------------------
+// 1. delta = rowsum(dO * O): kHeadSize / 8 lanes per (token, head) row, 16-byte loads.
+
+template <class T, int kHeadSize>
+__global__ void __launch_bounds__(kDeltaThreads)
+    attention_delta_kernel(TokenHeadTensor grad_output, TokenHeadTensor output, float* delta, int64_t tokens,
+                           int heads) {
+  constexpr int kLanesPerRow = kHeadSize / 8;
+  static_assert(32 % kLanesPerRow == 0);
+  const int64_t rows = tokens * heads;
+  const int member = int(threadIdx.x) % kLanesPerRow;
+  const int64_t first = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kLanesPerRow;
+  const int64_t step = int64_t(gridDim.x) * blockDim.x / kLanesPerRow;
+  // Every lane of a warp runs the same number of iterations (the warp's rows stay together), for the shuffles.
+  for (int64_t base = first - first % (32 / kLanesPerRow); base < rows; base += step) {
+    const int64_t row = base + first % (32 / kLanesPerRow);
+    float sum = 0.0f;
+    if (row < rows) {
+      const int64_t token = row / heads, head = row % heads;
+      float g[8], o[8];
+      load_floats<8>(static_cast<const T*>(grad_output.data) + token * grad_output.token_stride +
+                         head * grad_output.head_stride + member * 8,
+                     g);
+      load_floats<8>(static_cast<const T*>(output.data) + token * output.token_stride + head * output.head_stride +
+                         member * 8,
+                     o);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum += g[i] * o[i];
+    }
+#pragma unroll
+    for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (row < rows && member == 0) delta[(row % heads) * tokens + row / heads] = sum;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// 2. The main kernel.
+
+struct BackwardParams {
+  TokenHeadTensor query, key, value, grad_output;  // T
+  void* grad_key;  // (tokens, head_groups, head_size) T
+  int64_t grad_key_token_stride, grad_key_head_stride;
+  void* grad_value;  // (tokens, head_groups, head_size) T
+  int64_t grad_value_token_stride, grad_value_head_stride;
+  const float* logsumexp;  // (heads, tokens)
+  int64_t logsumexp_head_stride, logsumexp_token_stride;
+  const float* delta;  // (heads, tokens) contiguous
+  float* grad_query_sum;  // (tokens, heads, head_size) contiguous, zeroed
+  const int32_t* cu_seqlens;  // (documents + 1)
+  int64_t cu_seqlens_stride;
+  int64_t tokens;
+  int heads, heads_per_group;
+  float softmax_scale;
+  float scale_log2;  // softmax_scale * log2(e)
+  bool causal;       // also true with a window
+  int window;        // 0: none
+};
+
+template <int kRows, int kHeadSize, int kThreads, class T>
+__device__ __forceinline__ void load_tile(T* tile, const T* source, int64_t token_stride, int first_row, int length) {
+  constexpr int kChunks = kHeadSize / 8;
+  static_assert(kRows * kChunks % kThreads == 0, "whole copies per thread");
+#pragma unroll
+  for (int step = 0; step < kRows * kChunks / kThreads; ++step) {
+    const int index = step * kThreads + int(threadIdx.x);
+    const int row = index / kChunks, chunk = index % kChunks;
+    const bool valid = first_row + row < length;
+    const T* from = source + (valid ? int64_t(first_row + row) * token_stride : 0) + chunk * 8;
+    copy_async_16(shared_address(tile + swizzled<kChunks>(row, chunk)), from, valid);
+  }
+}
+
+template <class T, int kHeadSize, int kBlockM, int kWarps>
+struct BackwardConfig {
+  static constexpr int kBlockN = 16 * kWarps;  // key rows per CTA: 16 per warp
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kChunks = kHeadSize / 8;
+  static constexpr int kKSteps = kHeadSize / 16;  // k-steps over channels
+  static constexpr int kQTiles = kBlockM / 8;     // n-tiles over the queries of S^T, dP^T
+  static constexpr int kOTiles = kHeadSize / 8;   // n-tiles over channels of dK, dV
+  static constexpr int kScoreStride = kBlockM + 8;  // dS^T rows padded by 16 bytes: conflict-free ldmatrix and stores
+  static constexpr int kTileBytes = kHeadSize * int(sizeof(T));  // per row
+  static constexpr size_t kSharedBytes =
+      size_t(2 * kBlockN + 4 * kBlockM) * kTileBytes + size_t(kBlockN) * kScoreStride * sizeof(T) +
+      size_t(4 * kBlockM) * sizeof(float);
+  static_assert(kBlockM % 16 == 0 && kHeadSize % 64 == 0 && 2 * kBlockM <= kThreads);
+};
+
+template <class T, int kHeadSize, int kBlockM, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) attention_backward_kernel(const BackwardParams p) {
+  using Config = BackwardConfig<T, kHeadSize, kBlockM, kWarps>;
+  constexpr int kBlockN = Config::kBlockN, kThreads = Config::kThreads, kChunks = Config::kChunks;
+  constexpr int kKSteps = Config::kKSteps, kQTiles = Config::kQTiles, kOTiles = Config::kOTiles;
+  constexpr int kScoreStride = Config::kScoreStride;
+
+  extern __shared__ __align__(128) unsigned char shared[];
+  T* key_tile = reinterpret_cast<T*>(shared);                     // (kBlockN, kHeadSize)
+  T* value_tile = key_tile + kBlockN * kHeadSize;                 // (kBlockN, kHeadSize)
+  T* query_tiles = value_tile + kBlockN * kHeadSize;              // 2 x (kBlockM, kHeadSize)
+  T* grad_output_tiles = query_tiles + 2 * kBlockM * kHeadSize;   // 2 x (kBlockM, kHeadSize)
+  T* score_tile = grad_output_tiles + 2 * kBlockM * kHeadSize;    // (kBlockN, kScoreStride): dS^T
+  float* logsumexp_tiles = reinterpret_cast<float*>(score_tile + kBlockN * kScoreStride);  // 2 x (kBlockM)
+  float* delta_tiles = logsumexp_tiles + 2 * kBlockM;                                      // 2 x (kBlockM)
+
+  const int document = int(blockIdx.z), group = int(blockIdx.y);
+  const int begin = p.cu_seqlens[document * p.cu_seqlens_stride];
+  const int length = p.cu_seqlens[(document + 1) * p.cu_seqlens_stride] - begin;
+  const int first_key = int(blockIdx.x) * kBlockN;
+  if (first_key >= length) return;
+  const int last_key = min(first_key + kBlockN, length) - 1;
+
+  // The query blocks that may see some key of [first_key, last_key], for each head of the group.
+  const int query_blocks = (length + kBlockM - 1) / kBlockM;
+  const int block_begin = p.causal ? first_key / kBlockM : 0;
+  const int block_end = p.window > 0 ? min(query_blocks, (last_key + p.window - 1) / kBlockM + 1) : query_blocks;
+  const int blocks = max(0, block_end - block_begin);
+  const int items = blocks * p.heads_per_group;
+
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int quad_row = lane / 4, quad_lane = lane % 4;
+  const int warp_key = warp * 16;  // the warp's first key row in the block
+
+  const T* key = static_cast<const T*>(p.key.data) + int64_t(begin) * p.key.token_stride + group * p.key.head_stride;
+  const T* value =
+      static_cast<const T*>(p.value.data) + int64_t(begin) * p.value.token_stride + group * p.value.head_stride;
+
+  // Issues the copies of item `item` (head, query block) into `stage`.
+  const auto load_item = [&](int item, int stage) {
+    const int head = group * p.heads_per_group + item / blocks;
+    const int first_query = (block_begin + item % blocks) * kBlockM;
+    const T* query = static_cast<const T*>(p.query.data) + int64_t(begin) * p.query.token_stride +
+                     head * p.query.head_stride;
+    const T* grad_output = static_cast<const T*>(p.grad_output.data) + int64_t(begin) * p.grad_output.token_stride +
+                           head * p.grad_output.head_stride;
+    load_tile<kBlockM, kHeadSize, kThreads>(query_tiles + stage * kBlockM * kHeadSize, query, p.query.token_stride,
+                                            first_query, length);
+    load_tile<kBlockM, kHeadSize, kThreads>(grad_output_tiles + stage * kBlockM * kHeadSize, grad_output,
+                                            p.grad_output.token_stride, first_query, length);
+    const int index = int(threadIdx.x);
+    if (index < 2 * kBlockM) {
+      const int row = index % kBlockM;
+      const bool valid = first_query + row < length;
+      const int64_t token = begin + (valid ? first_query + row : 0);
+      if (index < kBlockM)
+        copy_async_4(shared_address(logsumexp_tiles + stage * kBlockM + row),
+                     p.logsumexp + head * p.logsumexp_head_stride + token * p.logsumexp_token_stride, valid);
+      else
+        copy_async_4(shared_address(delta_tiles + stage * kBlockM + row), p.delta + head * p.tokens + token, valid);
+    }
+  };
+
+  load_tile<kBlockN, kHeadSize, kThreads>(key_tile, key, p.key.token_stride, first_key, length);
+  load_tile<kBlockN, kHeadSize, kThreads>(value_tile, value, p.value.token_stride, first_key, length);
+  if (items > 0) load_item(0, 0);
+  copy_async_commit();
+
+  float grad_key[kOTiles][4], grad_value[kOTiles][4];
+#pragma unroll
+  for (int o = 0; o < kOTiles; ++o)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) grad_key[o][i] = grad_value[o][i] = 0.0f;
+
+  for (int item = 0; item < items; ++item) {
+    const int stage = item & 1;
+    const int head = group * p.heads_per_group + item / blocks;
+    const int first_query = (block_begin + item % blocks) * kBlockM;
+    __syncthreads();  // every warp is done with the stage the next copy overwrites, and with dS^T
+    if (item + 1 < items) load_item(item + 1, stage ^ 1);
+    copy_async_commit();
+    copy_async_wait<1>();
+    __syncthreads();
+    const T* query_tile = query_tiles + stage * kBlockM * kHeadSize;
+    const T* grad_output_tile = grad_output_tiles + stage * kBlockM * kHeadSize;
+
+    // S^T = K Q^T and dP^T = V dO^T: (16, kBlockM) per warp.
+    float scores[kQTiles][4], grad_probabilities[kQTiles][4];
+#pragma unroll
+    for (int n = 0; n < kQTiles; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) scores[n][i] = grad_probabilities[n][i] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kKSteps; ++k) {
+      uint32_t key_a[4], value_a[4];
+      const int a_offset = swizzled<kChunks>(warp_key + lane % 16, k * 2 + lane / 16);
+      load_matrix_x4(key_a, shared_address(key_tile + a_offset));
+      load_matrix_x4(value_a, shared_address(value_tile + a_offset));
+#pragma unroll
+      for (int n = 0; n < kQTiles / 2; ++n) {
+        const int b_offset = swizzled<kChunks>(n * 16 + (lane / 16) * 8 + lane % 8, k * 2 + (lane / 8) % 2);
+        uint32_t b[4];
+        load_matrix_x4(b, shared_address(query_tile + b_offset));
+        mma_16x8x16<T>(scores[2 * n], key_a, b[0], b[1]);
+        mma_16x8x16<T>(scores[2 * n + 1], key_a, b[2], b[3]);
+        load_matrix_x4(b, shared_address(grad_output_tile + b_offset));
+        mma_16x8x16<T>(grad_probabilities[2 * n], value_a, b[0], b[1]);
+        mma_16x8x16<T>(grad_probabilities[2 * n + 1], value_a, b[2], b[3]);
+      }
+    }
+
+    const bool boundary = first_key + kBlockN > length || (p.causal && first_key + kBlockN - 1 > first_query) ||
+                          (p.window > 0 && first_query + kBlockM - 1 - first_key >= p.window);
+    // Probabilities and dS^T, in place: scores become P^T, grad_probabilities become dS^T.
+#pragma unroll
+    for (int n = 0; n < kQTiles; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int column = n * 8 + quad_lane * 2 + i % 2;
+        const int query_index = first_query + column;
+        const int key_index = first_key + warp_key + quad_row + (i / 2) * 8;
+        const float logsumexp = logsumexp_tiles[stage * kBlockM + column];
+        // A query past the document's end (or, defensively, without any key) has no gradient: probability 0.
+        const float base =
+            query_index < length && isfinite(logsumexp) ? logsumexp * kLog2e : INFINITY;
+        float probability = exp2f(fmaf(scores[n][i], p.scale_log2, -base));
+        if (boundary && !key_allowed(query_index, key_index, length, p.causal, p.window)) probability = 0.0f;
+        scores[n][i] = probability;
+        grad_probabilities[n][i] = probability * (grad_probabilities[n][i] - delta_tiles[stage * kBlockM + column]);
+      }
+
+    // dV += P^T dO and dK += dS^T Q: A from the accumulators, B (rows = queries) transposed by ldmatrix.
+#pragma unroll
+    for (int j = 0; j < kQTiles / 2; ++j) {
+      uint32_t probability_a[4], grad_score_a[4];
+      accumulators_to_a<T>(scores[2 * j], scores[2 * j + 1], probability_a);
+      accumulators_to_a<T>(grad_probabilities[2 * j], grad_probabilities[2 * j + 1], grad_score_a);
+#pragma unroll
+      for (int o = 0; o < kOTiles / 2; ++o) {
+        const int b_offset = swizzled<kChunks>(j * 16 + ((lane / 8) % 2) * 8 + lane % 8, o * 2 + lane / 16);
+        uint32_t b[4];
+        load_matrix_x4_transposed(b, shared_address(grad_output_tile + b_offset));
+        mma_16x8x16<T>(grad_value[2 * o], probability_a, b[0], b[1]);
+        mma_16x8x16<T>(grad_value[2 * o + 1], probability_a, b[2], b[3]);
+        load_matrix_x4_transposed(b, shared_address(query_tile + b_offset));
+        mma_16x8x16<T>(grad_key[2 * o], grad_score_a, b[0], b[1]);
+        mma_16x8x16<T>(grad_key[2 * o + 1], grad_score_a, b[2], b[3]);
+      }
+    }
+
+    // dS^T to shared memory, rows = keys (the warp's own 16), columns = queries.
+#pragma unroll
+    for (int n = 0; n < kQTiles; ++n)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        *reinterpret_cast<uint32_t*>(score_tile + (warp_key + quad_row + r * 8) * kScoreStride + n * 8 +
+                                     quad_lane * 2) =
+            pack<T>(grad_probabilities[n][2 * r], grad_probabilities[n][2 * r + 1]);
+    __syncthreads();
+
+    // dQ (kBlockM, kHeadSize) += dS K, in units of (16 queries, 64 channels) spread over the warps; A = dS from dS^T
+    // and B = K (rows = keys) both transposed by ldmatrix. The unscaled sums go to the fp32 scratch.
+    constexpr int kUnits = (kBlockM / 16) * (kHeadSize / 64);
+    for (int unit = warp; unit < kUnits; unit += kWarps) {
+      const int query_tile_index = unit % (kBlockM / 16), channel_chunk = unit / (kBlockM / 16);
+      float grad_query[8][4];
+#pragma unroll
+      for (int o = 0; o < 8; ++o)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) grad_query[o][i] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kBlockN / 16; ++k) {
+        uint32_t a[4];
+        load_matrix_x4_transposed(
+            a, shared_address(score_tile + (k * 16 + (lane / 16) * 8 + lane % 8) * kScoreStride +
+                              query_tile_index * 16 + ((lane / 8) % 2) * 8));
+#pragma unroll
+        for (int o = 0; o < 4; ++o) {
+          uint32_t b[4];
+          load_matrix_x4_transposed(
+              b, shared_address(key_tile + swizzled<kChunks>(k * 16 + ((lane / 8) % 2) * 8 + lane % 8,
+                                                             channel_chunk * 8 + o * 2 + lane / 16)));
+          mma_16x8x16<T>(grad_query[2 * o], a, b[0], b[1]);
+          mma_16x8x16<T>(grad_query[2 * o + 1], a, b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int query_index = first_query + query_tile_index * 16 + quad_row + r * 8;
+        if (query_index >= length) continue;
+        float* row = p.grad_query_sum + (int64_t(begin + query_index) * p.heads + head) * kHeadSize +
+                     channel_chunk * 64 + quad_lane * 2;
+#pragma unroll
+        for (int o = 0; o < 8; ++o)
+          atomicAdd(reinterpret_cast<float2*>(row + o * 8), make_float2(grad_query[o][2 * r], grad_query[o][2 * r + 1]));
+      }
+    }
+  }
+
+  copy_async_wait<0>();  // with no items, the K / V copies are still in flight: none may outlive the block
+
+  // dK = scale dS^T Q, dV = P^T dO for the warp's key rows inside the document.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key_index = first_key + warp_key + quad_row + r * 8;
+    if (key_index >= length) continue;
+    T* grad_key_row = static_cast<T*>(p.grad_key) + int64_t(begin + key_index) * p.grad_key_token_stride +
+                      group * p.grad_key_head_stride + quad_lane * 2;
+    T* grad_value_row = static_cast<T*>(p.grad_value) + int64_t(begin + key_index) * p.grad_value_token_stride +
+                        group * p.grad_value_head_stride + quad_lane * 2;
+#pragma unroll
+    for (int o = 0; o < kOTiles; ++o) {
+      *reinterpret_cast<uint32_t*>(grad_key_row + o * 8) =
+          pack<T>(grad_key[o][2 * r] * p.softmax_scale, grad_key[o][2 * r + 1] * p.softmax_scale);
+      *reinterpret_cast<uint32_t*>(grad_value_row + o * 8) = pack<T>(grad_value[o][2 * r], grad_value[o][2 * r + 1]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// 3. grad_query = scale * dQ sums: 8 channels per thread (two 16-byte loads, one 16-byte store).
+
+template <class T, int kHeadSize>
+__global__ void __launch_bounds__(kCastThreads)
+    attention_grad_query_kernel(const float* sums, void* grad_query, int64_t token_stride, int64_t head_stride,
+                                int64_t tokens, int heads, float scale) {
+  constexpr int kVectors = kHeadSize / 8;
+  const int64_t count = tokens * heads * kVectors;
+  for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < count;
+       index += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = index / kVectors, vector = index % kVectors;
+    const int64_t token = row / heads, head = row % heads;
+    const float4 low = *reinterpret_cast<const float4*>(sums + index * 8);
+    const float4 high = *reinterpret_cast<const float4*>(sums + index * 8 + 4);
+    const float values[8] = {low.x * scale,  low.y * scale,  low.z * scale,  low.w * scale,
+                             high.x * scale, high.y * scale, high.z * scale, high.w * scale};
+    store_floats<8>(static_cast<T*>(grad_query) + token * token_stride + head * head_stride + vector * 8, values);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Host
+
+std::optional<std::string> tile_layout_reason(std::string_view name, const Tensor& tensor) {
+  if (auto reason = inner_contiguous_reason(name, tensor)) return reason;
+  if (!is_aligned(tensor.data(), 16) || tensor.stride(0) % 8 != 0 || tensor.stride(1) % 8 != 0)
+    return fmt::format("{} (strides {}) is not 16-byte aligned with token and head strides multiples of 8", name,
+                       tensor.strides().str());
+  return std::nullopt;
+}
+
+std::optional<std::string> supports_flash_backward(const AttentionBackwardArgs& args) {
+  if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
+                                  args.window_size))
+    return reason;
+  if (args.query.dtype() != DType::bfloat16 && args.query.dtype() != DType::float16)
+    return fmt::format("query has dtype {}; supported: bfloat16, float16", dtype_name(args.query.dtype()));
+  if (args.query.size(2) != 64 && args.query.size(2) != 128)
+    return fmt::format("head_size {}; supported: 64, 128", args.query.size(2));
+  if (!(args.softmax_scale > 0.0)) return fmt::format("softmax_scale {}; supported: positive", args.softmax_scale);
+  for (const auto& [name, tensor] :
+       {std::pair<const char*, const Tensor*>{"grad_output", &args.grad_output}, {"output", &args.output},
+        {"grad_query", &args.grad_query}, {"grad_key", &args.grad_key}, {"grad_value", &args.grad_value}}) {
+    if (!tensor->defined() || tensor->device() != args.query.device())
+      return fmt::format("{} is on {}, query on {}", name, tensor->device().str(), args.query.device().str());
+    if (auto reason = same_dtype_reason(name, *tensor, "query", args.query)) return reason;
+    if (tensor->rank() != 3) return fmt::format("{} has rank {}, expected 3", name, tensor->rank());
+  }
+  for (const auto& [name, tensor] :
+       {std::pair<const char*, const Tensor*>{"query", &args.query}, {"key", &args.key}, {"value", &args.value},
+        {"grad_output", &args.grad_output}, {"output", &args.output}, {"grad_query", &args.grad_query},
+        {"grad_key", &args.grad_key}, {"grad_value", &args.grad_value}})
+    if (auto reason = tile_layout_reason(name, *tensor)) return reason;
+  return std::nullopt;
+}
+
+template <class T, int kHeadSize, int kBlockM, int kWarps>
+void launch_backward(const BackwardParams& params, int64_t max_seqlen, int64_t groups, int64_t documents,
+                     cudaStream_t stream) {
+  using Config = BackwardConfig<T, kHeadSize, kBlockM, kWarps>;
+  auto* kernel = &attention_backward_kernel<T, kHeadSize, kBlockM, kWarps>;
+  FLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Config::kSharedBytes)));
+  const dim3 grid(unsigned(ceil_div(max_seqlen, Config::kBlockN)), unsigned(groups), unsigned(documents));
+  kernel<<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(params);
+}
+
+void attention_backward_flash(const AttentionBackwardArgs& args) {
+  constexpr const char* op = "attention_backward";
+  const Device device = args.query.device();
+  check_shapes(op, args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
+               args.window_size);
+  check_shape(op, "grad_output", args.grad_output, args.query.shape(), device);
+  check_shape(op, "output", args.output, args.query.shape(), device);
+  check_shape(op, "grad_query", args.grad_query, args.query.shape(), device);
+  check_shape(op, "grad_key", args.grad_key, args.key.shape(), device);
+  check_shape(op, "grad_value", args.grad_value, args.key.shape(), device);
+  const int64_t tokens = args.query.size(0), heads = args.query.size(1), head_size = args.query.size(2);
+  const int64_t groups = args.key.size(1), documents = args.cu_seqlens.size(0) - 1;
+  if (tokens == 0) return;
+
+  LaunchScope scope(op, device, args.stream);
+  // Every token belongs to a document, so the main kernel writes every row of dK, dV (and dQ through the sums) unless
+  // there is nothing to run: then the gradients are zeros.
+  Tensor delta = Tensor::empty(Shape{heads, tokens}, DType::float32, device, scope.tensor_stream());
+  Tensor grad_query_sum = Tensor::empty(Shape{tokens, heads, head_size}, DType::float32, device, scope.tensor_stream());
+  FLM_CUDA_CHECK(cudaMemsetAsync(grad_query_sum.data(), 0, grad_query_sum.nbytes(), scope.stream()));
+
+  const auto launch = [&]<class T, int kHeadSize>(std::type_identity<T>, std::integral_constant<int, kHeadSize>) {
+    const TokenHeadTensor grad_output{args.grad_output.data(), args.grad_output.stride(0), args.grad_output.stride(1)};
+    const TokenHeadTensor output{args.output.data(), args.output.stride(0), args.output.stride(1)};
+    attention_delta_kernel<T, kHeadSize><<<grid_for(tokens * heads * (kHeadSize / 8), kDeltaThreads, scope),
+                                           kDeltaThreads, 0, scope.stream()>>>(grad_output, output,
+                                                                               delta.data_as<float>(), tokens,
+                                                                               int(heads));
+    scope.check_launch();
+    if (documents > 0 && args.max_seqlen > 0) {
+      const BackwardParams params{
+          .query = {args.query.data(), args.query.stride(0), args.query.stride(1)},
+          .key = {args.key.data(), args.key.stride(0), args.key.stride(1)},
+          .value = {args.value.data(), args.value.stride(0), args.value.stride(1)},
+          .grad_output = grad_output,
+          .grad_key = args.grad_key.data(),
+          .grad_key_token_stride = args.grad_key.stride(0),
+          .grad_key_head_stride = args.grad_key.stride(1),
+          .grad_value = args.grad_value.data(),
+          .grad_value_token_stride = args.grad_value.stride(0),
+          .grad_value_head_stride = args.grad_value.stride(1),
+          .logsumexp = args.logsumexp.data_as<float>(),
+          .logsumexp_head_stride = args.logsumexp.stride(0),
+          .logsumexp_token_stride = args.logsumexp.stride(1),
+          .delta = delta.data_as<float>(),
+          .grad_query_sum = grad_query_sum.data_as<float>(),
+          .cu_seqlens = args.cu_seqlens.data_as<int32_t>(),
+          .cu_seqlens_stride = args.cu_seqlens.stride(0),
+          .tokens = tokens,
+          .heads = int(heads),
+          .heads_per_group = int(heads / groups),
+          .softmax_scale = float(args.softmax_scale),
+          .scale_log2 = float(args.softmax_scale) * kLog2e,
+          .causal = args.causal || args.window_size.has_value(),
+          .window = args.window_size ? int(*args.window_size) : 0};
+      // 4 warps of 16 key rows. dK and dV hold head_size fp32 registers per thread, S^T and dP^T kBlockM / 2 each:
+      // query blocks of 64 at head_size 64, of 32 at 128 (64 would spill).
+      launch_backward<T, kHeadSize, kHeadSize == 64 ? 64 : 32, 4>(params, args.max_seqlen, groups, documents,
+                                                                 scope.stream());
+      scope.check_launch();
+    }
+    attention_grad_query_kernel<T, kHeadSize>
+        <<<grid_for(tokens * heads * (kHeadSize / 8), kCastThreads, scope), kCastThreads, 0, scope.stream()>>>(
+            grad_query_sum.data_as<float>(), args.grad_query.data(), args.grad_query.stride(0),
+            args.grad_query.stride(1), tokens, int(heads), float(args.softmax_scale));
+    scope.check_launch();
+  };
+  const auto for_head_size = [&]<class T>(std::type_identity<T> type) {
+    if (head_size == 64)
+      launch(type, std::integral_constant<int, 64>{});
+    else
+      launch(type, std::integral_constant<int, 128>{});
+  };
+  if (args.query.dtype() == DType::bfloat16)
+    for_head_size(std::type_identity<bfloat16>{});
+  else
+    for_head_size(std::type_identity<float16>{});
+}
+
+}  // namespace
+
+FLM_REGISTER_KERNEL(AttentionBackward, DeviceType::cuda, "flash", /*priority=*/100, KernelKind::optimized,
+                    &supports_flash_backward, &attention_backward_flash,
+                    "flash-attention-2 backward on tensor cores: per key block dK, dV in registers (no atomics), dQ "
+                    "in an fp32 scratch (vector atomics); bf16 / fp16, head_size 64 / 128");
+
+}  // namespace fast_llm::kernels::cuda::attention

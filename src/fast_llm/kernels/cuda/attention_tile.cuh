@@ -1,0 +1,192 @@
+// Tile primitives of the flash attention kernels (attention_forward.cu, attention_backward.cu): tensor-core
+// mma.sync m16n8k16 with fp32 accumulation, ldmatrix fragment loads, cp.async copies into swizzled shared memory, and
+// the host-side argument checks shared by the CUDA attention variants.
+//
+// Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16"), for lane = 4 * group + quad_lane:
+//   A (16 x 16, row-major), 4 registers of 2 elements: a0 (row group, cols 2q, 2q+1), a1 (row group + 8, same cols),
+//     a2 (row group, cols 2q + 8, 2q + 9), a3 (row group + 8, cols 2q + 8, 2q + 9);
+//   B (16 x 8, "col": k contiguous per column n), 2 registers: b0 (k 2q, 2q+1; n group), b1 (k 2q + 8, 2q + 9; n group);
+//   C (16 x 8, fp32), 4 registers: c0, c1 (row group, cols 2q, 2q+1), c2, c3 (row group + 8, same cols).
+// ldmatrix.x4 reads four 8 x 8 matrices of 16-bit elements, lanes 8i..8i+7 naming the eight 16-byte rows of matrix i;
+// register i receives (row lane / 4, cols 2 (lane % 4), +1) of matrix i, or with .trans (rows 2 (lane % 4), +1; col
+// lane / 4). So a tile stored with the contraction dimension contiguous (Q, K rows for Q K^T) gives A and B fragments
+// directly, and one stored with the contraction dimension across rows (V for P V) gives B fragments with .trans.
+// A C fragment converts to an A fragment of the next product in registers: the accumulators of n-tiles 2j and 2j + 1
+// are exactly a0..a3 of k-step j.
+//
+// Shared-memory tiles are (rows, head_size) 16-bit elements in 16-byte chunks; chunk c of row r is stored at chunk
+// c ^ (r % 8). The eight rows an ldmatrix matrix reads then hit eight different 16-byte bank groups, as do the eight
+// chunks a quarter-warp writes with cp.async: no bank conflicts on either side.
+#pragma once
+
+#include "fast_llm/kernels/cuda/op_helpers.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "fast_llm/kernels/attention.h"
+
+namespace fast_llm::kernels::cuda::attention {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Device: shared-memory addressing.
+
+// Element offset of (row, chunk) in a swizzled tile of `kChunks` 16-byte chunks per row.
+template <int kChunks>
+__device__ __forceinline__ int swizzled(int row, int chunk) {
+  static_assert(kChunks % 8 == 0, "rows of at least 64 16-bit elements");
+  return row * kChunks * 8 + ((chunk ^ (row & 7)) * 8);
+}
+
+__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
+  return uint32_t(__cvta_generic_to_shared(pointer));
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Device: asynchronous copies. A copy with `valid` false reads nothing and fills the 16 bytes with zeros (rows past a
+// document's end: zeros keep 0 * garbage from turning into NaN); its source must still be a mapped address.
+
+__device__ __forceinline__ void copy_async_16(uint32_t destination, const void* source, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source),
+               "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void copy_async_4(uint32_t destination, const void* source, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(destination), "l"(source), "r"(valid ? 4 : 0));
+}
+
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Waits until at most `kPending` committed groups of this thread are still in flight.
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Device: fragments and the tensor-core product.
+
+__device__ __forceinline__ void load_matrix_x4(uint32_t (&fragment)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(fragment[0]), "=r"(fragment[1]), "=r"(fragment[2]), "=r"(fragment[3])
+               : "r"(address));
+}
+
+__device__ __forceinline__ void load_matrix_x4_transposed(uint32_t (&fragment)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(fragment[0]), "=r"(fragment[1]), "=r"(fragment[2]), "=r"(fragment[3])
+               : "r"(address));
+}
+
+// c += a b for a 16 x 16 A, a 16 x 8 B and a 16 x 8 fp32 C.
+template <class T>
+__device__ __forceinline__ void mma_16x8x16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, bfloat16>)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to T (to nearest even) in one register, the first in the low half (the lower column).
+template <class T>
+__device__ __forceinline__ uint32_t pack(float low, float high) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    const __nv_bfloat162 packed = __floats2bfloat162_rn(low, high);
+    return *reinterpret_cast<const uint32_t*>(&packed);
+  } else {
+    const __half2 packed = __floats2half2_rn(low, high);
+    return *reinterpret_cast<const uint32_t*>(&packed);
+  }
+}
+
+// The A fragment of k-step j from the fp32 accumulators of n-tiles 2j and 2j + 1 (same rows, 16 consecutive columns).
+template <class T>
+__device__ __forceinline__ void accumulators_to_a(const float (&low)[4], const float (&high)[4], uint32_t (&a)[4]) {
+  a[0] = pack<T>(low[0], low[1]);
+  a[1] = pack<T>(low[2], low[3]);
+  a[2] = pack<T>(high[0], high[1]);
+  a[3] = pack<T>(high[2], high[3]);
+}
+
+// Sum and max over the four lanes of a quad (the lanes holding one accumulator row).
+__device__ __forceinline__ float quad_sum(float value) {
+  value += __shfl_xor_sync(0xffffffffu, value, 1);
+  return value + __shfl_xor_sync(0xffffffffu, value, 2);
+}
+__device__ __forceinline__ float quad_max(float value) {
+  value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 1));
+  return fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 2));
+}
+
+// Whether query `query` may see key `key`, both relative to their document's start, in a document of `length` tokens.
+// `causal` is true also for a window (a window never shows later keys).
+__device__ __forceinline__ bool key_allowed(int query, int key, int length, bool causal, int window) {
+  return key < length && (!causal || key <= query) && (window <= 0 || query - key < window);
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Host: argument checks shared by the CUDA variants.
+
+// Why the CUDA kernels cannot run the problem at all (device placement, dtypes, index ranges), or nothing.
+inline std::optional<std::string> common_reason(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                const Tensor& logsumexp, const Tensor& cu_seqlens, int64_t max_seqlen,
+                                                const std::optional<int64_t>& window_size) {
+  if (auto reason = on_cuda_reason("query", query)) return reason;
+  for (const auto& [name, tensor] : {std::pair<const char*, const Tensor*>{"key", &key}, {"value", &value},
+                                     {"logsumexp", &logsumexp}, {"cu_seqlens", &cu_seqlens}})
+    if (!tensor->defined() || tensor->device() != query.device())
+      return fmt::format("{} is on {}, query on {}; they must share a CUDA device", name, tensor->device().str(),
+                         query.device().str());
+  if (auto reason = same_dtype_reason("key", key, "query", query)) return reason;
+  if (auto reason = same_dtype_reason("value", value, "query", query)) return reason;
+  if (auto reason = float32_reason("logsumexp", logsumexp)) return reason;
+  if (cu_seqlens.dtype() != DType::int32)
+    return fmt::format("cu_seqlens has dtype {}; supported: int32", dtype_name(cu_seqlens.dtype()));
+  if (query.rank() != 3 || key.rank() != 3 || logsumexp.rank() != 2 || cu_seqlens.rank() != 1)
+    return std::string("expected rank-3 query / key / value, rank-2 logsumexp and rank-1 cu_seqlens");
+  if (query.size(0) >= (int64_t(1) << 31) || max_seqlen >= (int64_t(1) << 30))
+    return fmt::format("{} tokens, max_seqlen {}; supported: below 2^31 and 2^30", query.size(0), max_seqlen);
+  if (cu_seqlens.size(0) - 1 > 65535 || query.size(1) > 65535)
+    return fmt::format("{} documents, {} heads; supported: at most 65535 of each", cu_seqlens.size(0) - 1,
+                       query.size(1));
+  if (window_size && *window_size >= (int64_t(1) << 30))
+    return fmt::format("window_size {}; supported: below 2^30", *window_size);
+  return std::nullopt;
+}
+
+// Checks every shape (the CUDA kernels cannot check cu_seqlens against the tokens without reading it on the host; the
+// CPU reference does).
+inline void check_shapes(std::string_view op, const Tensor& query, const Tensor& key, const Tensor& value,
+                         const Tensor& logsumexp, const Tensor& cu_seqlens, int64_t max_seqlen,
+                         const std::optional<int64_t>& window_size) {
+  const Device device = query.device();
+  check_rank(op, "query", query, 3, "(tokens, heads, head_size)", device);
+  check_rank(op, "key", key, 3, "(tokens, head_groups, head_size)", device);
+  const int64_t tokens = query.size(0), heads = query.size(1), head_size = query.size(2);
+  FLM_CHECK(key.size(0) == tokens && key.size(2) == head_size, op,
+            "key has shape {}, expected ({}, head_groups, {}) for query of shape {}", key.shape().str(), tokens,
+            head_size, query.shape().str());
+  const int64_t groups = key.size(1);
+  FLM_CHECK(groups > 0 && heads % groups == 0, op,
+            "query has {} heads, key has {} head groups: heads must be a positive multiple of head_groups", heads,
+            groups);
+  check_shape(op, "value", value, key.shape(), device);
+  check_shape(op, "logsumexp", logsumexp, Shape{heads, tokens}, device);
+  check_rank(op, "cu_seqlens", cu_seqlens, 1, "(documents + 1)", device);
+  FLM_CHECK(cu_seqlens.size(0) >= 1, op, "cu_seqlens is empty, expected (documents + 1) offsets starting at 0");
+  FLM_CHECK(max_seqlen >= 0, op, "max_seqlen is {}, expected the length of the longest document", max_seqlen);
+  FLM_CHECK(!window_size || *window_size > 0, op, "window_size is {}, expected a positive number of tokens",
+            window_size.value_or(0));
+}
+
+}  // namespace fast_llm::kernels::cuda::attention
