@@ -1,6 +1,7 @@
 // The engine on a GPU against the same engine on the CPU: initialisation (host fill + copy, then the cast to bf16
 // weights) is bit for bit the same, Adam steps agree to fp32 precision, non-finite gradients skip the step, and
-// host batches reach the device intact. Each case skips itself without a GPU.
+// host batches reach the device intact (page-locked buffers, upload stream). Steps queued without host reads decide
+// clipping and skipping on the device as the CPU does. Each case skips itself without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,8 @@
 
 #include "engine/engine_test_util.h"
 #include "fast_llm/engine/optimizer/optimizer.h"
+#include "fast_llm/engine/training/batch_uploader.h"
+#include "fast_llm/engine/training/step_records.h"
 #include "fast_llm/engine/training/trainer.h"
 
 namespace fast_llm::engine {
@@ -74,7 +77,9 @@ TEST(EngineCuda, AdamStepsAgreeWithTheCpu) {
   for (int step = 1; step <= 3; ++step) {
     gpu.set_gradients(step);
     cpu.set_gradients(step);
-    OptimizerStepResult gpu_result = gpu.optimizer.step(), cpu_result = cpu.optimizer.step();
+    gpu.optimizer.step();
+    cpu.optimizer.step();
+    OptimizerStepResult gpu_result = gpu.optimizer.last_step_result(), cpu_result = cpu.optimizer.last_step_result();
     ASSERT_TRUE(gpu_result.successful);
     EXPECT_NEAR(gpu_result.grad_norm, cpu_result.grad_norm, 1e-5 * cpu_result.grad_norm);
     EXPECT_LT(gpu_result.clip_coefficient, 1.0);
@@ -94,12 +99,51 @@ TEST(EngineCuda, NonFiniteGradientSkipsTheStep) {
   DeviceSetup gpu(Device::cuda(0));
   const auto before = host_bytes(gpu.multi_stage.stages()[0]->weight_shard());
   gpu.set_gradients(1, std::numeric_limits<double>::infinity());
-  EXPECT_FALSE(gpu.optimizer.step().successful);
+  gpu.optimizer.step();
+  EXPECT_FALSE(gpu.optimizer.last_step_result().successful);
   EXPECT_EQ(gpu.optimizer.optimizer_step(), 0);
   EXPECT_EQ(host_bytes(gpu.multi_stage.stages()[0]->weight_shard()), before);
   gpu.set_gradients(1);
-  EXPECT_TRUE(gpu.optimizer.step().successful);
+  gpu.optimizer.step();
+  EXPECT_TRUE(gpu.optimizer.last_step_result().successful);
   EXPECT_NE(host_bytes(gpu.multi_stage.stages()[0]->weight_shard()), before);
+}
+
+// Steps queued back to back without a host read in between, one of them non-finite: the device alone skips it, and the
+// step records read afterwards agree with the same steps on the CPU.
+TEST(EngineCuda, QueuedStepsDecideOnTheDeviceAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  DeviceSetup gpu(Device::cuda(0)), cpu(Device::cpu());
+  StepRecords gpu_records(Device::cuda(0), 8), cpu_records(Device::cpu(), 8);
+  for (int step = 1; step <= 4; ++step) {
+    const double bad = step == 2 ? std::numeric_limits<double>::quiet_NaN() : 0.0;
+    gpu.set_gradients(step, bad);
+    cpu.set_gradients(step, bad);
+    gpu.optimizer.step();
+    cpu.optimizer.step();
+    layers::LossSums gpu_losses, cpu_losses;
+    gpu_records.record(gpu.optimizer.step_state(), gpu_losses, 1, Stream{});
+    cpu_records.record(cpu.optimizer.step_state(), cpu_losses, 1, Stream{});
+  }
+  const auto gpu_steps = gpu_records.read(Stream{}), cpu_steps = cpu_records.read(Stream{});
+  ASSERT_EQ(gpu_steps.size(), 4u);
+  ASSERT_EQ(cpu_steps.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(gpu_steps[i].update.successful, i != 1) << i;
+    EXPECT_EQ(cpu_steps[i].update.successful, i != 1) << i;
+    EXPECT_EQ(gpu_steps[i].update.learning_rate, cpu_steps[i].update.learning_rate) << i;
+    if (i != 1) {
+      EXPECT_NEAR(gpu_steps[i].update.grad_norm, cpu_steps[i].update.grad_norm, 1e-5 * cpu_steps[i].update.grad_norm);
+    }
+  }
+  EXPECT_EQ(gpu.optimizer.optimizer_step(), 3);
+  for (size_t s = 0; s < cpu.multi_stage.stages().size(); ++s) {
+    Tensor gpu_master = gpu.multi_stage.stages()[s]->weight_shard().to(Device::cpu());
+    const float* a = gpu_master.data_as<float>();
+    const float* b = cpu.multi_stage.stages()[s]->weight_shard().data_as<float>();
+    for (int64_t i = 0; i < gpu_master.numel(); ++i)
+      ASSERT_NEAR(a[i], b[i], 1e-6 + 1e-5 * std::fabs(b[i])) << "stage " << s << " element " << i;
+  }
 }
 
 TEST(EngineCuda, MicroBatchesReachTheDevice) {
@@ -112,9 +156,14 @@ TEST(EngineCuda, MicroBatchesReachTheDevice) {
   batch->positions = {0, 1, 0, 1, 2, 3};
   batch->cu_seqlens = {0, 2, 6};
   batch->max_seqlen = 4;
-  layers::MicroBatch micro_batch = to_micro_batch(batch, Device::cuda(0));
+  batch->lengths = {2, 4};
+  // One slot: the second upload reuses the first one's page-locked buffer once its copy is done.
+  BatchUploader uploader(Device::cuda(0), compute_stream(Device::cuda(0)), 1);
+  layers::MicroBatch micro_batch = uploader.upload(batch);
+  layers::MicroBatch second = uploader.upload(batch);
   EXPECT_TRUE(micro_batch.tokens.device().is_cuda());
   EXPECT_EQ(micro_batch.max_seqlen, 4);
+  EXPECT_EQ(micro_batch.sequence_lengths, (std::vector<int64_t>{2, 4}));
   auto as_vector = [](const Tensor& tensor) {
     Tensor host = tensor.to(Device::cpu());
     std::vector<int64_t> values;
@@ -127,6 +176,8 @@ TEST(EngineCuda, MicroBatchesReachTheDevice) {
   EXPECT_EQ(as_vector(micro_batch.positions), batch->positions);
   EXPECT_EQ(as_vector(micro_batch.cu_seqlens), (std::vector<int64_t>{0, 2, 6}));
   EXPECT_EQ(micro_batch.cu_seqlens.dtype(), DType::int32);
+  EXPECT_EQ(as_vector(second.labels), batch->labels);
+  EXPECT_EQ(as_vector(second.cu_seqlens), (std::vector<int64_t>{0, 2, 6}));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The optimizer against scalar formulas: AdamW with bias correction, decoupled weight decay only where the parameter
-// takes it, lr_scale per group, global-norm clipping, loss scaling, and skipped steps on non-finite gradients.
+// takes it, lr_scale per group, global-norm clipping, loss scaling, and skipped steps on non-finite gradients (decided
+// from the device state without the host, counted by the step records when read).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,8 @@
 #include "engine/engine_test_util.h"
 #include "fast_llm/engine/optimizer/grad_scaler.h"
 #include "fast_llm/engine/optimizer/optimizer.h"
+#include "fast_llm/engine/training/step_records.h"
+#include "fast_llm/kernels/optimizer_ops.h"
 
 namespace fast_llm::engine {
 namespace {
@@ -95,7 +98,8 @@ TEST(Optimizer, TwoAdamStepsMatchTheScalarFormula) {
     const double coefficient = std::min(1.0, clip / (norm + 1e-6));
     ASSERT_LT(coefficient, 1.0);  // clipping is active
 
-    OptimizerStepResult result = setup.optimizer.step();
+    setup.optimizer.step();
+    OptimizerStepResult result = setup.optimizer.last_step_result();
     ASSERT_TRUE(result.successful);
     EXPECT_NEAR(result.grad_norm, norm, 1e-12 * norm);
     EXPECT_DOUBLE_EQ(result.learning_rate, lr);
@@ -129,7 +133,8 @@ TEST(Optimizer, NonFiniteGradientSkipsTheStep) {
     setup.set_gradients([&](const std::string& name, int64_t i) {
       return name == "decoder.1.weight" && i == 4 ? bad : gradient_value(name, i);
     });
-    OptimizerStepResult result = setup.optimizer.step();
+    setup.optimizer.step();
+    OptimizerStepResult result = setup.optimizer.last_step_result();
     EXPECT_FALSE(result.successful);
     EXPECT_FALSE(std::isfinite(result.grad_norm));
     EXPECT_EQ(setup.optimizer.optimizer_step(), 0);
@@ -139,21 +144,76 @@ TEST(Optimizer, NonFiniteGradientSkipsTheStep) {
 
     // The next finite step is step 1 (bias correction and schedule).
     setup.set_gradients(gradient_value);
-    result = setup.optimizer.step();
+    setup.optimizer.step();
+    result = setup.optimizer.last_step_result();
     EXPECT_TRUE(result.successful);
     EXPECT_EQ(setup.optimizer.optimizer_step(), 1);
     EXPECT_NE(setup.weights(), before);
   }
 }
 
+// Several steps queued before the host reads anything, as the trainer does between log lines: the skip is decided from
+// the device state alone (the flag Adam reads), the counter and the rates follow the successful steps, and the step
+// records count the skipped step when they are read.
+TEST(Optimizer, SkipIsDecidedOnTheDeviceStateAndCountedWhenRead) {
+  namespace field = kernels::optimizer_state;
+  OptimizerSetup setup("{learning_rate: {base: 1.0, warmup_iterations: 4}, gradient_norm_clipping: 0.5}");
+  StepRecords records(Device::cpu(), /*capacity=*/2);  // 3 steps: the first two are moved to the host on the way
+  const auto nan = [](const std::string&, int64_t) { return std::numeric_limits<double>::quiet_NaN(); };
+  std::vector<std::map<std::string, std::vector<double>>> weights{setup.weights()};
+  int step_index = 0;
+  for (bool finite : {true, false, true}) {
+    if (finite)
+      setup.set_gradients(gradient_value);
+    else
+      setup.set_gradients(nan);
+    setup.optimizer.step();
+    // The decision the Adam launches read.
+    const double* state = setup.optimizer.step_state().data_as<double>();
+    EXPECT_EQ(state[field::successful], finite ? 1.0 : 0.0);
+    EXPECT_EQ(state[field::grad_scale] == 0.0, !finite);
+    layers::LossSums losses;
+    losses.get("mse", Device::cpu()).data_as<double>()[0] = finite ? 2.0 * (++step_index) : std::nan("");
+    records.record(setup.optimizer.step_state(), losses, /*num_labels=*/4, Stream{});
+    weights.push_back(setup.weights());
+  }
+  EXPECT_NE(weights[1], weights[0]);
+  EXPECT_EQ(weights[2], weights[1]);  // skipped: nothing moved
+  EXPECT_NE(weights[3], weights[2]);
+  EXPECT_EQ(setup.optimizer.optimizer_step(), 2);
+  EXPECT_EQ(records.pending(), 3);
+  const std::vector<StepRecords::Step> steps = records.read(Stream{});
+  EXPECT_EQ(records.pending(), 0);
+  ASSERT_EQ(steps.size(), 3u);
+  int skipped = 0;
+  for (const StepRecords::Step& step : steps) skipped += !step.update.successful;
+  EXPECT_EQ(skipped, 1);
+  EXPECT_FALSE(steps[1].update.successful);
+  EXPECT_TRUE(std::isnan(steps[1].update.grad_norm));
+  // Rates by successful steps: warmup 1/4, then 2/4 for the skipped step's successor and for it.
+  EXPECT_DOUBLE_EQ(steps[0].update.learning_rate, 0.25);
+  EXPECT_DOUBLE_EQ(steps[1].update.learning_rate, 0.5);
+  EXPECT_DOUBLE_EQ(steps[2].update.learning_rate, 0.5);
+  EXPECT_LT(steps[0].update.clip_coefficient, 1.0);
+  ASSERT_EQ(steps[2].loss_sums.size(), 1u);
+  EXPECT_EQ(steps[2].loss_sums[0], (std::pair<std::string, double>{"mse", 4.0}));
+  EXPECT_EQ(steps[2].num_labels, 4);
+}
+
 TEST(Optimizer, LearningRateFollowsTheScheduleBySuccessfulSteps) {
   OptimizerSetup setup("{learning_rate: {base: 1.0, warmup_iterations: 4}}");
+  auto step = [&] {
+    setup.optimizer.step();
+    return setup.optimizer.last_step_result();
+  };
   setup.set_gradients(gradient_value);
-  EXPECT_DOUBLE_EQ(setup.optimizer.step().learning_rate, 0.25);
+  EXPECT_DOUBLE_EQ(step().learning_rate, 0.25);
   setup.set_gradients([](const std::string&, int64_t) { return std::numeric_limits<double>::quiet_NaN(); });
-  EXPECT_FALSE(setup.optimizer.step().successful);
+  const OptimizerStepResult skipped = step();
+  EXPECT_FALSE(skipped.successful);
+  EXPECT_DOUBLE_EQ(skipped.learning_rate, 0.5);  // the rate of the next update
   setup.set_gradients(gradient_value);
-  EXPECT_DOUBLE_EQ(setup.optimizer.step().learning_rate, 0.5);
+  EXPECT_DOUBLE_EQ(step().learning_rate, 0.5);
 }
 
 TEST(Optimizer, ConstantLossScaleIsDividedOut) {
@@ -164,7 +224,10 @@ TEST(Optimizer, ConstantLossScaleIsDividedOut) {
   // Gradients of a loss scaled by 8 are 8 times larger; the update must be that of the unscaled gradients.
   scaled.set_gradients([](const std::string& name, int64_t i) { return 8.0 * gradient_value(name, i); });
   plain.set_gradients(gradient_value);
-  OptimizerStepResult scaled_result = scaled.optimizer.step(), plain_result = plain.optimizer.step();
+  scaled.optimizer.step();
+  plain.optimizer.step();
+  OptimizerStepResult scaled_result = scaled.optimizer.last_step_result();
+  OptimizerStepResult plain_result = plain.optimizer.last_step_result();
   EXPECT_NEAR(scaled_result.grad_norm, plain_result.grad_norm, 1e-12);
   auto scaled_weights = scaled.weights(), plain_weights = plain.weights();
   for (const auto& [name, weights] : plain_weights)

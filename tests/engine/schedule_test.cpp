@@ -27,18 +27,30 @@ Tensor int32_tensor(const std::vector<int32_t>& values) {
 }
 
 // A micro-batch of tokens [begin, end) of the stream below, with document boundaries `cu_seqlens` (relative).
+// Unmasked labels (!= -100) of a CPU micro-batch (the trainer takes the count from the host batches).
+int64_t count_labels(const layers::MicroBatch& batch) {
+  const int64_t* labels = batch.labels.data_as<int64_t>();
+  int64_t count = 0;
+  for (int64_t i = 0; i < batch.labels.numel(); ++i) count += labels[i] != -100;
+  return count;
+}
+
 layers::MicroBatch slice_batch(const std::vector<int64_t>& tokens, const std::vector<int64_t>& labels, int64_t begin,
                                int64_t end, const std::vector<int32_t>& cu_seqlens) {
   std::vector<int64_t> positions(size_t(end - begin), 0);
-  for (size_t document = 0; document + 1 < cu_seqlens.size(); ++document)
+  std::vector<int64_t> lengths;
+  for (size_t document = 0; document + 1 < cu_seqlens.size(); ++document) {
+    lengths.push_back(cu_seqlens[document + 1] - cu_seqlens[document]);
     for (int32_t t = cu_seqlens[document]; t < cu_seqlens[document + 1]; ++t)
       positions[size_t(t)] = t - cu_seqlens[document];
+  }
   return layers::MicroBatch{
       .tokens = int64_tensor(std::vector<int64_t>(tokens.begin() + begin, tokens.begin() + end)),
       .labels = int64_tensor(std::vector<int64_t>(labels.begin() + begin, labels.begin() + end)),
       .positions = int64_tensor(positions),
       .cu_seqlens = int32_tensor(cu_seqlens),
-      .max_seqlen = 6};
+      .max_seqlen = 6,
+      .sequence_lengths = lengths};
 }
 
 // 16 tokens in 4 documents of lengths 5, 3 | 2, 6: the cut at 8 falls between documents. Labels are masked at each

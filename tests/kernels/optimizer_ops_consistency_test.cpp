@@ -1,6 +1,8 @@
-// Consistency of every adam_step and squared_norm variant with the CPU reference: sizes from 1 to past 2^16 (odd
-// tails), first and later steps, with and without weight decay and grad_scale, fp32 (the optimizer's dtype) and
-// fp64 / bf16 / fp16 buffers; squared norms of every floating dtype into fp32 and fp64 results that start non-zero.
+// Consistency of every adam_step, squared_norm and optimizer_decision variant with the CPU reference: sizes from 1 to
+// past 2^16 (odd tails), first and later steps, with and without weight decay and grad_scale, fp32 (the optimizer's
+// dtype) and fp64 / bf16 / fp16 buffers; Adam reading its hyper-parameters from a decision state, applied or skipped;
+// squared norms of every floating dtype into fp32 and fp64 results that start non-zero; decisions with and without
+// clipping, loss scaling, first and later steps.
 // A variant may decline some problems, but must run at least one. The references themselves are checked against
 // scalar formulas in optimizer_ops_test.cpp.
 //
@@ -10,7 +12,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
+#include <tuple>
 
 #include "kernels/consistency.h"
 
@@ -73,7 +77,84 @@ void check_squared_norm_variants(DeviceType device_type) {
   for (const auto& [id, any] : ran) EXPECT_TRUE(any) << id << " declined every consistency problem";
 }
 
+// A decision state as optimizer_decision leaves it (only the fields Adam reads matter).
+Tensor decision_state(bool successful, double learning_rate, double grad_scale, int64_t step) {
+  namespace field = optimizer_state;
+  Tensor state = filled(Shape{field::size}, DType::float64, 0);
+  double* values = state.data_as<double>();
+  values[field::successful] = successful ? 1.0 : 0.0;
+  values[field::learning_rate] = learning_rate;
+  values[field::grad_scale] = grad_scale;
+  values[field::step] = double(step);
+  values[field::bias_correction_1] = 1.0 - std::pow(0.9, double(step));
+  values[field::bias_correction_2] = 1.0 - std::pow(0.95, double(step));
+  return state;
+}
+
+void check_adam_state_variants(DeviceType device_type) {
+  std::map<std::string, bool> ran;
+  uint64_t seed = 62000;
+  for (int64_t size : kSizes)
+    for (bool successful : {true, false}) {
+      const Shape shape{size};
+      ConsistencyProblem<AdamStep> problem{.name = fmt::format("n={} successful={}", size, successful),
+                                           .dtype = DType::float32, .exact = false, .tensors = {}, .call = {}};
+      problem.tensors["parameters"] = accumulated_output(random_tensor(shape, DType::float32, ++seed));
+      problem.tensors["gradients"] = input(random_tensor(shape, DType::float32, ++seed, -3, 3));
+      problem.tensors["exp_avg"] = accumulated_output(random_tensor(shape, DType::float32, ++seed, -0.1, 0.1));
+      problem.tensors["exp_avg_sq"] = accumulated_output(random_tensor(shape, DType::float32, ++seed, 1e-4, 1e-2));
+      problem.tensors["state"] = input(decision_state(successful, 2e-3, 0.6, 7));
+      problem.call = [](TensorMap& t, const auto& run) {
+        // learning_rate is the group's lr_scale; step and grad_scale are set to values the state must override.
+        run({.parameters = t.at("parameters"), .gradients = t.at("gradients"), .exp_avg = t.at("exp_avg"),
+             .exp_avg_sq = t.at("exp_avg_sq"), .learning_rate = 0.5, .beta_1 = 0.9, .beta_2 = 0.95, .epsilon = 1e-8,
+             .weight_decay = 0.1, .step = 1, .grad_scale = 100.0, .state = &t.at("state")});
+      };
+      record(ran, check_variants(problem, device_type));
+    }
+  for (const auto& [id, any] : ran) EXPECT_TRUE(any) << id << " declined every consistency problem";
+}
+
+void check_decision_variants(DeviceType device_type) {
+  std::map<std::string, bool> ran;
+  for (const auto& [squared_norm, loss_scale, clipping, step] :
+       std::vector<std::tuple<double, double, double, int64_t>>{
+           {4.0, 1.0, 1.0, 0}, {0.25, 1.0, 1.0, 3}, {1e6, 1024.0, 0.5, 10}, {0.0, 1.0, 1.0, 9}}) {
+    ConsistencyProblem<OptimizerDecision> problem{
+        .name = fmt::format("squared_norm={} loss_scale={} clipping={} step={}", squared_norm, loss_scale, clipping,
+                            step),
+        .dtype = DType::float64, .exact = false, .tensors = {}, .call = {}};
+    Tensor state = filled(Shape{optimizer_state::size}, DType::float64, 0);
+    state.data_as<double>()[optimizer_state::squared_norm] = squared_norm;
+    state.data_as<double>()[optimizer_state::step] = double(step);
+    problem.tensors["state"] = accumulated_output(state);
+    Tensor rates = Tensor::empty(Shape{16}, DType::float64);
+    for (int64_t k = 0; k < 16; ++k) rates.data_as<double>()[k] = 1e-3 * double(k + 1);
+    problem.tensors["learning_rates"] = input(rates);
+    problem.call = [loss_scale, clipping](TensorMap& t, const auto& run) {
+      run({.state = t.at("state"), .learning_rates = t.at("learning_rates"), .loss_scale = loss_scale,
+           .gradient_norm_clipping = clipping, .beta_1 = 0.9, .beta_2 = 0.95});
+    };
+    record(ran, check_variants(problem, device_type));
+  }
+  for (const auto& [id, any] : ran) EXPECT_TRUE(any) << id << " declined every consistency problem";
+}
+
 TEST(AdamConsistency, CpuVariantsMatchTheReference) { check_adam_variants(DeviceType::cpu); }
+
+TEST(AdamConsistency, CpuVariantsWithADecisionStateMatchTheReference) { check_adam_state_variants(DeviceType::cpu); }
+
+TEST(AdamConsistency, CudaVariantsWithADecisionStateMatchTheReference) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  check_adam_state_variants(DeviceType::cuda);
+}
+
+TEST(OptimizerDecisionConsistency, CpuVariantsMatchTheReference) { check_decision_variants(DeviceType::cpu); }
+
+TEST(OptimizerDecisionConsistency, CudaVariantsMatchTheReference) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  check_decision_variants(DeviceType::cuda);
+}
 
 TEST(AdamConsistency, CudaVariantsMatchTheReference) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";

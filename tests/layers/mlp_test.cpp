@@ -1,5 +1,6 @@
 // MLP: layout (fused [gate; up] layer_1, transposed layer_2), forward against the formula for one activation, backward
-// against finite differences for every activation, gated or not, with and without biases; refused variants.
+// against finite differences for every activation, gated or not, with and without biases; recomputation levels;
+// refused variants.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -102,9 +103,38 @@ std::vector<MlpCase> mlp_cases() {
 INSTANTIATE_TEST_SUITE_P(Activations, MlpTest, ::testing::ValuesIn(mlp_cases()),
                          [](const auto& info) { return info.param.name; });
 
-TEST(Mlp, RefusesMoeAndRecomputation) {
-  EXPECT_THROW(Mlp("mlp", mlp_config("{type: moe}").mlp.get(), 4, 1.0), NotSupportedError);
-  EXPECT_THROW(Mlp("mlp", mlp_config("{recompute_level: activation}").mlp.get(), 4, 1.0), NotSupportedError);
+TEST(Mlp, RefusesMoe) { EXPECT_THROW(Mlp("mlp", mlp_config("{type: moe}").mlp.get(), 4, 1.0), NotSupportedError); }
+
+// Recomputation keeps less (nothing of the activation, or of layer_1 either with `full`) and gives bit for bit the
+// gradients of keeping everything: backward reruns the same kernels on the same inputs.
+TEST(Mlp, RecomputationKeepsLessAndGivesTheSameGradients) {
+  struct Result {
+    std::vector<double> grad_input;
+    std::vector<std::vector<double>> grads;
+  };
+  auto run = [](const std::string& level, bool expect_hidden, bool expect_activated) {
+    MlpHolder config = mlp_config("{intermediate_size: 5, gated: true, add_linear_biases: true, recompute_level: " +
+                                  level + "}");
+    Mlp mlp("mlp", config.mlp.get(), 4, 1.0);
+    bind_parameters(mlp, 8);
+    Tensor input = random_tensor(Shape{6, 4}, 9, 1.5);
+    Mlp::Saved saved;
+    Tensor output = mlp.forward(input, &saved, {});
+    EXPECT_EQ(saved.hidden.defined(), expect_hidden) << level;
+    EXPECT_EQ(saved.activated.defined(), expect_activated) << level;
+    Result result{.grad_input = values_of(mlp.backward(tensor_from(random_values(output.numel(), 10), output.shape()),
+                                                       std::move(saved), {})),
+                  .grads = {}};
+    for (Parameter* parameter : mlp.parameters()) result.grads.push_back(values_of(parameter->grad));
+    return result;
+  };
+  const Result kept = run("none", true, true);
+  for (const auto& [level, hidden] : {std::pair{"activation", true}, std::pair{"activation_and_input", true},
+                                      std::pair{"full", false}}) {
+    const Result recomputed = run(level, hidden, false);
+    EXPECT_EQ(recomputed.grad_input, kept.grad_input) << level;
+    EXPECT_EQ(recomputed.grads, kept.grads) << level;
+  }
 }
 
 }  // namespace

@@ -418,8 +418,8 @@ TEST_F(GPTConfigTest, NotSupportedYetReportsThePath) {
                   "decoder.block.mixer.type: mamba is not supported yet"));
   EXPECT_TRUE(has(unsupported("{base_model: {decoder: {block: {mixer: {value_norm: {type: rms_norm}}}}}}"),
                   "decoder.block.mixer.value_norm"));
-  EXPECT_TRUE(has(unsupported("{base_model: {decoder: {block: {mlp: {recompute_level: full}}}}}"),
-                  "decoder.block.mlp.recompute_level: full is not supported yet"));
+  // MLP recomputation is supported (the dense MLP implements every level).
+  EXPECT_TRUE(unsupported("{base_model: {decoder: {block: {mlp: {recompute_level: full}}}}}").empty());
   EXPECT_TRUE(has(unsupported("{base_model: {decoder: {block: {output_scale: {enabled: true}}}}}"),
                   "decoder.block.output_scale.enabled: true is not supported yet"));
   EXPECT_TRUE(has(unsupported("{base_model: {peft: {type: lora}}}"), "model.base_model.peft.type: lora"));

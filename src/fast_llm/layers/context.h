@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "fast_llm/core/device.h"
 #include "fast_llm/core/dtype.h"
@@ -20,6 +21,9 @@ struct MicroBatch {
   Tensor positions;         // (tokens) int64, position within the document (absolute position embeddings)
   Tensor cu_seqlens;        // (documents + 1) int32, document boundaries for attention
   int64_t max_seqlen = 0;   // longest document
+  // The attention segments' lengths (differences of cu_seqlens) on the host, from the data batch before its upload:
+  // what FLOP counts need, without reading the device. Empty: cu_seqlens is read instead (CPU batches only).
+  std::vector<int64_t> sequence_lengths;
   int64_t num_tokens() const { return tokens.numel(); }
 };
 

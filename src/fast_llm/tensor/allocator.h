@@ -43,6 +43,10 @@ Allocator& allocator_for(Device device);
 namespace detail {
 // The CUDA caching allocator of one device, implemented in tensor/cuda/ or by the stub when CUDA is not compiled in.
 Allocator& cuda_caching_allocator(int device);
+// Page-locked host memory (Tensor::empty_pinned), implemented in tensor/cuda/ or by the stub. Freeing never throws
+// (it runs in destructors) and reports a failure instead.
+void* cuda_host_allocate(size_t bytes);
+void cuda_host_free(void* pointer);
 }  // namespace detail
 
 }  // namespace fast_llm

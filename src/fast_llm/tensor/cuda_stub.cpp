@@ -27,5 +27,8 @@ void cuda_copy_bytes(void* destination, Device destination_device, const void* s
 }
 void cuda_set_bytes(void* destination, int device, int value, size_t bytes, Stream stream) { no_cuda(); }
 Allocator& cuda_caching_allocator(int device) { no_cuda(); }
+void* cuda_host_allocate(size_t bytes) { no_cuda(); }
+// Nothing can have been allocated.
+void cuda_host_free(void* pointer) {}
 
 }  // namespace fast_llm::detail

@@ -186,6 +186,15 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Stream stre
   return tensor;
 }
 
+Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
+  if (cuda_devices().empty()) return empty(shape, dtype);
+  for (int64_t dim : shape)
+    FLM_CHECK(dim >= 0, "tensor", "empty_pinned: negative size in shape {}", shape.str());
+  const size_t bytes = size_t(shape.numel()) * dtype_size(dtype);
+  void* data = detail::cuda_host_allocate(bytes);
+  return from_blob(data, shape, dtype, Device::cpu(), std::shared_ptr<void>(data, detail::cuda_host_free));
+}
+
 Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype, Device device,
                          std::shared_ptr<void> keep_alive) {
   for (int64_t dim : shape)

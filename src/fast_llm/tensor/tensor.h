@@ -78,6 +78,10 @@ class Tensor {
 
   // Uninitialised memory. On CUDA the allocation is ordered on `stream` (caching allocator).
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu(), Stream stream = {});
+  // Host memory a GPU copies from and to asynchronously: page-locked when a CUDA device is visible, ordinary host
+  // memory otherwise. Page-locking and releasing are slow (and releasing may wait for the device): allocate such
+  // tensors once and reuse them, never inside a training step.
+  static Tensor empty_pinned(const Shape& shape, DType dtype);
   // Wraps existing memory without copying; `keep_alive` holds whatever owns it.
   static Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device,
                           std::shared_ptr<void> keep_alive = nullptr);

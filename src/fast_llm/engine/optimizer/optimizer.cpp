@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/kernels/optimizer_ops.h"
@@ -13,6 +14,15 @@ namespace fast_llm::engine {
 
 double clipping_coefficient(double gradient_norm, double gradient_norm_clipping) {
   return std::min(1.0, gradient_norm_clipping / (gradient_norm + 1e-6));
+}
+
+OptimizerStepResult step_result_from_state(std::span<const double> state) {
+  namespace field = kernels::optimizer_state;
+  FLM_ASSERT(int64_t(state.size()) == field::size, "optimizer state of {} values", state.size());
+  return {.successful = state[field::successful] != 0.0,
+          .grad_norm = state[field::grad_norm],
+          .learning_rate = state[field::learning_rate],
+          .clip_coefficient = state[field::clip_coefficient]};
 }
 
 Optimizer::Optimizer(const OptimizerConfig& config, MultiStage& multi_stage)
@@ -29,41 +39,77 @@ Optimizer::Optimizer(const OptimizerConfig& config, MultiStage& multi_stage)
         "optimizer", fmt::format("{}: a default learning-rate scale other than 1 ({}) is not supported; set lr_scale "
                                  "on the layers instead",
                                  config.field_path("default_learning_rate_scale"), config.default_learning_rate_scale));
-  const Device device = multi_stage.device();
-  norm_accumulator_ = Tensor::empty(Shape{1}, device.is_cpu() ? DType::float64 : DType::float32, device);
+  set_state(0);
 }
 
 void Optimizer::load(const OptimizerState& state) {
-  step_ = state.step;
+  set_state(state.step);
   grad_scaler_.load(state.grad_scaler);
 }
 
-double Optimizer::squared_gradient_norm(Stream stream) {
+void Optimizer::set_state(int64_t step) {
+  // The whole state from the host: zeros but the step counter. A pageable host -> device copy returns once the bytes
+  // are staged, so the host tensor may go at once.
+  Tensor host = Tensor::empty(Shape{kernels::optimizer_state::size}, DType::float64);
+  std::fill_n(host.data_as<double>(), host.numel(), 0.0);
+  host.data_as<double>()[kernels::optimizer_state::step] = double(step);
   const Device device = multi_stage_.device();
-  set_bytes(norm_accumulator_.data(), device, 0, norm_accumulator_.nbytes(), stream);
-  for (auto& stage : multi_stage_.stages()) {
-    if (stage->trainable_shard_size() == 0) continue;
-    kernels::squared_norm({.input = stage->grad_shard(), .result = norm_accumulator_, .stream = stream});
-  }
-  // The host decides whether to skip the step: one device -> host read per step.
-  return norm_accumulator_.to(Device::cpu(), stream).item();
+  state_ = device.is_cpu() ? host : host.to(device);
+  step_bound_ = step;
 }
 
-OptimizerStepResult Optimizer::step(Stream stream) {
+void Optimizer::reserve_steps(int64_t last_step, Stream stream) {
+  const int64_t count = last_step + 1;
+  if (learning_rates_.defined() && learning_rates_.numel() >= count) return;
+  Tensor host = Tensor::empty(Shape{count}, DType::float64);
+  double* rates = host.data_as<double>();
+  for (int64_t step = 1; step <= count; ++step) rates[step - 1] = schedule_(step);
+  const Device device = multi_stage_.device();
+  // The old table may still be read by queued steps: the allocator reuses its memory only after them (same stream).
+  learning_rates_ = device.is_cpu() ? host : host.to(device, stream);
+}
+
+std::vector<double> Optimizer::read_state(Stream stream) const {
+  Tensor host = state_.to(Device::cpu(), stream);
+  const double* values = host.data_as<double>();
+  return std::vector<double>(values, values + host.numel());
+}
+
+OptimizerStepResult Optimizer::last_step_result(Stream stream) const {
+  return step_result_from_state(read_state(stream));
+}
+
+int64_t Optimizer::optimizer_step(Stream stream) const {
+  return int64_t(read_state(stream)[kernels::optimizer_state::step]);
+}
+
+OptimizerState Optimizer::state() const {
+  return {.step = optimizer_step(), .grad_scaler = grad_scaler_.state()};
+}
+
+void Optimizer::step(Stream stream) {
+  namespace field = kernels::optimizer_state;
   multi_stage_.copy_gradients_to_shards(stream);
-  const double loss_scale = grad_scaler_.scale();
-  OptimizerStepResult result;
-  result.grad_norm = std::sqrt(squared_gradient_norm(stream)) / loss_scale;
-  result.successful = std::isfinite(result.grad_norm);
-  grad_scaler_.update(result.successful);
-  if (!result.successful) {
-    result.learning_rate = schedule_(step_ + 1);
-    return result;
+  const Device device = multi_stage_.device();
+  // The device counter reaches at most step_bound_ now; the rate of the step after it must be in the table. Growing
+  // it geometrically keeps the uploads rare when the trainer did not reserve the run's steps.
+  ++step_bound_;
+  if (!learning_rates_.defined() || learning_rates_.numel() < step_bound_ + 1)
+    reserve_steps(std::max(step_bound_, 2 * (learning_rates_.defined() ? learning_rates_.numel() : 0)), stream);
+
+  set_bytes(state_.data(), device, 0, sizeof(double), stream);  // the squared_norm field
+  Tensor squared_norm = state_.slice(0, field::squared_norm, field::squared_norm + 1);
+  for (auto& stage : multi_stage_.stages()) {
+    if (stage->trainable_shard_size() == 0) continue;
+    kernels::squared_norm({.input = stage->grad_shard(), .result = squared_norm, .stream = stream});
   }
-  ++step_;
-  result.learning_rate = schedule_(step_);
-  result.clip_coefficient = clipping_coefficient(result.grad_norm, config_.gradient_norm_clipping);
-  const double grad_scale = result.clip_coefficient / loss_scale;
+  kernels::optimizer_decision({.state = state_,
+                               .learning_rates = learning_rates_,
+                               .loss_scale = grad_scaler_.scale(),
+                               .gradient_norm_clipping = config_.gradient_norm_clipping,
+                               .beta_1 = config_.beta_1,
+                               .beta_2 = config_.beta_2,
+                               .stream = stream});
   const int rank = multi_stage_.settings().data_rank;
   for (auto& stage : multi_stage_.stages()) {
     Tensor weights = stage->trainable_weight_shard();
@@ -76,18 +122,19 @@ OptimizerStepResult Optimizer::step(Stream stream) {
                           .gradients = gradients,
                           .exp_avg = exp_avg,
                           .exp_avg_sq = exp_avg_sq,
-                          .learning_rate = result.learning_rate * group.lr_scale,
+                          .learning_rate = group.lr_scale,
                           .beta_1 = config_.beta_1,
                           .beta_2 = config_.beta_2,
                           .epsilon = config_.epsilon,
                           .weight_decay = group.weight_decay ? config_.weight_decay : 0.0,
-                          .step = step_,
-                          .grad_scale = grad_scale,
+                          .state = &state_,
                           .stream = stream});
     }
   }
   multi_stage_.copy_weights_from_shards(stream);
-  return result;
+  // Dynamic loss scaling (fp16 only) needs the outcome on the host before the next step's loss gradients: the one
+  // per-step read left, as in Fast-LLM.
+  if (grad_scaler_.dynamic()) grad_scaler_.update(last_step_result(stream).successful);
 }
 
 }  // namespace fast_llm::engine

@@ -1,22 +1,31 @@
 // AdamW over the stages' flat shards (reference/fast-llm.md §6.4).
 //
-// One step, after every micro-batch's backward has accumulated into the gradient buffers:
+// One step, after every micro-batch's backward has accumulated into the gradient buffers, all queued on the device
+// without the host waiting (kernels/optimizer_ops.h):
 //   1. gradients -> optimization-dtype shards (a cast, or nothing when they are the same memory);
-//   2. global norm = sqrt(sum over stages of squared_norm(grad shard)) / loss scale (one host read: the only sync);
-//   3. non-finite norm: the step is skipped (weights, Adam state and the step counter unchanged);
-//   4. clipping coefficient = min(1, gradient_norm_clipping / (norm + 1e-6));
-//   5. per stage and parameter group, one adam_step launch over the group's range with lr = schedule(step) *
-//      lr_scale, weight decay only on groups with weight_decay, gradients multiplied by coefficient / loss scale;
-//   6. master shards -> compute-dtype weights.
-// The step counter (for the schedule and Adam's bias correction) counts successful updates from 1, as Fast-LLM's.
+//   2. sum over stages of squared_norm(grad shard) into the device state;
+//   3. optimizer_decision: global norm = sqrt(sum) / loss scale; a non-finite norm skips the step (weights, Adam state
+//      and the step counter unchanged); clipping coefficient = min(1, gradient_norm_clipping / (norm + 1e-6)); the
+//      step counter, the rate schedule(step) (from a table of rates uploaded ahead) and the bias corrections;
+//   4. per stage and parameter group, one adam_step launch over the group's range reading that state, with lr =
+//      rate * lr_scale, weight decay only on groups with weight_decay, gradients multiplied by coefficient / loss scale;
+//   5. master shards -> compute-dtype weights (one cast per stage; a skipped step casts the unchanged weights again).
+// The step counter (for the schedule and Adam's bias correction) counts successful updates from 1, as Fast-LLM's, and
+// lives on the device: reading it (`optimizer_step`, `state`, `last_step_result`) waits for the device, which the
+// trainer does only when it logs or saves. The one exception is dynamic fp16 loss scaling: the next step's loss scale
+// depends on whether this one was skipped, and the host passes it to the loss kernels, so `step` reads the outcome
+// (as Fast-LLM's dynamic grad scaler does).
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "fast_llm/engine/multi_stage/multi_stage.h"
 #include "fast_llm/engine/optimizer/config.h"
 #include "fast_llm/engine/optimizer/grad_scaler.h"
 #include "fast_llm/engine/optimizer/learning_rate.h"
+#include "fast_llm/tensor/tensor.h"
 
 namespace fast_llm::engine {
 
@@ -36,6 +45,9 @@ struct OptimizerState {
 // min(1, clip / (norm + 1e-6)).
 double clipping_coefficient(double gradient_norm, double gradient_norm_clipping);
 
+// The result of a step from the values of its optimizer state (kernels::optimizer_state fields, read on the host).
+OptimizerStepResult step_result_from_state(std::span<const double> state);
+
 class Optimizer {
  public:
   // `config` must be validated and outlive the optimizer.
@@ -43,26 +55,39 @@ class Optimizer {
 
   // The multiplier of label-loss gradients for the next step (the loss scale; 1 unless scaling is on).
   double loss_scale() const { return grad_scaler_.scale(); }
-  // Updates the weights from the accumulated gradients (steps 1-6 above).
-  OptimizerStepResult step(Stream stream = {});
-  // The rate the next successful update will use.
-  double next_learning_rate() const { return schedule_(step_ + 1); }
-  int64_t optimizer_step() const { return step_; }
+  // Queues the update of the weights from the accumulated gradients (steps 1-5 above) on `stream`.
+  void step(Stream stream = {});
+  // The decisions of the last `step` (waits for the device).
+  OptimizerStepResult last_step_result(Stream stream = {}) const;
+  // (kernels::optimizer_state::size) fp64 on the model's device: the last step's decisions, for copying them aside
+  // without reading them (the trainer's step records).
+  const Tensor& step_state() const { return state_; }
+  // Successful updates so far (waits for the device).
+  int64_t optimizer_step(Stream stream = {}) const;
+  // Makes the rates of steps up to `last_step` available to the device at once (the trainer calls it with the number
+  // of steps of the run before it starts); `step` extends the table itself otherwise.
+  void reserve_steps(int64_t last_step, Stream stream = {});
   const LearningRateSchedule& schedule() const { return schedule_; }
 
-  OptimizerState state() const { return {.step = step_, .grad_scaler = grad_scaler_.state()}; }
+  // Waits for the device (the step counter).
+  OptimizerState state() const;
   void load(const OptimizerState& state);
 
  private:
-  // sum over stages of the squared gradient shards, read on the host.
-  double squared_gradient_norm(Stream stream);
+  // A fresh decision state on the device with the step counter at `step`.
+  void set_state(int64_t step);
+  // Reads the state on the host.
+  std::vector<double> read_state(Stream stream) const;
 
   const OptimizerConfig& config_;
   MultiStage& multi_stage_;
   LearningRateSchedule schedule_;
   GradScaler grad_scaler_;
-  int64_t step_ = 0;
-  Tensor norm_accumulator_;  // (1) fp64 on the CPU, fp32 on CUDA
+  Tensor state_;           // (kernels::optimizer_state::size) fp64 on the model's device
+  Tensor learning_rates_;  // (capacity) fp64 on the model's device: entry k - 1 is schedule(k)
+  // The most steps the device counter can have reached: the loaded step plus the steps queued since. The rate table
+  // must cover one more.
+  int64_t step_bound_ = 0;
 };
 
 }  // namespace fast_llm::engine

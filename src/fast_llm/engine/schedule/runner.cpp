@@ -10,16 +10,6 @@
 
 namespace fast_llm::engine {
 
-int64_t count_labels(const layers::MicroBatch& batch) {
-  FLM_CHECK(batch.labels.defined() && batch.labels.dtype() == DType::int64, "schedule",
-            "micro-batch {} has no int64 labels", batch.index);
-  Tensor labels = batch.labels.to(Device::cpu());
-  const int64_t* values = labels.data_as<int64_t>();
-  int64_t count = 0;
-  for (int64_t i = 0; i < labels.numel(); ++i) count += values[i] != -100;
-  return count;
-}
-
 ScheduleRunner::ScheduleRunner(MultiStage& multi_stage, const ScheduleConfig& schedule,
                                const DistributedConfig& distributed)
     : multi_stage_(multi_stage),

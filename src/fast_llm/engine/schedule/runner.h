@@ -23,9 +23,6 @@ namespace fast_llm::engine {
 
 enum class Phase { training, validation };
 
-// Unmasked labels (!= -100) of a micro-batch's label tensor (any device; reads it on the host).
-int64_t count_labels(const layers::MicroBatch& batch);
-
 class ScheduleRunner {
  public:
   // The configs must be validated and outlive the runner.

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -44,27 +45,6 @@ void accumulate(std::vector<std::pair<std::string, double>>& totals, const std::
 
 }  // namespace
 
-layers::MicroBatch to_micro_batch(const std::shared_ptr<const data::Batch>& batch, Device device, Stream stream) {
-  FLM_CHECK(batch->predicted_tokens == 1, "training",
-            "batches with {} predicted tokens (multi-token prediction) are not supported", batch->predicted_tokens);
-  std::shared_ptr<void> owner = std::const_pointer_cast<data::Batch>(batch);
-  auto place = [&](const void* values, int64_t count, DType dtype) {
-    Tensor host = Tensor::from_blob(const_cast<void*>(values), Shape{count}, dtype, Device::cpu(), owner);
-    return device.is_cpu() ? host : host.to(device, stream);
-  };
-  const int64_t tokens = batch->micro_batch_size;
-  FLM_ASSERT(int64_t(batch->tokens.size()) == tokens && int64_t(batch->positions.size()) == tokens &&
-                 int64_t(batch->labels.size()) >= tokens,
-             "batch of sample {} has inconsistent sizes", batch->sample_index);
-  return layers::MicroBatch{.index = 0,
-                            .tokens = place(batch->tokens.data(), tokens, DType::int64),
-                            .labels = place(batch->labels_at(1).data(), tokens, DType::int64),
-                            .positions = place(batch->positions.data(), tokens, DType::int64),
-                            .cu_seqlens = place(batch->cu_seqlens.data(), int64_t(batch->cu_seqlens.size()),
-                                                DType::int32),
-                            .max_seqlen = batch->max_seqlen};
-}
-
 // A `loss` evaluator: `iterations` forward-only steps on `data.datasets.<name>` at each evaluation.
 struct Trainer::Evaluator {
   std::string name;
@@ -99,9 +79,16 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
 
   multi_stage_ = std::make_unique<MultiStage>(model_, sections_.multi_stage, sections_.distributed, device_, training_);
   runner_ = std::make_unique<ScheduleRunner>(*multi_stage_, sections_.schedule, sections_.distributed);
+  // Two steps of micro-batches: the step the device runs and the one the host prepares.
+  uploader_ = std::make_unique<BatchUploader>(device_, stream_, int(2 * samples_per_step_));
   if (training_) {
     optimizer_ = std::make_unique<Optimizer>(sections_.optimizer, *multi_stage_);
+    optimizer_->reserve_steps(training.train_iters, stream_);
     data_.sample_dataset("training", training.train_iters * samples_per_step_);
+    // A log interval's steps, so that logging reads them all at once; bounded, as every row is a few dozen bytes.
+    constexpr int64_t kMaxRecordedSteps = 1000;
+    step_records_ = std::make_unique<StepRecords>(
+        device_, std::clamp<int64_t>(training.logs.interval.value_or(kMaxRecordedSteps), 1, kMaxRecordedSteps));
   }
 
   for (const auto& [name, evaluator] : training.evaluators) {
@@ -165,7 +152,7 @@ std::vector<layers::MicroBatch> Trainer::next_micro_batches(data::DataLoader& lo
               completed_steps_);
     auto shared = std::make_shared<const data::Batch>(std::move(*batch));
     num_labels += shared->num_labels(1);
-    micro_batches.push_back(to_micro_batch(shared, device_, stream_));
+    micro_batches.push_back(uploader_->upload(shared));
     keep_alive.push_back(std::move(shared));
   }
   return micro_batches;
@@ -180,24 +167,21 @@ void Trainer::initialize_or_load() {
   multi_stage_->initialize_weights();
 }
 
-Trainer::StepResult Trainer::train_step() {
-  StepResult result;
+void Trainer::train_step() {
   std::vector<std::shared_ptr<const data::Batch>> keep_alive;
+  int64_t num_labels = 0;
   const double data_start = now_seconds();
-  std::vector<layers::MicroBatch> micro_batches =
-      next_micro_batches(*training_loader_, "training", keep_alive, result.num_labels);
-  result.data_wait_ms = (now_seconds() - data_start) * 1000.0;
+  std::vector<layers::MicroBatch> micro_batches = next_micro_batches(*training_loader_, "training", keep_alive,
+                                                                     num_labels);
+  interval_.data_wait_ms += (now_seconds() - data_start) * 1000.0;
 
   layers::LossSums losses;
-  runner_->run_training_step(micro_batches, result.num_labels, completed_steps_ + 1, optimizer_->loss_scale(),
-                             losses);
-  result.update = optimizer_->step(stream_);
+  runner_->run_training_step(micro_batches, num_labels, completed_steps_ + 1, optimizer_->loss_scale(), losses);
+  optimizer_->step(stream_);
+  step_records_->record(optimizer_->step_state(), losses, num_labels, stream_);
   ++completed_steps_;
-  // The optimizer read the gradient norm on the host, so the loss sums are ready.
-  for (const auto& [name, sum] : losses.all())
-    result.losses.emplace_back(name, result.num_labels > 0 ? sum.item() / double(result.num_labels) : 0.0);
-  result.flops = runner_->flops(micro_batches);
-  return result;
+  ++interval_.steps;
+  interval_.flops += runner_->flops(micro_batches);
 }
 
 void Trainer::run() {
@@ -237,29 +221,16 @@ void Trainer::train() {
                    .prefetch = int(std::max<int64_t>(samples_per_step_, int64_t(workers) *
                                                                             training.prefetch_factor.value_or(2)))});
   log_main("Training ...");
+  // Setup (initialisation, loading) is done before the clock starts; from here on only logging waits.
   synchronize(device_, stream_);
   start_time_ = last_log_time_ = now_seconds();
   start_step_ = last_log_step_ = completed_steps_;
   interval_ = {};
   bool stop = false;
   while (!stop) {
-    StepResult step = train_step();
-    ++interval_.steps;
-    interval_.data_wait_ms += step.data_wait_ms;
-    interval_.flops += step.flops;
-    if (step.update.successful) {
-      ++interval_.advanced;
-      for (const auto& [name, value] : step.losses) accumulate(interval_.loss_totals, name, value);
-    } else {
-      ++interval_.skipped;
-      bool finite = true;
-      for (const auto& [name, value] : step.losses) finite = finite && std::isfinite(value);
-      interval_.nan += !finite;
-      // Keep the loss names in the line even when no step of the interval advanced.
-      for (const auto& [name, value] : step.losses) accumulate(interval_.loss_totals, name, 0.0);
-    }
+    train_step();
     if (training.logs.enabled_at(completed_steps_))
-      log_training(completed_steps_, step.update);
+      log_training(completed_steps_);
     else
       show_progress((now_seconds() - start_time_) * 1000.0 / double(completed_steps_ - start_step_));
     const bool done = completed_steps_ >= training.train_iters;
@@ -270,8 +241,31 @@ void Trainer::train() {
   training_loader_.reset();
 }
 
-void Trainer::log_training(int64_t completed, const OptimizerStepResult& last_update) {
+void Trainer::log_training(int64_t completed) {
   const TrainingConfig& training = sections_.training;
+  // Waits for the device: the step time below covers the device work of the interval.
+  const std::vector<StepRecords::Step> steps = step_records_->read(stream_);
+  FLM_ASSERT(!steps.empty(), "a log line without a recorded step");
+  int64_t advanced = 0, skipped = 0, nan = 0;
+  std::vector<std::pair<std::string, double>> loss_totals;
+  for (const StepRecords::Step& step : steps) {
+    // Loss sum / labels in the step.
+    std::vector<std::pair<std::string, double>> losses;
+    for (const auto& [name, sum] : step.loss_sums)
+      losses.emplace_back(name, step.num_labels > 0 ? sum / double(step.num_labels) : 0.0);
+    if (step.update.successful) {
+      ++advanced;
+      for (const auto& [name, value] : losses) accumulate(loss_totals, name, value);
+    } else {
+      ++skipped;
+      bool finite = true;
+      for (const auto& [name, value] : losses) finite = finite && std::isfinite(value);
+      nan += !finite;
+      // Keep the loss names in the line even when no step of the interval advanced.
+      for (const auto& [name, value] : losses) accumulate(loss_totals, name, 0.0);
+    }
+  }
+  const OptimizerStepResult& last_update = steps.back().update;
   const double now = now_seconds();
   const double step_time = (now - last_log_time_) / double(completed - last_log_step_);
   const double average_step_time = (now - start_time_) / double(completed - start_step_);
@@ -292,14 +286,13 @@ void Trainer::log_training(int64_t completed, const OptimizerStepResult& last_up
   metrics.hardware_tflops = metrics.model_tflops;
   metrics.tokens_per_sec_per_gpu = double(tokens_per_step) / world_size / step_time;
   metrics.memory = memory_usage(device_, /*reset_peak=*/true);
-  for (const auto& [name, total] : interval_.loss_totals)
-    metrics.losses.emplace_back(name, interval_.advanced > 0 ? total / double(interval_.advanced)
-                                                             : std::numeric_limits<double>::quiet_NaN());
+  for (const auto& [name, total] : loss_totals)
+    metrics.losses.emplace_back(name, advanced > 0 ? total / double(advanced) : std::numeric_limits<double>::quiet_NaN());
   metrics.learning_rate = last_update.learning_rate;
   metrics.loss_scale = optimizer_->loss_scale();
   metrics.grad_norm = last_update.grad_norm;
-  metrics.skipped_iters = interval_.skipped;
-  metrics.nan_iters = interval_.nan;
+  metrics.skipped_iters = skipped;
+  metrics.nan_iters = nan;
   metrics.step_time_average_ms = average_step_time * 1000.0;
   metrics.data_wait_ms = interval_.steps > 0 ? interval_.data_wait_ms / double(interval_.steps) : 0.0;
   metrics.remaining_time_s = remaining;
@@ -330,21 +323,22 @@ void Trainer::run_evaluators(bool done) {
                             .prefetch = int(samples_per_step_)});
     }
     const double start = now_seconds();
-    std::vector<std::pair<std::string, double>> totals;
     double flops = 0.0;
+    // Each iteration's loss sums stay on the device until all are queued; reading them is the one wait.
+    std::vector<std::pair<layers::LossSums, int64_t>> iteration_losses(static_cast<size_t>(iterations));
     for (int64_t iteration = 0; iteration < iterations; ++iteration) {
       std::vector<std::shared_ptr<const data::Batch>> keep_alive;
-      int64_t num_labels = 0;
+      auto& [losses, num_labels] = iteration_losses[size_t(iteration)];
       std::vector<layers::MicroBatch> micro_batches =
           next_micro_batches(*evaluator->loader, evaluator->name, keep_alive, num_labels);
-      layers::LossSums losses;
       runner_->run_forward(micro_batches, iteration, losses);
-      for (const auto& [name, sum] : losses.all())
-        accumulate(totals, name, num_labels > 0 ? sum.item() / double(num_labels) : 0.0);
       // Forward only: a third of forward + backward.
       flops += runner_->flops(micro_batches) / 3.0;
-      synchronize(device_, stream_);
     }
+    std::vector<std::pair<std::string, double>> totals;
+    for (const auto& [losses, num_labels] : iteration_losses)
+      for (const auto& [name, sum] : losses.all())
+        accumulate(totals, name, num_labels > 0 ? sum.item() / double(num_labels) : 0.0);
     const double step_time = (now_seconds() - start) / double(iterations);
     const int world_size = *sections_.distributed.world_size;
     const int64_t tokens_per_step = samples_per_step_ * tokens_per_sample_;

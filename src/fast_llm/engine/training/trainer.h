@@ -19,6 +19,12 @@
 //
 // Checkpoints and exports are written by the checkpoint engine through `TrainerHooks`; a config that asks for them
 // without a hook is refused.
+//
+// On a GPU a training step queues its work without waiting for the device: batches go up on their own stream
+// (BatchUploader), the optimizer decides clipping and skipping on the device, and the step's decisions and loss sums
+// are copied aside on the device (StepRecords). The host reads them, and so waits for the device, only when a log
+// line, an evaluation, a checkpoint or an export needs numbers (and once per StepRecords capacity when logging is
+// rarer), so it keeps queueing the next step while the device runs the current one.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +45,10 @@
 #include "fast_llm/engine/optimizer/optimizer.h"
 #include "fast_llm/engine/schedule/config.h"
 #include "fast_llm/engine/schedule/runner.h"
+#include "fast_llm/engine/training/batch_uploader.h"
 #include "fast_llm/engine/training/config.h"
 #include "fast_llm/engine/training/metrics.h"
+#include "fast_llm/engine/training/step_records.h"
 #include "fast_llm/engine/training/run_config.h"
 #include "fast_llm/layers/context.h"
 
@@ -75,10 +83,6 @@ struct TrainerHooks {
   std::function<std::filesystem::path(Trainer&, int64_t step)> save_export;
 };
 
-// A host batch from the data library as the layers see it, on `device` (tokens, labels at distance 1, positions int64;
-// cu_seqlens int32). `keep_alive` owns the host vectors until the copies have finished (the CPU tensors view them).
-layers::MicroBatch to_micro_batch(const std::shared_ptr<const data::Batch>& batch, Device device, Stream stream = {});
-
 class Trainer {
  public:
   Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data, std::string resolved_config_yaml,
@@ -106,16 +110,8 @@ class Trainer {
 
  private:
   struct Evaluator;
-  struct StepResult {
-    OptimizerStepResult update;
-    std::vector<std::pair<std::string, double>> losses;  // loss sum / labels in the step, by name
-    int64_t num_labels = 0;
-    double data_wait_ms = 0;
-    double flops = 0;
-  };
-
-  // One training step on the next batches of the training loader.
-  StepResult train_step();
+  // Queues one training step on the next batches of the training loader; its numbers go to step_records_.
+  void train_step();
 
   std::vector<layers::MicroBatch> next_micro_batches(data::DataLoader& loader, std::string_view dataset,
                                                      std::vector<std::shared_ptr<const data::Batch>>& keep_alive,
@@ -123,7 +119,8 @@ class Trainer {
   void initialize_or_load();
   void train();
   void run_evaluators(bool done);
-  void log_training(int64_t completed, const OptimizerStepResult& last_update);
+  // Reads the step records (waits for the device) and writes the log line of the interval.
+  void log_training(int64_t completed);
   void write_metrics(const nlohmann::json& record);
   void show_progress(double average_step_ms);
   void clear_progress();
@@ -144,6 +141,8 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<std::unique_ptr<Evaluator>> evaluators_;
   std::unique_ptr<data::DataLoader> training_loader_;
+  std::unique_ptr<BatchUploader> uploader_;
+  std::unique_ptr<StepRecords> step_records_;
 
   int64_t completed_steps_ = 0;
   std::optional<std::filesystem::path> run_directory_;
@@ -152,11 +151,10 @@ class Trainer {
   bool progress_on_terminal_ = false;
   bool progress_shown_ = false;
 
-  // Accumulated since the last log line.
+  // Host numbers accumulated since the last log line (the device ones are in step_records_).
   struct Interval {
-    int64_t advanced = 0, skipped = 0, nan = 0, steps = 0;
+    int64_t steps = 0;
     double data_wait_ms = 0, flops = 0;
-    std::vector<std::pair<std::string, double>> loss_totals;
   } interval_;
   double start_time_ = 0, last_log_time_ = 0;
   int64_t start_step_ = 0, last_log_step_ = 0;

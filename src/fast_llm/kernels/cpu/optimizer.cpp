@@ -1,8 +1,9 @@
 // CPU reference of adam_step and squared_norm (kernels/optimizer_ops.h).
 //
 // adam_step: element by element over contiguous buffers of one floating dtype and one shape (the optimizer's flat
-// shards: fp32, or fp64 in tests; bf16 / fp16 are computed in fp32 and rounded on store). Hyper-parameters are
-// converted to the compute type once.
+// shards: fp32, or fp64 in tests; bf16 / fp16 are computed in fp32 and rounded on store). Hyper-parameters (from the
+// arguments or from an optimizer_decision state) are converted to the compute type once.
+// optimizer_decision: the scalar decision of kernels/optimizer_ops.h, in fp64 on the host.
 // squared_norm: sum of squares of a contiguous tensor of any floating dtype, in fp64, added to an fp32 / fp64 scalar.
 // The sum is taken over fixed blocks of elements and the block sums added in order, so the result does not depend on
 // the number of threads. NaN and inf reach the result, which is how a non-finite gradient is detected.
@@ -42,7 +43,24 @@ void adam_step_reference(const AdamStepArgs& args) {
   check_contiguous(op, "gradients", args.gradients);
   check_contiguous(op, "exp_avg", args.exp_avg);
   check_contiguous(op, "exp_avg_sq", args.exp_avg_sq);
-  FLM_CHECK(args.step >= 1, op, "step is {}, expected 1 or more (bias correction counts steps from 1)", args.step);
+  // From the decision state, or from the arguments.
+  double learning_rate = args.learning_rate, grad_scale = args.grad_scale, correction_1 = 0, correction_2 = 0;
+  if (args.state != nullptr) {
+    check_shape(op, "state", *args.state, Shape{optimizer_state::size});
+    FLM_CHECK(args.state->dtype() == DType::float64, op, "state has dtype {}, expected float64",
+              dtype_name(args.state->dtype()));
+    const double* state = args.state->data_as<double>();
+    if (state[optimizer_state::successful] == 0.0) return;
+    learning_rate = state[optimizer_state::learning_rate] * args.learning_rate;
+    grad_scale = state[optimizer_state::grad_scale];
+    correction_1 = state[optimizer_state::bias_correction_1];
+    correction_2 = state[optimizer_state::bias_correction_2];
+  } else {
+    FLM_CHECK(args.step >= 1, op, "step is {}, expected 1 or more (bias correction counts steps from 1)", args.step);
+    // Bias corrections 1 - beta^step, in fp64 before rounding (beta^step of many steps loses little either way).
+    correction_1 = 1.0 - std::pow(args.beta_1, double(args.step));
+    correction_2 = 1.0 - std::pow(args.beta_2, double(args.step));
+  }
 
   visit_floating_dtype(args.parameters.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;
@@ -53,24 +71,23 @@ void adam_step_reference(const AdamStepArgs& args) {
     // 1 - beta in fp64 first: 1 - float(0.999) is off by 1e-5 relative, which would move fp32 updates by as much.
     const Compute beta_1 = Compute(args.beta_1), beta_2 = Compute(args.beta_2);
     const Compute one_minus_beta_1 = Compute(1.0 - args.beta_1), one_minus_beta_2 = Compute(1.0 - args.beta_2);
-    const Compute learning_rate = Compute(args.learning_rate), epsilon = Compute(args.epsilon);
-    const Compute weight_decay = Compute(args.weight_decay), grad_scale = Compute(args.grad_scale);
-    // Bias corrections 1 - beta^step, in fp64 before rounding (beta^step of many steps loses little either way).
-    const Compute correction_1 = Compute(1.0 - std::pow(args.beta_1, double(args.step)));
-    const Compute correction_2 = Compute(1.0 - std::pow(args.beta_2, double(args.step)));
+    const Compute rate = Compute(learning_rate), epsilon = Compute(args.epsilon);
+    const Compute weight_decay = Compute(args.weight_decay), scale = Compute(grad_scale);
+    const Compute bias_correction_1 = Compute(correction_1), bias_correction_2 = Compute(correction_2);
     const int64_t count = args.parameters.numel();
 #pragma omp parallel for
     for (int64_t index = 0; index < count; ++index) {
       // g = grad grad_scale;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
       // p -= lr (m / c1 / (sqrt(v / c2) + eps) + wd p)   (decoupled weight decay on the old p)
-      const Compute gradient = load_value(gradients[index]) * grad_scale;
+      const Compute gradient = load_value(gradients[index]) * scale;
       const Compute m = beta_1 * load_value(exp_avg[index]) + one_minus_beta_1 * gradient;
       const Compute v = beta_2 * load_value(exp_avg_sq[index]) + one_minus_beta_2 * gradient * gradient;
       const Compute parameter = load_value(parameters[index]);
-      const Compute update = m / correction_1 / (std::sqrt(v / correction_2) + epsilon) + weight_decay * parameter;
+      const Compute update =
+          m / bias_correction_1 / (std::sqrt(v / bias_correction_2) + epsilon) + weight_decay * parameter;
       exp_avg[index] = store_value<T>(m);
       exp_avg_sq[index] = store_value<T>(v);
-      parameters[index] = store_value<T>(parameter - learning_rate * update);
+      parameters[index] = store_value<T>(parameter - rate * update);
     }
   });
 }
@@ -111,8 +128,53 @@ void squared_norm_reference(const SquaredNormArgs& args) {
   });
 }
 
+// ---------------------------------------------------------------------------------------------------------------------
+// optimizer_decision
+
+std::optional<std::string> supports_optimizer_decision(const OptimizerDecisionArgs& args) {
+  if (args.state.dtype() != DType::float64) return fmt::format("state has dtype {}, expected float64", dtype_name(args.state.dtype()));
+  if (args.learning_rates.dtype() != DType::float64)
+    return fmt::format("learning_rates has dtype {}, expected float64", dtype_name(args.learning_rates.dtype()));
+  return std::nullopt;
+}
+
+void optimizer_decision_reference(const OptimizerDecisionArgs& args) {
+  constexpr std::string_view op = "optimizer_decision";
+  check_shape(op, "state", args.state, Shape{optimizer_state::size});
+  check_contiguous(op, "state", args.state);
+  check_defined_on_cpu(op, "learning_rates", args.learning_rates);
+  check_contiguous(op, "learning_rates", args.learning_rates);
+  namespace field = optimizer_state;
+  double* state = args.state.data_as<double>();
+  const double* rates = args.learning_rates.data_as<double>();
+  const int64_t rate_count = args.learning_rates.numel();
+  const double norm = std::sqrt(state[field::squared_norm]) / args.loss_scale;
+  const bool finite = std::isfinite(norm);
+  const double step = state[field::step] + (finite ? 1.0 : 0.0);
+  // The rate of this update, or of the next one when this one is skipped.
+  const int64_t rate_step = int64_t(step) + (finite ? 0 : 1);
+  FLM_CHECK(rate_step >= 1 && rate_step <= rate_count, op, "no learning rate for step {} ({} rates)", rate_step,
+            rate_count);
+  state[field::grad_norm] = norm;
+  state[field::successful] = finite ? 1.0 : 0.0;
+  state[field::step] = step;
+  state[field::learning_rate] = rates[rate_step - 1];
+  if (finite) {
+    state[field::clip_coefficient] = std::min(1.0, args.gradient_norm_clipping / (norm + 1e-6));
+    state[field::grad_scale] = state[field::clip_coefficient] / args.loss_scale;
+    state[field::bias_correction_1] = 1.0 - std::pow(args.beta_1, step);
+    state[field::bias_correction_2] = 1.0 - std::pow(args.beta_2, step);
+  } else {
+    state[field::clip_coefficient] = 1.0;
+    state[field::grad_scale] = 0.0;
+  }
+}
+
 }  // namespace
 
+FLM_REGISTER_KERNEL(OptimizerDecision, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
+                    &supports_optimizer_decision, &optimizer_decision_reference,
+                    "clip coefficient, skip flag, step, rate and bias corrections from the squared gradient norm");
 FLM_REGISTER_KERNEL(AdamStep, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, &supports_adam_step,
                     &adam_step_reference,
                     "AdamW element by element, bias correction, decoupled weight decay; fp32 math (fp64 for fp64)");

@@ -1,8 +1,11 @@
-// Fused CUDA adam_step and squared_norm (kernels/optimizer_ops.h), variant "fused".
+// Fused CUDA adam_step, squared_norm and optimizer_decision (kernels/optimizer_ops.h), variant "fused".
 //
 // adam_step: one launch over a contiguous fp32 range (a stage's shard); a grid-stride loop over 16-byte vectors of the
 // four tensors (float4), the last count % 4 elements one by one; the scalar path runs when a pointer is not 16-byte
-// aligned. Bias corrections are computed once on the host in fp64; the update is in fp32.
+// aligned. Bias corrections are computed in fp64 (on the host from the arguments, or by optimizer_decision on the
+// device), the update is in fp32. With a decision state every thread reads the same few fp64 scalars first and leaves
+// at once when the step is skipped.
+// optimizer_decision: one thread, in fp64, as the CPU reference.
 // squared_norm: a two-stage deterministic reduction. A fixed grid (set by the element count and the device) sums
 // x^2 per thread in fp32 over a fixed grid-stride pattern, each block reduces its threads in fp64 in a fixed order
 // into a workspace slot, and one block adds the slots in order, in fp64, into the fp32 / fp64 result (+=).
@@ -22,6 +25,8 @@ constexpr int kNormBlocksPerMultiprocessor = 4;
 constexpr int kSumThreads = 1024;
 
 struct AdamParams {
+  const double* state;  // optimizer_decision state, or null: the fields below are final
+  double learning_rate_factor;
   float* parameters;
   const float* gradients;
   float* exp_avg;
@@ -48,7 +53,17 @@ __device__ __forceinline__ void adam_element(const AdamParams& a, float& paramet
 }
 
 template <bool kVectorized>
-__global__ void __launch_bounds__(kAdamThreads) adam_kernel(const AdamParams a) {
+__global__ void __launch_bounds__(kAdamThreads) adam_kernel(const AdamParams params) {
+  AdamParams a = params;
+  if (a.state != nullptr) {
+    namespace field = optimizer_state;
+    if (a.state[field::successful] == 0.0) return;
+    // The same fp64 -> fp32 roundings as the host path.
+    a.learning_rate = float(a.state[field::learning_rate] * a.learning_rate_factor);
+    a.bias_correction_1 = float(a.state[field::bias_correction_1]);
+    a.bias_correction_2 = float(a.state[field::bias_correction_2]);
+    a.grad_scale = float(a.state[field::grad_scale]);
+  }
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t scalar_begin = 0;
@@ -104,8 +119,36 @@ __global__ void __launch_bounds__(kSumThreads) squared_norm_final_kernel(const d
   if (threadIdx.x == 0) *result += R(sum);
 }
 
+__global__ void optimizer_decision_kernel(double* state, const double* rates, int64_t rate_count, double loss_scale,
+                                          double clipping, double beta_1, double beta_2) {
+  namespace field = optimizer_state;
+  const double norm = sqrt(state[field::squared_norm]) / loss_scale;
+  const bool finite = isfinite(norm);
+  const double step = state[field::step] + (finite ? 1.0 : 0.0);
+  // The rate of this update, or of the next one when this one is skipped. The host sizes the table so the index is in
+  // range; the clamp only keeps a broken invariant from reading outside it.
+  int64_t rate_step = int64_t(step) + (finite ? 0 : 1);
+  rate_step = rate_step < 1 ? 1 : rate_step > rate_count ? rate_count : rate_step;
+  state[field::grad_norm] = norm;
+  state[field::successful] = finite ? 1.0 : 0.0;
+  state[field::step] = step;
+  state[field::learning_rate] = rates[rate_step - 1];
+  if (finite) {
+    const double coefficient = fmin(1.0, clipping / (norm + 1e-6));
+    state[field::clip_coefficient] = coefficient;
+    state[field::grad_scale] = coefficient / loss_scale;
+    state[field::bias_correction_1] = 1.0 - pow(beta_1, step);
+    state[field::bias_correction_2] = 1.0 - pow(beta_2, step);
+  } else {
+    state[field::clip_coefficient] = 1.0;
+    state[field::grad_scale] = 0.0;
+  }
+}
+
 std::optional<std::string> supports_adam_step(const AdamStepArgs& args) {
   if (auto reason = on_cuda_reason("parameters", args.parameters)) return reason;
+  if (args.state != nullptr && args.state->dtype() != DType::float64)
+    return fmt::format("state has dtype {}, expected float64", dtype_name(args.state->dtype()));
   const std::pair<std::string_view, const Tensor*> tensors[] = {{"parameters", &args.parameters},
                                                                 {"gradients", &args.gradients},
                                                                 {"exp_avg", &args.exp_avg},
@@ -124,11 +167,21 @@ void adam_step_fused(const AdamStepArgs& args) {
   check_shape(op, "gradients", args.gradients, args.parameters.shape(), device);
   check_shape(op, "exp_avg", args.exp_avg, args.parameters.shape(), device);
   check_shape(op, "exp_avg_sq", args.exp_avg_sq, args.parameters.shape(), device);
-  FLM_CHECK(args.step >= 1, op, "step {} must be at least 1", args.step);
+  if (args.state != nullptr) {
+    check_on_device(op, "state", *args.state, device);
+    FLM_CHECK(args.state->numel() == optimizer_state::size && args.state->is_contiguous(), op,
+              "state has shape {}, expected ({}) contiguous", args.state->shape().str(), optimizer_state::size);
+  } else {
+    FLM_CHECK(args.step >= 1, op, "step {} must be at least 1", args.step);
+  }
   const int64_t count = args.parameters.numel();
   if (count == 0) return;
   LaunchScope scope(op, device, args.stream);
-  const AdamParams params{.parameters = args.parameters.data_as<float>(),
+  // Without a state the step is known here: bias corrections in fp64 on the host.
+  const int64_t step = args.state != nullptr ? 1 : args.step;
+  const AdamParams params{.state = args.state != nullptr ? args.state->data_as<double>() : nullptr,
+                          .learning_rate_factor = args.learning_rate,
+                          .parameters = args.parameters.data_as<float>(),
                           .gradients = args.gradients.data_as<float>(),
                           .exp_avg = args.exp_avg.data_as<float>(),
                           .exp_avg_sq = args.exp_avg_sq.data_as<float>(),
@@ -138,8 +191,8 @@ void adam_step_fused(const AdamStepArgs& args) {
                           .one_minus_beta_1 = float(1.0 - args.beta_1),
                           .beta_2 = float(args.beta_2),
                           .one_minus_beta_2 = float(1.0 - args.beta_2),
-                          .bias_correction_1 = float(1.0 - std::pow(args.beta_1, double(args.step))),
-                          .bias_correction_2 = float(1.0 - std::pow(args.beta_2, double(args.step))),
+                          .bias_correction_1 = float(1.0 - std::pow(args.beta_1, double(step))),
+                          .bias_correction_2 = float(1.0 - std::pow(args.beta_2, double(step))),
                           .epsilon = float(args.epsilon),
                           .weight_decay = float(args.weight_decay),
                           .grad_scale = float(args.grad_scale)};
@@ -195,8 +248,38 @@ void squared_norm_fused(const SquaredNormArgs& args) {
   });
 }
 
+std::optional<std::string> supports_optimizer_decision(const OptimizerDecisionArgs& args) {
+  if (auto reason = on_cuda_reason("state", args.state)) return reason;
+  if (args.state.dtype() != DType::float64)
+    return fmt::format("state has dtype {}, expected float64", dtype_name(args.state.dtype()));
+  if (args.learning_rates.dtype() != DType::float64)
+    return fmt::format("learning_rates has dtype {}, expected float64", dtype_name(args.learning_rates.dtype()));
+  return std::nullopt;
+}
+
+void optimizer_decision_fused(const OptimizerDecisionArgs& args) {
+  constexpr const char* op = "optimizer_decision";
+  const Device device = args.state.device();
+  check_on_device(op, "state", args.state, device);
+  check_on_device(op, "learning_rates", args.learning_rates, device);
+  FLM_CHECK(args.state.numel() == optimizer_state::size && args.state.is_contiguous(), op,
+            "state has shape {}, expected ({}) contiguous", args.state.shape().str(), optimizer_state::size);
+  FLM_CHECK(args.learning_rates.numel() >= 1 && args.learning_rates.is_contiguous(), op,
+            "learning_rates has shape {}, expected a contiguous table of at least one rate",
+            args.learning_rates.shape().str());
+  LaunchScope scope(op, device, args.stream);
+  optimizer_decision_kernel<<<1, 1, 0, scope.stream()>>>(args.state.data_as<double>(),
+                                                         args.learning_rates.data_as<double>(),
+                                                         args.learning_rates.numel(), args.loss_scale,
+                                                         args.gradient_norm_clipping, args.beta_1, args.beta_2);
+  scope.check_launch();
+}
+
 }  // namespace
 
+FLM_REGISTER_KERNEL(OptimizerDecision, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline,
+                    &supports_optimizer_decision, &optimizer_decision_fused,
+                    "one thread in fp64: the step's decisions stay on the device");
 FLM_REGISTER_KERNEL(AdamStep, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline, &supports_adam_step,
                     &adam_step_fused, "one launch per contiguous fp32 range, float4 accesses");
 FLM_REGISTER_KERNEL(SquaredNorm, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline,

@@ -136,32 +136,36 @@ Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* s
   return result;
 }
 
-Tensor Attention::backward(const Tensor& grad_output, const Saved& saved, Stream stream) const {
+Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream) const {
   FLM_ASSERT(saved.input.defined(), "{}: backward without a saved forward", name());
   const int64_t tokens = saved.input.size(0);
   const Device device = saved.input.device();
   const DType dtype = saved.query.dtype();
-  Tensor flat_output = saved.output.reshape(Shape{tokens, int64_t(heads_) * head_size_});
-  Tensor grad_attention = dense_.backward(grad_output, flat_output, stream).reshape(saved.output.shape());
-
   Tensor grad_query = Tensor::empty(saved.query.shape(), dtype, device, stream);
   Tensor grad_key = Tensor::empty(saved.key.shape(), dtype, device, stream);
   Tensor grad_value = Tensor::empty(saved.value.shape(), dtype, device, stream);
-  kernels::attention_backward({.grad_output = grad_attention,
-                               .query = saved.query,
-                               .key = saved.key,
-                               .value = saved.value,
-                               .output = saved.output,
-                               .logsumexp = saved.logsumexp,
-                               .cu_seqlens = saved.cu_seqlens,
-                               .max_seqlen = saved.max_seqlen,
-                               .grad_query = grad_query,
-                               .grad_key = grad_key,
-                               .grad_value = grad_value,
-                               .softmax_scale = softmax_scale_,
-                               .causal = causal_,
-                               .window_size = window_size_,
-                               .stream = stream});
+  {
+    Tensor flat_output = saved.output.reshape(Shape{tokens, int64_t(heads_) * head_size_});
+    Tensor grad_attention = dense_.backward(grad_output, flat_output, stream).reshape(saved.output.shape());
+    kernels::attention_backward({.grad_output = grad_attention,
+                                 .query = saved.query,
+                                 .key = saved.key,
+                                 .value = saved.value,
+                                 .output = saved.output,
+                                 .logsumexp = saved.logsumexp,
+                                 .cu_seqlens = saved.cu_seqlens,
+                                 .max_seqlen = saved.max_seqlen,
+                                 .grad_query = grad_query,
+                                 .grad_key = grad_key,
+                                 .grad_value = grad_value,
+                                 .softmax_scale = softmax_scale_,
+                                 .causal = causal_,
+                                 .window_size = window_size_,
+                                 .stream = stream});
+  }
+  // Only the projections' input and the norms' state are read from here on (the stream-ordered allocator reuses the
+  // memory of the rest for the gradients below).
+  saved.query = saved.key = saved.value = saved.output = saved.logsumexp = Tensor();
   if (rotary_->enabled()) {
     Rotary::Tables tables = rotary_->tables(tokens, device, stream);
     kernels::rotary_apply({.tensor = grad_query, .cos = tables.cos, .sin = tables.sin, .inverse = true, .stream = stream});
@@ -173,6 +177,7 @@ Tensor Attention::backward(const Tensor& grad_output, const Saved& saved, Stream
   if (key_norm_) {
     grad_key = key_norm_->backward(grad_key.reshape(Shape{tokens * head_groups_, head_size_}), saved.key_norm, stream);
   }
+  saved.query_norm = saved.key_norm = Normalization::Saved();
   Tensor grad_input = Tensor::empty(saved.input.shape(), saved.input.dtype(), device, stream);
   query_.backward(grad_query.reshape(Shape{tokens, int64_t(heads_) * head_size_}), saved.input, &grad_input,
                   /*accumulate_grad_input=*/false, stream);
@@ -191,13 +196,16 @@ int64_t Attention::matmul_weight_count() const {
 double Attention::flops(const MicroBatch& batch) const {
   const int64_t tokens = batch.num_tokens();
   double result = 6.0 * double(tokens) * double(matmul_weight_count());
-  std::vector<int64_t> lengths;
-  if (batch.cu_seqlens.defined()) {
-    Tensor boundaries = batch.cu_seqlens.to(Device::cpu());
-    const int32_t* data = boundaries.data_as<int32_t>();
-    for (int64_t document = 0; document + 1 < boundaries.numel(); ++document)
-      lengths.push_back(int64_t(data[document + 1]) - data[document]);
-  } else {
+  std::vector<int64_t> lengths = batch.sequence_lengths;
+  if (lengths.empty() && batch.cu_seqlens.defined()) {
+    // Reading a device tensor here would make the host wait for the step: GPU batches carry their lengths.
+    FLM_CHECK(batch.cu_seqlens.device().is_cpu(), "attention",
+              "FLOP count of a micro-batch on {} without host sequence lengths", batch.cu_seqlens.device().str());
+    const int32_t* data = batch.cu_seqlens.data_as<int32_t>();
+    const int64_t stride = batch.cu_seqlens.stride(0);
+    for (int64_t document = 0; document + 1 < batch.cu_seqlens.numel(); ++document)
+      lengths.push_back(int64_t(data[(document + 1) * stride]) - data[document * stride]);
+  } else if (lengths.empty()) {
     lengths.push_back(tokens);
   }
   result += 12.0 * double(heads_) * double(head_size_) * double(attention_pair_count(lengths, causal_, window_size_));

@@ -12,7 +12,9 @@
 //   o = attention(q, k, v) per document (cu_seqlens), causal, window, scale head_size^-softmax_scale_power, GQA
 //   y = o Wd^T
 // The module keeps no per-micro-batch state: forward fills a Saved the decoder block keeps until backward.
-// Backward returns grad_input (=) and accumulates parameter gradients (+=). Attention dropout is refused.
+// Backward returns grad_input (=) and accumulates parameter gradients (+=); it takes the Saved by value so that a
+// caller that moves it in has q, k, v, the attention output and logsumexp freed once the attention backward has run,
+// before the projections' gradients are allocated. Attention dropout is refused.
 #pragma once
 
 #include <memory>
@@ -50,10 +52,10 @@ class Attention : public Module {
 
   // (tokens, hidden) -> (tokens, hidden). `saved` may be null (validation: nothing kept).
   Tensor forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream);
-  Tensor backward(const Tensor& grad_output, const Saved& saved, Stream stream) const;
+  Tensor backward(const Tensor& grad_output, Saved saved, Stream stream) const;
 
   // Matmuls (6 * tokens * weights) plus attention (12 * heads * head_size per attended query-key pair, counted from
-  // the documents of `batch`; reads cu_seqlens on the host).
+  // the batch's host sequence_lengths, or from cu_seqlens when they are not given and it is on the CPU).
   double flops(const MicroBatch& batch) const;
   int64_t matmul_weight_count() const;
 

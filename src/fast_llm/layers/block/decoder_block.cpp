@@ -97,13 +97,18 @@ Tensor DecoderBlock::backward(LayerContext& context, const Tensor& grad_output) 
   const Stream stream = context.stream;
 
   // MLP branch: grad of the residual stream after the mixer = grad_output + norm_2'(mlp'(dropout'(grad_output))).
+  // Each part of the saved state is moved into (or dropped after) the backward that reads it last, so its memory is
+  // free for the rest of this backward.
   Tensor grad_mlp = dropout_copy(grad_output, dropout_, dropout_seed(saved.dropout_seed, name(), kMlpDropout), stream);
-  Tensor grad_hidden = norm_2_.backward(mlp_->backward(grad_mlp, saved.mlp, stream), saved.norm_2, stream);
+  Tensor grad_hidden = norm_2_.backward(mlp_->backward(grad_mlp, std::move(saved.mlp), stream), saved.norm_2, stream);
+  grad_mlp = Tensor();
+  saved.norm_2 = Normalization::Saved();
   kernels::axpy({.input = grad_output, .output = grad_hidden, .alpha = 1.0, .stream = stream});
 
   // Mixer branch.
   Tensor grad_mixer = dropout_copy(grad_hidden, dropout_, dropout_seed(saved.dropout_seed, name(), kMixerDropout), stream);
-  Tensor grad_input = norm_1_.backward(mixer_->backward(grad_mixer, saved.mixer, stream), saved.norm_1, stream);
+  Tensor grad_input =
+      norm_1_.backward(mixer_->backward(grad_mixer, std::move(saved.mixer), stream), saved.norm_1, stream);
   kernels::axpy({.input = grad_hidden, .output = grad_input, .alpha = 1.0, .stream = stream});
   return grad_input;
 }

@@ -19,7 +19,9 @@
 
 namespace fast_llm::layers {
 
-// Which MLP activations backward recomputes instead of keeping (less memory, more compute).
+// Which MLP activations backward recomputes instead of keeping (less memory, more compute), as Fast-LLM's: `activation`
+// the activation output (tokens, intermediate); `activation_and_input` that and the experts' permuted input (MoE only:
+// a dense MLP behaves as `activation`); `full` the first projection too (tokens, 2 * intermediate when gated).
 enum class MlpRecomputeLevel { none, activation, activation_and_input, full };
 // How tokens are assigned to experts: top-k of the router softmax with a load-balancing loss, or Sinkhorn.
 enum class RoutingType { aux_loss, sinkhorn };

@@ -16,9 +16,6 @@ const MlpConfig& dense_config(const MlpBaseConfig& config) {
                                                   config.field_path("type")));
   if (config.pre_norm || config.post_norm)
     throw NotSupportedError("layers", fmt::format("{}: normalization inside the MLP is not supported", config.path()));
-  if (mlp->recompute_level != MlpRecomputeLevel::none)
-    throw NotSupportedError("layers", fmt::format("{}: MLP recomputation is not supported",
-                                                  config.field_path("recompute_level")));
   FLM_ASSERT(mlp->activation.has_value(), "{}: activation is resolved at validation", config.path());
   return *mlp;
 }
@@ -55,6 +52,7 @@ Mlp::Mlp(std::string name, const MlpBaseConfig& base_config, int64_t hidden_size
       intermediate_size_(dense_config(base_config).intermediate_size),
       gated_(dense_config(base_config).gated),
       activation_(kernel_activation(*dense_config(base_config).activation)),
+      recompute_level_(dense_config(base_config).recompute_level),
       layer_1_(child_name("layer_1"),
                layer_options(dense_config(base_config).layer_1, hidden_size,
                              (gated_ ? 2 : 1) * intermediate_size_, /*transposed_weight=*/false, hidden_size,
@@ -67,26 +65,41 @@ Mlp::Mlp(std::string name, const MlpBaseConfig& base_config, int64_t hidden_size
 }
 
 Tensor Mlp::forward(const Tensor& input, Saved* saved, Stream stream) const {
-  const int64_t tokens = input.size(0);
   Tensor hidden = layer_1_.forward(input, stream);
-  Tensor activated = Tensor::empty(Shape{tokens, intermediate_size_}, hidden.dtype(), input.device(), stream);
-  kernels::activation_forward(
-      {.type = activation_, .gated = gated_, .input = hidden, .output = activated, .stream = stream});
+  Tensor activated = activate(hidden, stream);
   Tensor output = layer_2_.forward(activated, stream);
-  if (saved != nullptr) *saved = Saved{.input = input, .hidden = hidden, .activated = activated};
+  if (saved != nullptr) {
+    *saved = Saved{.input = input,
+                   .hidden = recompute_level_ == MlpRecomputeLevel::full ? Tensor() : hidden,
+                   .activated = recompute_level_ == MlpRecomputeLevel::none ? activated : Tensor()};
+  }
   return output;
 }
 
-Tensor Mlp::backward(const Tensor& grad_output, const Saved& saved, Stream stream) const {
+Tensor Mlp::activate(const Tensor& hidden, Stream stream) const {
+  Tensor activated = Tensor::empty(Shape{hidden.size(0), intermediate_size_}, hidden.dtype(), hidden.device(), stream);
+  kernels::activation_forward(
+      {.type = activation_, .gated = gated_, .input = hidden, .output = activated, .stream = stream});
+  return activated;
+}
+
+Tensor Mlp::backward(const Tensor& grad_output, Saved saved, Stream stream) const {
   FLM_ASSERT(saved.input.defined(), "{}: backward without a saved forward", name());
-  Tensor grad_activated = layer_2_.backward(grad_output, saved.activated, stream);
-  Tensor grad_hidden = Tensor::empty(saved.hidden.shape(), saved.hidden.dtype(), saved.hidden.device(), stream);
-  kernels::activation_backward({.type = activation_,
-                                .gated = gated_,
-                                .grad_output = grad_activated,
-                                .input = saved.hidden,
-                                .grad_input = grad_hidden,
-                                .stream = stream});
+  Tensor hidden = saved.hidden.defined() ? std::move(saved.hidden) : layer_1_.forward(saved.input, stream);
+  Tensor grad_hidden;
+  {
+    Tensor activated = saved.activated.defined() ? std::move(saved.activated) : activate(hidden, stream);
+    Tensor grad_activated = layer_2_.backward(grad_output, activated, stream);
+    activated = Tensor();  // not needed any more: its memory can serve grad_hidden
+    grad_hidden = Tensor::empty(hidden.shape(), hidden.dtype(), hidden.device(), stream);
+    kernels::activation_backward({.type = activation_,
+                                  .gated = gated_,
+                                  .grad_output = grad_activated,
+                                  .input = hidden,
+                                  .grad_input = grad_hidden,
+                                  .stream = stream});
+  }
+  hidden = Tensor();
   return layer_1_.backward(grad_hidden, saved.input, stream);
 }
 

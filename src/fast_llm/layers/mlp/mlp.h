@@ -4,8 +4,11 @@
 // Parameters (Fast-LLM names under the MLP's name, e.g. `decoder.3.mlp`):
 //   layer_1.weight  [2 * intermediate, hidden] gated (gate rows first) or [intermediate, hidden]   (+ layer_1.bias)
 //   layer_2.weight  [intermediate, hidden]: stored TRANSPOSED, y = a W2                             (+ layer_2.bias)
-// The module keeps no per-micro-batch state: forward fills a Saved the decoder block keeps until backward.
-// Backward returns grad_input (=) and accumulates parameter gradients (+=).
+// The module keeps no per-micro-batch state: forward fills a Saved the decoder block keeps until backward. With
+// `recompute_level` backward recomputes what forward did not keep (the same kernels on the same inputs: the same
+// values): the activation output (`activation`, `activation_and_input`), and the first projection (`full`).
+// Backward returns grad_input (=) and accumulates parameter gradients (+=); it takes the Saved by value so that a
+// caller that moves it in has each tensor freed as soon as backward is done with it.
 #pragma once
 
 #include <string>
@@ -19,28 +22,35 @@ namespace fast_llm::layers {
 
 class Mlp : public Module {
  public:
-  // The dense MLP only: moe and hybrid_moe, recomputation and the MLP's own pre/post norms are refused.
+  // The dense MLP only: moe and hybrid_moe and the MLP's own pre/post norms are refused.
   Mlp(std::string name, const MlpBaseConfig& config, int64_t hidden_size, double lr_scale);
 
   struct Saved {
     Tensor input;      // (tokens, hidden)
-    Tensor hidden;     // (tokens, 2 * intermediate) gated, (tokens, intermediate) otherwise: layer_1 output
-    Tensor activated;  // (tokens, intermediate): activation output, layer_2 input
+    Tensor hidden;     // (tokens, 2 * intermediate) gated, (tokens, intermediate) otherwise: layer_1 output; not kept
+                       // with recompute_level full
+    Tensor activated;  // (tokens, intermediate): activation output, layer_2 input; kept with recompute_level none only
   };
 
   // (tokens, hidden) -> (tokens, hidden); `saved` may be null (validation: nothing kept).
   Tensor forward(const Tensor& input, Saved* saved, Stream stream) const;
-  Tensor backward(const Tensor& grad_output, const Saved& saved, Stream stream) const;
+  Tensor backward(const Tensor& grad_output, Saved saved, Stream stream) const;
 
+  // Model FLOPs of forward + backward (recomputation excluded).
   double flops(int64_t tokens) const { return layer_1_.flops(tokens) + layer_2_.flops(tokens); }
+  MlpRecomputeLevel recompute_level() const { return recompute_level_; }
   int64_t matmul_weight_count() const {
     return layer_1_.input_size() * layer_1_.output_size() + layer_2_.input_size() * layer_2_.output_size();
   }
 
  private:
+  // act(hidden) (gated: act(gate) * up) into a new (tokens, intermediate) tensor.
+  Tensor activate(const Tensor& hidden, Stream stream) const;
+
   int64_t intermediate_size_;
   bool gated_;
   kernels::ActivationType activation_;
+  MlpRecomputeLevel recompute_level_;
   Linear layer_1_;
   Linear layer_2_;
 };

@@ -33,8 +33,9 @@ void MlpConfig::visit(Visitor& v) {
   v(activation, "activation", "Activation of the hidden layer; unset gives silu when gated and gelu otherwise.",
     Hint::architecture);
   v(recompute_level, "recompute_level",
-    "What backward recomputes instead of keeping from forward: trades compute for memory.", Hint::performance,
-    config::not_supported_yet(MlpRecomputeLevel::none, "MLP recomputation"));
+    "What backward recomputes instead of keeping from forward, trading compute for memory: `activation` (and "
+    "`activation_and_input`, the same for a dense MLP) the activation output, `full` also the first projection.",
+    Hint::performance);
 }
 
 void MlpConfig::derive() {

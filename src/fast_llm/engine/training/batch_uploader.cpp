@@ -1,0 +1,90 @@
+// Host batches -> micro-batches on the compute device.
+#include "fast_llm/engine/training/batch_uploader.h"
+
+#include <cstring>
+
+#include "fast_llm/core/error.h"
+
+namespace fast_llm::engine {
+namespace {
+
+// Byte layout of a packed batch: tokens, labels, positions (int64), then cu_seqlens (int32); every part is 8-byte
+// aligned because the int64 parts come first.
+struct Layout {
+  int64_t tokens = 0, segments = 0;  // segments + 1 cu_seqlens entries
+  size_t labels() const { return size_t(tokens) * 8; }
+  size_t positions() const { return 2 * size_t(tokens) * 8; }
+  size_t cu_seqlens() const { return 3 * size_t(tokens) * 8; }
+  size_t bytes() const { return cu_seqlens() + size_t(segments + 1) * 4; }
+};
+
+}  // namespace
+
+BatchUploader::BatchUploader(Device device, Stream compute_stream, int slots)
+    : device_(device), compute_stream_(compute_stream) {
+  FLM_CHECK(slots >= 1, "training", "the batch uploader needs at least one slot, got {}", slots);
+  if (device_.is_cpu()) return;
+  upload_stream_ = create_stream(device_);
+  slots_.resize(size_t(slots));
+  for (Slot& slot : slots_) slot.copied = std::make_unique<Event>(device_);
+}
+
+layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch>& batch) {
+  FLM_CHECK(batch->predicted_tokens == 1, "training",
+            "batches with {} predicted tokens (multi-token prediction) are not supported", batch->predicted_tokens);
+  const int64_t tokens = batch->micro_batch_size;
+  const int64_t segments = int64_t(batch->cu_seqlens.size()) - 1;
+  FLM_ASSERT(int64_t(batch->tokens.size()) == tokens && int64_t(batch->positions.size()) == tokens &&
+                 int64_t(batch->labels.size()) >= tokens && segments >= 0,
+             "batch of sample {} has inconsistent sizes", batch->sample_index);
+  const std::span<const int64_t> labels = batch->labels_at(1);
+  layers::MicroBatch result{.index = 0, .max_seqlen = batch->max_seqlen};
+  result.sequence_lengths.assign(batch->lengths.begin(), batch->lengths.end());
+
+  if (device_.is_cpu()) {
+    std::shared_ptr<void> owner = std::const_pointer_cast<data::Batch>(batch);
+    auto wrap = [&](const void* values, int64_t count, DType dtype) {
+      return Tensor::from_blob(const_cast<void*>(values), Shape{count}, dtype, Device::cpu(), owner);
+    };
+    result.tokens = wrap(batch->tokens.data(), tokens, DType::int64);
+    result.labels = wrap(labels.data(), tokens, DType::int64);
+    result.positions = wrap(batch->positions.data(), tokens, DType::int64);
+    result.cu_seqlens = wrap(batch->cu_seqlens.data(), segments + 1, DType::int32);
+    return result;
+  }
+
+  const Layout layout{.tokens = tokens, .segments = segments};
+  Slot& slot = slots_[next_slot_];
+  next_slot_ = (next_slot_ + 1) % slots_.size();
+  // The slot's previous copy must have read the buffer before it is overwritten.
+  if (slot.in_flight) slot.copied->synchronize();
+  if (!slot.buffer.defined() || slot.buffer.nbytes() < layout.bytes())
+    slot.buffer = Tensor::empty_pinned(Shape{int64_t(layout.bytes())}, DType::uint8);
+  auto* host = static_cast<char*>(slot.buffer.data());
+  std::memcpy(host, batch->tokens.data(), size_t(tokens) * 8);
+  std::memcpy(host + layout.labels(), labels.data(), size_t(tokens) * 8);
+  std::memcpy(host + layout.positions(), batch->positions.data(), size_t(tokens) * 8);
+  std::memcpy(host + layout.cu_seqlens(), batch->cu_seqlens.data(), size_t(segments + 1) * 4);
+
+  // Allocated in the upload stream's pool, used on the compute stream: recorded there, so its memory returns to the
+  // pool only after the compute work queued when the last view of it goes.
+  Tensor packed = Tensor::empty(Shape{int64_t(layout.bytes())}, DType::uint8, device_, upload_stream_);
+  packed.record_stream(compute_stream_);
+  copy_bytes(packed.data(), device_, host, Device::cpu(), layout.bytes(), upload_stream_);
+  slot.copied->record(upload_stream_);
+  slot.in_flight = true;
+  slot.copied->wait(compute_stream_);
+
+  std::shared_ptr<void> owner = packed.storage();
+  auto* device_bytes = static_cast<char*>(packed.data());
+  auto view = [&](size_t offset, int64_t count, DType dtype) {
+    return Tensor::from_blob(device_bytes + offset, Shape{count}, dtype, device_, owner);
+  };
+  result.tokens = view(0, tokens, DType::int64);
+  result.labels = view(layout.labels(), tokens, DType::int64);
+  result.positions = view(layout.positions(), tokens, DType::int64);
+  result.cu_seqlens = view(layout.cu_seqlens(), segments + 1, DType::int32);
+  return result;
+}
+
+}  // namespace fast_llm::engine
