@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (see docs/gpu.md): every test binary of a staged CUDA build (tools/stage_for_device.sh),
-# then the benchmarks. Logs go to $OUT when set (the device tool brings that folder back).
+# then the benchmarks. The logs are packed into $OUT/device_check_logs.tar.gz when OUT is set (the device tool brings
+# that folder back, but only a limited number of files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/fast_llm_device}
-mkdir -p "$out"
+out=$(mktemp -d /tmp/fast_llm_device.XXXXXX)
+trap '[ -n "${OUT:-}" ] && tar -czf "$OUT/device_check_logs.tar.gz" -C "$out" .' EXIT
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$out/gpu.txt"
 failed=0
 passed=0

@@ -3,6 +3,8 @@
 # libraries they need that the GPU machine may lack (yaml-cpp, fmt, OpenBLAS, Gloo, the CUDA runtime...), so that
 # `$ORIGIN/../lib` finds them there. cuBLAS(Lt), NCCL, cuDNN and the driver are on that machine's library path and
 # are not copied (they are large); neither are glibc and libstdc++ (the GPU machine's are newer).
+# Everything is stripped and packed into build/device.tar.gz too: the device tool carries at most 64 MiB, and
+# OpenBLAS alone is half of that unpacked. On the GPU machine: `tar xzf build/device.tar.gz -C build`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset=${1:-cuda}
@@ -21,4 +23,6 @@ for file in "$target"/bin/* "$target"/lib/*.so*; do
   done
 done
 # Tests that read files relative to the source tree find them through this link-free copy.
-du -sh "$target"
+strip --strip-unneeded "$target"/bin/* "$target"/lib/*.so* 2>/dev/null || true
+tar -czf build/device.tar.gz -C build device
+du -sh "$target" build/device.tar.gz
