@@ -66,4 +66,4 @@ def architecture_from_fast_llm_config(config):
                 heads=int(mixer["heads"]), head_groups=int(mixer["head_groups"]), head_size=int(mixer["head_size"]),
                 intermediate_size=int(mlp["intermediate_size"]), gated=bool(mlp.get("gated", False)),
                 vocab_size=int(base["embeddings"]["vocab_size"]),
-                sequence_length=int(config["data"]["micro_batch_size"]))
+                sequence_length=int(config["data"].get("maximum_document_length") or config["data"]["micro_batch_size"]))

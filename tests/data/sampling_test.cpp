@@ -358,6 +358,20 @@ TEST(Sampling, RandomDataset) {
   EXPECT_THROW(RandomSampledDataset("x", 0, 33, 20, 7), Error);
 }
 
+TEST(Sampling, RandomDatasetCutsSamplesIntoDocumentsOfTheMaximumLength) {
+  const RandomSampledDataset whole("x", 50, 33, 20, 7);
+  const RandomSampledDataset cut("x", 50, 33, 20, 7, 10);
+  std::vector<Document> documents = cut.get_sample(5);
+  ASSERT_EQ(documents.size(), 4u);  // 10 + 10 + 10 + 3
+  EXPECT_EQ(documents[0].size(), 10);
+  EXPECT_EQ(documents[3].size(), 3);
+  // The same token stream, only cut: documents are independent sequences of the same random sample.
+  std::vector<int64_t> joined;
+  for (const Document& document : documents) joined.insert(joined.end(), document.tokens.begin(), document.tokens.end());
+  EXPECT_EQ(joined, whole.get_sample(5)[0].tokens);
+  EXPECT_THROW(RandomSampledDataset("x", 50, 33, 20, 7, 0), Error);
+}
+
 TEST(Sampling, PermutationsAreUniformEnough) {
   // Each value lands in each slot about equally often over many seeds (a biased shuffle fails this).
   const int64_t size = 5, trials = 20000;

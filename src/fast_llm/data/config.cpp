@@ -190,7 +190,7 @@ std::shared_ptr<SampledDataset> IndexedDatasetConfig::build_and_sample(const Sam
 std::shared_ptr<SampledDataset> RandomDatasetConfig::build_and_sample(const SamplingParameters& parameters,
                                                                       int64_t num_samples, uint64_t seed) const {
   return std::make_shared<RandomSampledDataset>(name, parameters.vocab_size, parameters.sample_size(), num_samples,
-                                                seed);
+                                                seed, parameters.sampling_maximum_document_length());
 }
 
 std::shared_ptr<IndexedDataset> MemmapDatasetConfig::build() const {

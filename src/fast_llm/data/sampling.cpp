@@ -476,27 +476,32 @@ std::vector<Document> BlendedDataset::get_sample(int64_t index) const {
 // RandomSampledDataset
 
 RandomSampledDataset::RandomSampledDataset(std::string name, int64_t vocab_size, int64_t sample_size,
-                                           int64_t num_samples, uint64_t seed)
+                                           int64_t num_samples, uint64_t seed, std::optional<int64_t> document_length)
     : name_(std::move(name)), vocab_size_(vocab_size), sample_size_(sample_size), num_samples_(num_samples),
-      seed_(seed) {
+      seed_(seed), document_length_(document_length.value_or(sample_size)) {
   FLM_CHECK(vocab_size_ > 0 && vocab_size_ <= (int64_t(1) << 32), kComponent,
             "{}: the random dataset needs a vocabulary size in [1, 2^32], got {}", name_, vocab_size_);
+  FLM_CHECK(document_length_ > 0, kComponent, "{}: the random dataset needs a positive document length, got {}",
+            name_, document_length_);
 }
 
 std::vector<Document> RandomSampledDataset::get_sample(int64_t index) const {
   FLM_CHECK(index >= 0 && index < num_samples_, kComponent, "sample {} requested from dataset {} with {} samples",
             index, name_, num_samples_);
   const uint64_t key = derive_seed(seed_, uint64_t(index));
-  Document document;
-  document.tokens.resize(size_t(sample_size_));
-  for (int64_t position = 0; position < sample_size_; ++position) {
-    Philox4 block = philox4x32(key, uint64_t(position) >> 2);
-    uint32_t lane = uint32_t(position & 3);
-    uint32_t bits = lane == 0 ? block.x : lane == 1 ? block.y : lane == 2 ? block.z : block.w;
-    // Multiply-shift maps 32 random bits onto [0, vocab_size) without a division.
-    document.tokens[size_t(position)] = int64_t((uint64_t(bits) * uint64_t(vocab_size_)) >> 32);
+  std::vector<Document> documents;
+  for (int64_t begin = 0; begin < sample_size_; begin += document_length_) {
+    Document& document = documents.emplace_back();
+    document.tokens.resize(size_t(std::min(document_length_, sample_size_ - begin)));
+    for (int64_t position = begin; position < begin + document.size(); ++position) {
+      Philox4 block = philox4x32(key, uint64_t(position) >> 2);
+      uint32_t lane = uint32_t(position & 3);
+      uint32_t bits = lane == 0 ? block.x : lane == 1 ? block.y : lane == 2 ? block.z : block.w;
+      // Multiply-shift maps 32 random bits onto [0, vocab_size) without a division.
+      document.tokens[size_t(position - begin)] = int64_t((uint64_t(bits) * uint64_t(vocab_size_)) >> 32);
+    }
   }
-  return {std::move(document)};
+  return documents;
 }
 
 }  // namespace fast_llm::data

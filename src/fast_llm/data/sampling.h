@@ -120,11 +120,13 @@ class BlendedDataset final : public SampledDataset {
   std::vector<int64_t> sample_index_;
 };
 
-// Uniform random tokens in [0, vocab_size): each sample is one document of `sample_size` tokens, a pure function of
-// (seed, sample index).
+// Uniform random tokens in [0, vocab_size), a pure function of (seed, sample index): each sample of `sample_size`
+// tokens is cut into documents of `document_length` tokens (the last one shorter), so a micro-batch of many tokens
+// with `maximum_document_length` set packs several independent sequences, as a batch of sequences would.
 class RandomSampledDataset final : public SampledDataset {
  public:
-  RandomSampledDataset(std::string name, int64_t vocab_size, int64_t sample_size, int64_t num_samples, uint64_t seed);
+  RandomSampledDataset(std::string name, int64_t vocab_size, int64_t sample_size, int64_t num_samples, uint64_t seed,
+                       std::optional<int64_t> document_length = std::nullopt);
   const std::string& name() const override { return name_; }
   int64_t num_samples() const override { return num_samples_; }
   std::vector<Document> get_sample(int64_t index) const override;
@@ -133,6 +135,7 @@ class RandomSampledDataset final : public SampledDataset {
   std::string name_;
   int64_t vocab_size_, sample_size_, num_samples_;
   uint64_t seed_;
+  int64_t document_length_;
 };
 
 }  // namespace fast_llm::data
