@@ -10,6 +10,7 @@
 #   OURS_STEPS       fast-llm steps per shape (15; first 2 untimed)    TORCH_STEPS  timed PyTorch steps per mode (10)
 #   TORCH_WARMUP     untimed PyTorch steps per mode, compile incl. (2) TORCH_MODES  eager,compile (or compile_layers)
 #   OURS_TIMEOUT     seconds per fast-llm run (150)                    TORCH_TIMEOUT seconds per PyTorch process (200)
+#   OURS_PROFILE     1: after each timed fast-llm run, a short profiled run prints the time per kernel variant
 #   BUDGET_S         wall-clock budget of the whole script (450): each run's timeout is cut to a fair share of what
 #                    is left, so one hang or one slow compile cannot take the device call or the other shapes with
 #                    it; runs that no longer fit are reported as skipped. fast-llm runs first on every shape.
@@ -73,6 +74,13 @@ for shape in "${shapes[@]}"; do
       status=1
       echo "fast-llm failed (exit $rc$([ "$rc" -eq 124 ] && echo ', timed out')):"
       tail -15 "$work/$shape/fast_llm.log"
+    elif [ "${OURS_PROFILE:-0}" = "1" ]; then
+      # Where the time goes: a separate short run timing every kernel (steps 4-5), so the timed run stays clean.
+      timeout -k 10 "$seconds" "$binary" train gpt -c "examples/benchmarks/$shape.yaml" training.train_iters=5 \
+        training.logs.interval=5 profiling.cuda=true profiling.averages=true profiling.skip=3 profiling.warmup=0 \
+        profiling.cycles=2 run.experiment_dir="$experiment-profile" >"$work/$shape/fast_llm_profile.log" 2>&1
+      table=$(ls "$experiment-profile"/runs/0/profile/step_*.txt 2>/dev/null | head -1)
+      if [ -n "$table" ]; then head -30 "$table"; else tail -5 "$work/$shape/fast_llm_profile.log"; fi
     fi
   else
     echo "skipped" >"$work/$shape/fast_llm.rc"

@@ -38,13 +38,14 @@ struct TrainerRun {
         model(20, 4, 2),
         data(data_config, {.experiment_directory = directory, .vocab_size = 20}) {}
 
-  std::unique_ptr<Trainer> make_trainer(TrainerHooks hooks = {}) {
+  std::unique_ptr<Trainer> make_trainer(TrainerHooks hooks = {}, const ProfilingConfig* profiling = nullptr) {
     return std::make_unique<Trainer>(TrainerSections{.training = training,
                                                      .schedule = schedule,
                                                      .optimizer = optimizer,
                                                      .multi_stage = multi_stage_config,
                                                      .distributed = distributed,
-                                                     .run = run},
+                                                     .run = run,
+                                                     .profiling = profiling},
                                      model, data, "resolved: true\nseed: 1", std::move(hooks));
   }
 
@@ -181,6 +182,25 @@ TEST(Trainer, EvaluationOnlyNeedsWeightsToLoad) {
   EXPECT_EQ(records[0].at("phase"), "validation");
   EXPECT_EQ(records[0].at("iteration"), 0);
   std::filesystem::remove_all(directory);
+}
+
+TEST(Trainer, ProfilingWritesTheKernelTableOfEachCycle) {
+  auto directory = fresh_directory("profiling");
+  TrainerRun run(directory, 5, "{train_iters: 6, logs: {interval: 3}}");
+  // Step 1 skipped; cycles of 1 off + 2 recorded: steps 3-4 make the first table, the next cycle ends at 7 > 6.
+  const auto profiling = load_config<ProfilingConfig>(
+      "{cpu: true, averages: true, skip: 1, wait: 0, warmup: 1, cycles: 2}", "profiling");
+  auto trainer = run.make_trainer({}, &profiling);
+  trainer->run();
+  const auto folder = directory / "runs" / "0" / "profile";
+  ASSERT_TRUE(std::filesystem::exists(folder / "step_4.txt"));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(folder), std::filesystem::directory_iterator()), 1);
+  std::ifstream file(folder / "step_4.txt");
+  const std::string table((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(table.find("average of steps 3 to 4"), std::string::npos) << table;
+  // The test model's layers are host loops; the optimizer's kernels go through dispatch.
+  EXPECT_NE(table.find("adam_step:cpu:"), std::string::npos) << table;
+  EXPECT_NE(table.find("total"), std::string::npos) << table;
 }
 
 TEST(Metrics, PythonStyleNumberAndTimeFormats) {

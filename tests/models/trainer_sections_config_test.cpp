@@ -238,8 +238,12 @@ TEST(RunConfig, MistralExampleSectionAndProfiling) {
   EXPECT_EQ(profiling.cycles, 1);
   EXPECT_EQ(profiling.table_width, 80);
   EXPECT_TRUE(profiling.unsupported_fields().empty());
-  EXPECT_TRUE(mentions(load_config<ProfilingConfig>("{cuda: true, export: true}", "profiling").unsupported_fields(),
-                       "profiling.cuda: true is not supported yet"));
+  EXPECT_TRUE(load_config<ProfilingConfig>("{cuda: true, averages: true}", "profiling").unsupported_fields().empty());
+  EXPECT_TRUE(mentions(
+      load_config<ProfilingConfig>("{cuda: true, averages: true, export: true}", "profiling").unsupported_fields(),
+      "profiling.export: true is not supported yet"));
+  EXPECT_TRUE(contains(config_error<ProfilingConfig>("{cuda: true}", "profiling"),
+                       "profiling.averages: profiling is on (cpu or cuda) but produces nothing"));
   EXPECT_TRUE(contains(config_error<ProfilingConfig>("{ranks: [0, 1, 0]}", "profiling"),
                        "profiling.ranks: rank 0 appears twice"));
 }

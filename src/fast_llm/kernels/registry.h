@@ -35,6 +35,7 @@
 #include "fast_llm/core/device.h"
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
+#include "fast_llm/tensor/stream.h"
 
 namespace fast_llm::kernels {
 
@@ -89,6 +90,9 @@ std::string current_registration_source();
 [[noreturn]] void throw_no_variant(std::string_view op, Device device, const std::vector<std::string>& reasons);
 [[noreturn]] void throw_explicit_unsupported(const KernelInfo& info, const std::string& reason);
 void log_choice(const KernelInfo& info);
+// Timing of dispatches for `profiling` (op_profiler.h), kept out of this header so it stays light.
+bool profiler_recording();
+void run_profiled(const KernelInfo& info, Device device, Stream stream, const std::function<void()>& run);
 }  // namespace detail
 
 template <class Op>
@@ -151,6 +155,10 @@ template <class Op>
 void dispatch(const typename Op::Args& args, Device device) {
   const auto& variant = OpRegistry<Op>::instance().select(args, device);
   detail::log_choice(variant.info);
+  if (detail::profiler_recording()) [[unlikely]] {
+    detail::run_profiled(variant.info, device, args.stream, [&] { variant.run(args); });
+    return;
+  }
   variant.run(args);
 }
 

@@ -130,23 +130,29 @@ void RunConfig::check() const {
 }
 
 void ProfilingConfig::visit(Visitor& v) {
-  v(cpu, "cpu", "Profile the host side of device operations.", Hint::feature,
-    config::not_supported_yet(false, "profiling"));
-  v(cuda, "cuda", "Profile device operations.", Hint::core, config::not_supported_yet(false, "profiling"));
+  v(cpu, "cpu", "Time the kernels that run on the CPU (host clock per kernel dispatch).", Hint::feature);
+  v(cuda, "cuda", "Time the kernels that run on a GPU (CUDA events around each kernel dispatch).", Hint::core);
   v(skip, "skip", "Steps before the first profiling cycle.", Hint::optional, check::ge(0));
   v(wait, "wait", "Steps at the start of each cycle with the profiler off.", Hint::optional, check::ge(0));
   v(warmup, "warmup", "Steps after `wait` with the profiler on but its results discarded.", Hint::optional,
     check::ge(0));
   v(cycles, "cycles", "Steps recorded in each cycle.", Hint::optional, check::gt(0));
-  v(averages, "averages", "Log a table of average and total properties of each operation.", Hint::logging);
-  v(trace, "trace", "Log every operation in order.", Hint::logging);
+  v(averages, "averages",
+    "Write a table of the time per kernel variant, averaged over each cycle's recorded steps (the profiler's output).",
+    Hint::logging);
+  v(trace, "trace", "Log every operation in order.", Hint::logging,
+    config::not_supported_yet(false, "a per-operation trace (use `averages`)"));
   v(table_width, "table_width", "Width of logged tables, in characters.", Hint::logging, check::ge(40));
   v(ranks, "ranks", "Ranks to profile. Empty: all.", Hint::feature);
   v(log, "log", "Print the tables rather than saving them as artifacts.", Hint::logging);
-  v(export_, "export", "Save the raw profile as a Chrome trace artifact.", Hint::logging);
+  v(export_, "export", "Save the raw profile as a Chrome trace artifact.", Hint::logging,
+    config::not_supported_yet(false, "Chrome trace export (use `averages`)"));
 }
 
 void ProfilingConfig::check() const {
+  if ((cpu || cuda) && !averages)
+    fail("averages", "profiling is on (cpu or cuda) but produces nothing: set averages: true for the table of time per "
+                     "kernel variant");
   std::set<int> seen;
   for (int rank : ranks) {
     if (rank < 0) fail("ranks", fmt::format("ranks must be at least 0, got {}", rank));

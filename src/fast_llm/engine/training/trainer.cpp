@@ -226,9 +226,13 @@ void Trainer::train() {
   start_time_ = last_log_time_ = now_seconds();
   start_step_ = last_log_step_ = completed_steps_;
   interval_ = {};
+  if (sections_.profiling)
+    profiler_ = std::make_unique<StepProfiler>(*sections_.profiling, *sections_.distributed.rank, run_directory_);
   bool stop = false;
   while (!stop) {
+    if (profiler_) profiler_->before_step(completed_steps_ + 1);
     train_step();
+    if (profiler_) profiler_->after_step(completed_steps_);
     if (training.logs.enabled_at(completed_steps_))
       log_training(completed_steps_);
     else

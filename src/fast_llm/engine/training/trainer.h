@@ -48,6 +48,7 @@
 #include "fast_llm/engine/training/batch_uploader.h"
 #include "fast_llm/engine/training/config.h"
 #include "fast_llm/engine/training/metrics.h"
+#include "fast_llm/engine/training/profiling.h"
 #include "fast_llm/engine/training/step_records.h"
 #include "fast_llm/engine/training/run_config.h"
 #include "fast_llm/layers/context.h"
@@ -62,6 +63,7 @@ struct TrainerSections {
   const MultiStageConfig& multi_stage;
   const DistributedConfig& distributed;
   const RunConfig& run;
+  const ProfilingConfig* profiling = nullptr;  // none: no kernel profiling
 };
 
 // What a checkpoint keeps of the training loop besides the stages' shards.
@@ -143,6 +145,7 @@ class Trainer {
   std::unique_ptr<data::DataLoader> training_loader_;
   std::unique_ptr<BatchUploader> uploader_;
   std::unique_ptr<StepRecords> step_records_;
+  std::unique_ptr<StepProfiler> profiler_;  // kernel timing (`profiling`), when configured
 
   int64_t completed_steps_ = 0;
   std::optional<std::filesystem::path> run_directory_;

@@ -19,7 +19,8 @@ void train(const GPTTrainerConfig& config) {
                            .optimizer = config.optimizer,
                            .multi_stage = config.model.multi_stage,
                            .distributed = config.model.distributed,
-                           .run = config.run},
+                           .run = config.run,
+                           .profiling = &config.profiling},
                           model, data, config.to_yaml_string(), trainer_hooks(config));
   trainer.run();
 }
