@@ -17,6 +17,12 @@ namespace {
 
 using namespace testing;
 
+// The test plugins are built into the lib/ folder beside bin/; found from the running executable, so a staged copy of
+// the build (docs/gpu.md) finds its own.
+std::string test_library(const char* file_name) {
+  return (std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path() / "lib" / file_name).string();
+}
+
 TEST(KernelPlugins, MissingFile) {
   expect_error([] { load_kernel_plugins({"/nonexistent/libplugin.so"}); },
                "[kernels] kernel plugin /nonexistent/libplugin.so: no such file");
@@ -31,14 +37,16 @@ TEST(KernelPlugins, NotASharedLibrary) {
 }
 
 TEST(KernelPlugins, LibraryWithoutTheAbiSymbol) {
-  expect_error([] { load_kernel_plugins({FAST_LLM_TEST_NOT_A_PLUGIN}); },
-               fmt::format("kernel plugin {}: not a fast-llm kernel plugin", FAST_LLM_TEST_NOT_A_PLUGIN));
+  const std::string path = test_library(FAST_LLM_TEST_NOT_A_PLUGIN);
+  expect_error([&] { load_kernel_plugins({path}); },
+               fmt::format("kernel plugin {}: not a fast-llm kernel plugin", path));
 }
 
 TEST(KernelPlugins, WrongAbi) {
-  expect_error([] { load_kernel_plugins({FAST_LLM_TEST_PLUGIN_WRONG_ABI}); },
-               fmt::format("kernel plugin {}: built for kernel plugin ABI {}, this fast-llm has ABI {}",
-                           FAST_LLM_TEST_PLUGIN_WRONG_ABI, kKernelPluginAbi + 1, kKernelPluginAbi));
+  const std::string path = test_library(FAST_LLM_TEST_PLUGIN_WRONG_ABI);
+  expect_error([&] { load_kernel_plugins({path}); },
+               fmt::format("kernel plugin {}: built for kernel plugin ABI {}, this fast-llm has ABI {}", path,
+                           kKernelPluginAbi + 1, kKernelPluginAbi));
 }
 
 int plugin_fill_calls() {
@@ -47,7 +55,7 @@ int plugin_fill_calls() {
 }
 
 TEST(KernelPlugins, PluginVariantIsListedAndChosen) {
-  const std::string path = FAST_LLM_TEST_PLUGIN;
+  const std::string path = test_library(FAST_LLM_TEST_PLUGIN);
   Tensor tensor = filled(Shape{4, 3}, DType::float32, 0);
   fill({.tensor = tensor, .value = 1});
   EXPECT_EQ(plugin_fill_calls(), -1) << "the plugin is loaded before the test loads it";
