@@ -1,5 +1,6 @@
-// attention benchmark: attention_forward / attention_backward through their dispatch path on the GPU (the
-// highest-priority CUDA variant: `flash` for bf16 at head_size 64 / 128), causal, bf16, on packed documents:
+// attention benchmark: every CUDA variant of attention_forward / attention_backward but the plain `reference`
+// (`wgmma`, `flash`, ...; listed highest priority first: the first is what dispatch runs), causal, bf16, on packed
+// documents:
 //   (a) 8 documents x 2048, 9 heads in 3 groups, head_size 64
 //   (b) 4 x 4096, 32 heads in 8 groups, head_size 64
 //   (c) 2 x 4096, 24 heads in 8 groups, head_size 128
@@ -8,9 +9,9 @@
 //
 //   attention_benchmark [iterations]
 //
-// Each case is first checked on a small shape (documents 300, 77, 1; the case's heads and head_size) against the CPU
-// reference on the same inputs (forward output and logsumexp, backward dQ / dK / dV; relative error of the norm within
-// 1e-2); a case that disagrees is reported and not timed, and the program exits with status 1. Then each op is timed
+// Each (case, variant) is first checked on a small shape (documents 300, 77, 1; the case's heads and head_size) against
+// the CPU reference on the same inputs (forward output and logsumexp, backward dQ / dK / dV; relative error of the
+// norm within 1e-2); one that disagrees is reported and not timed, and the program exits with status 1. Then each op is timed
 // with CUDA events on the compute stream: 3 warm-up runs, the median of `iterations` (20) runs. FLOPs count only the
 // allowed (query, key) pairs: forward 4 heads head_size pairs (two products), backward 2.5 times that (five products,
 // as flash-attention reports it). benchmarks/torch_attention.py measures PyTorch's flash SDPA on the same shapes.
@@ -141,26 +142,44 @@ bool agree(const std::string& what, const Tensor& actual_tensor, const Tensor& e
   return false;
 }
 
-// Forward and backward on the GPU and with the CPU reference, on a small shape with the case's heads and head size.
-bool check_against_reference(const Case& c) {
+// The CUDA variants of `Op` worth timing (all but the plain `reference`), highest priority first: the first one that
+// supports a problem is the one dispatch runs.
+template <class Op>
+std::vector<const KernelVariant<typename Op::Args>*> timed_variants() {
+  std::vector<const KernelVariant<typename Op::Args>*> variants;
+  for (const auto& variant : OpRegistry<Op>::instance().variants())
+    if (variant.info.device == DeviceType::cuda && variant.info.variant != "reference") variants.push_back(&variant);
+  return variants;
+}
+
+// One forward variant against the CPU reference, on a small shape with the case's heads and head size.
+bool check_forward(const Case& c, const KernelVariant<AttentionForwardArgs>& variant) {
   const std::vector<int64_t> lengths{300, 77, 1};
   Problem gpu = make_problem(c, lengths, Device::cuda(0));
   Problem cpu = make_problem(c, lengths, Device::cpu());
-  attention_forward(gpu.forward());
+  variant.run(gpu.forward());
   attention_forward(cpu.forward());
   synchronize_device(Device::cuda(0));
-  bool ok = agree(c.name + " forward output", gpu.output, cpu.output);
-  ok = agree(c.name + " forward logsumexp", gpu.logsumexp, cpu.logsumexp) && ok;
-  // Both backward passes start from the reference forward's output and logsumexp.
+  const std::string what = c.name + " " + variant.info.variant + " forward";
+  bool ok = agree(what + " output", gpu.output, cpu.output);
+  return agree(what + " logsumexp", gpu.logsumexp, cpu.logsumexp) && ok;
+}
+
+// One backward variant; both backward passes start from the reference forward's output and logsumexp.
+bool check_backward(const Case& c, const KernelVariant<AttentionBackwardArgs>& variant) {
+  const std::vector<int64_t> lengths{300, 77, 1};
+  Problem gpu = make_problem(c, lengths, Device::cuda(0));
+  Problem cpu = make_problem(c, lengths, Device::cpu());
+  attention_forward(cpu.forward());
   gpu.output = cpu.output.to(Device::cuda(0));
   gpu.logsumexp = cpu.logsumexp.to(Device::cuda(0));
-  attention_backward(gpu.backward());
+  variant.run(gpu.backward());
   attention_backward(cpu.backward());
   synchronize_device(Device::cuda(0));
-  ok = agree(c.name + " backward grad_query", gpu.grad_query, cpu.grad_query) && ok;
-  ok = agree(c.name + " backward grad_key", gpu.grad_key, cpu.grad_key) && ok;
-  ok = agree(c.name + " backward grad_value", gpu.grad_value, cpu.grad_value) && ok;
-  return ok;
+  const std::string what = c.name + " " + variant.info.variant + " backward";
+  bool ok = agree(what + " grad_query", gpu.grad_query, cpu.grad_query);
+  ok = agree(what + " grad_key", gpu.grad_key, cpu.grad_key) && ok;
+  return agree(what + " grad_value", gpu.grad_value, cpu.grad_value) && ok;
 }
 
 double median_ms(const std::function<void()>& run, int warmup, int iterations) {
@@ -193,21 +212,32 @@ int run_benchmark(int iterations) {
       {"(e) 2x4096 h24/8 d128 w1024", std::vector<int64_t>(2, 4096), 24, 8, 128, 1024},
   };
   std::printf("%s; bf16, causal\n", device_info(Device::cuda(0)).name.c_str());
-  std::printf("%-30s %10s %10s %10s %10s\n", "case", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
+  std::printf("%-30s %-10s %-9s %10s %10s\n", "case", "variant", "direction", "ms", "TF/s");
   bool all_agree = true;
-  for (const Case& c : cases) {
-    if (!check_against_reference(c)) {
+  const auto report = [&](const Case& c, const std::string& variant, const char* direction, bool ok,
+                          const std::function<void()>& run, double flops) {
+    if (!ok) {
       all_agree = false;
-      std::printf("%-30s %10s\n", c.name.c_str(), "not timed");
-      continue;
+      std::printf("%-30s %-10s %-9s %10s\n", c.name.c_str(), variant.c_str(), direction, "not timed");
+      return;
     }
-    Problem problem = make_problem(c, c.document_lengths, Device::cuda(0));
-    const double forward_ms = median_ms([&] { attention_forward(problem.forward()); }, 3, iterations);
-    const double backward_ms = median_ms([&] { attention_backward(problem.backward()); }, 3, iterations);
-    const double flops = c.forward_flops();
-    std::printf("%-30s %10.3f %10.1f %10.3f %10.1f\n", c.name.c_str(), forward_ms, flops / (forward_ms * 1e-3) / 1e12,
-                backward_ms, 2.5 * flops / (backward_ms * 1e-3) / 1e12);
+    const double ms = median_ms(run, 3, iterations);
+    std::printf("%-30s %-10s %-9s %10.3f %10.1f\n", c.name.c_str(), variant.c_str(), direction, ms,
+                flops / (ms * 1e-3) / 1e12);
     std::fflush(stdout);
+  };
+  for (const Case& c : cases) {
+    Problem problem = make_problem(c, c.document_lengths, Device::cuda(0));
+    for (const auto* variant : timed_variants<AttentionForward>()) {
+      if (variant->supports && variant->supports(problem.forward())) continue;
+      report(c, variant->info.variant, "forward", check_forward(c, *variant),
+             [&] { variant->run(problem.forward()); }, c.forward_flops());
+    }
+    for (const auto* variant : timed_variants<AttentionBackward>()) {
+      if (variant->supports && variant->supports(problem.backward())) continue;
+      report(c, variant->info.variant, "backward", check_backward(c, *variant),
+             [&] { variant->run(problem.backward()); }, 2.5 * c.forward_flops());
+    }
   }
   return all_agree ? 0 : 1;
 }

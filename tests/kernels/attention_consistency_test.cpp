@@ -5,7 +5,7 @@
 // problems (a head size, a dtype), but must run at least one. The reference itself is checked against a dense
 // implementation and finite differences in attention_test.cpp.
 // The CUDA variants also run the shapes their tiles care about (cuda_cases): documents of lengths around the 16 / 64 /
-// 128-row tiles (1, 17, 63, 64, 65, 200, 513), windows of 1, 7 and 100, head groups of 1 / 3 / 4 heads and MQA, head
+// 128-row tiles (1, 17, 63, 64, 65, 127, 128, 129, 200, 256, 383, 513), windows of 1, 7 and 100, head groups of 1 / 3 / 4 heads and MQA, head
 // sizes 64 and 128 (80 for the reference variant), bf16 / fp16 / fp32, against the CPU reference on the same rounded
 // inputs (fp32 math).
 #include "fast_llm/kernels/attention.h"
@@ -122,6 +122,7 @@ std::vector<AttentionCase> cuda_cases() {
                                     {{513, 1, 130}, 8, 2, 128},                 // 4 heads per group
                                     {{200, 64, 17}, 4, 4, 128},                 // multi-head
                                     {{65, 300}, 4, 1, 64},                      // multi-query
+                                    {{127, 128, 129, 256, 383}, 4, 2, 128},     // around the 128-row wgmma tiles
                                     {{63, 129}, 3, 1, 80}};                     // the reference variant only
   const std::vector<std::pair<bool, std::optional<int64_t>>> masks{
       {true, std::nullopt}, {true, 1}, {true, 7}, {true, 100}, {false, std::nullopt}, {false, 7}};

@@ -24,6 +24,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <vector>
+
 #include "fast_llm/kernels/attention.h"
 
 namespace fast_llm::kernels::cuda::attention {
@@ -161,6 +163,29 @@ inline std::optional<std::string> common_reason(const Tensor& query, const Tenso
                        query.size(1));
   if (window_size && *window_size >= (int64_t(1) << 30))
     return fmt::format("window_size {}; supported: below 2^30", *window_size);
+  return std::nullopt;
+}
+
+// Why `device` cannot run the wgmma kernels (sm_90a machine code runs on compute capability 9.0 only), or nothing.
+// Capabilities are probed once.
+inline std::optional<std::string> hopper_reason(Device device) {
+  static const std::vector<int> capabilities = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    std::vector<int> result(size_t(count), 0);
+    for (int index = 0; index < count; ++index) {
+      int major = 0, minor = 0;
+      if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) == cudaSuccess &&
+          cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index) == cudaSuccess)
+        result[size_t(index)] = major * 10 + minor;
+    }
+    return result;
+  }();
+  const int capability =
+      device.index >= 0 && size_t(device.index) < capabilities.size() ? capabilities[size_t(device.index)] : 0;
+  if (capability != 90)
+    return fmt::format("{} has compute capability {}.{}; wgmma needs 9.0 (sm_90a)", device.str(), capability / 10,
+                       capability % 10);
   return std::nullopt;
 }
 

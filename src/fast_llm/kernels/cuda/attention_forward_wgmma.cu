@@ -1,0 +1,397 @@
+// Flash attention forward on Hopper tensor cores (kernels/attention.h), variant "wgmma": the flash-attention-2
+// algorithm with both products on wgmma (sm_90a, wgmma.cuh), bf16 / fp16 inputs, fp32 accumulation, head sizes 64
+// and 128. Same contract, grid and masks as "flash" (attention_forward.cu); what differs is the inner loop.
+//
+// A CTA holds 128 queries: two warpgroups of 64 rows each (256 threads, one CTA per multiprocessor). The query tile
+// and double-buffered (128, head_size) key and value tiles live in shared memory in the canonical 128-byte-swizzled
+// layout of wgmma.cuh, copied by cp.async (zero-filled past the document's end). Per key block and warpgroup:
+//   S = Q K^T  (m64n128k16 x head_size / 16, A = Q and B = K from shared memory, both K-major),
+//   online softmax of S in registers (the log2-domain update of "flash": max on raw scores, one FFMA + EX2 each),
+//   O = O * correction + P V  (m64n{head_size}k16 x 8, A = P straight from the S accumulators converted to T in
+//   registers, B = V from shared memory, MN-major).
+// The loop is software-pipelined inside each warpgroup: iteration i issues S_{i+1} = Q K_{i+1}^T and then
+// O += P_i V_i without waiting in between, waits for S_{i+1} only (wait_group 1: the older batch), computes its
+// softmax while P_i V_i still runs on the tensor cores, and waits for P_i V_i just before rescaling O. Two
+// warpgroups per CTA fill in each other's gaps further.
+//
+// Shared-memory stages: K_{i+2} and V_{i+1} are copied during iteration i (into the stages S_i and P_{i-1} V_{i-1}
+// released); one barrier per iteration, after each thread's copies landed and went through the proxy fence, both
+// publishes the new tiles and tells every warpgroup that the stages about to be overwritten are free.
+//
+// Output, logsumexp and layouts: as "flash" (channels contiguous, token / head strides multiples of 8 elements,
+// 16-byte aligned data).
+#include "fast_llm/kernels/cuda/attention_tile.cuh"
+#include "fast_llm/kernels/cuda/wgmma.cuh"
+
+namespace fast_llm::kernels::cuda::attention {
+namespace {
+
+struct WgmmaForwardParams {
+  const void* query;  // (tokens, heads, head_size) T
+  int64_t query_token_stride, query_head_stride;
+  const void* key;  // (tokens, head_groups, head_size) T
+  int64_t key_token_stride, key_head_stride;
+  const void* value;  // (tokens, head_groups, head_size) T
+  int64_t value_token_stride, value_head_stride;
+  void* output;  // (tokens, heads, head_size) T
+  int64_t output_token_stride, output_head_stride;
+  float* logsumexp;  // (heads, tokens)
+  int64_t logsumexp_head_stride, logsumexp_token_stride;
+  const int32_t* cu_seqlens;  // (documents + 1)
+  int64_t cu_seqlens_stride;
+  int heads_per_group;
+  float softmax_scale;
+  float scale_log2;  // softmax_scale * log2(e)
+  bool causal;       // also true with a window
+  int window;        // 0: none
+};
+
+constexpr int kBlockM = 128;  // queries per CTA: two warpgroups of 64
+constexpr int kBlockN = 128;  // keys per block
+constexpr int kThreads = 256;
+
+template <int kHeadSize>
+struct WgmmaForwardConfig {
+  static constexpr int kKSteps = kHeadSize / 16;  // k-steps of Q K^T
+  static constexpr int kPSteps = kBlockN / 16;    // k-steps of P V
+  static constexpr int kScoreRegisters = kBlockN / 2;
+  static constexpr int kOutputRegisters = kHeadSize / 2;
+  static constexpr uint32_t kQueryBytes = kBlockM * kHeadSize * 2;
+  static constexpr uint32_t kTileBytes = kBlockN * kHeadSize * 2;  // one key or value stage
+  // Q, 2 key stages, 2 value stages, and slack to start the tiles on a 1024-byte boundary.
+  static constexpr size_t kSharedBytes = kQueryBytes + 4 * size_t(kTileBytes) + 1024;
+};
+
+// Copies rows [first_row, first_row + kRows) of a (tokens, head_size) slice into a canonical swizzled tile at shared
+// address `tile`, zeros past `length`. A thread copies the same chunk of rows row0, row0 + kRowStep, ...: the source
+// pointer advances by a stride the compiler cannot see through (wgmma::opaque), else it would keep every step's
+// 64-bit address alive across the attention loop.
+template <int kRows, int kHeadSize, class T>
+__device__ __forceinline__ void load_tile(uint32_t tile, const T* source, int64_t token_stride, int first_row,
+                                          int length) {
+  constexpr int kChunks = kHeadSize / 8;
+  constexpr int kRowStep = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "whole copies per thread");
+  const int row0 = int(threadIdx.x) / kChunks, chunk = int(threadIdx.x) % kChunks;
+  const int64_t step_stride = int64_t(wgmma::opaque(uint64_t(token_stride * kRowStep)));
+  // An invalid row reads nothing, but its address must be mapped: the document's first row is.
+  const T* from = source + int64_t(first_row + row0) * token_stride + chunk * 8;
+#pragma unroll
+  for (int step = 0; step < kRows / kRowStep; ++step) {
+    const int row = row0 + step * kRowStep;
+    const bool valid = first_row + row < length;
+    copy_async_16(tile + wgmma::swizzled_offset<kRows>(row, chunk), valid ? from : source, valid);
+    from += step_stride;
+  }
+}
+
+template <class T, int kHeadSize>
+__global__ void __launch_bounds__(kThreads, 1) attention_forward_wgmma_kernel(const WgmmaForwardParams p) {
+  using Config = WgmmaForwardConfig<kHeadSize>;
+  constexpr int kKSteps = Config::kKSteps, kPSteps = Config::kPSteps;
+  constexpr int kScoreRegisters = Config::kScoreRegisters, kOutputRegisters = Config::kOutputRegisters;
+  constexpr uint32_t kTileBytes = Config::kTileBytes;
+
+  extern __shared__ unsigned char shared[];
+  const uint32_t query_tile = (shared_address(shared) + 1023) & ~1023u;  // (kBlockM, kHeadSize) swizzled
+  const uint32_t key_tiles = query_tile + Config::kQueryBytes;            // 2 x (kBlockN, kHeadSize)
+  const uint32_t value_tiles = key_tiles + 2 * kTileBytes;                // 2 x (kBlockN, kHeadSize)
+
+  const int document = int(blockIdx.z), head = int(blockIdx.y);
+  const int begin = p.cu_seqlens[document * p.cu_seqlens_stride];
+  const int length = p.cu_seqlens[(document + 1) * p.cu_seqlens_stride] - begin;
+  const int first_query = (int(gridDim.x) - 1 - int(blockIdx.x)) * kBlockM;
+  if (first_query >= length) return;
+  const int last_query = min(first_query + kBlockM, length) - 1;
+  const int group = head / p.heads_per_group;
+  const T* query = static_cast<const T*>(p.query) + int64_t(begin) * p.query_token_stride + head * p.query_head_stride;
+  const T* key = static_cast<const T*>(p.key) + int64_t(begin) * p.key_token_stride + group * p.key_head_stride;
+  const T* value =
+      static_cast<const T*>(p.value) + int64_t(begin) * p.value_token_stride + group * p.value_head_stride;
+
+  // The key blocks some query of [first_query, last_query] may see: at least one (a query sees its own key).
+  const int block_begin = p.window > 0 ? max(0, first_query - p.window + 1) / kBlockN : 0;
+  const int block_end = p.causal ? last_query / kBlockN + 1 : (length + kBlockN - 1) / kBlockN;
+  const int blocks = block_end - block_begin;
+
+  const int warpgroup = int(threadIdx.x) / 128, lane = int(threadIdx.x) % 32;
+  const int quad_row = lane / 4, quad_lane = lane % 4;
+  // This thread's rows in the block: row_base + quad_row and row_base + quad_row + 8 (wgmma.cuh fragments).
+  const int row_base = warpgroup * 64 + (int(threadIdx.x) % 128) / 32 * 16;
+
+  // Descriptors. Q (A, K-major): the warpgroup's 64 rows, k-step s in column block s / 4 at byte 32 (s % 4).
+  // K (B, K-major): likewise over kBlockN rows. V (B, MN-major): k-step j = keys 16 j .. 16 j + 15 at byte 2048 j,
+  // column blocks of 64 channels kBlockN * 128 bytes apart. A step's descriptor is its tile's plus the step's offset
+  // >> 4 (the start address field is the low bits, far from overflowing). The tile descriptors go through
+  // wgmma::opaque where they are used: otherwise the compiler keeps every step's descriptor of every stage in
+  // registers across the loop (64 registers at head_size 128), and spills.
+  const uint64_t query_descriptor =
+      wgmma::descriptor(query_tile + warpgroup * 64 * 128, 16, 1024);
+  const uint64_t key_descriptor = wgmma::descriptor(key_tiles, 16, 1024);
+  const uint64_t value_descriptor = wgmma::descriptor(value_tiles, kBlockN * 128, 1024);
+  constexpr uint64_t kStageStep = kTileBytes >> 4;
+  const auto query_step = [](int s) { return uint64_t(((s / 4) * kBlockM * 128 + (s % 4) * 32) >> 4); };
+  const auto key_step = [](int s) { return uint64_t(((s / 4) * kBlockN * 128 + (s % 4) * 32) >> 4); };
+  const auto value_step = [](int j) { return uint64_t((j * 2048) >> 4); };
+
+  float scores[kScoreRegisters];    // S, then P (unnormalised), of the current block
+  float output[kOutputRegisters];   // O, unnormalised
+  uint32_t probabilities[kPSteps][4];  // P as the A operand of P V
+  // Per row r (quad_row + 8 r): running max of the raw scores, and this lane's part of the running sum of exp (the
+  // quad's four parts are added at the end; every rescale applies to all four alike).
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < kOutputRegisters; ++i) output[i] = 0.0f;
+
+  // S = Q K^T for the key tile in `stage` (issued and committed; the caller waits).
+  const auto issue_scores = [&](int stage) {
+    const uint64_t query_tile_descriptor = wgmma::opaque(query_descriptor);
+    const uint64_t key_tile_descriptor = wgmma::opaque(key_descriptor + stage * kStageStep);
+#pragma unroll
+    for (int s = 0; s < kKSteps; ++s)
+      wgmma::product_ss<T, kBlockN, false, false>(scores, query_tile_descriptor + query_step(s),
+                                                  key_tile_descriptor + key_step(s), s > 0);
+    wgmma::commit();
+  };
+
+  // Masks the scores of key block `block` where needed, then the online softmax update: scores become exp2 of the
+  // scaled scores minus the new max; `correction` is what the old output and sums are multiplied by.
+  const auto softmax = [&](int block, float (&correction)[2]) {
+    const int first_key = block * kBlockN;
+    const bool boundary = first_key + kBlockN > length || (p.causal && first_key + kBlockN - 1 > first_query) ||
+                          (p.window > 0 && last_query - first_key >= p.window);
+    if (boundary) {
+      // Row r may see keys [key_begin, key_end) of the block, counted from this lane's first column (2 quad_lane):
+      // a compare of a constant per element.
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int query_index = first_query + row_base + quad_row + r * 8;
+        const int key_end = min(length, p.causal ? query_index + 1 : length) - first_key - quad_lane * 2;
+        const int key_begin = (p.window > 0 ? query_index - p.window + 1 : 0) - first_key - quad_lane * 2;
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (j * 8 + e < key_begin || j * 8 + e >= key_end) scores[4 * j + 2 * r + e] = -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float block_max = row_max[r];
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j)
+        block_max = fmaxf(block_max, fmaxf(scores[4 * j + 2 * r], scores[4 * j + 2 * r + 1]));
+      block_max = quad_max(block_max);
+      // A row that has seen no key yet keeps max -inf: subtract 0 instead, so exp2(-inf) = 0 rather than NaN.
+      const float base = block_max == -INFINITY ? 0.0f : block_max * p.scale_log2;
+      correction[r] = exp2f(row_max[r] * p.scale_log2 - base);
+      row_max[r] = block_max;
+      float sum = row_sum[r] * correction[r];
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+        for (int i = 4 * j + 2 * r; i < 4 * j + 2 * r + 2; ++i) {
+          scores[i] = exp2f(fmaf(scores[i], p.scale_log2, -base));
+          sum += scores[i];
+        }
+      row_sum[r] = sum;
+    }
+  };
+
+  // P in T as the A fragments of P V: column tiles 2 j and 2 j + 1 of S are k-step j.
+  const auto convert_probabilities = [&]() {
+#pragma unroll
+    for (int j = 0; j < kPSteps; ++j) {
+      probabilities[j][0] = pack<T>(scores[8 * j], scores[8 * j + 1]);
+      probabilities[j][1] = pack<T>(scores[8 * j + 2], scores[8 * j + 3]);
+      probabilities[j][2] = pack<T>(scores[8 * j + 4], scores[8 * j + 5]);
+      probabilities[j][3] = pack<T>(scores[8 * j + 6], scores[8 * j + 7]);
+    }
+  };
+
+  // O += P V for the value tile in `stage` (issued and committed).
+  const auto issue_output = [&](int stage) {
+    const uint64_t value_tile_descriptor = wgmma::opaque(value_descriptor + stage * kStageStep);
+#pragma unroll
+    for (int j = 0; j < kPSteps; ++j)
+      wgmma::product_rs<T, kHeadSize, true>(output, probabilities[j], value_tile_descriptor + value_step(j), true);
+    wgmma::commit();
+  };
+
+  // Every thread's copies so far have landed and are visible to the tensor cores (and every warpgroup is past the
+  // products that read the stages the next copies overwrite).
+  const auto publish = [&]() {
+    copy_async_wait<0>();
+    wgmma::proxy_fence();
+    __syncthreads();
+  };
+
+  // Prologue: Q and K_0, then V_0 and K_1; S_0 and its softmax.
+  load_tile<kBlockM, kHeadSize>(query_tile, query, p.query_token_stride, first_query, length);
+  load_tile<kBlockN, kHeadSize>(key_tiles, key, p.key_token_stride, block_begin * kBlockN, length);
+  copy_async_commit();
+  load_tile<kBlockN, kHeadSize>(value_tiles, value, p.value_token_stride, block_begin * kBlockN, length);
+  if (blocks > 1)
+    load_tile<kBlockN, kHeadSize>(key_tiles + kTileBytes, key, p.key_token_stride, (block_begin + 1) * kBlockN,
+                                  length);
+  copy_async_commit();
+  copy_async_wait<1>();
+  wgmma::proxy_fence();
+  __syncthreads();
+
+  float correction[2];
+  wgmma::wgmma_fence();
+  issue_scores(0);
+  wgmma::wait<0>();
+  wgmma::fence_operands(scores);
+  softmax(block_begin, correction);  // the output is still zero: nothing to correct
+  convert_probabilities();
+
+  // Iteration i: S_{i+1} and P_i V_i, for every block but the last.
+  for (int i = 0; i + 1 < blocks; ++i) {
+    publish();  // V_i and K_{i+1}
+    if (i + 2 < blocks)
+      load_tile<kBlockN, kHeadSize>(key_tiles + (i & 1) * kTileBytes, key, p.key_token_stride,
+                                    (block_begin + i + 2) * kBlockN, length);
+    load_tile<kBlockN, kHeadSize>(value_tiles + ((i + 1) & 1) * kTileBytes, value, p.value_token_stride,
+                                  (block_begin + i + 1) * kBlockN, length);
+    copy_async_commit();
+
+    wgmma::fence_operands(output);
+    wgmma::wgmma_fence();  // orders the softmax's writes of the scores and probabilities before the products
+    issue_scores((i + 1) & 1);
+    issue_output(i & 1);
+    wgmma::wait<1>();  // S_{i+1} done; P_i V_i may still run
+    wgmma::fence_operands(scores);
+    softmax(block_begin + i + 1, correction);
+    wgmma::wait<0>();  // P_i V_i done: the output may be rescaled and the probabilities overwritten
+    wgmma::fence_operands(output);
+#pragma unroll
+    for (int k = 0; k < kOutputRegisters; ++k) output[k] *= correction[(k / 2) % 2];
+    convert_probabilities();
+  }
+
+  // The last block: P V only.
+  publish();
+  wgmma::fence_operands(output);
+  wgmma::wgmma_fence();
+  issue_output((blocks - 1) & 1);
+  wgmma::wait<0>();
+  wgmma::fence_operands(output);
+
+  // Normalise and store (4-byte stores: the quad's lanes write 16 contiguous bytes of a row); logsumexp per row.
+  T* output_base =
+      static_cast<T*>(p.output) + int64_t(begin) * p.output_token_stride + head * p.output_head_stride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float sum = quad_sum(row_sum[r]);
+    const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row without keys outputs zeros
+    const int query_index = first_query + row_base + quad_row + r * 8;
+    if (query_index >= length) continue;
+    T* row = output_base + int64_t(query_index) * p.output_token_stride + quad_lane * 2;
+#pragma unroll
+    for (int j = 0; j < kHeadSize / 8; ++j)
+      *reinterpret_cast<uint32_t*>(row + j * 8) =
+          pack<T>(output[4 * j + 2 * r] * inverse, output[4 * j + 2 * r + 1] * inverse);
+    if (quad_lane == 0)
+      p.logsumexp[head * p.logsumexp_head_stride + int64_t(begin + query_index) * p.logsumexp_token_stride] =
+          sum > 0.0f ? row_max[r] * p.softmax_scale + logf(sum) : -INFINITY;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Host
+
+std::optional<std::string> tile_layout_reason(std::string_view name, const Tensor& tensor) {
+  if (auto reason = inner_contiguous_reason(name, tensor)) return reason;
+  if (!is_aligned(tensor.data(), 16) || tensor.stride(0) % 8 != 0 || tensor.stride(1) % 8 != 0)
+    return fmt::format("{} (strides {}) is not 16-byte aligned with token and head strides multiples of 8", name,
+                       tensor.strides().str());
+  return std::nullopt;
+}
+
+std::optional<std::string> supports_wgmma_forward(const AttentionForwardArgs& args) {
+  if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
+                                  args.window_size))
+    return reason;
+  if (auto reason = hopper_reason(args.query.device())) return reason;
+  if (args.query.dtype() != DType::bfloat16 && args.query.dtype() != DType::float16)
+    return fmt::format("query has dtype {}; supported: bfloat16, float16", dtype_name(args.query.dtype()));
+  if (args.query.size(2) != 64 && args.query.size(2) != 128)
+    return fmt::format("head_size {}; supported: 64, 128", args.query.size(2));
+  if (!(args.softmax_scale > 0.0)) return fmt::format("softmax_scale {}; supported: positive", args.softmax_scale);
+  if (args.output.device() != args.query.device())
+    return fmt::format("output is on {}, query on {}", args.output.device().str(), args.query.device().str());
+  if (auto reason = same_dtype_reason("output", args.output, "query", args.query)) return reason;
+  if (args.output.rank() != 3) return std::string("expected a rank-3 output");
+  if (auto reason = tile_layout_reason("query", args.query)) return reason;
+  if (auto reason = tile_layout_reason("key", args.key)) return reason;
+  if (auto reason = tile_layout_reason("value", args.value)) return reason;
+  return tile_layout_reason("output", args.output);
+}
+
+template <class T, int kHeadSize>
+void launch_wgmma_forward(const WgmmaForwardParams& params, int64_t max_seqlen, int64_t heads, int64_t documents,
+                          cudaStream_t stream) {
+  constexpr size_t kSharedBytes = WgmmaForwardConfig<kHeadSize>::kSharedBytes;
+  auto* kernel = &attention_forward_wgmma_kernel<T, kHeadSize>;
+  FLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSharedBytes)));
+  const dim3 grid(unsigned(ceil_div(max_seqlen, kBlockM)), unsigned(heads), unsigned(documents));
+  kernel<<<grid, kThreads, kSharedBytes, stream>>>(params);
+}
+
+void attention_forward_wgmma(const AttentionForwardArgs& args) {
+  constexpr const char* op = "attention_forward";
+  check_shapes(op, args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
+               args.window_size);
+  check_shape(op, "output", args.output, args.query.shape(), args.query.device());
+  const int64_t tokens = args.query.size(0), heads = args.query.size(1), head_size = args.query.size(2);
+  const int64_t documents = args.cu_seqlens.size(0) - 1;
+  if (tokens == 0 || documents == 0 || args.max_seqlen == 0) return;
+
+  LaunchScope scope(op, args.query.device(), args.stream);
+  const WgmmaForwardParams params{
+      .query = args.query.data(),
+      .query_token_stride = args.query.stride(0),
+      .query_head_stride = args.query.stride(1),
+      .key = args.key.data(),
+      .key_token_stride = args.key.stride(0),
+      .key_head_stride = args.key.stride(1),
+      .value = args.value.data(),
+      .value_token_stride = args.value.stride(0),
+      .value_head_stride = args.value.stride(1),
+      .output = args.output.data(),
+      .output_token_stride = args.output.stride(0),
+      .output_head_stride = args.output.stride(1),
+      .logsumexp = args.logsumexp.data_as<float>(),
+      .logsumexp_head_stride = args.logsumexp.stride(0),
+      .logsumexp_token_stride = args.logsumexp.stride(1),
+      .cu_seqlens = args.cu_seqlens.data_as<int32_t>(),
+      .cu_seqlens_stride = args.cu_seqlens.stride(0),
+      .heads_per_group = int(heads / args.key.size(1)),
+      .softmax_scale = float(args.softmax_scale),
+      .scale_log2 = float(args.softmax_scale) * kLog2e,
+      .causal = args.causal || args.window_size.has_value(),
+      .window = args.window_size ? int(*args.window_size) : 0};
+  const auto launch = [&]<class T>(std::type_identity<T>) {
+    if (head_size == 64)
+      launch_wgmma_forward<T, 64>(params, args.max_seqlen, heads, documents, scope.stream());
+    else
+      launch_wgmma_forward<T, 128>(params, args.max_seqlen, heads, documents, scope.stream());
+  };
+  if (args.query.dtype() == DType::bfloat16)
+    launch(std::type_identity<bfloat16>{});
+  else
+    launch(std::type_identity<float16>{});
+  scope.check_launch();
+}
+
+}  // namespace
+
+FLM_REGISTER_KERNEL(AttentionForward, DeviceType::cuda, "wgmma", /*priority=*/200, KernelKind::optimized,
+                    &supports_wgmma_forward, &attention_forward_wgmma,
+                    "flash-attention-2 on Hopper wgmma (sm_90), two warpgroups of 64 queries, 128-key blocks in "
+                    "swizzled shared memory (cp.async, double buffered), softmax overlapped with P V; bf16 / fp16, "
+                    "head_size 64 / 128");
+
+}  // namespace fast_llm::kernels::cuda::attention
