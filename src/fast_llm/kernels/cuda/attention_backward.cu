@@ -110,6 +110,8 @@ struct BackwardConfig {
   static constexpr int kKSteps = kHeadSize / 16;  // k-steps over channels
   static constexpr int kQTiles = kBlockM / 8;     // n-tiles over the queries of S^T, dP^T
   static constexpr int kOTiles = kHeadSize / 8;   // n-tiles over channels of dK, dV
+  // dQ work units: (16 queries, kUnitChannels) each, at least one per warp where the block allows.
+  static constexpr int kUnitChannels = (kBlockM / 16) * (kHeadSize / 64) >= kWarps ? 64 : 32;
   static constexpr int kScoreStride = kBlockM + 8;  // dS^T rows padded by 16 bytes: conflict-free ldmatrix and stores
   static constexpr int kTileBytes = kHeadSize * int(sizeof(T));  // per row
   static constexpr size_t kSharedBytes =
@@ -278,14 +280,15 @@ __global__ void __launch_bounds__(kWarps * 32) attention_backward_kernel(const B
             pack<T>(grad_probabilities[n][2 * r], grad_probabilities[n][2 * r + 1]);
     __syncthreads();
 
-    // dQ (kBlockM, kHeadSize) += dS K, in units of (16 queries, 64 channels) spread over the warps; A = dS from dS^T
-    // and B = K (rows = keys) both transposed by ldmatrix. The unscaled sums go to the fp32 scratch.
-    constexpr int kUnits = (kBlockM / 16) * (kHeadSize / 64);
+    // dQ (kBlockM, kHeadSize) += dS K, in units of (16 queries, kUnitChannels channels) spread over the warps; A = dS
+    // from dS^T and B = K (rows = keys) both transposed by ldmatrix. The unscaled sums go to the fp32 scratch.
+    constexpr int kUnitChannels = Config::kUnitChannels;
+    constexpr int kUnits = (kBlockM / 16) * (kHeadSize / kUnitChannels);
     for (int unit = warp; unit < kUnits; unit += kWarps) {
       const int query_tile_index = unit % (kBlockM / 16), channel_chunk = unit / (kBlockM / 16);
-      float grad_query[8][4];
+      float grad_query[kUnitChannels / 8][4];
 #pragma unroll
-      for (int o = 0; o < 8; ++o)
+      for (int o = 0; o < kUnitChannels / 8; ++o)
 #pragma unroll
         for (int i = 0; i < 4; ++i) grad_query[o][i] = 0.0f;
 #pragma unroll
@@ -295,11 +298,11 @@ __global__ void __launch_bounds__(kWarps * 32) attention_backward_kernel(const B
             a, shared_address(score_tile + (k * 16 + (lane / 16) * 8 + lane % 8) * kScoreStride +
                               query_tile_index * 16 + ((lane / 8) % 2) * 8));
 #pragma unroll
-        for (int o = 0; o < 4; ++o) {
+        for (int o = 0; o < kUnitChannels / 16; ++o) {
           uint32_t b[4];
           load_matrix_x4_transposed(
               b, shared_address(key_tile + swizzled<kChunks>(k * 16 + ((lane / 8) % 2) * 8 + lane % 8,
-                                                             channel_chunk * 8 + o * 2 + lane / 16)));
+                                                             channel_chunk * (kUnitChannels / 8) + o * 2 + lane / 16)));
           mma_16x8x16<T>(grad_query[2 * o], a, b[0], b[1]);
           mma_16x8x16<T>(grad_query[2 * o + 1], a, b[2], b[3]);
         }
@@ -309,9 +312,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_backward_kernel(const B
         const int query_index = first_query + query_tile_index * 16 + quad_row + r * 8;
         if (query_index >= length) continue;
         float* row = p.grad_query_sum + (int64_t(begin + query_index) * p.heads + head) * kHeadSize +
-                     channel_chunk * 64 + quad_lane * 2;
+                     channel_chunk * kUnitChannels + quad_lane * 2;
 #pragma unroll
-        for (int o = 0; o < 8; ++o)
+        for (int o = 0; o < kUnitChannels / 8; ++o)
           atomicAdd(reinterpret_cast<float2*>(row + o * 8), make_float2(grad_query[o][2 * r], grad_query[o][2 * r + 1]));
       }
     }
@@ -404,6 +407,7 @@ void launch_backward(const BackwardParams& params, int64_t max_seqlen, int64_t g
   kernel<<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(params);
 }
 
+template <int kWarps>
 void attention_backward_flash(const AttentionBackwardArgs& args) {
   constexpr const char* op = "attention_backward";
   const Device device = args.query.device();
@@ -459,10 +463,10 @@ void attention_backward_flash(const AttentionBackwardArgs& args) {
           .scale_log2 = float(args.softmax_scale) * kLog2e,
           .causal = args.causal || args.window_size.has_value(),
           .window = args.window_size ? int(*args.window_size) : 0};
-      // 4 warps of 16 key rows. dK and dV hold head_size fp32 registers per thread, S^T and dP^T kBlockM / 2 each:
-      // query blocks of 64 at head_size 64, of 32 at 128 (64 would spill).
-      launch_backward<T, kHeadSize, kHeadSize == 64 ? 64 : 32, 4>(params, args.max_seqlen, groups, documents,
-                                                                 scope.stream());
+      // kWarps warps of 16 key rows. dK and dV hold head_size fp32 registers per thread, S^T and dP^T kBlockM / 2
+      // each: query blocks of 64 at head_size 64, of 32 at 128 (64 would spill).
+      launch_backward<T, kHeadSize, kHeadSize == 64 ? 64 : 32, kWarps>(params, args.max_seqlen, groups, documents,
+                                                                      scope.stream());
       scope.check_launch();
     }
     attention_grad_query_kernel<T, kHeadSize>
@@ -486,8 +490,14 @@ void attention_backward_flash(const AttentionBackwardArgs& args) {
 }  // namespace
 
 FLM_REGISTER_KERNEL(AttentionBackward, DeviceType::cuda, "flash", /*priority=*/100, KernelKind::optimized,
-                    &supports_flash_backward, &attention_backward_flash,
+                    &supports_flash_backward, &attention_backward_flash<4>,
                     "flash-attention-2 backward on tensor cores: per key block dK, dV in registers (no atomics), dQ "
                     "in an fp32 scratch (vector atomics); bf16 / fp16, head_size 64 / 128");
+
+// The same with 8 warps: 128 key rows per CTA share each Q / dO tile (half the tile loads and dQ atomics per key),
+// at twice the shared memory per CTA. Below "flash" until a measurement says otherwise (attention_benchmark times both).
+FLM_REGISTER_KERNEL(AttentionBackward, DeviceType::cuda, "flash_wide", /*priority=*/90, KernelKind::optimized,
+                    &supports_flash_backward, &attention_backward_flash<8>,
+                    "as flash with 8 warps: 128-key blocks per CTA; bf16 / fp16, head_size 64 / 128");
 
 }  // namespace fast_llm::kernels::cuda::attention
