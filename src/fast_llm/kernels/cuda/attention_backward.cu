@@ -17,18 +17,15 @@
 // past the document's end read zeros and get lse = +inf (probability 0); key rows past it are masked and not stored.
 //
 // Layouts: as the forward (channels contiguous, token / head strides multiples of 8, 16-byte aligned data).
-#include "fast_llm/kernels/cuda/attention_tile.cuh"
+// Steps 1 and 3, the checks and the scratch are shared with the Hopper variant "wgmma" (attention_backward.cuh,
+// attention_backward_wgmma.cu), which brings its own main kernel.
+#include "fast_llm/kernels/cuda/attention_backward.cuh"
 
 namespace fast_llm::kernels::cuda::attention {
 namespace {
 
 constexpr int kDeltaThreads = 256;
 constexpr int kCastThreads = 256;
-
-struct TokenHeadTensor {
-  const void* data;
-  int64_t token_stride, head_stride;
-};
 
 // ---------------------------------------------------------------------------------------------------------------------
 // 1. delta = rowsum(dO * O): kHeadSize / 8 lanes per (token, head) row, 16-byte loads.
@@ -67,26 +64,6 @@ __global__ void __launch_bounds__(kDeltaThreads)
 
 // ---------------------------------------------------------------------------------------------------------------------
 // 2. The main kernel.
-
-struct BackwardParams {
-  TokenHeadTensor query, key, value, grad_output;  // T
-  void* grad_key;  // (tokens, head_groups, head_size) T
-  int64_t grad_key_token_stride, grad_key_head_stride;
-  void* grad_value;  // (tokens, head_groups, head_size) T
-  int64_t grad_value_token_stride, grad_value_head_stride;
-  const float* logsumexp;  // (heads, tokens)
-  int64_t logsumexp_head_stride, logsumexp_token_stride;
-  const float* delta;  // (heads, tokens) contiguous
-  float* grad_query_sum;  // (tokens, heads, head_size) contiguous, zeroed
-  const int32_t* cu_seqlens;  // (documents + 1)
-  int64_t cu_seqlens_stride;
-  int64_t tokens;
-  int heads, heads_per_group;
-  float softmax_scale;
-  float scale_log2;  // softmax_scale * log2(e)
-  bool causal;       // also true with a window
-  int window;        // 0: none
-};
 
 template <int kRows, int kHeadSize, int kThreads, class T>
 __device__ __forceinline__ void load_tile(T* tile, const T* source, int64_t token_stride, int first_row, int length) {
@@ -372,7 +349,41 @@ std::optional<std::string> tile_layout_reason(std::string_view name, const Tenso
   return std::nullopt;
 }
 
-std::optional<std::string> supports_flash_backward(const AttentionBackwardArgs& args) {
+template <class T, int kHeadSize, int kBlockM, int kWarps>
+void launch_backward(const BackwardParams& params, int64_t max_seqlen, int64_t groups, int64_t documents,
+                     cudaStream_t stream) {
+  using Config = BackwardConfig<T, kHeadSize, kBlockM, kWarps>;
+  auto* kernel = &attention_backward_kernel<T, kHeadSize, kBlockM, kWarps>;
+  FLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Config::kSharedBytes)));
+  const dim3 grid(unsigned(ceil_div(max_seqlen, Config::kBlockN)), unsigned(groups), unsigned(documents));
+  kernel<<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(params);
+}
+
+// kWarps warps of 16 key rows. dK and dV hold head_size fp32 registers per thread, S^T and dP^T kBlockM / 2 each:
+// query blocks of 64 at head_size 64, of 32 at 128 (64 would spill).
+template <int kWarps>
+void launch_flash_main(const BackwardParams& params, DType dtype, int64_t head_size, int64_t max_seqlen,
+                       int64_t groups, int64_t documents, cudaStream_t stream) {
+  const auto for_head_size = [&]<class T>(std::type_identity<T>) {
+    if (head_size == 64)
+      launch_backward<T, 64, 64, kWarps>(params, max_seqlen, groups, documents, stream);
+    else
+      launch_backward<T, 128, 32, kWarps>(params, max_seqlen, groups, documents, stream);
+  };
+  if (dtype == DType::bfloat16)
+    for_head_size(std::type_identity<bfloat16>{});
+  else
+    for_head_size(std::type_identity<float16>{});
+}
+
+template <int kWarps>
+void attention_backward_flash(const AttentionBackwardArgs& args) {
+  attention_backward_steps(args, &launch_flash_main<kWarps>);
+}
+
+}  // namespace
+
+std::optional<std::string> backward_tiles_reason(const AttentionBackwardArgs& args) {
   if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
                                   args.window_size))
     return reason;
@@ -397,18 +408,7 @@ std::optional<std::string> supports_flash_backward(const AttentionBackwardArgs& 
   return std::nullopt;
 }
 
-template <class T, int kHeadSize, int kBlockM, int kWarps>
-void launch_backward(const BackwardParams& params, int64_t max_seqlen, int64_t groups, int64_t documents,
-                     cudaStream_t stream) {
-  using Config = BackwardConfig<T, kHeadSize, kBlockM, kWarps>;
-  auto* kernel = &attention_backward_kernel<T, kHeadSize, kBlockM, kWarps>;
-  FLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Config::kSharedBytes)));
-  const dim3 grid(unsigned(ceil_div(max_seqlen, Config::kBlockN)), unsigned(groups), unsigned(documents));
-  kernel<<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(params);
-}
-
-template <int kWarps>
-void attention_backward_flash(const AttentionBackwardArgs& args) {
+void attention_backward_steps(const AttentionBackwardArgs& args, BackwardMainLauncher launch_main) {
   constexpr const char* op = "attention_backward";
   const Device device = args.query.device();
   check_shapes(op, args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
@@ -463,10 +463,7 @@ void attention_backward_flash(const AttentionBackwardArgs& args) {
           .scale_log2 = float(args.softmax_scale) * kLog2e,
           .causal = args.causal || args.window_size.has_value(),
           .window = args.window_size ? int(*args.window_size) : 0};
-      // kWarps warps of 16 key rows. dK and dV hold head_size fp32 registers per thread, S^T and dP^T kBlockM / 2
-      // each: query blocks of 64 at head_size 64, of 32 at 128 (64 would spill).
-      launch_backward<T, kHeadSize, kHeadSize == 64 ? 64 : 32, kWarps>(params, args.max_seqlen, groups, documents,
-                                                                      scope.stream());
+      launch_main(params, args.query.dtype(), kHeadSize, args.max_seqlen, groups, documents, scope.stream());
       scope.check_launch();
     }
     attention_grad_query_kernel<T, kHeadSize>
@@ -487,17 +484,15 @@ void attention_backward_flash(const AttentionBackwardArgs& args) {
     for_head_size(std::type_identity<float16>{});
 }
 
-}  // namespace
-
 FLM_REGISTER_KERNEL(AttentionBackward, DeviceType::cuda, "flash", /*priority=*/100, KernelKind::optimized,
-                    &supports_flash_backward, &attention_backward_flash<4>,
+                    &backward_tiles_reason, &attention_backward_flash<4>,
                     "flash-attention-2 backward on tensor cores: per key block dK, dV in registers (no atomics), dQ "
                     "in an fp32 scratch (vector atomics); bf16 / fp16, head_size 64 / 128");
 
 // The same with 8 warps: 128 key rows per CTA share each Q / dO tile (half the tile loads and dQ atomics per key),
 // at twice the shared memory per CTA. Below "flash" until a measurement says otherwise (attention_benchmark times both).
 FLM_REGISTER_KERNEL(AttentionBackward, DeviceType::cuda, "flash_wide", /*priority=*/90, KernelKind::optimized,
-                    &supports_flash_backward, &attention_backward_flash<8>,
+                    &backward_tiles_reason, &attention_backward_flash<8>,
                     "as flash with 8 warps: 128-key blocks per CTA; bf16 / fp16, head_size 64 / 128");
 
 }  // namespace fast_llm::kernels::cuda::attention

@@ -1,0 +1,50 @@
+// The steps every CUDA attention backward variant shares (attention_backward.cu): argument checks, delta =
+// rowsum(dO * O) into a (heads, tokens) fp32 scratch, the zeroed (tokens, heads, head_size) fp32 dQ sums, and the
+// final grad_query = softmax_scale * sums in the input dtype. A variant supplies only its main kernel (dK, dV written,
+// dQ added to the sums), launched through `attention_backward_steps` on the op's stream: "flash" and "flash_wide"
+// (attention_backward.cu, mma.sync), "wgmma" (attention_backward_wgmma.cu, Hopper).
+#pragma once
+
+#include "fast_llm/kernels/cuda/attention_tile.cuh"
+
+namespace fast_llm::kernels::cuda::attention {
+
+struct TokenHeadTensor {
+  const void* data;
+  int64_t token_stride, head_stride;
+};
+
+// What a main kernel reads and writes.
+struct BackwardParams {
+  TokenHeadTensor query, key, value, grad_output;  // T
+  void* grad_key;  // (tokens, head_groups, head_size) T
+  int64_t grad_key_token_stride, grad_key_head_stride;
+  void* grad_value;  // (tokens, head_groups, head_size) T
+  int64_t grad_value_token_stride, grad_value_head_stride;
+  const float* logsumexp;  // (heads, tokens)
+  int64_t logsumexp_head_stride, logsumexp_token_stride;
+  const float* delta;  // (heads, tokens) contiguous
+  float* grad_query_sum;  // (tokens, heads, head_size) contiguous, zeroed
+  const int32_t* cu_seqlens;  // (documents + 1)
+  int64_t cu_seqlens_stride;
+  int64_t tokens;
+  int heads, heads_per_group;
+  float softmax_scale;
+  float scale_log2;  // softmax_scale * log2(e)
+  bool causal;       // also true with a window
+  int window;        // 0: none
+};
+
+// Queues a variant's main kernel for `params` (bf16 or fp16 `dtype`, head_size 64 or 128) on `stream`; called only
+// with documents > 0 and max_seqlen > 0.
+using BackwardMainLauncher = void (*)(const BackwardParams& params, DType dtype, int64_t head_size,
+                                      int64_t max_seqlen, int64_t groups, int64_t documents, cudaStream_t stream);
+
+// Why the tile kernels cannot run `args` (devices, dtypes bf16 / fp16, head_size 64 / 128, layouts: channels
+// contiguous, token and head strides multiples of 8, 16-byte aligned data), or nothing.
+std::optional<std::string> backward_tiles_reason(const AttentionBackwardArgs& args);
+
+// The whole backward: checks, delta, dQ sums, `launch_main`, the cast of dQ.
+void attention_backward_steps(const AttentionBackwardArgs& args, BackwardMainLauncher launch_main);
+
+}  // namespace fast_llm::kernels::cuda::attention
