@@ -10,6 +10,7 @@
 #   OURS_STEPS       fast-llm steps per shape (15; first 2 untimed)    TORCH_STEPS  timed PyTorch steps per mode (10)
 #   TORCH_WARMUP     untimed PyTorch steps per mode, compile incl. (2) TORCH_MODES  eager,compile (or compile_layers)
 #   OURS_TIMEOUT     seconds per fast-llm run (150)                    TORCH_TIMEOUT seconds per PyTorch process (200)
+#   OURS_OVERRIDES   extra `a.b=value` overrides for every fast-llm run (e.g. kernels.exclude=[...])
 #   OURS_PROFILE     1: after each timed fast-llm run, a short profiled run prints the time per kernel variant
 #   BUDGET_S         wall-clock budget of the whole script (450): each run's timeout is cut to a fair share of what
 #                    is left, so one hang or one slow compile cannot take the device call or the other shapes with
@@ -67,7 +68,7 @@ for shape in "${shapes[@]}"; do
     echo "== $shape: fast-llm, $ours_steps steps (timeout ${seconds}s, $((SECONDS - start))s elapsed)"
     timeout -k 10 "$seconds" "$binary" train gpt -c "examples/benchmarks/$shape.yaml" \
       training.train_iters="$ours_steps" training.logs.interval=1 run.experiment_dir="$experiment" \
-      >"$work/$shape/fast_llm.log" 2>&1
+      ${OURS_OVERRIDES:-} >"$work/$shape/fast_llm.log" 2>&1
     rc=$?
     echo "$rc" >"$work/$shape/fast_llm.rc"
     if [ "$rc" -ne 0 ]; then
@@ -78,7 +79,8 @@ for shape in "${shapes[@]}"; do
       # Where the time goes: a separate short run timing every kernel (steps 4-5), so the timed run stays clean.
       timeout -k 10 "$seconds" "$binary" train gpt -c "examples/benchmarks/$shape.yaml" training.train_iters=5 \
         training.logs.interval=5 profiling.cuda=true profiling.averages=true profiling.skip=3 profiling.warmup=0 \
-        profiling.cycles=2 run.experiment_dir="$experiment-profile" >"$work/$shape/fast_llm_profile.log" 2>&1
+        profiling.cycles=2 run.experiment_dir="$experiment-profile" ${OURS_OVERRIDES:-} \
+        >"$work/$shape/fast_llm_profile.log" 2>&1
       table=$(ls "$experiment-profile"/runs/0/profile/step_*.txt 2>/dev/null | head -1)
       if [ -n "$table" ]; then head -30 "$table"; else tail -5 "$work/$shape/fast_llm_profile.log"; fi
     fi
