@@ -14,7 +14,7 @@
 #
 #   bash tools/gpu_cpu_loss_check.sh [overrides...]      (overrides go to all three runs, e.g. to shrink the model)
 # Environment: FAST_LLM_BINARY (build/device/bin/fast-llm), PYTHON (python3), STEPS (200), CONTROL (1: run the GPU
-# fp32 control), TOLERANCE (0.02), GPU_TIMEOUT (150 s per GPU run), CPU_TIMEOUT (330 s), STRICT_CONTROL (0).
+# fp32 control), CPU_THREADS (every core), TOLERANCE (0.02), GPU_TIMEOUT (150 s per GPU run), CPU_TIMEOUT (330 s), STRICT_CONTROL (0).
 # Expected time on the H200 machine (16 cores): CPU run ~2-4 min (about 6 x 106M x 512 = 0.33 TFLOP a step), each GPU
 # run well under a minute including start-up. Logs and metrics go to $OUT/gpu_cpu_loss_check when OUT is set.
 set -uo pipefail
@@ -59,7 +59,9 @@ gpu_rc=$?
 if [ "${CONTROL:-1}" = 1 ]; then
   train gpu_fp32 "${GPU_TIMEOUT:-150}" model.distributed.use_cuda=true model.distributed.compute_dtype=fp32
 fi
-OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} train cpu_fp32 "${CPU_TIMEOUT:-330}" model.distributed.use_cuda=false \
+# Every core, whatever the machine's environment says (an inherited OMP_NUM_THREADS=1 would also cap OpenBLAS).
+threads=${CPU_THREADS:-$(nproc)}
+OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads train cpu_fp32 "${CPU_TIMEOUT:-330}" model.distributed.use_cuda=false \
   model.distributed.compute_dtype=fp32
 cpu_rc=$?
 
