@@ -62,7 +62,7 @@ struct ConsistencyProblem {
   std::string name;
   DType dtype = DType::float32;  // sets the tolerance
   // Overrides the dtype's tolerance, for long fp32 reductions whose rounding grows with their length.
-  std::optional<double> tolerance;
+  std::optional<double> tolerance = std::nullopt;
   bool exact = false;            // outputs must match the reference bit for bit (copies, casts, fills)
   std::map<std::string, TensorSpec> tensors;
   // Builds the op's arguments from the tensors (views, on the device under test) and passes them to `run`.

@@ -202,8 +202,8 @@ base_model:
   EXPECT_EQ(yarn->original_context_length, 8192);
   EXPECT_NEAR(*yarn->attention_factor, 0.1 * std::log(8.0) + 1.0, 1e-12);
 
-  const auto* llama3 = attention(load("{base_model: {decoder: {block: {mixer: {rotary: {type: llama3}}}}}}"))
-                           .rotary.as<layers::Llama3RotaryConfig>();
+  const auto llama3_config = load("{base_model: {decoder: {block: {mixer: {rotary: {type: llama3}}}}}}");
+  const auto* llama3 = attention(llama3_config).rotary.as<layers::Llama3RotaryConfig>();
   ASSERT_NE(llama3, nullptr);
   EXPECT_DOUBLE_EQ(llama3->theta, 10000.0);
   EXPECT_DOUBLE_EQ(llama3->scale_factor, 8.0);

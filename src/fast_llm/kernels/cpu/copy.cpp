@@ -5,6 +5,7 @@
 #include "fast_llm/kernels/copy.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -87,6 +88,20 @@ To convert(From value) {
     return from_float<To>(load_value(value));
 }
 
+// Element loads and stores through memcpy: tensors viewing a file (safetensors data starts at any byte offset) need
+// not be aligned to their element size, and a plain access would be undefined behaviour there. For aligned data the
+// compiler emits the same single load or store.
+template <class T>
+T load_element(const T* pointer) {
+  T value;
+  std::memcpy(&value, pointer, sizeof(T));
+  return value;
+}
+template <class T>
+void store_element(T* pointer, T value) {
+  std::memcpy(pointer, &value, sizeof(T));
+}
+
 void fill_reference(const FillArgs& args) {
   FLM_CHECK(args.tensor.defined(), "fill", "tensor is undefined");
   check_defined_on_cpu("fill", "tensor", args.tensor);
@@ -96,7 +111,8 @@ void fill_reference(const FillArgs& args) {
     const Shape& shape = args.tensor.shape();
     const Shape& strides = args.tensor.strides();
 #pragma omp parallel for
-    for (int64_t index = 0; index < args.tensor.numel(); ++index) data[strided_offset(shape, strides, index)] = value;
+    for (int64_t index = 0; index < args.tensor.numel(); ++index)
+      store_element(data + strided_offset(shape, strides, index), value);
   });
 }
 
@@ -111,8 +127,8 @@ void copy_reference(const CopyArgs& args) {
     const Shape& shape = args.source.shape();
 #pragma omp parallel for
     for (int64_t index = 0; index < args.source.numel(); ++index)
-      destination[strided_offset(shape, args.destination.strides(), index)] =
-          source[strided_offset(shape, args.source.strides(), index)];
+      store_element(destination + strided_offset(shape, args.destination.strides(), index),
+                    load_element(source + strided_offset(shape, args.source.strides(), index)));
   };
   switch (args.source.element_size()) {
     case 1: copy_elements(std::type_identity<uint8_t>{}); return;
@@ -133,8 +149,8 @@ void cast_reference(const CastArgs& args) {
       const Shape& shape = args.source.shape();
 #pragma omp parallel for
       for (int64_t index = 0; index < args.source.numel(); ++index)
-        destination[strided_offset(shape, args.destination.strides(), index)] =
-            convert<To>(source[strided_offset(shape, args.source.strides(), index)]);
+        store_element(destination + strided_offset(shape, args.destination.strides(), index),
+                      convert<To>(load_element(source + strided_offset(shape, args.source.strides(), index))));
     });
   });
 }
