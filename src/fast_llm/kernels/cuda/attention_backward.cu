@@ -489,10 +489,4 @@ FLM_REGISTER_KERNEL(AttentionBackward, DeviceType::cuda, "flash", /*priority=*/1
                     "flash-attention-2 backward on tensor cores: per key block dK, dV in registers (no atomics), dQ "
                     "in an fp32 scratch (vector atomics); bf16 / fp16, head_size 64 / 128");
 
-// The same with 8 warps: 128 key rows per CTA share each Q / dO tile (half the tile loads and dQ atomics per key),
-// at twice the shared memory per CTA. Below "flash" until a measurement says otherwise (attention_benchmark times both).
-FLM_REGISTER_KERNEL(AttentionBackward, DeviceType::cuda, "flash_wide", /*priority=*/90, KernelKind::optimized,
-                    &backward_tiles_reason, &attention_backward_flash<8>,
-                    "as flash with 8 warps: 128-key blocks per CTA; bf16 / fp16, head_size 64 / 128");
-
 }  // namespace fast_llm::kernels::cuda::attention
