@@ -65,20 +65,6 @@ __global__ void __launch_bounds__(kDeltaThreads)
 // ---------------------------------------------------------------------------------------------------------------------
 // 2. The main kernel.
 
-template <int kRows, int kHeadSize, int kThreads, class T>
-__device__ __forceinline__ void load_tile(T* tile, const T* source, int64_t token_stride, int first_row, int length) {
-  constexpr int kChunks = kHeadSize / 8;
-  static_assert(kRows * kChunks % kThreads == 0, "whole copies per thread");
-#pragma unroll
-  for (int step = 0; step < kRows * kChunks / kThreads; ++step) {
-    const int index = step * kThreads + int(threadIdx.x);
-    const int row = index / kChunks, chunk = index % kChunks;
-    const bool valid = first_row + row < length;
-    const T* from = source + (valid ? int64_t(first_row + row) * token_stride : 0) + chunk * 8;
-    copy_async_16(shared_address(tile + swizzled<kChunks>(row, chunk)), from, valid);
-  }
-}
-
 template <class T, int kHeadSize, int kBlockM, int kWarps>
 struct BackwardConfig {
   static constexpr int kBlockN = 16 * kWarps;  // key rows per CTA: 16 per warp
@@ -121,10 +107,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_backward_kernel(const B
   const int last_key = min(first_key + kBlockN, length) - 1;
 
   // The query blocks that may see some key of [first_key, last_key], for each head of the group.
-  const int query_blocks = (length + kBlockM - 1) / kBlockM;
-  const int block_begin = p.causal ? first_key / kBlockM : 0;
-  const int block_end = p.window > 0 ? min(query_blocks, (last_key + p.window - 1) / kBlockM + 1) : query_blocks;
-  const int blocks = max(0, block_end - block_begin);
+  const QueryBlocks seeing = query_blocks_seeing<kBlockM>(p, first_key, last_key, length);
+  const int block_begin = seeing.begin, blocks = seeing.count;
   const int items = blocks * p.heads_per_group;
 
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
@@ -341,14 +325,6 @@ __global__ void __launch_bounds__(kCastThreads)
 // ---------------------------------------------------------------------------------------------------------------------
 // Host
 
-std::optional<std::string> tile_layout_reason(std::string_view name, const Tensor& tensor) {
-  if (auto reason = inner_contiguous_reason(name, tensor)) return reason;
-  if (!is_aligned(tensor.data(), 16) || tensor.stride(0) % 8 != 0 || tensor.stride(1) % 8 != 0)
-    return fmt::format("{} (strides {}) is not 16-byte aligned with token and head strides multiples of 8", name,
-                       tensor.strides().str());
-  return std::nullopt;
-}
-
 template <class T, int kHeadSize, int kBlockM, int kWarps>
 void launch_backward(const BackwardParams& params, int64_t max_seqlen, int64_t groups, int64_t documents,
                      cudaStream_t stream) {
@@ -387,11 +363,7 @@ std::optional<std::string> backward_tiles_reason(const AttentionBackwardArgs& ar
   if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
                                   args.window_size))
     return reason;
-  if (args.query.dtype() != DType::bfloat16 && args.query.dtype() != DType::float16)
-    return fmt::format("query has dtype {}; supported: bfloat16, float16", dtype_name(args.query.dtype()));
-  if (args.query.size(2) != 64 && args.query.size(2) != 128)
-    return fmt::format("head_size {}; supported: 64, 128", args.query.size(2));
-  if (!(args.softmax_scale > 0.0)) return fmt::format("softmax_scale {}; supported: positive", args.softmax_scale);
+  if (auto reason = tile_dtype_and_size_reason(args.query, args.softmax_scale)) return reason;
   for (const auto& [name, tensor] :
        {std::pair<const char*, const Tensor*>{"grad_output", &args.grad_output}, {"output", &args.output},
         {"grad_query", &args.grad_query}, {"grad_key", &args.grad_key}, {"grad_value", &args.grad_value}}) {

@@ -35,6 +35,20 @@ struct BackwardParams {
   int window;        // 0: none
 };
 
+// The query blocks (of kBlockM queries) that may see some key of a CTA's keys [first_key, last_key] (positions in a
+// document of `length` tokens), for each head of the group: blocks [begin, begin + count).
+struct QueryBlocks {
+  int begin, count;
+};
+template <int kBlockM>
+__device__ __forceinline__ QueryBlocks query_blocks_seeing(const BackwardParams& p, int first_key, int last_key,
+                                                           int length) {
+  const int query_blocks = (length + kBlockM - 1) / kBlockM;
+  const int block_begin = p.causal ? first_key / kBlockM : 0;
+  const int block_end = p.window > 0 ? min(query_blocks, (last_key + p.window - 1) / kBlockM + 1) : query_blocks;
+  return {block_begin, max(0, block_end - block_begin)};
+}
+
 // Queues a variant's main kernel for `params` (bf16 or fp16 `dtype`, head_size 64 or 128) on `stream`; called only
 // with documents > 0 and max_seqlen > 0.
 using BackwardMainLauncher = void (*)(const BackwardParams& params, DType dtype, int64_t head_size,

@@ -39,6 +39,7 @@
 //
 // Layouts: as "flash" (channels contiguous, token / head strides multiples of 8, 16-byte aligned data).
 #include "fast_llm/kernels/cuda/attention_backward.cuh"
+#include "fast_llm/kernels/cuda/attention_wgmma.cuh"
 #include "fast_llm/kernels/cuda/wgmma.cuh"
 
 namespace fast_llm::kernels::cuda::attention {
@@ -46,7 +47,7 @@ namespace {
 
 constexpr int kBlockN = 128;  // keys per CTA: two warpgroups of 64
 constexpr int kBlockM = 64;   // queries per item
-constexpr int kThreads = 256;
+constexpr int kThreads = kWgmmaThreads;
 
 template <int kHeadSize>
 struct WgmmaBackwardConfig {
@@ -58,28 +59,6 @@ struct WgmmaBackwardConfig {
   static constexpr size_t kSharedBytes =
       2 * size_t(kKeyBytes) + 4 * size_t(kQueryBytes) + kScoreBytes + 2 * kRowBytes + 1024;
 };
-
-// Copies rows [first_row, first_row + kRows) of a (tokens, head_size) slice into a canonical swizzled tile at shared
-// address `tile`, zeros past `length`. The source pointer advances by a stride the compiler cannot see through
-// (wgmma::opaque), else it keeps every step's 64-bit address alive across the loop.
-template <int kRows, int kHeadSize, class T>
-__device__ __forceinline__ void load_tile(uint32_t tile, const T* source, int64_t token_stride, int first_row,
-                                          int length) {
-  constexpr int kChunks = kHeadSize / 8;
-  constexpr int kRowStep = kThreads / kChunks;
-  static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "whole copies per thread");
-  const int row0 = int(threadIdx.x) / kChunks, chunk = int(threadIdx.x) % kChunks;
-  const int64_t step_stride = int64_t(wgmma::opaque(uint64_t(token_stride * kRowStep)));
-  // An invalid row reads nothing, but its address must be mapped: the document's first row is.
-  const T* from = source + int64_t(first_row + row0) * token_stride + chunk * 8;
-#pragma unroll
-  for (int step = 0; step < kRows / kRowStep; ++step) {
-    const int row = row0 + step * kRowStep;
-    const bool valid = first_row + row < length;
-    copy_async_16(tile + wgmma::swizzled_offset<kRows>(row, chunk), valid ? from : source, valid);
-    from += step_stride;
-  }
-}
 
 template <class T, int kHeadSize>
 __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(const BackwardParams p) {
@@ -112,10 +91,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
 
   // The query blocks that may see some key of [first_key, last_key], for each head of the group (at least one: a key
   // is seen by its own query).
-  const int query_blocks = (length + kBlockM - 1) / kBlockM;
-  const int block_begin = p.causal ? first_key / kBlockM : 0;
-  const int block_end = p.window > 0 ? min(query_blocks, (last_key + p.window - 1) / kBlockM + 1) : query_blocks;
-  const int blocks = max(0, block_end - block_begin);
+  const QueryBlocks seeing = query_blocks_seeing<kBlockM>(p, first_key, last_key, length);
+  const int block_begin = seeing.begin, blocks = seeing.count;
   const int items = blocks * p.heads_per_group;
 
   const int warpgroup = int(threadIdx.x) / 128, lane = int(threadIdx.x) % 32;
@@ -161,10 +138,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
                      head * p.query.head_stride;
     const T* grad_output = static_cast<const T*>(p.grad_output.data) + int64_t(begin) * p.grad_output.token_stride +
                            head * p.grad_output.head_stride;
-    load_tile<kBlockM, kHeadSize>(query_tiles + stage * Config::kQueryBytes, query, p.query.token_stride, first_query,
-                                  length);
-    load_tile<kBlockM, kHeadSize>(grad_output_tiles + stage * Config::kQueryBytes, grad_output,
-                                  p.grad_output.token_stride, first_query, length);
+    load_wgmma_tile<kBlockM, kHeadSize>(query_tiles + stage * Config::kQueryBytes, query, p.query.token_stride,
+                                        first_query, length);
+    load_wgmma_tile<kBlockM, kHeadSize>(grad_output_tiles + stage * Config::kQueryBytes, grad_output,
+                                        p.grad_output.token_stride, first_query, length);
     const int index = int(threadIdx.x);
     if (index < 2 * kBlockM) {
       const int row = index % kBlockM;
@@ -178,8 +155,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
     }
   };
 
-  load_tile<kBlockN, kHeadSize>(key_tile, key, p.key.token_stride, first_key, length);
-  load_tile<kBlockN, kHeadSize>(value_tile, value, p.value.token_stride, first_key, length);
+  load_wgmma_tile<kBlockN, kHeadSize>(key_tile, key, p.key.token_stride, first_key, length);
+  load_wgmma_tile<kBlockN, kHeadSize>(value_tile, value, p.value.token_stride, first_key, length);
   if (items > 0) load_item(0, 0);
   copy_async_commit();
 

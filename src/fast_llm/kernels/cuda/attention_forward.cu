@@ -16,46 +16,10 @@
 // Output (tokens, heads, head_size) in the input dtype; logsumexp (heads, tokens) fp32 = max * scale + log(sum).
 // Every tensor's channels are contiguous; token and head strides are free (views into a fused QKV buffer) but must be
 // multiples of 8 elements with 16-byte aligned data, for the 16-byte copies.
-#include "fast_llm/kernels/cuda/attention_tile.cuh"
+#include "fast_llm/kernels/cuda/attention_forward.cuh"
 
 namespace fast_llm::kernels::cuda::attention {
 namespace {
-
-struct ForwardParams {
-  const void* query;  // (tokens, heads, head_size) T
-  int64_t query_token_stride, query_head_stride;
-  const void* key;  // (tokens, head_groups, head_size) T
-  int64_t key_token_stride, key_head_stride;
-  const void* value;  // (tokens, head_groups, head_size) T
-  int64_t value_token_stride, value_head_stride;
-  void* output;  // (tokens, heads, head_size) T
-  int64_t output_token_stride, output_head_stride;
-  float* logsumexp;  // (heads, tokens)
-  int64_t logsumexp_head_stride, logsumexp_token_stride;
-  const int32_t* cu_seqlens;  // (documents + 1)
-  int64_t cu_seqlens_stride;
-  int heads_per_group;
-  float softmax_scale;
-  float scale_log2;  // softmax_scale * log2(e)
-  bool causal;       // also true with a window
-  int window;        // 0: none
-};
-
-// Copies rows [first_row, first_row + kRows) of a (tokens, head_size) slice into a swizzled tile, zeros past `length`.
-template <int kRows, int kHeadSize, int kThreads, class T>
-__device__ __forceinline__ void load_tile(T* tile, const T* source, int64_t token_stride, int first_row, int length) {
-  constexpr int kChunks = kHeadSize / 8;
-  static_assert(kRows * kChunks % kThreads == 0, "whole copies per thread");
-#pragma unroll
-  for (int step = 0; step < kRows * kChunks / kThreads; ++step) {
-    const int index = step * kThreads + int(threadIdx.x);
-    const int row = index / kChunks, chunk = index % kChunks;
-    const bool valid = first_row + row < length;
-    // An invalid row reads nothing, but its address must be mapped: the document's first row is.
-    const T* from = source + (valid ? int64_t(first_row + row) * token_stride : 0) + chunk * 8;
-    copy_async_16(shared_address(tile + swizzled<kChunks>(row, chunk)), from, valid);
-  }
-}
 
 template <class T, int kHeadSize, int kBlockM, int kBlockN, int kWarps>
 struct ForwardConfig {
@@ -263,39 +227,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) attention_forward_ker
 // ---------------------------------------------------------------------------------------------------------------------
 // Host
 
-// 16-byte copies need 16-byte aligned data and token / head strides of whole 16-byte chunks.
-std::optional<std::string> tile_layout_reason(std::string_view name, const Tensor& tensor) {
-  if (auto reason = inner_contiguous_reason(name, tensor)) return reason;
-  if (!is_aligned(tensor.data(), 16) || tensor.stride(0) % 8 != 0 || tensor.stride(1) % 8 != 0)
-    return fmt::format("{} (strides {}) is not 16-byte aligned with token and head strides multiples of 8", name,
-                       tensor.strides().str());
-  return std::nullopt;
-}
-
-std::optional<std::string> flash_dtype_and_size_reason(const Tensor& query, double softmax_scale) {
-  if (query.dtype() != DType::bfloat16 && query.dtype() != DType::float16)
-    return fmt::format("query has dtype {}; supported: bfloat16, float16", dtype_name(query.dtype()));
-  if (query.size(2) != 64 && query.size(2) != 128)
-    return fmt::format("head_size {}; supported: 64, 128", query.size(2));
-  if (!(softmax_scale > 0.0)) return fmt::format("softmax_scale {}; supported: positive", softmax_scale);
-  return std::nullopt;
-}
-
-std::optional<std::string> supports_flash_forward(const AttentionForwardArgs& args) {
-  if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
-                                  args.window_size))
-    return reason;
-  if (auto reason = flash_dtype_and_size_reason(args.query, args.softmax_scale)) return reason;
-  if (args.output.device() != args.query.device())
-    return fmt::format("output is on {}, query on {}", args.output.device().str(), args.query.device().str());
-  if (auto reason = same_dtype_reason("output", args.output, "query", args.query)) return reason;
-  if (args.output.rank() != 3) return std::string("expected a rank-3 output");
-  if (auto reason = tile_layout_reason("query", args.query)) return reason;
-  if (auto reason = tile_layout_reason("key", args.key)) return reason;
-  if (auto reason = tile_layout_reason("value", args.value)) return reason;
-  return tile_layout_reason("output", args.output);
-}
-
 template <class T, int kHeadSize, int kBlockM, int kBlockN, int kWarps, int kMinBlocks>
 void launch_forward(const ForwardParams& params, int64_t max_seqlen, int64_t heads, int64_t documents,
                     cudaStream_t stream) {
@@ -306,7 +237,42 @@ void launch_forward(const ForwardParams& params, int64_t max_seqlen, int64_t hea
   kernel<<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(params);
 }
 
-void attention_forward_flash(const AttentionForwardArgs& args) {
+// head_size 64: 4 warps of 32 rows (two 16-row tiles share every K / V fragment: half the shared-memory reads per
+// product); 128: 8 warps of 16 rows, which keeps the accumulators within the register file.
+void launch_flash(const ForwardParams& params, DType dtype, int64_t head_size, int64_t max_seqlen, int64_t heads,
+                  int64_t documents, cudaStream_t stream) {
+  const auto launch = [&]<class T>(std::type_identity<T>) {
+    if (head_size == 64)
+      launch_forward<T, 64, 128, 64, 4, 1>(params, max_seqlen, heads, documents, stream);
+    else
+      launch_forward<T, 128, 128, 64, 8, 1>(params, max_seqlen, heads, documents, stream);
+  };
+  if (dtype == DType::bfloat16)
+    launch(std::type_identity<bfloat16>{});
+  else
+    launch(std::type_identity<float16>{});
+}
+
+void attention_forward_flash(const AttentionForwardArgs& args) { attention_forward_steps(args, &launch_flash); }
+
+}  // namespace
+
+std::optional<std::string> forward_tiles_reason(const AttentionForwardArgs& args) {
+  if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
+                                  args.window_size))
+    return reason;
+  if (auto reason = tile_dtype_and_size_reason(args.query, args.softmax_scale)) return reason;
+  if (args.output.device() != args.query.device())
+    return fmt::format("output is on {}, query on {}", args.output.device().str(), args.query.device().str());
+  if (auto reason = same_dtype_reason("output", args.output, "query", args.query)) return reason;
+  if (args.output.rank() != 3) return std::string("expected a rank-3 output");
+  if (auto reason = tile_layout_reason("query", args.query)) return reason;
+  if (auto reason = tile_layout_reason("key", args.key)) return reason;
+  if (auto reason = tile_layout_reason("value", args.value)) return reason;
+  return tile_layout_reason("output", args.output);
+}
+
+void attention_forward_steps(const AttentionForwardArgs& args, ForwardLauncher launch) {
   constexpr const char* op = "attention_forward";
   check_shapes(op, args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
                args.window_size);
@@ -339,25 +305,12 @@ void attention_forward_flash(const AttentionForwardArgs& args) {
       .scale_log2 = float(args.softmax_scale) * kLog2e,
       .causal = args.causal || args.window_size.has_value(),
       .window = args.window_size ? int(*args.window_size) : 0};
-  const auto launch = [&]<class T>(std::type_identity<T>) {
-    // head_size 64: 4 warps of 32 rows (two 16-row tiles share every K / V fragment: half the shared-memory reads
-    // per product); 128: 8 warps of 16 rows, which keeps the accumulators within the register file.
-    if (head_size == 64)
-      launch_forward<T, 64, 128, 64, 4, 1>(params, args.max_seqlen, heads, documents, scope.stream());
-    else
-      launch_forward<T, 128, 128, 64, 8, 1>(params, args.max_seqlen, heads, documents, scope.stream());
-  };
-  if (args.query.dtype() == DType::bfloat16)
-    launch(std::type_identity<bfloat16>{});
-  else
-    launch(std::type_identity<float16>{});
+  launch(params, args.query.dtype(), head_size, args.max_seqlen, heads, documents, scope.stream());
   scope.check_launch();
 }
 
-}  // namespace
-
 FLM_REGISTER_KERNEL(AttentionForward, DeviceType::cuda, "flash", /*priority=*/100, KernelKind::optimized,
-                    &supports_flash_forward, &attention_forward_flash,
+                    &forward_tiles_reason, &attention_forward_flash,
                     "flash-attention-2 on tensor cores (mma.sync, cp.async double buffering), bf16 / fp16, head_size "
                     "64 / 128, fp32 accumulation");
 

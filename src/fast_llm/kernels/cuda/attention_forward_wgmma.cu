@@ -20,35 +20,16 @@
 //
 // Output, logsumexp and layouts: as "flash" (channels contiguous, token / head strides multiples of 8 elements,
 // 16-byte aligned data).
-#include "fast_llm/kernels/cuda/attention_tile.cuh"
+#include "fast_llm/kernels/cuda/attention_forward.cuh"
+#include "fast_llm/kernels/cuda/attention_wgmma.cuh"
 #include "fast_llm/kernels/cuda/wgmma.cuh"
 
 namespace fast_llm::kernels::cuda::attention {
 namespace {
 
-struct WgmmaForwardParams {
-  const void* query;  // (tokens, heads, head_size) T
-  int64_t query_token_stride, query_head_stride;
-  const void* key;  // (tokens, head_groups, head_size) T
-  int64_t key_token_stride, key_head_stride;
-  const void* value;  // (tokens, head_groups, head_size) T
-  int64_t value_token_stride, value_head_stride;
-  void* output;  // (tokens, heads, head_size) T
-  int64_t output_token_stride, output_head_stride;
-  float* logsumexp;  // (heads, tokens)
-  int64_t logsumexp_head_stride, logsumexp_token_stride;
-  const int32_t* cu_seqlens;  // (documents + 1)
-  int64_t cu_seqlens_stride;
-  int heads_per_group;
-  float softmax_scale;
-  float scale_log2;  // softmax_scale * log2(e)
-  bool causal;       // also true with a window
-  int window;        // 0: none
-};
-
 constexpr int kBlockM = 128;  // queries per CTA: two warpgroups of 64
 constexpr int kBlockN = 128;  // keys per block
-constexpr int kThreads = 256;
+constexpr int kThreads = kWgmmaThreads;
 
 template <int kHeadSize>
 struct WgmmaForwardConfig {
@@ -62,31 +43,8 @@ struct WgmmaForwardConfig {
   static constexpr size_t kSharedBytes = kQueryBytes + 4 * size_t(kTileBytes) + 1024;
 };
 
-// Copies rows [first_row, first_row + kRows) of a (tokens, head_size) slice into a canonical swizzled tile at shared
-// address `tile`, zeros past `length`. A thread copies the same chunk of rows row0, row0 + kRowStep, ...: the source
-// pointer advances by a stride the compiler cannot see through (wgmma::opaque), else it would keep every step's
-// 64-bit address alive across the attention loop.
-template <int kRows, int kHeadSize, class T>
-__device__ __forceinline__ void load_tile(uint32_t tile, const T* source, int64_t token_stride, int first_row,
-                                          int length) {
-  constexpr int kChunks = kHeadSize / 8;
-  constexpr int kRowStep = kThreads / kChunks;
-  static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "whole copies per thread");
-  const int row0 = int(threadIdx.x) / kChunks, chunk = int(threadIdx.x) % kChunks;
-  const int64_t step_stride = int64_t(wgmma::opaque(uint64_t(token_stride * kRowStep)));
-  // An invalid row reads nothing, but its address must be mapped: the document's first row is.
-  const T* from = source + int64_t(first_row + row0) * token_stride + chunk * 8;
-#pragma unroll
-  for (int step = 0; step < kRows / kRowStep; ++step) {
-    const int row = row0 + step * kRowStep;
-    const bool valid = first_row + row < length;
-    copy_async_16(tile + wgmma::swizzled_offset<kRows>(row, chunk), valid ? from : source, valid);
-    from += step_stride;
-  }
-}
-
 template <class T, int kHeadSize>
-__global__ void __launch_bounds__(kThreads, 1) attention_forward_wgmma_kernel(const WgmmaForwardParams p) {
+__global__ void __launch_bounds__(kThreads, 1) attention_forward_wgmma_kernel(const ForwardParams p) {
   using Config = WgmmaForwardConfig<kHeadSize>;
   constexpr int kKSteps = Config::kKSteps, kPSteps = Config::kPSteps;
   constexpr int kScoreRegisters = Config::kScoreRegisters, kOutputRegisters = Config::kOutputRegisters;
@@ -227,13 +185,14 @@ __global__ void __launch_bounds__(kThreads, 1) attention_forward_wgmma_kernel(co
   };
 
   // Prologue: Q and K_0, then V_0 and K_1; S_0 and its softmax.
-  load_tile<kBlockM, kHeadSize>(query_tile, query, p.query_token_stride, first_query, length);
-  load_tile<kBlockN, kHeadSize>(key_tiles, key, p.key_token_stride, block_begin * kBlockN, length);
+  load_wgmma_tile<kBlockM, kHeadSize>(query_tile, query, p.query_token_stride, first_query, length);
+  load_wgmma_tile<kBlockN, kHeadSize>(key_tiles, key, p.key_token_stride, block_begin * kBlockN, length);
   copy_async_commit();
-  load_tile<kBlockN, kHeadSize>(value_tiles, value, p.value_token_stride, block_begin * kBlockN, length);
+  load_wgmma_tile<kBlockN, kHeadSize>(value_tiles, value, p.value_token_stride, block_begin * kBlockN,
+                                      length);
   if (blocks > 1)
-    load_tile<kBlockN, kHeadSize>(key_tiles + kTileBytes, key, p.key_token_stride, (block_begin + 1) * kBlockN,
-                                  length);
+    load_wgmma_tile<kBlockN, kHeadSize>(key_tiles + kTileBytes, key, p.key_token_stride,
+                                        (block_begin + 1) * kBlockN, length);
   copy_async_commit();
   copy_async_wait<1>();
   wgmma::proxy_fence();
@@ -251,10 +210,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_forward_wgmma_kernel(co
   for (int i = 0; i + 1 < blocks; ++i) {
     publish();  // V_i and K_{i+1}
     if (i + 2 < blocks)
-      load_tile<kBlockN, kHeadSize>(key_tiles + (i & 1) * kTileBytes, key, p.key_token_stride,
-                                    (block_begin + i + 2) * kBlockN, length);
-    load_tile<kBlockN, kHeadSize>(value_tiles + ((i + 1) & 1) * kTileBytes, value, p.value_token_stride,
-                                  (block_begin + i + 1) * kBlockN, length);
+      load_wgmma_tile<kBlockN, kHeadSize>(key_tiles + (i & 1) * kTileBytes, key, p.key_token_stride,
+                                          (block_begin + i + 2) * kBlockN, length);
+    load_wgmma_tile<kBlockN, kHeadSize>(value_tiles + ((i + 1) & 1) * kTileBytes, value,
+                                        p.value_token_stride, (block_begin + i + 1) * kBlockN, length);
     copy_async_commit();
 
     wgmma::fence_operands(output);
@@ -302,36 +261,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_forward_wgmma_kernel(co
 // ---------------------------------------------------------------------------------------------------------------------
 // Host
 
-std::optional<std::string> tile_layout_reason(std::string_view name, const Tensor& tensor) {
-  if (auto reason = inner_contiguous_reason(name, tensor)) return reason;
-  if (!is_aligned(tensor.data(), 16) || tensor.stride(0) % 8 != 0 || tensor.stride(1) % 8 != 0)
-    return fmt::format("{} (strides {}) is not 16-byte aligned with token and head strides multiples of 8", name,
-                       tensor.strides().str());
-  return std::nullopt;
-}
-
 std::optional<std::string> supports_wgmma_forward(const AttentionForwardArgs& args) {
-  if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
-                                  args.window_size))
-    return reason;
-  if (auto reason = hopper_reason(args.query.device())) return reason;
-  if (args.query.dtype() != DType::bfloat16 && args.query.dtype() != DType::float16)
-    return fmt::format("query has dtype {}; supported: bfloat16, float16", dtype_name(args.query.dtype()));
-  if (args.query.size(2) != 64 && args.query.size(2) != 128)
-    return fmt::format("head_size {}; supported: 64, 128", args.query.size(2));
-  if (!(args.softmax_scale > 0.0)) return fmt::format("softmax_scale {}; supported: positive", args.softmax_scale);
-  if (args.output.device() != args.query.device())
-    return fmt::format("output is on {}, query on {}", args.output.device().str(), args.query.device().str());
-  if (auto reason = same_dtype_reason("output", args.output, "query", args.query)) return reason;
-  if (args.output.rank() != 3) return std::string("expected a rank-3 output");
-  if (auto reason = tile_layout_reason("query", args.query)) return reason;
-  if (auto reason = tile_layout_reason("key", args.key)) return reason;
-  if (auto reason = tile_layout_reason("value", args.value)) return reason;
-  return tile_layout_reason("output", args.output);
+  if (auto reason = forward_tiles_reason(args)) return reason;
+  return hopper_reason(args.query.device());
 }
 
 template <class T, int kHeadSize>
-void launch_wgmma_forward(const WgmmaForwardParams& params, int64_t max_seqlen, int64_t heads, int64_t documents,
+void launch_wgmma_forward(const ForwardParams& params, int64_t max_seqlen, int64_t heads, int64_t documents,
                           cudaStream_t stream) {
   constexpr size_t kSharedBytes = WgmmaForwardConfig<kHeadSize>::kSharedBytes;
   auto* kernel = &attention_forward_wgmma_kernel<T, kHeadSize>;
@@ -340,51 +276,21 @@ void launch_wgmma_forward(const WgmmaForwardParams& params, int64_t max_seqlen, 
   kernel<<<grid, kThreads, kSharedBytes, stream>>>(params);
 }
 
-void attention_forward_wgmma(const AttentionForwardArgs& args) {
-  constexpr const char* op = "attention_forward";
-  check_shapes(op, args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
-               args.window_size);
-  check_shape(op, "output", args.output, args.query.shape(), args.query.device());
-  const int64_t tokens = args.query.size(0), heads = args.query.size(1), head_size = args.query.size(2);
-  const int64_t documents = args.cu_seqlens.size(0) - 1;
-  if (tokens == 0 || documents == 0 || args.max_seqlen == 0) return;
-
-  LaunchScope scope(op, args.query.device(), args.stream);
-  const WgmmaForwardParams params{
-      .query = args.query.data(),
-      .query_token_stride = args.query.stride(0),
-      .query_head_stride = args.query.stride(1),
-      .key = args.key.data(),
-      .key_token_stride = args.key.stride(0),
-      .key_head_stride = args.key.stride(1),
-      .value = args.value.data(),
-      .value_token_stride = args.value.stride(0),
-      .value_head_stride = args.value.stride(1),
-      .output = args.output.data(),
-      .output_token_stride = args.output.stride(0),
-      .output_head_stride = args.output.stride(1),
-      .logsumexp = args.logsumexp.data_as<float>(),
-      .logsumexp_head_stride = args.logsumexp.stride(0),
-      .logsumexp_token_stride = args.logsumexp.stride(1),
-      .cu_seqlens = args.cu_seqlens.data_as<int32_t>(),
-      .cu_seqlens_stride = args.cu_seqlens.stride(0),
-      .heads_per_group = int(heads / args.key.size(1)),
-      .softmax_scale = float(args.softmax_scale),
-      .scale_log2 = float(args.softmax_scale) * kLog2e,
-      .causal = args.causal || args.window_size.has_value(),
-      .window = args.window_size ? int(*args.window_size) : 0};
+void launch_wgmma(const ForwardParams& params, DType dtype, int64_t head_size, int64_t max_seqlen, int64_t heads,
+                  int64_t documents, cudaStream_t stream) {
   const auto launch = [&]<class T>(std::type_identity<T>) {
     if (head_size == 64)
-      launch_wgmma_forward<T, 64>(params, args.max_seqlen, heads, documents, scope.stream());
+      launch_wgmma_forward<T, 64>(params, max_seqlen, heads, documents, stream);
     else
-      launch_wgmma_forward<T, 128>(params, args.max_seqlen, heads, documents, scope.stream());
+      launch_wgmma_forward<T, 128>(params, max_seqlen, heads, documents, stream);
   };
-  if (args.query.dtype() == DType::bfloat16)
+  if (dtype == DType::bfloat16)
     launch(std::type_identity<bfloat16>{});
   else
     launch(std::type_identity<float16>{});
-  scope.check_launch();
 }
+
+void attention_forward_wgmma(const AttentionForwardArgs& args) { attention_forward_steps(args, &launch_wgmma); }
 
 }  // namespace
 

@@ -137,6 +137,23 @@ __device__ __forceinline__ bool key_allowed(int query, int key, int length, bool
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
+// Copies rows [first_row, first_row + kRows) of a (tokens, head_size) slice into a swizzled tile (`swizzled`) with
+// kThreads threads, zeros past `length` (the mma.sync kernels; the wgmma ones use attention_wgmma.cuh's layout).
+template <int kRows, int kHeadSize, int kThreads, class T>
+__device__ __forceinline__ void load_tile(T* tile, const T* source, int64_t token_stride, int first_row, int length) {
+  constexpr int kChunks = kHeadSize / 8;
+  static_assert(kRows * kChunks % kThreads == 0, "whole copies per thread");
+#pragma unroll
+  for (int step = 0; step < kRows * kChunks / kThreads; ++step) {
+    const int index = step * kThreads + int(threadIdx.x);
+    const int row = index / kChunks, chunk = index % kChunks;
+    const bool valid = first_row + row < length;
+    // An invalid row reads nothing, but its address must be mapped: the document's first row is.
+    const T* from = source + (valid ? int64_t(first_row + row) * token_stride : 0) + chunk * 8;
+    copy_async_16(shared_address(tile + swizzled<kChunks>(row, chunk)), from, valid);
+  }
+}
+
 // Host: argument checks shared by the CUDA variants.
 
 // Why the CUDA kernels cannot run the problem at all (device placement, dtypes, index ranges), or nothing.
@@ -163,6 +180,27 @@ inline std::optional<std::string> common_reason(const Tensor& query, const Tenso
                        query.size(1));
   if (window_size && *window_size >= (int64_t(1) << 30))
     return fmt::format("window_size {}; supported: below 2^30", *window_size);
+  return std::nullopt;
+}
+
+// Why a tile kernel ("flash", "wgmma") cannot read or write `tensor` (named `name`) with 16-byte copies: its channels
+// must be contiguous, its data 16-byte aligned and its token / head strides whole 16-byte chunks. Or nothing.
+inline std::optional<std::string> tile_layout_reason(std::string_view name, const Tensor& tensor) {
+  if (auto reason = inner_contiguous_reason(name, tensor)) return reason;
+  if (!is_aligned(tensor.data(), 16) || tensor.stride(0) % 8 != 0 || tensor.stride(1) % 8 != 0)
+    return fmt::format("{} (strides {}) is not 16-byte aligned with token and head strides multiples of 8", name,
+                       tensor.strides().str());
+  return std::nullopt;
+}
+
+// Why a tile kernel cannot run this query: bf16 / fp16 only, head sizes 64 / 128, a positive softmax scale (the
+// running max is kept on raw scores). Or nothing.
+inline std::optional<std::string> tile_dtype_and_size_reason(const Tensor& query, double softmax_scale) {
+  if (query.dtype() != DType::bfloat16 && query.dtype() != DType::float16)
+    return fmt::format("query has dtype {}; supported: bfloat16, float16", dtype_name(query.dtype()));
+  if (query.size(2) != 64 && query.size(2) != 128)
+    return fmt::format("head_size {}; supported: 64, 128", query.size(2));
+  if (!(softmax_scale > 0.0)) return fmt::format("softmax_scale {}; supported: positive", softmax_scale);
   return std::nullopt;
 }
 
