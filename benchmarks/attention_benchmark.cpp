@@ -32,6 +32,8 @@
 #include "fast_llm/tensor/stream.h"
 #include "fast_llm/tensor/tensor.h"
 
+#include "device_timing.h"
+
 namespace fast_llm {
 namespace {
 
@@ -182,22 +184,7 @@ bool check_backward(const Case& c, const KernelVariant<AttentionBackwardArgs>& v
   return agree(what + " grad_value", gpu.grad_value, cpu.grad_value) && ok;
 }
 
-double median_ms(const std::function<void()>& run, int warmup, int iterations) {
-  const Device device = Device::cuda(0);
-  const Stream stream = compute_stream(device);
-  for (int i = 0; i < warmup; ++i) run();
-  std::vector<double> times;
-  Event start(device), stop(device);
-  for (int i = 0; i < iterations; ++i) {
-    start.record(stream);
-    run();
-    stop.record(stream);
-    stop.synchronize();
-    times.push_back(start.elapsed_ms(stop));
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+using benchmarks::median_ms;
 
 int run_benchmark(int iterations) {
   if (cuda_devices().empty()) {

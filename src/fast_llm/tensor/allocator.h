@@ -41,10 +41,11 @@ class Allocator {
 Allocator& allocator_for(Device device);
 
 namespace detail {
-// The CUDA caching allocator of one device, implemented in tensor/cuda/ or by the stub when CUDA is not compiled in.
+// The CUDA caching allocator of one device (tensor/cuda/). A build without CUDA links tensor/cuda_stub.cpp instead,
+// where this and the functions below throw NotSupportedError: the designed no-CUDA backend, not missing work.
 Allocator& cuda_caching_allocator(int device);
-// Page-locked host memory (Tensor::empty_pinned), implemented in tensor/cuda/ or by the stub. Freeing never throws
-// (it runs in destructors) and reports a failure instead.
+// Page-locked host memory (Tensor::empty_pinned, tensor/cuda/pinned.cpp). Freeing never throws (it runs in
+// destructors) and reports a failure instead.
 void* cuda_host_allocate(size_t bytes);
 void cuda_host_free(void* pointer);
 }  // namespace detail
