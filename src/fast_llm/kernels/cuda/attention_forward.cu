@@ -57,8 +57,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) attention_forward_ker
       static_cast<const T*>(p.value) + int64_t(begin) * p.value_token_stride + group * p.value_head_stride;
 
   // The key blocks some query of [first_query, last_query] may see.
-  const int block_begin = p.window > 0 ? max(0, first_query - p.window + 1) / kBlockN : 0;
-  const int block_end = p.causal ? last_query / kBlockN + 1 : (length + kBlockN - 1) / kBlockN;
+  const KeyBlocks seen = key_blocks_seen<kBlockN>(p, first_query, last_query, length);
+  const int block_begin = seen.begin, block_end = seen.end;
 
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int quad_row = lane / 4, quad_lane = lane % 4;

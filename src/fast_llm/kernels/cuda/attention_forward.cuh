@@ -29,6 +29,18 @@ struct ForwardParams {
   int window;        // 0: none
 };
 
+// The key blocks (of kBlockN keys) some query of [first_query, last_query] (positions in a document of `length`
+// tokens) may see: blocks [begin, end), at least one (a query sees its own key).
+struct KeyBlocks {
+  int begin, end;
+};
+template <int kBlockN>
+__device__ __forceinline__ KeyBlocks key_blocks_seen(const ForwardParams& p, int first_query, int last_query,
+                                                     int length) {
+  return {p.window > 0 ? max(0, first_query - p.window + 1) / kBlockN : 0,
+          p.causal ? last_query / kBlockN + 1 : (length + kBlockN - 1) / kBlockN};
+}
+
 // Queues a variant's kernel for `params` (bf16 or fp16 `dtype`, head_size 64 or 128) on `stream`; called only with
 // tokens, documents and max_seqlen > 0.
 using ForwardLauncher = void (*)(const ForwardParams& params, DType dtype, int64_t head_size, int64_t max_seqlen,
