@@ -364,14 +364,10 @@ std::optional<std::string> backward_tiles_reason(const AttentionBackwardArgs& ar
                                   args.window_size))
     return reason;
   if (auto reason = tile_dtype_and_size_reason(args.query, args.softmax_scale)) return reason;
-  for (const auto& [name, tensor] :
-       {std::pair<const char*, const Tensor*>{"grad_output", &args.grad_output}, {"output", &args.output},
-        {"grad_query", &args.grad_query}, {"grad_key", &args.grad_key}, {"grad_value", &args.grad_value}}) {
-    if (!tensor->defined() || tensor->device() != args.query.device())
-      return fmt::format("{} is on {}, query on {}", name, tensor->device().str(), args.query.device().str());
-    if (auto reason = same_dtype_reason(name, *tensor, "query", args.query)) return reason;
-    if (tensor->rank() != 3) return fmt::format("{} has rank {}, expected 3", name, tensor->rank());
-  }
+  if (auto reason = same_device_and_dtype_reason(
+          args.query, {{"grad_output", &args.grad_output}, {"output", &args.output}, {"grad_query", &args.grad_query},
+                       {"grad_key", &args.grad_key}, {"grad_value", &args.grad_value}}))
+    return reason;
   for (const auto& [name, tensor] :
        {std::pair<const char*, const Tensor*>{"query", &args.query}, {"key", &args.key}, {"value", &args.value},
         {"grad_output", &args.grad_output}, {"output", &args.output}, {"grad_query", &args.grad_query},

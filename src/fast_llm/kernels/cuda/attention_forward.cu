@@ -262,10 +262,7 @@ std::optional<std::string> forward_tiles_reason(const AttentionForwardArgs& args
                                   args.window_size))
     return reason;
   if (auto reason = tile_dtype_and_size_reason(args.query, args.softmax_scale)) return reason;
-  if (args.output.device() != args.query.device())
-    return fmt::format("output is on {}, query on {}", args.output.device().str(), args.query.device().str());
-  if (auto reason = same_dtype_reason("output", args.output, "query", args.query)) return reason;
-  if (args.output.rank() != 3) return std::string("expected a rank-3 output");
+  if (auto reason = same_device_and_dtype_reason(args.query, {{"output", &args.output}})) return reason;
   if (auto reason = tile_layout_reason("query", args.query)) return reason;
   if (auto reason = tile_layout_reason("key", args.key)) return reason;
   if (auto reason = tile_layout_reason("value", args.value)) return reason;

@@ -211,17 +211,6 @@ std::optional<std::string> reference_dtype_and_size_reason(const Tensor& query) 
   return std::nullopt;
 }
 
-std::optional<std::string> same_device_and_dtype_reason(const Tensor& query,
-                                                        std::initializer_list<std::pair<const char*, const Tensor*>> tensors) {
-  for (const auto& [name, tensor] : tensors) {
-    if (!tensor->defined() || tensor->device() != query.device())
-      return fmt::format("{} is on {}, query on {}", name, tensor->device().str(), query.device().str());
-    if (auto reason = same_dtype_reason(name, *tensor, "query", query)) return reason;
-    if (tensor->rank() != 3) return fmt::format("{} has rank {}, expected 3", name, tensor->rank());
-  }
-  return std::nullopt;
-}
-
 std::optional<std::string> supports_reference_forward(const AttentionForwardArgs& args) {
   if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
                                   args.window_size))

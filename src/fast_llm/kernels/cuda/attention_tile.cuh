@@ -24,6 +24,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <initializer_list>
 #include <vector>
 
 #include "fast_llm/kernels/attention.h"
@@ -190,6 +191,18 @@ inline std::optional<std::string> tile_layout_reason(std::string_view name, cons
   if (!is_aligned(tensor.data(), 16) || tensor.stride(0) % 8 != 0 || tensor.stride(1) % 8 != 0)
     return fmt::format("{} (strides {}) is not 16-byte aligned with token and head strides multiples of 8", name,
                        tensor.strides().str());
+  return std::nullopt;
+}
+
+// Why one of `tensors` (name, tensor) cannot go with `query`: another device, another dtype, not rank 3. Or nothing.
+inline std::optional<std::string> same_device_and_dtype_reason(
+    const Tensor& query, std::initializer_list<std::pair<const char*, const Tensor*>> tensors) {
+  for (const auto& [name, tensor] : tensors) {
+    if (!tensor->defined() || tensor->device() != query.device())
+      return fmt::format("{} is on {}, query on {}", name, tensor->device().str(), query.device().str());
+    if (auto reason = same_dtype_reason(name, *tensor, "query", query)) return reason;
+    if (tensor->rank() != 3) return fmt::format("{} has rank {}, expected 3", name, tensor->rank());
+  }
   return std::nullopt;
 }
 
