@@ -1,7 +1,8 @@
 // Flash attention backward on CUDA (kernels/attention.h), variant "flash": the flash-attention-2 backward on tensor
 // cores (mma.sync m16n8k16, bf16 / fp16 inputs, fp32 accumulation), head sizes 64 and 128. Three kernels on the op's
 // stream, with fp32 scratch from the caching allocator:
-//   1. delta = rowsum(dO * O) per (head, token) (the softmax correction), into a (heads, tokens) scratch;
+//   1. delta = rowsum(dO * O) per (head, token) (the softmax correction), and lse log2 e, into (heads, tokens)
+//      scratches;
 //   2. the main kernel, one CTA per (key block, key/value group, document): it keeps its (kBlockN, head_size) K and V
 //      tiles in shared memory and dK, dV in fp32 registers (each warp owns 16 key rows), and walks every (query head
 //      of the group, query block) that may see its keys, with the next Q / dO tiles loading (cp.async, double
@@ -28,12 +29,13 @@ constexpr int kDeltaThreads = 256;
 constexpr int kCastThreads = 256;
 
 // ---------------------------------------------------------------------------------------------------------------------
-// 1. delta = rowsum(dO * O): kHeadSize / 8 lanes per (token, head) row, 16-byte loads.
+// 1. delta = rowsum(dO * O) and lse log2 e: kHeadSize / 8 lanes per (token, head) row, 16-byte loads.
 
 template <class T, int kHeadSize>
 __global__ void __launch_bounds__(kDeltaThreads)
-    attention_delta_kernel(TokenHeadTensor grad_output, TokenHeadTensor output, float* delta, int64_t tokens,
-                           int heads) {
+    attention_delta_kernel(TokenHeadTensor grad_output, TokenHeadTensor output, const float* logsumexp,
+                           int64_t logsumexp_head_stride, int64_t logsumexp_token_stride, float* delta,
+                           float* logsumexp_log2, int64_t tokens, int heads) {
   constexpr int kLanesPerRow = kHeadSize / 8;
   static_assert(32 % kLanesPerRow == 0);
   const int64_t rows = tokens * heads;
@@ -58,7 +60,12 @@ __global__ void __launch_bounds__(kDeltaThreads)
     }
 #pragma unroll
     for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (row < rows && member == 0) delta[(row % heads) * tokens + row / heads] = sum;
+    if (row < rows && member == 0) {
+      const int64_t token = row / heads, head = row % heads;
+      delta[head * tokens + token] = sum;
+      const float lse = logsumexp[head * logsumexp_head_stride + token * logsumexp_token_stride];
+      logsumexp_log2[head * tokens + token] = isfinite(lse) ? lse * kLog2e : INFINITY;
+    }
   }
 }
 
@@ -138,7 +145,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_backward_kernel(const B
       const int64_t token = begin + (valid ? first_query + row : 0);
       if (index < kBlockM)
         copy_async_4(shared_address(logsumexp_tiles + stage * kBlockM + row),
-                     p.logsumexp + head * p.logsumexp_head_stride + token * p.logsumexp_token_stride, valid);
+                     p.logsumexp_log2 + head * p.tokens + token, valid);
       else
         copy_async_4(shared_address(delta_tiles + stage * kBlockM + row), p.delta + head * p.tokens + token, valid);
     }
@@ -202,11 +209,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_backward_kernel(const B
         const int column = n * 8 + quad_lane * 2 + i % 2;
         const int query_index = first_query + column;
         const int key_index = first_key + warp_key + quad_row + (i / 2) * 8;
-        const float logsumexp = logsumexp_tiles[stage * kBlockM + column];
-        // A query past the document's end (or, defensively, without any key) has no gradient: probability 0.
-        const float base =
-            query_index < length && isfinite(logsumexp) ? logsumexp * kLog2e : INFINITY;
-        float probability = exp2f(fmaf(scores[n][i], p.scale_log2, -base));
+        // A query past the document's end (or, defensively, without any key: +inf) has no gradient: probability 0.
+        const float base = query_index < length ? logsumexp_tiles[stage * kBlockM + column] : INFINITY;
+        float probability = fast_exp2(fmaf(scores[n][i], p.scale_log2, -base));
         if (boundary && !key_allowed(query_index, key_index, length, p.causal, p.window)) probability = 0.0f;
         scores[n][i] = probability;
         grad_probabilities[n][i] = probability * (grad_probabilities[n][i] - delta_tiles[stage * kBlockM + column]);
@@ -394,6 +399,7 @@ void attention_backward_steps(const AttentionBackwardArgs& args, BackwardMainLau
   // Every token belongs to a document, so the main kernel writes every row of dK, dV (and dQ through the sums) unless
   // there is nothing to run: then the gradients are zeros.
   Tensor delta = Tensor::empty(Shape{heads, tokens}, DType::float32, device, scope.tensor_stream());
+  Tensor logsumexp_log2 = Tensor::empty(Shape{heads, tokens}, DType::float32, device, scope.tensor_stream());
   Tensor grad_query_sum = Tensor::empty(Shape{tokens, heads, head_size}, DType::float32, device, scope.tensor_stream());
   FLM_CUDA_CHECK(cudaMemsetAsync(grad_query_sum.data(), 0, grad_query_sum.nbytes(), scope.stream()));
 
@@ -401,9 +407,9 @@ void attention_backward_steps(const AttentionBackwardArgs& args, BackwardMainLau
     const TokenHeadTensor grad_output{args.grad_output.data(), args.grad_output.stride(0), args.grad_output.stride(1)};
     const TokenHeadTensor output{args.output.data(), args.output.stride(0), args.output.stride(1)};
     attention_delta_kernel<T, kHeadSize><<<grid_for(tokens * heads * (kHeadSize / 8), kDeltaThreads, scope),
-                                           kDeltaThreads, 0, scope.stream()>>>(grad_output, output,
-                                                                               delta.data_as<float>(), tokens,
-                                                                               int(heads));
+                                           kDeltaThreads, 0, scope.stream()>>>(
+        grad_output, output, args.logsumexp.data_as<float>(), args.logsumexp.stride(0), args.logsumexp.stride(1),
+        delta.data_as<float>(), logsumexp_log2.data_as<float>(), tokens, int(heads));
     scope.check_launch();
     if (documents > 0 && args.max_seqlen > 0) {
       const BackwardParams params{
@@ -417,9 +423,7 @@ void attention_backward_steps(const AttentionBackwardArgs& args, BackwardMainLau
           .grad_value = args.grad_value.data(),
           .grad_value_token_stride = args.grad_value.stride(0),
           .grad_value_head_stride = args.grad_value.stride(1),
-          .logsumexp = args.logsumexp.data_as<float>(),
-          .logsumexp_head_stride = args.logsumexp.stride(0),
-          .logsumexp_token_stride = args.logsumexp.stride(1),
+          .logsumexp_log2 = logsumexp_log2.data_as<float>(),
           .delta = delta.data_as<float>(),
           .grad_query_sum = grad_query_sum.data_as<float>(),
           .cu_seqlens = args.cu_seqlens.data_as<int32_t>(),

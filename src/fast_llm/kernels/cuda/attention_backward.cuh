@@ -1,6 +1,6 @@
 // The steps every CUDA attention backward variant shares (attention_backward.cu): argument checks, delta =
-// rowsum(dO * O) into a (heads, tokens) fp32 scratch, the zeroed (tokens, heads, head_size) fp32 dQ sums, and the
-// final grad_query = softmax_scale * sums in the input dtype. A variant supplies only its main kernel (dK, dV written,
+// rowsum(dO * O) and logsumexp * log2(e) into (heads, tokens) fp32 scratches, the zeroed (tokens, heads, head_size)
+// fp32 dQ sums, and the final grad_query = softmax_scale * sums in the input dtype. A variant supplies only its main kernel (dK, dV written,
 // dQ added to the sums), launched through `attention_backward_steps` on the op's stream: "flash" (attention_backward.cu,
 // mma.sync), "wgmma" (attention_backward_wgmma.cu, Hopper).
 #pragma once
@@ -21,8 +21,9 @@ struct BackwardParams {
   int64_t grad_key_token_stride, grad_key_head_stride;
   void* grad_value;  // (tokens, head_groups, head_size) T
   int64_t grad_value_token_stride, grad_value_head_stride;
-  const float* logsumexp;  // (heads, tokens)
-  int64_t logsumexp_head_stride, logsumexp_token_stride;
+  // (heads, tokens) contiguous: logsumexp * log2(e), +inf where the logsumexp is not finite (a query without keys:
+  // probability 0), so that P = exp2(S scale log2(e) - this) is one fused multiply-add and one exp2 per score.
+  const float* logsumexp_log2;
   const float* delta;  // (heads, tokens) contiguous
   float* grad_query_sum;  // (tokens, heads, head_size) contiguous, zeroed
   const int32_t* cu_seqlens;  // (documents + 1)

@@ -1,36 +1,40 @@
 // Flash attention backward on Hopper tensor cores (kernels/attention.h), variant "wgmma": the flash-attention-2
 // backward with all five products on wgmma (sm_90a, wgmma.cuh), bf16 / fp16 inputs, fp32 accumulation, head sizes 64
-// and 128. Same contract, preprocess (delta = rowsum(dO * O)), fp32 dQ sums and final cast as "flash"
+// and 128. Same contract, preprocess (delta = rowsum(dO * O), lse log2 e), fp32 dQ sums and final cast as "flash"
 // (attention_backward.cuh); what differs is the main kernel.
 //
-// One CTA per (block of kBlockN = 128 keys, key/value group, document), two warpgroups of 64 key rows each (256
-// threads, one CTA per multiprocessor). The K and V tiles stay in shared memory for the whole CTA, dK and dV in fp32
-// registers (each warpgroup owns its 64 key rows: no atomics, deterministic). The CTA walks every (query head of the
-// group, block of kBlockM = 64 queries) that may see its keys; Q, dO, logsumexp and delta of the next item load by
-// cp.async into the other of two stages while the current item computes. Per item and warpgroup, in the transposed
-// orientation (rows = the warpgroup's keys):
-//   S^T = K Q^T      m64n64k16 x head_size / 16, A = K rows, B = Q rows, both K-major in shared memory;
+// One CTA per (key/value group, document, block of kBlockN = 128 keys), two warpgroups of 64 key rows each (256
+// threads, one CTA per multiprocessor); the CTAs go out key block by key block, so that the longest (the first key
+// blocks of causal documents) start first. The K and V tiles stay in shared memory for the whole CTA, dK and dV in
+// fp32 registers (each warpgroup owns its 64 key rows: no atomics, deterministic). The CTA walks every (query head of
+// the group, block of kBlockM queries: 128 at head_size 64, 64 at 128) that may see its keys; Q, dO, lse log2 e and
+// delta of the next item load by cp.async into the other of two stages while the current item computes. Per item and
+// warpgroup, in the transposed orientation (rows = the warpgroup's keys):
+//   S^T = K Q^T      m64n{kBlockM}k16 x head_size / 16, A = K rows, B = Q rows, both K-major in shared memory;
 //   dP^T = V dO^T    likewise, issued right behind S^T: P^T = exp2(S^T scale log2 e - lse log2 e) is computed while it
-//                    runs;
-//   dS^T = P^T (dP^T - delta), in registers;
-//   dV += P^T dO     m64n{head_size}k16 x 4, A = P^T from registers (the S^T accumulators rounded to T: column tiles
-//   dK += dS^T Q     2 j, 2 j + 1 of an accumulator are k-step j of an A fragment, wgmma.cuh), B = dO / Q with rows =
-//                    queries = the contraction, channels contiguous: MN-major;
+//                    runs, straight into A fragments (rounded to T: column tiles 2 j, 2 j + 1 of an accumulator are
+//                    k-step j of an A fragment, wgmma.cuh);
+//   dS^T = P^T (dP^T - delta), in registers, with P^T as rounded;
+//   dV += P^T dO     m64n{head_size}k16 x kBlockM / 16, A = P^T / dS^T from registers, B = dO / Q with rows =
+//   dK += dS^T Q     queries = the contraction, channels contiguous: MN-major;
 //   dQ = dS K        dS^T is also stored to shared memory (rows = keys, queries contiguous), and after a CTA barrier
-//                    m64n64k16 with A = dS read transposed (MN-major: queries contiguous) and B = K (rows = keys = the
-//                    contraction, channels contiguous: MN-major). head_size 128: warpgroup w takes channels
-//                    [64 w, 64 w + 64) over all 128 keys; head_size 64: every channel over its own 64 keys (two
-//                    partial sums per item). The fp32 results go to the dQ sums with float2 atomics (red.v2.f32).
+//                    m64n64k16 x 8 over all 128 keys, A = dS read transposed (MN-major: queries contiguous), B = K
+//                    (rows = keys = the contraction, channels contiguous: MN-major). Warpgroup w takes queries
+//                    [64 w, 64 w + 64) at head_size 64, channels [64 w, 64 w + 64) at 128. The fp32 results go to
+//                    the dQ sums with float2 atomics (red.v2.f32): measured faster than staging them in shared memory
+//                    for bulk reductions (cp.reduce.async.bulk), which the L2 serves at the same rate.
 // Scaling: dK and dQ are the gradients of the scaled scores times softmax_scale, applied at the dK store and in the
 // dQ cast.
 //
 // Masks as "flash": query blocks no key of the CTA may see are skipped; per-element masks only on boundary items.
-// Query rows past the document's end read zeros and get probability 0 (lse taken as +inf); key rows past it are zero,
-// masked and not stored. A warpgroup whose 64 keys a query block cannot see at all still runs (P = 0 everywhere).
+// Query rows past the document's end read zeros (Q, dO, lse, delta): their probabilities are 1, but their dP^T and
+// delta are 0, so their dS^T, and their dV and dK contributions, are 0; their dQ rows are not stored. Key rows past
+// the end are zero, masked and not stored. A warpgroup whose 64 keys a query block cannot see at all still runs
+// (P = 0 everywhere).
 //
 // Shared memory (1024-byte aligned tiles, canonical 128-byte swizzle of wgmma.cuh): K, V (128 x head_size), 2 stages
-// of Q and dO (64 x head_size), dS^T (128 x 64), 2 stages of 64 lse and 64 delta: 145 KiB at head_size 128, 81 KiB at
-// 64.
+// of Q and dO (kBlockM x head_size), dS^T (128 x kBlockM), 2 stages of kBlockM lse and delta: 145 KiB at head_size
+// 128, 130 KiB at 64.
 //
 // Synchronisation per item: (1) each thread waits for its copies of the item, fences them to the async proxy, and a
 // CTA barrier publishes them; the same barrier says every warpgroup finished the previous item (its products read
@@ -46,15 +50,21 @@ namespace fast_llm::kernels::cuda::attention {
 namespace {
 
 constexpr int kBlockN = 128;  // keys per CTA: two warpgroups of 64
-constexpr int kBlockM = 64;   // queries per item
 constexpr int kThreads = kWgmmaThreads;
 
+// kBlockM queries per item: 128 at head_size 64 (S^T and dP^T of m64n128: twice the work per barrier for the same
+// registers as head_size 128 with 64 queries; measured 1.2x faster than 64 at head_size 64), 64 at 128. The two
+// warpgroups split dQ = dS K (64 x 64 each) over all 128 keys of the CTA: by queries at head_size 64 (warpgroup w
+// takes queries [64 w, 64 w + 64), every channel), by channels at 128 (channels [64 w, 64 w + 64), every query).
 template <int kHeadSize>
 struct WgmmaBackwardConfig {
+  static_assert(kHeadSize == 64 || kHeadSize == 128);
+  static constexpr int kBlockM = kHeadSize == 64 ? 128 : 64;
+  static constexpr bool kSplitQueries = kHeadSize == 64;
   static constexpr uint32_t kKeyBytes = kBlockN * kHeadSize * 2;    // K or V tile
   static constexpr uint32_t kQueryBytes = kBlockM * kHeadSize * 2;  // one Q or dO stage
   static constexpr uint32_t kScoreBytes = kBlockN * kBlockM * 2;    // dS^T
-  static constexpr uint32_t kRowBytes = 2 * kBlockM * 4;            // lse and delta stages
+  static constexpr uint32_t kRowBytes = 2 * kBlockM * 4;            // lse or delta, two stages
   // K, V, 2 Q stages, 2 dO stages, dS^T, lse and delta, and slack to start the tiles on a 1024-byte boundary.
   static constexpr size_t kSharedBytes =
       2 * size_t(kKeyBytes) + 4 * size_t(kQueryBytes) + kScoreBytes + 2 * kRowBytes + 1024;
@@ -63,13 +73,13 @@ struct WgmmaBackwardConfig {
 template <class T, int kHeadSize>
 __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(const BackwardParams p) {
   using Config = WgmmaBackwardConfig<kHeadSize>;
+  constexpr int kBlockM = Config::kBlockM;
   constexpr int kKSteps = kHeadSize / 16;       // k-steps of S^T and dP^T (channels)
   constexpr int kQuerySteps = kBlockM / 16;     // k-steps of dV and dK (queries)
   constexpr int kBlockRegisters = kBlockM / 2;  // S^T, dP^T: 64 keys x 64 queries over 128 threads
   constexpr int kGradRegisters = kHeadSize / 2;  // dK, dV: 64 keys x head_size
   constexpr int kGradQueryRegisters = 32;        // dQ: 64 queries x 64 channels
-  // dQ = dS K per warpgroup: head_size 128, channel block w over all keys; 64, channel block 0 over its own keys.
-  constexpr int kGradQuerySteps = kHeadSize == 128 ? kBlockN / 16 : 64 / 16;
+  constexpr int kGradQuerySteps = kBlockN / 16;   // k-steps (keys) of dQ = dS K
 
   extern __shared__ unsigned char shared[];
   const uint32_t key_tile = (shared_address(shared) + 1023) & ~1023u;  // (kBlockN, kHeadSize)
@@ -82,10 +92,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
   const float* logsumexp_shared = reinterpret_cast<const float*>(shared + (logsumexp_tiles - shared_address(shared)));
   const float* delta_shared = reinterpret_cast<const float*>(shared + (delta_tiles - shared_address(shared)));
 
-  const int document = int(blockIdx.z), group = int(blockIdx.y);
+  // Grid (groups, documents, key blocks): the CTAs go out key block by key block, so that the longest (the first key
+  // blocks of causal documents, seen by every query block) start first and the short ones fill the tail.
+  const int group = int(blockIdx.x), document = int(blockIdx.y);
   const int begin = p.cu_seqlens[document * p.cu_seqlens_stride];
   const int length = p.cu_seqlens[(document + 1) * p.cu_seqlens_stride] - begin;
-  const int first_key = int(blockIdx.x) * kBlockN;
+  const int first_key = int(blockIdx.z) * kBlockN;
   if (first_key >= length) return;
   const int last_key = min(first_key + kBlockN, length) - 1;
 
@@ -108,22 +120,25 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
   // Descriptors (wgmma.cuh). A step's descriptor is its tile's plus the step's byte offset >> 4; the tile
   // descriptors go through wgmma::opaque where they are used so that the compiler does not keep every step's
   // descriptor in registers.
-  //   K-major, A = K / V (the warpgroup's 64 rows of a 128-row tile) and B = Q / dO (64 rows): k-step s (16 channels)
-  //     in column block s / 4, 32 (s % 4) bytes in.
-  //   MN-major, B = dO / Q for dV / dK (64 rows = queries, column blocks of 64 channels 64 * 128 bytes apart), A = dS^T
-  //     for dQ (128 rows = keys, 64 queries: one column block), B = K for dQ (128 rows = keys, column blocks
-  //     128 * 128 bytes apart): k-step s (16 rows) at byte 2048 s.
+  //   K-major, A = K / V (the warpgroup's 64 rows of a 128-row tile) and B = Q / dO (kBlockM rows): k-step s (16
+  //     channels) in column block s / 4, 32 (s % 4) bytes in.
+  //   MN-major, B = dO / Q for dV / dK (kBlockM rows = queries, column blocks of 64 channels kBlockM * 128 bytes
+  //     apart), A = dS^T for dQ (128 rows = keys, column blocks of 64 queries 128 * 128 bytes apart), B = K for dQ
+  //     (128 rows = keys, column blocks 128 * 128 bytes apart): k-step s (16 rows) at byte 2048 s.
   const uint64_t key_descriptor = wgmma::descriptor(key_tile + warpgroup * 64 * 128, 16, 1024);
   const uint64_t value_descriptor = wgmma::descriptor(value_tile + warpgroup * 64 * 128, 16, 1024);
   const uint64_t query_descriptor = wgmma::descriptor(query_tiles, 16, 1024);
   const uint64_t grad_output_descriptor = wgmma::descriptor(grad_output_tiles, 16, 1024);
   const uint64_t query_mn_descriptor = wgmma::descriptor(query_tiles, kBlockM * 128, 1024);
   const uint64_t grad_output_mn_descriptor = wgmma::descriptor(grad_output_tiles, kBlockM * 128, 1024);
-  const int first_grad_query_step = kHeadSize == 128 ? 0 : warpgroup * 4;
-  const int grad_query_channels = kHeadSize == 128 ? warpgroup * 64 : 0;  // the warpgroup's dQ channel block
-  const uint64_t score_descriptor = wgmma::descriptor(score_tile + first_grad_query_step * 2048, kBlockN * 128, 1024);
-  const uint64_t key_mn_descriptor = wgmma::descriptor(
-      key_tile + (grad_query_channels / 64) * kBlockN * 128 + first_grad_query_step * 2048, kBlockN * 128, 1024);
+  // dQ: the warpgroup's 64 query rows (from grad_query_row) and 64 channels (from grad_query_channels) over all keys.
+  // A = the dS^T column block of the queries, B = the K column block of the channels.
+  const int grad_query_row = Config::kSplitQueries ? warpgroup * 64 : 0;
+  const int grad_query_channels = Config::kSplitQueries ? 0 : warpgroup * 64;
+  const uint64_t score_descriptor =
+      wgmma::descriptor(score_tile + (grad_query_row / 64) * kBlockN * 128, kBlockN * 128, 1024);
+  const uint64_t key_mn_descriptor =
+      wgmma::descriptor(key_tile + (grad_query_channels / 64) * kBlockN * 128, kBlockN * 128, 1024);
   constexpr uint64_t kStageStep = Config::kQueryBytes >> 4;
   const auto key_step = [](int s) { return uint64_t(((s / 4) * kBlockN * 128 + (s % 4) * 32) >> 4); };
   const auto query_step = [](int s) { return uint64_t(((s / 4) * kBlockM * 128 + (s % 4) * 32) >> 4); };
@@ -148,8 +163,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
       const bool valid = first_query + row < length;
       const int64_t token = begin + (valid ? first_query + row : 0);
       if (index < kBlockM)
-        copy_async_4(logsumexp_tiles + (stage * kBlockM + row) * 4,
-                     p.logsumexp + head * p.logsumexp_head_stride + token * p.logsumexp_token_stride, valid);
+        copy_async_4(logsumexp_tiles + (stage * kBlockM + row) * 4, p.logsumexp_log2 + head * p.tokens + token,
+                     valid);
       else
         copy_async_4(delta_tiles + (stage * kBlockM + row) * 4, p.delta + head * p.tokens + token, valid);
     }
@@ -195,54 +210,50 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
       wgmma::commit();
     }
 
-    // P^T while dP^T runs. Fragment element 4 j + i: key row key_row + 8 (i / 2), query column 8 j + 2 q + i % 2.
+    // P^T while dP^T runs, straight into A fragments (k-step j = queries 16 j .. 16 j + 15; register r holds fragment
+    // elements 8 j + 2 r, + 1: key row key_row + 8 (r % 2), query columns 16 j + 8 (r / 2) + 2 q, + 1), so that the
+    // fp32 scores die before dP^T arrives.
     wgmma::wait<1>();
     wgmma::fence_operands(scores);
     const bool boundary = first_key + kBlockN > length || (p.causal && first_key + kBlockN - 1 > first_query) ||
                           (p.window > 0 && first_query + kBlockM - 1 - first_key >= p.window);
     const float* logsumexp_row = logsumexp_shared + stage * kBlockM + quad_lane * 2;
-#pragma unroll
-    for (int j = 0; j < kBlockM / 8; ++j) {
-      const float2 logsumexp = *reinterpret_cast<const float2*>(logsumexp_row + 8 * j);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int column = 8 * j + 2 * quad_lane + i % 2;
-        const int query_index = first_query + column;
-        const float lse = i % 2 == 0 ? logsumexp.x : logsumexp.y;
-        // A query past the document's end (or, defensively, without any key) has no gradient: probability 0.
-        const float base = query_index < length && isfinite(lse) ? lse * kLog2e : INFINITY;
-        float probability = exp2f(fmaf(scores[4 * j + i], p.scale_log2, -base));
-        if (boundary && !key_allowed(query_index, first_key + key_row + 8 * (i / 2), length, p.causal, p.window))
-          probability = 0.0f;
-        scores[4 * j + i] = probability;
-      }
-    }
-
-    // dS^T = P^T (dP^T - delta).
-    wgmma::wait<0>();
-    wgmma::fence_operands(grad_probabilities);
-    const float* delta_row = delta_shared + stage * kBlockM + quad_lane * 2;
-#pragma unroll
-    for (int j = 0; j < kBlockM / 8; ++j) {
-      const float2 delta = *reinterpret_cast<const float2*>(delta_row + 8 * j);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        grad_probabilities[4 * j + i] =
-            scores[4 * j + i] * (grad_probabilities[4 * j + i] - (i % 2 ? delta.y : delta.x));
-    }
-
-    // P^T and dS^T as A fragments (k-step j = queries 16 j .. 16 j + 15): a0 (row key_row, queries 16 j + 2 q, +1),
-    // a1 (row + 8, same), a2 (row, queries + 8), a3 (row + 8, queries + 8).
-    uint32_t probability_a[kQuerySteps][4], grad_score_a[kQuerySteps][4];
+    uint32_t probability_a[kQuerySteps][4];
 #pragma unroll
     for (int j = 0; j < kQuerySteps; ++j)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        probability_a[j][r] = pack<T>(scores[8 * j + 2 * r], scores[8 * j + 2 * r + 1]);
-        grad_score_a[j][r] = pack<T>(grad_probabilities[8 * j + 2 * r], grad_probabilities[8 * j + 2 * r + 1]);
+        const float2 logsumexp = *reinterpret_cast<const float2*>(logsumexp_row + 16 * j + 8 * (r / 2));
+        float probabilities[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float probability = fast_exp2(fmaf(scores[8 * j + 2 * r + h], p.scale_log2, h == 0 ? -logsumexp.x
+                                                                                               : -logsumexp.y));
+          if (boundary && !key_allowed(first_query + 16 * j + 8 * (r / 2) + 2 * quad_lane + h,
+                                       first_key + key_row + 8 * (r % 2), length, p.causal, p.window))
+            probability = 0.0f;
+          probabilities[h] = probability;
+        }
+        probability_a[j][r] = pack<T>(probabilities[0], probabilities[1]);
       }
 
-    // dS^T to shared memory, rows = keys, 64 queries = 8 chunks per row: register r of k-step j is row
+    // dS^T = P^T (dP^T - delta), with P^T as rounded for dV (what the products see), into A fragments.
+    wgmma::wait<0>();
+    wgmma::fence_operands(grad_probabilities);
+    const float* delta_row = delta_shared + stage * kBlockM + quad_lane * 2;
+    uint32_t grad_score_a[kQuerySteps][4];
+#pragma unroll
+    for (int j = 0; j < kQuerySteps; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float2 delta = *reinterpret_cast<const float2*>(delta_row + 16 * j + 8 * (r / 2));
+        const float2 probability = unpack<T>(probability_a[j][r]);
+        grad_score_a[j][r] = pack<T>(probability.x * (grad_probabilities[8 * j + 2 * r] - delta.x),
+                                     probability.y * (grad_probabilities[8 * j + 2 * r + 1] - delta.y));
+      }
+
+    // dS^T to shared memory, rows = keys, kBlockM / 8 chunks per row (column blocks of 64 queries): register r of
+    // k-step j is row
     // key_row + 8 (r % 2), chunk 2 j + r / 2, bytes 4 q .. 4 q + 3 of the chunk. Stored before the products that read
     // the fragments are issued (their registers are the products' operands until the wait).
 #pragma unroll
@@ -289,11 +300,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
     wgmma::fence_operands(grad_value);
     wgmma::fence_operands(grad_key);
 
-    // dQ fragment element 4 j + i: query row warp_row + quad_row + 8 (i / 2), channel 8 j + 2 q + i % 2 of the
-    // warpgroup's block. Unscaled sums into the scratch.
+    // dQ fragment element 4 j + i: row grad_query_row + warp_row + quad_row + 8 (i / 2) of the item's queries,
+    // channel grad_query_channels + 8 j + 2 q + i % 2. Unscaled sums into the scratch.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int query_index = first_query + warp_row + quad_row + 8 * r;
+      const int query_index = first_query + grad_query_row + warp_row + quad_row + 8 * r;
       if (query_index >= length) continue;
       float* row = p.grad_query_sum + (int64_t(begin + query_index) * p.heads + head) * kHeadSize +
                    grad_query_channels + quad_lane * 2;
@@ -331,6 +342,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
 
 std::optional<std::string> supports_wgmma_backward(const AttentionBackwardArgs& args) {
   if (auto reason = backward_tiles_reason(args)) return reason;
+  if (ceil_div(args.max_seqlen, kBlockN) > 65535)  // grid.z
+    return fmt::format("max_seqlen {} is over {} tokens", args.max_seqlen, 65535 * kBlockN);
   return hopper_reason(args.query.device());
 }
 
@@ -340,7 +353,7 @@ void launch_wgmma_kernel(const BackwardParams& params, int64_t max_seqlen, int64
   constexpr size_t kSharedBytes = WgmmaBackwardConfig<kHeadSize>::kSharedBytes;
   auto* kernel = &attention_backward_wgmma_kernel<T, kHeadSize>;
   FLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSharedBytes)));
-  const dim3 grid(unsigned(ceil_div(max_seqlen, kBlockN)), unsigned(groups), unsigned(documents));
+  const dim3 grid(unsigned(groups), unsigned(documents), unsigned(ceil_div(max_seqlen, kBlockN)));
   kernel<<<grid, kThreads, kSharedBytes, stream>>>(params);
 }
 
@@ -370,3 +383,4 @@ FLM_REGISTER_KERNEL(AttentionBackward, DeviceType::cuda, "wgmma", /*priority=*/2
                     "bf16 / fp16, head_size 64 / 128");
 
 }  // namespace fast_llm::kernels::cuda::attention
+

@@ -162,14 +162,14 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) attention_forward_ker
         block_max = quad_max(block_max);
         // A row that has seen no key yet keeps max -inf: subtract 0 instead, so exp2(-inf) = 0 rather than NaN.
         const float base = block_max == -INFINITY ? 0.0f : block_max * p.scale_log2;
-        const float correction = exp2f(row_max[t][r] * p.scale_log2 - base);
+        const float correction = fast_exp2(row_max[t][r] * p.scale_log2 - base);
         row_max[t][r] = block_max;
         float sum = row_sum[t][r] * correction;
 #pragma unroll
         for (int n = 0; n < kSTiles; ++n)
 #pragma unroll
           for (int i = 2 * r; i < 2 * r + 2; ++i) {
-            const float probability = exp2f(fmaf(scores[t][n][i], p.scale_log2, -base));
+            const float probability = fast_exp2(fmaf(scores[t][n][i], p.scale_log2, -base));
             scores[t][n][i] = probability;
             sum += probability;
           }

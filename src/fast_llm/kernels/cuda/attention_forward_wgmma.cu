@@ -1,6 +1,7 @@
 // Flash attention forward on Hopper tensor cores (kernels/attention.h), variant "wgmma": the flash-attention-2
 // algorithm with both products on wgmma (sm_90a, wgmma.cuh), bf16 / fp16 inputs, fp32 accumulation, head sizes 64
-// and 128. Same contract, grid and masks as "flash" (attention_forward.cu); what differs is the inner loop.
+// and 128. Same contract and masks as "flash" (attention_forward.cu); what differs is the inner loop and the grid order
+// (longest CTAs first).
 //
 // A CTA holds 128 queries: two warpgroups of 64 rows each (256 threads, one CTA per multiprocessor). The query tile
 // and double-buffered (128, head_size) key and value tiles live in shared memory in the canonical 128-byte-swizzled
@@ -55,10 +56,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_forward_wgmma_kernel(co
   const uint32_t key_tiles = query_tile + Config::kQueryBytes;            // 2 x (kBlockN, kHeadSize)
   const uint32_t value_tiles = key_tiles + 2 * kTileBytes;                // 2 x (kBlockN, kHeadSize)
 
-  const int document = int(blockIdx.z), head = int(blockIdx.y);
+  // Grid (heads, documents, query blocks), the last query block first: the CTAs go out query block by query block,
+  // the longest (the last blocks of causal documents, which see every key block) first, so the short ones fill the
+  // tail; the heads of a group go out together and share their key and value tiles in L2.
+  const int head = int(blockIdx.x), document = int(blockIdx.y);
   const int begin = p.cu_seqlens[document * p.cu_seqlens_stride];
   const int length = p.cu_seqlens[(document + 1) * p.cu_seqlens_stride] - begin;
-  const int first_query = (int(gridDim.x) - 1 - int(blockIdx.x)) * kBlockM;
+  const int first_query = (int(gridDim.z) - 1 - int(blockIdx.z)) * kBlockM;
   if (first_query >= length) return;
   const int last_query = min(first_query + kBlockM, length) - 1;
   const int group = head / p.heads_per_group;
@@ -142,14 +146,14 @@ __global__ void __launch_bounds__(kThreads, 1) attention_forward_wgmma_kernel(co
       block_max = quad_max(block_max);
       // A row that has seen no key yet keeps max -inf: subtract 0 instead, so exp2(-inf) = 0 rather than NaN.
       const float base = block_max == -INFINITY ? 0.0f : block_max * p.scale_log2;
-      correction[r] = exp2f(row_max[r] * p.scale_log2 - base);
+      correction[r] = fast_exp2(row_max[r] * p.scale_log2 - base);
       row_max[r] = block_max;
       float sum = row_sum[r] * correction[r];
 #pragma unroll
       for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
         for (int i = 4 * j + 2 * r; i < 4 * j + 2 * r + 2; ++i) {
-          scores[i] = exp2f(fmaf(scores[i], p.scale_log2, -base));
+          scores[i] = fast_exp2(fmaf(scores[i], p.scale_log2, -base));
           sum += scores[i];
         }
       row_sum[r] = sum;
@@ -263,6 +267,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_forward_wgmma_kernel(co
 
 std::optional<std::string> supports_wgmma_forward(const AttentionForwardArgs& args) {
   if (auto reason = forward_tiles_reason(args)) return reason;
+  if (ceil_div(args.max_seqlen, kBlockM) > 65535)  // grid.z
+    return fmt::format("max_seqlen {} is over {} tokens", args.max_seqlen, 65535 * kBlockM);
   return hopper_reason(args.query.device());
 }
 
@@ -272,7 +278,7 @@ void launch_wgmma_forward(const ForwardParams& params, int64_t max_seqlen, int64
   constexpr size_t kSharedBytes = WgmmaForwardConfig<kHeadSize>::kSharedBytes;
   auto* kernel = &attention_forward_wgmma_kernel<T, kHeadSize>;
   FLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSharedBytes)));
-  const dim3 grid(unsigned(ceil_div(max_seqlen, kBlockM)), unsigned(heads), unsigned(documents));
+  const dim3 grid(unsigned(heads), unsigned(documents), unsigned(ceil_div(max_seqlen, kBlockM)));
   kernel<<<grid, kThreads, kSharedBytes, stream>>>(params);
 }
 

@@ -112,6 +112,26 @@ __device__ __forceinline__ uint32_t pack(float low, float high) {
   }
 }
 
+// 2^x on the special-function unit with subnormal results flushed to zero: one instruction, where exp2f's IEEE
+// subnormal handling costs a compare and two multiplies around it. The softmax probabilities it computes are under
+// 2^-126 only where they are negligible next to the row's largest (which is 1 or close).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The two values of a `pack`ed register, low half first.
+template <class T>
+__device__ __forceinline__ float2 unpack(uint32_t packed) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    // bf16 is the high half of an fp32: a shift and a mask, no conversion instruction.
+    return make_float2(__uint_as_float(packed << 16), __uint_as_float(packed & 0xFFFF0000u));
+  } else {
+    return __half22float2(*reinterpret_cast<const __half2*>(&packed));
+  }
+}
+
 // The A fragment of k-step j from the fp32 accumulators of n-tiles 2j and 2j + 1 (same rows, 16 consecutive columns).
 template <class T>
 __device__ __forceinline__ void accumulators_to_a(const float (&low)[4], const float (&high)[4], uint32_t (&a)[4]) {
