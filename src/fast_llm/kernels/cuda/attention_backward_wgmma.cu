@@ -3,13 +3,17 @@
 // and 128. Same contract, preprocess (delta = rowsum(dO * O), lse log2 e), fp32 dQ sums and final cast as "flash"
 // (attention_backward.cuh); what differs is the main kernel.
 //
-// One CTA per (key/value group, document, block of kBlockN = 128 keys), two warpgroups of 64 key rows each (256
-// threads, one CTA per multiprocessor); the CTAs go out key block by key block, so that the longest (the first key
-// blocks of causal documents) start first. The K and V tiles stay in shared memory for the whole CTA, dK and dV in
-// fp32 registers (each warpgroup owns its 64 key rows: no atomics, deterministic). The CTA walks every (query head of
-// the group, block of kBlockM queries: 128 at head_size 64, 64 at 128) that may see its keys; Q, dO, lse log2 e and
-// delta of the next item load by cp.async into the other of two stages while the current item computes. Per item and
-// warpgroup, in the transposed orientation (rows = the warpgroup's keys):
+// One CTA per (key/value group, document, block of kBlockN = 128 keys), one CTA per multiprocessor; the CTAs go out
+// key block by key block, so that the longest (the first key blocks of causal documents) start first. Three
+// warpgroups with their own jobs (warp specialisation):
+//   two consumer warpgroups of 64 key rows each do all the arithmetic. The K and V tiles stay in shared memory for
+//     the whole CTA, dK and dV in fp32 registers (each warpgroup owns its 64 key rows: no atomics, deterministic);
+//   a producer warpgroup: warps 8-9 (the loader) copy Q, dO, lse log2 e and delta of the next item into the other of
+//     two stages (cp.async) while the consumers work on the current one; warps 10-11 (the reducer) add each item's
+//     dQ block, which the consumers stage in shared memory (fp32, two buffers), to the fp32 dQ sums with float4
+//     atomics, off the consumers' path. The producer runs on 40 registers (setmaxnreg), the consumers on 232.
+// The CTA walks every (query head of the group, block of kBlockM queries: 128 at head_size 64, 64 at 128) that may
+// see its keys. Per item and consumer warpgroup, in the transposed orientation (rows = the warpgroup's keys):
 //   S^T = K Q^T      m64n{kBlockM}k16 x head_size / 16, A = K rows, B = Q rows, both K-major in shared memory;
 //   dP^T = V dO^T    likewise, issued right behind S^T: P^T = exp2(S^T scale log2 e - lse log2 e) is computed while it
 //                    runs, straight into A fragments (rounded to T: column tiles 2 j, 2 j + 1 of an accumulator are
@@ -17,29 +21,34 @@
 //   dS^T = P^T (dP^T - delta), in registers, with P^T as rounded;
 //   dV += P^T dO     m64n{head_size}k16 x kBlockM / 16, A = P^T / dS^T from registers, B = dO / Q with rows =
 //   dK += dS^T Q     queries = the contraction, channels contiguous: MN-major;
-//   dQ = dS K        dS^T is also stored to shared memory (rows = keys, queries contiguous), and after a CTA barrier
-//                    m64n64k16 x 8 over all 128 keys, A = dS read transposed (MN-major: queries contiguous), B = K
-//                    (rows = keys = the contraction, channels contiguous: MN-major). Warpgroup w takes queries
-//                    [64 w, 64 w + 64) at head_size 64, channels [64 w, 64 w + 64) at 128. The fp32 results go to
-//                    the dQ sums with float2 atomics (red.v2.f32): measured faster than staging them in shared memory
-//                    for bulk reductions (cp.reduce.async.bulk), which the L2 serves at the same rate.
+//   dQ = dS K        dS^T is also stored to shared memory (rows = keys, queries contiguous), and once both halves are
+//                    there m64n64k16 x 8 over all 128 keys, A = dS read transposed (MN-major: queries contiguous),
+//                    B = K (rows = keys = the contraction, channels contiguous: MN-major). Warpgroup w takes queries
+//                    [64 w, 64 w + 64) at head_size 64, channels [64 w, 64 w + 64) at 128; the block goes to the
+//                    reducer through shared memory.
 // Scaling: dK and dQ are the gradients of the scaled scores times softmax_scale, applied at the dK store and in the
 // dQ cast.
 //
+// Measured on the H200 (benchmarks/attention_benchmark, docs/benchmarks.md): 128-query items at head_size 64 were
+// 1.2x faster than 64; longest-first CTA order 1.2x; the one-instruction exp2 with lse log2 e precomputed cut the
+// softmax's share (24-35% before); the producer warpgroup 1.09-1.18x over consumers that load and add dQ themselves.
+// Staging dQ for bulk reductions (cp.reduce.async.bulk) instead of atomics was 2-7% slower.
+//
 // Masks as "flash": query blocks no key of the CTA may see are skipped; per-element masks only on boundary items.
 // Query rows past the document's end read zeros (Q, dO, lse, delta): their probabilities are 1, but their dP^T and
-// delta are 0, so their dS^T, and their dV and dK contributions, are 0; their dQ rows are not stored. Key rows past
-// the end are zero, masked and not stored. A warpgroup whose 64 keys a query block cannot see at all still runs
-// (P = 0 everywhere).
+// delta are 0, so their dS^T, and their dV and dK contributions, are 0; their dQ rows are not added. Key rows past the
+// end are zero, masked and not stored. A warpgroup whose 64 keys a query block cannot see at all still runs (P = 0
+// everywhere).
 //
 // Shared memory (1024-byte aligned tiles, canonical 128-byte swizzle of wgmma.cuh): K, V (128 x head_size), 2 stages
-// of Q and dO (kBlockM x head_size), dS^T (128 x kBlockM), 2 stages of kBlockM lse and delta: 145 KiB at head_size
-// 128, 130 KiB at 64.
+// of Q and dO (kBlockM x head_size), dS^T (128 x kBlockM), 2 stages of kBlockM lse and delta, 2 staged dQ blocks
+// (kBlockM x head_size fp32, padded rows): 203 KiB at head_size 64, 214 KiB at 128.
 //
-// Synchronisation per item: (1) each thread waits for its copies of the item, fences them to the async proxy, and a
-// CTA barrier publishes them; the same barrier says every warpgroup finished the previous item (its products read
-// the stage the next copies overwrite, and the dS^T tile). (2) after both warpgroups stored dS^T (and fenced it), a
-// second CTA barrier lets each read the other's half for dQ.
+// Synchronisation: named barriers pair each hand-over (bar.arrive by the side that hands over, bar.sync by the side
+// that waits): stage full (loader -> consumers: its copies landed and went through the proxy fence) and free
+// (consumers -> loader: every product that read the stage is done), dQ block full (consumers -> reducer) and free
+// (reducer -> consumers), and, among the consumers only, one before dS^T is overwritten (the other warpgroup's dQ
+// product of the previous item read it) and one after both halves are stored.
 //
 // Layouts: as "flash" (channels contiguous, token / head strides multiples of 8, 16-byte aligned data).
 #include "fast_llm/kernels/cuda/attention_backward.cuh"
@@ -49,13 +58,51 @@
 namespace fast_llm::kernels::cuda::attention {
 namespace {
 
-constexpr int kBlockN = 128;  // keys per CTA: two warpgroups of 64
-constexpr int kThreads = kWgmmaThreads;
+constexpr int kBlockN = 128;  // keys per CTA: two consumer warpgroups of 64
+constexpr int kConsumerThreads = 256;
+constexpr int kLoaderThreads = 64;   // warps 8 and 9
+constexpr int kReducerThreads = 64;  // warps 10 and 11
+constexpr int kThreads = kConsumerThreads + kLoaderThreads + kReducerThreads;
+constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;  // 2 x 128 x 232 + 128 x 40 = 64512
+
+// Named barrier ids (0 is __syncthreads) and their thread counts.
+constexpr int kStageFull = 1;      // + stage
+constexpr int kStageFree = 3;      // + stage
+constexpr int kGradQueryFull = 5;  // + buffer
+constexpr int kGradQueryFree = 7;  // + buffer
+constexpr int kConsumersOnly = 9;
+constexpr int kStageBarrierThreads = kLoaderThreads + kConsumerThreads;
+constexpr int kGradQueryBarrierThreads = kReducerThreads + kConsumerThreads;
+
+__device__ __forceinline__ void barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// The loader's copy of rows [first_row, first_row + kRows) of a (tokens, head_size) slice into a canonical swizzled
+// tile (as load_wgmma_tile, zeros past `length`) by its kLoaderThreads threads, in a loop kept rolled: unrolled, its
+// addresses would not fit the producer's 32 registers.
+template <int kRows, int kHeadSize, class T>
+__device__ __forceinline__ void load_tile_by_loader(uint32_t tile, const T* source, int64_t token_stride,
+                                                    int first_row, int length, int thread) {
+  constexpr int kChunks = kHeadSize / 8;
+  constexpr int kRowStep = kLoaderThreads / kChunks;
+  static_assert(kLoaderThreads % kChunks == 0 && kRows % kRowStep == 0, "whole copies per thread");
+  const int row0 = thread / kChunks, chunk = thread % kChunks;
+  // An invalid row reads nothing, but its address must be mapped: the document's first row is.
+  const T* from = source + int64_t(first_row + row0) * token_stride + chunk * 8;
+#pragma unroll 1
+  for (int row = row0; row < kRows; row += kRowStep, from += token_stride * kRowStep) {
+    const bool valid = first_row + row < length;
+    copy_async_16(tile + wgmma::swizzled_offset<kRows>(row, chunk), valid ? from : source, valid);
+  }
+}
 
 // kBlockM queries per item: 128 at head_size 64 (S^T and dP^T of m64n128: twice the work per barrier for the same
-// registers as head_size 128 with 64 queries; measured 1.2x faster than 64 at head_size 64), 64 at 128. The two
-// warpgroups split dQ = dS K (64 x 64 each) over all 128 keys of the CTA: by queries at head_size 64 (warpgroup w
-// takes queries [64 w, 64 w + 64), every channel), by channels at 128 (channels [64 w, 64 w + 64), every query).
+// registers as head_size 128 with 64 queries), 64 at 128. The two consumer warpgroups split dQ = dS K (64 x 64 each)
+// over all 128 keys of the CTA: by queries at head_size 64, by channels at 128.
 template <int kHeadSize>
 struct WgmmaBackwardConfig {
   static_assert(kHeadSize == 64 || kHeadSize == 128);
@@ -65,9 +112,14 @@ struct WgmmaBackwardConfig {
   static constexpr uint32_t kQueryBytes = kBlockM * kHeadSize * 2;  // one Q or dO stage
   static constexpr uint32_t kScoreBytes = kBlockN * kBlockM * 2;    // dS^T
   static constexpr uint32_t kRowBytes = 2 * kBlockM * 4;            // lse or delta, two stages
-  // K, V, 2 Q stages, 2 dO stages, dS^T, lse and delta, and slack to start the tiles on a 1024-byte boundary.
-  static constexpr size_t kSharedBytes =
-      2 * size_t(kKeyBytes) + 4 * size_t(kQueryBytes) + kScoreBytes + 2 * kRowBytes + 1024;
+  // A staged dQ block: fp32 rows padded by 8 floats, so that a warp's float2 stores (8 rows x 4 quad lanes) hit 32
+  // different banks.
+  static constexpr uint32_t kGradQueryPitch = (kHeadSize + 8) * 4;
+  static constexpr uint32_t kGradQueryBytes = kBlockM * kGradQueryPitch;
+  // K, V, 2 Q stages, 2 dO stages, dS^T, lse and delta, 2 dQ buffers, and slack to start the tiles on a 1024-byte
+  // boundary: 203 KiB at head_size 64, 214 KiB at 128.
+  static constexpr size_t kSharedBytes = 2 * size_t(kKeyBytes) + 4 * size_t(kQueryBytes) + kScoreBytes +
+                                         2 * kRowBytes + 2 * size_t(kGradQueryBytes) + 1024;
 };
 
 template <class T, int kHeadSize>
@@ -89,6 +141,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
   const uint32_t score_tile = grad_output_tiles + 2 * Config::kQueryBytes;   // (kBlockN keys, kBlockM queries): dS^T
   const uint32_t logsumexp_tiles = score_tile + Config::kScoreBytes;        // 2 x (kBlockM) fp32
   const uint32_t delta_tiles = logsumexp_tiles + 2 * kBlockM * 4;           // 2 x (kBlockM) fp32
+  const uint32_t grad_query_tiles = delta_tiles + 2 * kBlockM * 4;          // 2 x (kBlockM rows) fp32, padded
   const float* logsumexp_shared = reinterpret_cast<const float*>(shared + (logsumexp_tiles - shared_address(shared)));
   const float* delta_shared = reinterpret_cast<const float*>(shared + (delta_tiles - shared_address(shared)));
 
@@ -107,232 +160,274 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
   const int block_begin = seeing.begin, blocks = seeing.count;
   const int items = blocks * p.heads_per_group;
 
-  const int warpgroup = int(threadIdx.x) / 128, lane = int(threadIdx.x) % 32;
-  const int quad_row = lane / 4, quad_lane = lane % 4;
-  const int warp_row = (int(threadIdx.x) % 128) / 32 * 16;  // the warp's first row in a warpgroup's 64-row fragment
-  // This thread's key rows in the block: key_row and key_row + 8 (rows of the S^T, dP^T, dK, dV fragments).
-  const int key_row = warpgroup * 64 + warp_row + quad_row;
-
-  const T* key = static_cast<const T*>(p.key.data) + int64_t(begin) * p.key.token_stride + group * p.key.head_stride;
-  const T* value =
-      static_cast<const T*>(p.value.data) + int64_t(begin) * p.value.token_stride + group * p.value.head_stride;
-
-  // Descriptors (wgmma.cuh). A step's descriptor is its tile's plus the step's byte offset >> 4; the tile
-  // descriptors go through wgmma::opaque where they are used so that the compiler does not keep every step's
-  // descriptor in registers.
-  //   K-major, A = K / V (the warpgroup's 64 rows of a 128-row tile) and B = Q / dO (kBlockM rows): k-step s (16
-  //     channels) in column block s / 4, 32 (s % 4) bytes in.
-  //   MN-major, B = dO / Q for dV / dK (kBlockM rows = queries, column blocks of 64 channels kBlockM * 128 bytes
-  //     apart), A = dS^T for dQ (128 rows = keys, column blocks of 64 queries 128 * 128 bytes apart), B = K for dQ
-  //     (128 rows = keys, column blocks 128 * 128 bytes apart): k-step s (16 rows) at byte 2048 s.
-  const uint64_t key_descriptor = wgmma::descriptor(key_tile + warpgroup * 64 * 128, 16, 1024);
-  const uint64_t value_descriptor = wgmma::descriptor(value_tile + warpgroup * 64 * 128, 16, 1024);
-  const uint64_t query_descriptor = wgmma::descriptor(query_tiles, 16, 1024);
-  const uint64_t grad_output_descriptor = wgmma::descriptor(grad_output_tiles, 16, 1024);
-  const uint64_t query_mn_descriptor = wgmma::descriptor(query_tiles, kBlockM * 128, 1024);
-  const uint64_t grad_output_mn_descriptor = wgmma::descriptor(grad_output_tiles, kBlockM * 128, 1024);
-  // dQ: the warpgroup's 64 query rows (from grad_query_row) and 64 channels (from grad_query_channels) over all keys.
-  // A = the dS^T column block of the queries, B = the K column block of the channels.
-  const int grad_query_row = Config::kSplitQueries ? warpgroup * 64 : 0;
-  const int grad_query_channels = Config::kSplitQueries ? 0 : warpgroup * 64;
-  const uint64_t score_descriptor =
-      wgmma::descriptor(score_tile + (grad_query_row / 64) * kBlockN * 128, kBlockN * 128, 1024);
-  const uint64_t key_mn_descriptor =
-      wgmma::descriptor(key_tile + (grad_query_channels / 64) * kBlockN * 128, kBlockN * 128, 1024);
-  constexpr uint64_t kStageStep = Config::kQueryBytes >> 4;
-  const auto key_step = [](int s) { return uint64_t(((s / 4) * kBlockN * 128 + (s % 4) * 32) >> 4); };
-  const auto query_step = [](int s) { return uint64_t(((s / 4) * kBlockM * 128 + (s % 4) * 32) >> 4); };
-  const auto row_step = [](int s) { return uint64_t((s * 2048) >> 4); };
-
-  // Issues the copies of item `item` (head, query block) into `stage`: Q and dO tiles, and lse and delta by the
-  // first 128 threads.
-  const auto load_item = [&](int item, int stage) {
-    const int head = group * p.heads_per_group + item / blocks;
-    const int first_query = (block_begin + item % blocks) * kBlockM;
-    const T* query = static_cast<const T*>(p.query.data) + int64_t(begin) * p.query.token_stride +
-                     head * p.query.head_stride;
-    const T* grad_output = static_cast<const T*>(p.grad_output.data) + int64_t(begin) * p.grad_output.token_stride +
-                           head * p.grad_output.head_stride;
-    load_wgmma_tile<kBlockM, kHeadSize>(query_tiles + stage * Config::kQueryBytes, query, p.query.token_stride,
-                                        first_query, length);
-    load_wgmma_tile<kBlockM, kHeadSize>(grad_output_tiles + stage * Config::kQueryBytes, grad_output,
-                                        p.grad_output.token_stride, first_query, length);
-    const int index = int(threadIdx.x);
-    if (index < 2 * kBlockM) {
-      const int row = index % kBlockM;
-      const bool valid = first_query + row < length;
-      const int64_t token = begin + (valid ? first_query + row : 0);
-      if (index < kBlockM)
-        copy_async_4(logsumexp_tiles + (stage * kBlockM + row) * 4, p.logsumexp_log2 + head * p.tokens + token,
-                     valid);
-      else
-        copy_async_4(delta_tiles + (stage * kBlockM + row) * 4, p.delta + head * p.tokens + token, valid);
+  // Roles: one branch per warpgroup (setmaxnreg needs it).
+  if (threadIdx.x >= kConsumerThreads) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+    const int thread = int(threadIdx.x) - kConsumerThreads;
+    if (thread < kLoaderThreads) {
+      // Loader: Q, dO, lse log2 e and delta of each item into its stage, once the consumers are done with the item
+      // two back that used it.
+      for (int item = 0; item < items; ++item) {
+        const int stage = item & 1;
+        if (item >= 2) barrier_sync(kStageFree + stage, kStageBarrierThreads);
+        const int head = group * p.heads_per_group + item / blocks;
+        const int first_query = (block_begin + item % blocks) * kBlockM;
+        const T* query = static_cast<const T*>(p.query.data) + int64_t(begin) * p.query.token_stride +
+                         head * p.query.head_stride;
+        const T* grad_output = static_cast<const T*>(p.grad_output.data) +
+                               int64_t(begin) * p.grad_output.token_stride + head * p.grad_output.head_stride;
+        load_tile_by_loader<kBlockM, kHeadSize>(query_tiles + stage * Config::kQueryBytes, query,
+                                                p.query.token_stride, first_query, length, thread);
+        load_tile_by_loader<kBlockM, kHeadSize>(grad_output_tiles + stage * Config::kQueryBytes, grad_output,
+                                                p.grad_output.token_stride, first_query, length, thread);
+        for (int index = thread; index < 2 * kBlockM; index += kLoaderThreads) {
+          const int row = index % kBlockM;
+          const bool valid = first_query + row < length;
+          const int64_t token = begin + (valid ? first_query + row : 0);
+          if (index < kBlockM)
+            copy_async_4(logsumexp_tiles + (stage * kBlockM + row) * 4, p.logsumexp_log2 + head * p.tokens + token,
+                         valid);
+          else
+            copy_async_4(delta_tiles + (stage * kBlockM + row) * 4, p.delta + head * p.tokens + token, valid);
+        }
+        copy_async_commit();
+        copy_async_wait<0>();
+        wgmma::proxy_fence();
+        barrier_arrive(kStageFull + stage, kStageBarrierThreads);
+      }
+    } else {
+      // Reducer: each staged dQ block into the fp32 sums, rows inside the document only, 16 bytes per atomic.
+      constexpr int kVectors = kHeadSize / 4;
+      const int reducer = thread - kLoaderThreads;
+      for (int item = 0; item < items; ++item) {
+        const int buffer = item & 1;
+        barrier_sync(kGradQueryFull + buffer, kGradQueryBarrierThreads);
+        const int head = group * p.heads_per_group + item / blocks;
+        const int first_query = (block_begin + item % blocks) * kBlockM;
+        const int rows = min(kBlockM, length - first_query);
+        const uint32_t tile = grad_query_tiles + buffer * Config::kGradQueryBytes;
+        float* sums = p.grad_query_sum + (int64_t(begin + first_query) * p.heads + head) * kHeadSize;
+#pragma unroll 2
+        for (int index = reducer; index < rows * kVectors; index += kReducerThreads) {
+          const int row = index / kVectors, vector = index % kVectors;
+          float4 value;
+          asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                       : "=f"(value.x), "=f"(value.y), "=f"(value.z), "=f"(value.w)
+                       : "r"(tile + row * Config::kGradQueryPitch + vector * 16)
+                       : "memory");
+          atomicAdd(reinterpret_cast<float4*>(sums + int64_t(row) * p.heads * kHeadSize) + vector, value);
+        }
+        if (item + 2 < items) barrier_arrive(kGradQueryFree + buffer, kGradQueryBarrierThreads);
+      }
     }
-  };
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+    const int warpgroup = int(threadIdx.x) / 128, lane = int(threadIdx.x) % 32;
+    const int quad_row = lane / 4, quad_lane = lane % 4;
+    const int warp_row = (int(threadIdx.x) % 128) / 32 * 16;  // the warp's first row in a warpgroup's 64-row fragment
+    // This thread's key rows in the block: key_row and key_row + 8 (rows of the S^T, dP^T, dK, dV fragments).
+    const int key_row = warpgroup * 64 + warp_row + quad_row;
 
-  load_wgmma_tile<kBlockN, kHeadSize>(key_tile, key, p.key.token_stride, first_key, length);
-  load_wgmma_tile<kBlockN, kHeadSize>(value_tile, value, p.value.token_stride, first_key, length);
-  if (items > 0) load_item(0, 0);
-  copy_async_commit();
+    const T* key = static_cast<const T*>(p.key.data) + int64_t(begin) * p.key.token_stride + group * p.key.head_stride;
+    const T* value =
+        static_cast<const T*>(p.value.data) + int64_t(begin) * p.value.token_stride + group * p.value.head_stride;
 
-  float grad_key[kGradRegisters], grad_value[kGradRegisters];
-#pragma unroll
-  for (int i = 0; i < kGradRegisters; ++i) grad_key[i] = grad_value[i] = 0.0f;
+    // Descriptors (wgmma.cuh). A step's descriptor is its tile's plus the step's byte offset >> 4; the tile
+    // descriptors go through wgmma::opaque where they are used so that the compiler does not keep every step's
+    // descriptor in registers.
+    //   K-major, A = K / V (the warpgroup's 64 rows of a 128-row tile) and B = Q / dO (kBlockM rows): k-step s (16
+    //     channels) in column block s / 4, 32 (s % 4) bytes in.
+    //   MN-major, B = dO / Q for dV / dK (kBlockM rows = queries, column blocks of 64 channels kBlockM * 128 bytes
+    //     apart), A = dS^T for dQ (128 rows = keys, column blocks of 64 queries 128 * 128 bytes apart), B = K for dQ
+    //     (128 rows = keys, column blocks 128 * 128 bytes apart): k-step s (16 rows) at byte 2048 s.
+    const uint64_t key_descriptor = wgmma::descriptor(key_tile + warpgroup * 64 * 128, 16, 1024);
+    const uint64_t value_descriptor = wgmma::descriptor(value_tile + warpgroup * 64 * 128, 16, 1024);
+    const uint64_t query_descriptor = wgmma::descriptor(query_tiles, 16, 1024);
+    const uint64_t grad_output_descriptor = wgmma::descriptor(grad_output_tiles, 16, 1024);
+    const uint64_t query_mn_descriptor = wgmma::descriptor(query_tiles, kBlockM * 128, 1024);
+    const uint64_t grad_output_mn_descriptor = wgmma::descriptor(grad_output_tiles, kBlockM * 128, 1024);
+    // dQ: the warpgroup's 64 query rows (from grad_query_row) and 64 channels (from grad_query_channels) over all keys.
+    // A = the dS^T column block of the queries, B = the K column block of the channels.
+    const int grad_query_row = Config::kSplitQueries ? warpgroup * 64 : 0;
+    const int grad_query_channels = Config::kSplitQueries ? 0 : warpgroup * 64;
+    const uint64_t score_descriptor =
+        wgmma::descriptor(score_tile + (grad_query_row / 64) * kBlockN * 128, kBlockN * 128, 1024);
+    const uint64_t key_mn_descriptor =
+        wgmma::descriptor(key_tile + (grad_query_channels / 64) * kBlockN * 128, kBlockN * 128, 1024);
+    constexpr uint64_t kStageStep = Config::kQueryBytes >> 4;
+    const auto key_step = [](int s) { return uint64_t(((s / 4) * kBlockN * 128 + (s % 4) * 32) >> 4); };
+    const auto query_step = [](int s) { return uint64_t(((s / 4) * kBlockM * 128 + (s % 4) * 32) >> 4); };
+    const auto row_step = [](int s) { return uint64_t((s * 2048) >> 4); };
 
-  for (int item = 0; item < items; ++item) {
-    const int stage = item & 1;
-    const int head = group * p.heads_per_group + item / blocks;
-    const int first_query = (block_begin + item % blocks) * kBlockM;
-
-    // (1) This item's tiles are visible to every thread and to the tensor cores; the previous item is done.
+    // K and V, by the consumers, for the whole CTA.
+    load_wgmma_tile<kBlockN, kHeadSize>(key_tile, key, p.key.token_stride, first_key, length);
+    load_wgmma_tile<kBlockN, kHeadSize>(value_tile, value, p.value.token_stride, first_key, length);
+    copy_async_commit();
     copy_async_wait<0>();
     wgmma::proxy_fence();
-    __syncthreads();
-    if (item + 1 < items) load_item(item + 1, stage ^ 1);
-    copy_async_commit();
+    barrier_sync(kConsumersOnly, kConsumerThreads);
 
-    // S^T = K Q^T and dP^T = V dO^T, two batches.
-    float scores[kBlockRegisters], grad_probabilities[kBlockRegisters];
-    wgmma::wgmma_fence();
-    {
-      const uint64_t a = wgmma::opaque(key_descriptor), b = wgmma::opaque(query_descriptor + stage * kStageStep);
+    float grad_key[kGradRegisters], grad_value[kGradRegisters];
 #pragma unroll
-      for (int s = 0; s < kKSteps; ++s)
-        wgmma::product_ss<T, kBlockM, false, false>(scores, a + key_step(s), b + query_step(s), s > 0);
-      wgmma::commit();
-    }
-    {
-      const uint64_t a = wgmma::opaque(value_descriptor),
-                     b = wgmma::opaque(grad_output_descriptor + stage * kStageStep);
-#pragma unroll
-      for (int s = 0; s < kKSteps; ++s)
-        wgmma::product_ss<T, kBlockM, false, false>(grad_probabilities, a + key_step(s), b + query_step(s), s > 0);
-      wgmma::commit();
-    }
+    for (int i = 0; i < kGradRegisters; ++i) grad_key[i] = grad_value[i] = 0.0f;
 
-    // P^T while dP^T runs, straight into A fragments (k-step j = queries 16 j .. 16 j + 15; register r holds fragment
-    // elements 8 j + 2 r, + 1: key row key_row + 8 (r % 2), query columns 16 j + 8 (r / 2) + 2 q, + 1), so that the
-    // fp32 scores die before dP^T arrives.
-    wgmma::wait<1>();
-    wgmma::fence_operands(scores);
-    const bool boundary = first_key + kBlockN > length || (p.causal && first_key + kBlockN - 1 > first_query) ||
-                          (p.window > 0 && first_query + kBlockM - 1 - first_key >= p.window);
-    const float* logsumexp_row = logsumexp_shared + stage * kBlockM + quad_lane * 2;
-    uint32_t probability_a[kQuerySteps][4];
+    for (int item = 0; item < items; ++item) {
+      const int stage = item & 1;
+      const int first_query = (block_begin + item % blocks) * kBlockM;
+
+      // The loader filled this item's stage (and fenced it for the tensor cores).
+      barrier_sync(kStageFull + stage, kStageBarrierThreads);
+
+      // S^T = K Q^T and dP^T = V dO^T, two batches.
+      float scores[kBlockRegisters], grad_probabilities[kBlockRegisters];
+      wgmma::wgmma_fence();
+      {
+        const uint64_t a = wgmma::opaque(key_descriptor), b = wgmma::opaque(query_descriptor + stage * kStageStep);
 #pragma unroll
-    for (int j = 0; j < kQuerySteps; ++j)
+        for (int s = 0; s < kKSteps; ++s)
+          wgmma::product_ss<T, kBlockM, false, false>(scores, a + key_step(s), b + query_step(s), s > 0);
+        wgmma::commit();
+      }
+      {
+        const uint64_t a = wgmma::opaque(value_descriptor),
+                       b = wgmma::opaque(grad_output_descriptor + stage * kStageStep);
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const float2 logsumexp = *reinterpret_cast<const float2*>(logsumexp_row + 16 * j + 8 * (r / 2));
-        float probabilities[2];
+        for (int s = 0; s < kKSteps; ++s)
+          wgmma::product_ss<T, kBlockM, false, false>(grad_probabilities, a + key_step(s), b + query_step(s), s > 0);
+        wgmma::commit();
+      }
+
+      // P^T while dP^T runs, straight into A fragments (k-step j = queries 16 j .. 16 j + 15; register r holds fragment
+      // elements 8 j + 2 r, + 1: key row key_row + 8 (r % 2), query columns 16 j + 8 (r / 2) + 2 q, + 1), so that the
+      // fp32 scores die before dP^T arrives.
+      wgmma::wait<1>();
+      wgmma::fence_operands(scores);
+      const bool boundary = first_key + kBlockN > length || (p.causal && first_key + kBlockN - 1 > first_query) ||
+                            (p.window > 0 && first_query + kBlockM - 1 - first_key >= p.window);
+      const float* logsumexp_row = logsumexp_shared + stage * kBlockM + quad_lane * 2;
+      uint32_t probability_a[kQuerySteps][4];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float probability = fast_exp2(fmaf(scores[8 * j + 2 * r + h], p.scale_log2, h == 0 ? -logsumexp.x
-                                                                                               : -logsumexp.y));
-          if (boundary && !key_allowed(first_query + 16 * j + 8 * (r / 2) + 2 * quad_lane + h,
-                                       first_key + key_row + 8 * (r % 2), length, p.causal, p.window))
-            probability = 0.0f;
-          probabilities[h] = probability;
+      for (int j = 0; j < kQuerySteps; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const float2 logsumexp = *reinterpret_cast<const float2*>(logsumexp_row + 16 * j + 8 * (r / 2));
+          float probabilities[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float probability = fast_exp2(fmaf(scores[8 * j + 2 * r + h], p.scale_log2, h == 0 ? -logsumexp.x
+                                                                                                 : -logsumexp.y));
+            if (boundary && !key_allowed(first_query + 16 * j + 8 * (r / 2) + 2 * quad_lane + h,
+                                         first_key + key_row + 8 * (r % 2), length, p.causal, p.window))
+              probability = 0.0f;
+            probabilities[h] = probability;
+          }
+          probability_a[j][r] = pack<T>(probabilities[0], probabilities[1]);
         }
-        probability_a[j][r] = pack<T>(probabilities[0], probabilities[1]);
-      }
 
-    // dS^T = P^T (dP^T - delta), with P^T as rounded for dV (what the products see), into A fragments.
-    wgmma::wait<0>();
-    wgmma::fence_operands(grad_probabilities);
-    const float* delta_row = delta_shared + stage * kBlockM + quad_lane * 2;
-    uint32_t grad_score_a[kQuerySteps][4];
-#pragma unroll
-    for (int j = 0; j < kQuerySteps; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const float2 delta = *reinterpret_cast<const float2*>(delta_row + 16 * j + 8 * (r / 2));
-        const float2 probability = unpack<T>(probability_a[j][r]);
-        grad_score_a[j][r] = pack<T>(probability.x * (grad_probabilities[8 * j + 2 * r] - delta.x),
-                                     probability.y * (grad_probabilities[8 * j + 2 * r + 1] - delta.y));
-      }
-
-    // dS^T to shared memory, rows = keys, kBlockM / 8 chunks per row (column blocks of 64 queries): register r of
-    // k-step j is row
-    // key_row + 8 (r % 2), chunk 2 j + r / 2, bytes 4 q .. 4 q + 3 of the chunk. Stored before the products that read
-    // the fragments are issued (their registers are the products' operands until the wait).
-#pragma unroll
-    for (int j = 0; j < kQuerySteps; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const uint32_t address =
-            score_tile + wgmma::swizzled_offset<kBlockN>(key_row + 8 * (r % 2), 2 * j + r / 2) + quad_lane * 4;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(grad_score_a[j][r]) : "memory");
-      }
-    wgmma::proxy_fence();
-
-    // dV += P^T dO, dK += dS^T Q.
-    wgmma::fence_operands(grad_value);
-    wgmma::fence_operands(grad_key);
-    wgmma::wgmma_fence();
-    {
-      const uint64_t b = wgmma::opaque(grad_output_mn_descriptor + stage * kStageStep);
+      // dS^T = P^T (dP^T - delta), with P^T as rounded for dV (what the products see), into A fragments.
+      wgmma::wait<0>();
+      wgmma::fence_operands(grad_probabilities);
+      const float* delta_row = delta_shared + stage * kBlockM + quad_lane * 2;
+      uint32_t grad_score_a[kQuerySteps][4];
 #pragma unroll
       for (int j = 0; j < kQuerySteps; ++j)
-        wgmma::product_rs<T, kHeadSize, true>(grad_value, probability_a[j], b + row_step(j), true);
-    }
-    {
-      const uint64_t b = wgmma::opaque(query_mn_descriptor + stage * kStageStep);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const float2 delta = *reinterpret_cast<const float2*>(delta_row + 16 * j + 8 * (r / 2));
+          const float2 probability = unpack<T>(probability_a[j][r]);
+          grad_score_a[j][r] = pack<T>(probability.x * (grad_probabilities[8 * j + 2 * r] - delta.x),
+                                       probability.y * (grad_probabilities[8 * j + 2 * r + 1] - delta.y));
+        }
+
+      // The other consumer warpgroup's dQ product of the previous item, which read the dS^T tile, is done.
+      barrier_sync(kConsumersOnly, kConsumerThreads);
+      // dS^T to shared memory, rows = keys, kBlockM / 8 chunks per row (column blocks of 64 queries): register r of
+      // k-step j is row
+      // key_row + 8 (r % 2), chunk 2 j + r / 2, bytes 4 q .. 4 q + 3 of the chunk. Stored before the products that read
+      // the fragments are issued (their registers are the products' operands until the wait).
 #pragma unroll
       for (int j = 0; j < kQuerySteps; ++j)
-        wgmma::product_rs<T, kHeadSize, true>(grad_key, grad_score_a[j], b + row_step(j), true);
-    }
-    wgmma::commit();
-
-    // (2) Both warpgroups' dS^T are in shared memory: dQ = dS K, A = dS^T read transposed, B = K (MN-major).
-    __syncthreads();
-    float grad_query[kGradQueryRegisters];
-    wgmma::wgmma_fence();
-    {
-      const uint64_t a = wgmma::opaque(score_descriptor), b = wgmma::opaque(key_mn_descriptor);
 #pragma unroll
-      for (int s = 0; s < kGradQuerySteps; ++s)
-        wgmma::product_ss<T, 64, true, true>(grad_query, a + row_step(s), b + row_step(s), s > 0);
+        for (int r = 0; r < 4; ++r) {
+          const uint32_t address =
+              score_tile + wgmma::swizzled_offset<kBlockN>(key_row + 8 * (r % 2), 2 * j + r / 2) + quad_lane * 4;
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(grad_score_a[j][r]) : "memory");
+        }
+      wgmma::proxy_fence();
+
+      // dV += P^T dO, dK += dS^T Q.
+      wgmma::fence_operands(grad_value);
+      wgmma::fence_operands(grad_key);
+      wgmma::wgmma_fence();
+      {
+        const uint64_t b = wgmma::opaque(grad_output_mn_descriptor + stage * kStageStep);
+#pragma unroll
+        for (int j = 0; j < kQuerySteps; ++j)
+          wgmma::product_rs<T, kHeadSize, true>(grad_value, probability_a[j], b + row_step(j), true);
+      }
+      {
+        const uint64_t b = wgmma::opaque(query_mn_descriptor + stage * kStageStep);
+#pragma unroll
+        for (int j = 0; j < kQuerySteps; ++j)
+          wgmma::product_rs<T, kHeadSize, true>(grad_key, grad_score_a[j], b + row_step(j), true);
+      }
       wgmma::commit();
-    }
-    wgmma::wait<0>();
-    wgmma::fence_operands(grad_query);
-    wgmma::fence_operands(grad_value);
-    wgmma::fence_operands(grad_key);
 
-    // dQ fragment element 4 j + i: row grad_query_row + warp_row + quad_row + 8 (i / 2) of the item's queries,
-    // channel grad_query_channels + 8 j + 2 q + i % 2. Unscaled sums into the scratch.
+      // Both warpgroups' dS^T are in shared memory: dQ = dS K, A = dS^T read transposed, B = K (MN-major).
+      barrier_sync(kConsumersOnly, kConsumerThreads);
+      float grad_query[kGradQueryRegisters];
+      wgmma::wgmma_fence();
+      {
+        const uint64_t a = wgmma::opaque(score_descriptor), b = wgmma::opaque(key_mn_descriptor);
+#pragma unroll
+        for (int s = 0; s < kGradQuerySteps; ++s)
+          wgmma::product_ss<T, 64, true, true>(grad_query, a + row_step(s), b + row_step(s), s > 0);
+        wgmma::commit();
+      }
+      wgmma::wait<0>();
+      wgmma::fence_operands(grad_query);
+      wgmma::fence_operands(grad_value);
+      wgmma::fence_operands(grad_key);
+
+      // Every product that read this stage is done: the loader may refill it (for item + 2, if there is one).
+      if (item + 2 < items) barrier_arrive(kStageFree + stage, kStageBarrierThreads);
+
+      // dQ fragment element 4 j + i: row grad_query_row + warp_row + quad_row + 8 (i / 2) of the item's queries,
+      // channel grad_query_channels + 8 j + 2 q + i % 2, staged for the reducer in buffer `stage` once it has added
+      // what that buffer held (item - 2). Unscaled sums.
+      if (item >= 2) barrier_sync(kGradQueryFree + stage, kGradQueryBarrierThreads);
+      const uint32_t grad_query_tile = grad_query_tiles + stage * Config::kGradQueryBytes;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int query_row = grad_query_row + warp_row + quad_row + 8 * r;
+        const uint32_t row =
+            grad_query_tile + query_row * Config::kGradQueryPitch + (grad_query_channels + quad_lane * 2) * 4;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(row + 32 * j), "f"(grad_query[4 * j + 2 * r]),
+                       "f"(grad_query[4 * j + 2 * r + 1])
+                       : "memory");
+      }
+      barrier_arrive(kGradQueryFull + stage, kGradQueryBarrierThreads);
+    }
+
+    // dK = scale dS^T Q, dV = P^T dO for the thread's key rows inside the document (fragment element 4 j + i: key row
+    // key_row + 8 (i / 2), channel 8 j + 2 q + i % 2).
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int query_index = first_query + grad_query_row + warp_row + quad_row + 8 * r;
-      if (query_index >= length) continue;
-      float* row = p.grad_query_sum + (int64_t(begin + query_index) * p.heads + head) * kHeadSize +
-                   grad_query_channels + quad_lane * 2;
+      const int key_index = first_key + key_row + 8 * r;
+      if (key_index >= length) continue;
+      T* grad_key_row = static_cast<T*>(p.grad_key) + int64_t(begin + key_index) * p.grad_key_token_stride +
+                        group * p.grad_key_head_stride + quad_lane * 2;
+      T* grad_value_row = static_cast<T*>(p.grad_value) + int64_t(begin + key_index) * p.grad_value_token_stride +
+                          group * p.grad_value_head_stride + quad_lane * 2;
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
-        atomicAdd(reinterpret_cast<float2*>(row + 8 * j),
-                  make_float2(grad_query[4 * j + 2 * r], grad_query[4 * j + 2 * r + 1]));
-    }
-  }
-
-  copy_async_wait<0>();  // with no items, the K / V copies are still in flight: none may outlive the block
-
-  // dK = scale dS^T Q, dV = P^T dO for the thread's key rows inside the document (fragment element 4 j + i: key row
-  // key_row + 8 (i / 2), channel 8 j + 2 q + i % 2).
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int key_index = first_key + key_row + 8 * r;
-    if (key_index >= length) continue;
-    T* grad_key_row = static_cast<T*>(p.grad_key) + int64_t(begin + key_index) * p.grad_key_token_stride +
-                      group * p.grad_key_head_stride + quad_lane * 2;
-    T* grad_value_row = static_cast<T*>(p.grad_value) + int64_t(begin + key_index) * p.grad_value_token_stride +
-                        group * p.grad_value_head_stride + quad_lane * 2;
-#pragma unroll
-    for (int j = 0; j < kHeadSize / 8; ++j) {
-      *reinterpret_cast<uint32_t*>(grad_key_row + 8 * j) =
-          pack<T>(grad_key[4 * j + 2 * r] * p.softmax_scale, grad_key[4 * j + 2 * r + 1] * p.softmax_scale);
-      *reinterpret_cast<uint32_t*>(grad_value_row + 8 * j) =
-          pack<T>(grad_value[4 * j + 2 * r], grad_value[4 * j + 2 * r + 1]);
+      for (int j = 0; j < kHeadSize / 8; ++j) {
+        *reinterpret_cast<uint32_t*>(grad_key_row + 8 * j) =
+            pack<T>(grad_key[4 * j + 2 * r] * p.softmax_scale, grad_key[4 * j + 2 * r + 1] * p.softmax_scale);
+        *reinterpret_cast<uint32_t*>(grad_value_row + 8 * j) =
+            pack<T>(grad_value[4 * j + 2 * r], grad_value[4 * j + 2 * r + 1]);
+      }
     }
   }
 }
@@ -377,10 +472,9 @@ void attention_backward_wgmma(const AttentionBackwardArgs& args) { attention_bac
 
 FLM_REGISTER_KERNEL(AttentionBackward, DeviceType::cuda, "wgmma", /*priority=*/200, KernelKind::optimized,
                     &supports_wgmma_backward, &attention_backward_wgmma,
-                    "flash-attention-2 backward on Hopper wgmma (sm_90): 128-key blocks per CTA over two "
-                    "warpgroups, K / V resident in swizzled shared memory, Q / dO double buffered (cp.async), "
-                    "dK / dV in registers (no atomics), dQ = dS K on wgmma into an fp32 scratch (vector atomics); "
-                    "bf16 / fp16, head_size 64 / 128");
+                    "flash-attention-2 backward on Hopper wgmma (sm_90): 128-key blocks per CTA over two consumer "
+                    "warpgroups (K / V resident in swizzled shared memory, dK / dV in registers, no atomics) and a "
+                    "producer warpgroup that loads the next Q / dO stage (cp.async) and adds the dQ blocks to an fp32 "
+                    "scratch (float4 atomics); bf16 / fp16, head_size 64 / 128");
 
 }  // namespace fast_llm::kernels::cuda::attention
-
