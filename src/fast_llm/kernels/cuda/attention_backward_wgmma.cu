@@ -59,13 +59,13 @@ namespace fast_llm::kernels::cuda::attention {
 namespace {
 
 constexpr int kBlockN = 128;  // keys per CTA: two consumer warpgroups of 64
-constexpr int kConsumerThreads = 256;
+constexpr int kConsumerThreads = kWgmmaThreads;
 constexpr int kLoaderThreads = 64;   // warps 8 and 9
 constexpr int kReducerThreads = 64;  // warps 10 and 11
-constexpr int kThreads = kConsumerThreads + kLoaderThreads + kReducerThreads;
-constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;  // 2 x 128 x 232 + 128 x 40 = 64512
+constexpr int kThreads = kConsumerThreads + kWgmmaProducerThreads;
+static_assert(kLoaderThreads + kReducerThreads == kWgmmaProducerThreads);
 
-// Named barrier ids (0 is __syncthreads) and their thread counts.
+// Named barrier ids and their thread counts.
 constexpr int kStageFull = 1;      // + stage
 constexpr int kStageFree = 3;      // + stage
 constexpr int kGradQueryFull = 5;  // + buffer
@@ -73,32 +73,6 @@ constexpr int kGradQueryFree = 7;  // + buffer
 constexpr int kConsumersOnly = 9;
 constexpr int kStageBarrierThreads = kLoaderThreads + kConsumerThreads;
 constexpr int kGradQueryBarrierThreads = kReducerThreads + kConsumerThreads;
-
-__device__ __forceinline__ void barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-// The loader's copy of rows [first_row, first_row + kRows) of a (tokens, head_size) slice into a canonical swizzled
-// tile (as load_wgmma_tile, zeros past `length`) by its kLoaderThreads threads, in a loop kept rolled: unrolled, its
-// addresses would not fit the producer's 32 registers.
-template <int kRows, int kHeadSize, class T>
-__device__ __forceinline__ void load_tile_by_loader(uint32_t tile, const T* source, int64_t token_stride,
-                                                    int first_row, int length, int thread) {
-  constexpr int kChunks = kHeadSize / 8;
-  constexpr int kRowStep = kLoaderThreads / kChunks;
-  static_assert(kLoaderThreads % kChunks == 0 && kRows % kRowStep == 0, "whole copies per thread");
-  const int row0 = thread / kChunks, chunk = thread % kChunks;
-  // An invalid row reads nothing, but its address must be mapped: the document's first row is.
-  const T* from = source + int64_t(first_row + row0) * token_stride + chunk * 8;
-#pragma unroll 1
-  for (int row = row0; row < kRows; row += kRowStep, from += token_stride * kRowStep) {
-    const bool valid = first_row + row < length;
-    copy_async_16(tile + wgmma::swizzled_offset<kRows>(row, chunk), valid ? from : source, valid);
-  }
-}
 
 // kBlockM queries per item: 128 at head_size 64 (S^T and dP^T of m64n128: twice the work per barrier for the same
 // registers as head_size 128 with 64 queries), 64 at 128. The two consumer warpgroups split dQ = dS K (64 x 64 each)
@@ -162,24 +136,25 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
 
   // Roles: one branch per warpgroup (setmaxnreg needs it).
   if (threadIdx.x >= kConsumerThreads) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+    release_producer_registers();
     const int thread = int(threadIdx.x) - kConsumerThreads;
     if (thread < kLoaderThreads) {
       // Loader: Q, dO, lse log2 e and delta of each item into its stage, once the consumers are done with the item
       // two back that used it.
       for (int item = 0; item < items; ++item) {
         const int stage = item & 1;
-        if (item >= 2) barrier_sync(kStageFree + stage, kStageBarrierThreads);
+        if (item >= 2) named_barrier_sync(kStageFree + stage, kStageBarrierThreads);
         const int head = group * p.heads_per_group + item / blocks;
         const int first_query = (block_begin + item % blocks) * kBlockM;
         const T* query = static_cast<const T*>(p.query.data) + int64_t(begin) * p.query.token_stride +
                          head * p.query.head_stride;
         const T* grad_output = static_cast<const T*>(p.grad_output.data) +
                                int64_t(begin) * p.grad_output.token_stride + head * p.grad_output.head_stride;
-        load_tile_by_loader<kBlockM, kHeadSize>(query_tiles + stage * Config::kQueryBytes, query,
-                                                p.query.token_stride, first_query, length, thread);
-        load_tile_by_loader<kBlockM, kHeadSize>(grad_output_tiles + stage * Config::kQueryBytes, grad_output,
-                                                p.grad_output.token_stride, first_query, length, thread);
+        load_wgmma_tile_rolled<kBlockM, kHeadSize, kLoaderThreads>(
+            query_tiles + stage * Config::kQueryBytes, query, p.query.token_stride, first_query, length, thread);
+        load_wgmma_tile_rolled<kBlockM, kHeadSize, kLoaderThreads>(grad_output_tiles + stage * Config::kQueryBytes,
+                                                                   grad_output, p.grad_output.token_stride,
+                                                                   first_query, length, thread);
         for (int index = thread; index < 2 * kBlockM; index += kLoaderThreads) {
           const int row = index % kBlockM;
           const bool valid = first_query + row < length;
@@ -193,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
         copy_async_commit();
         copy_async_wait<0>();
         wgmma::proxy_fence();
-        barrier_arrive(kStageFull + stage, kStageBarrierThreads);
+        named_barrier_arrive(kStageFull + stage, kStageBarrierThreads);
       }
     } else {
       // Reducer: each staged dQ block into the fp32 sums, rows inside the document only, 16 bytes per atomic.
@@ -201,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
       const int reducer = thread - kLoaderThreads;
       for (int item = 0; item < items; ++item) {
         const int buffer = item & 1;
-        barrier_sync(kGradQueryFull + buffer, kGradQueryBarrierThreads);
+        named_barrier_sync(kGradQueryFull + buffer, kGradQueryBarrierThreads);
         const int head = group * p.heads_per_group + item / blocks;
         const int first_query = (block_begin + item % blocks) * kBlockM;
         const int rows = min(kBlockM, length - first_query);
@@ -217,11 +192,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
                        : "memory");
           atomicAdd(reinterpret_cast<float4*>(sums + int64_t(row) * p.heads * kHeadSize) + vector, value);
         }
-        if (item + 2 < items) barrier_arrive(kGradQueryFree + buffer, kGradQueryBarrierThreads);
+        if (item + 2 < items) named_barrier_arrive(kGradQueryFree + buffer, kGradQueryBarrierThreads);
       }
     }
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+    claim_consumer_registers();
     const int warpgroup = int(threadIdx.x) / 128, lane = int(threadIdx.x) % 32;
     const int quad_row = lane / 4, quad_lane = lane % 4;
     const int warp_row = (int(threadIdx.x) % 128) / 32 * 16;  // the warp's first row in a warpgroup's 64-row fragment
@@ -265,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
     copy_async_commit();
     copy_async_wait<0>();
     wgmma::proxy_fence();
-    barrier_sync(kConsumersOnly, kConsumerThreads);
+    named_barrier_sync(kConsumersOnly, kConsumerThreads);
 
     float grad_key[kGradRegisters], grad_value[kGradRegisters];
 #pragma unroll
@@ -276,7 +251,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
       const int first_query = (block_begin + item % blocks) * kBlockM;
 
       // The loader filled this item's stage (and fenced it for the tensor cores).
-      barrier_sync(kStageFull + stage, kStageBarrierThreads);
+      named_barrier_sync(kStageFull + stage, kStageBarrierThreads);
 
       // S^T = K Q^T and dP^T = V dO^T, two batches.
       float scores[kBlockRegisters], grad_probabilities[kBlockRegisters];
@@ -340,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
         }
 
       // The other consumer warpgroup's dQ product of the previous item, which read the dS^T tile, is done.
-      barrier_sync(kConsumersOnly, kConsumerThreads);
+      named_barrier_sync(kConsumersOnly, kConsumerThreads);
       // dS^T to shared memory, rows = keys, kBlockM / 8 chunks per row (column blocks of 64 queries): register r of
       // k-step j is row
       // key_row + 8 (r % 2), chunk 2 j + r / 2, bytes 4 q .. 4 q + 3 of the chunk. Stored before the products that read
@@ -374,7 +349,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
       wgmma::commit();
 
       // Both warpgroups' dS^T are in shared memory: dQ = dS K, A = dS^T read transposed, B = K (MN-major).
-      barrier_sync(kConsumersOnly, kConsumerThreads);
+      named_barrier_sync(kConsumersOnly, kConsumerThreads);
       float grad_query[kGradQueryRegisters];
       wgmma::wgmma_fence();
       {
@@ -390,12 +365,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
       wgmma::fence_operands(grad_key);
 
       // Every product that read this stage is done: the loader may refill it (for item + 2, if there is one).
-      if (item + 2 < items) barrier_arrive(kStageFree + stage, kStageBarrierThreads);
+      if (item + 2 < items) named_barrier_arrive(kStageFree + stage, kStageBarrierThreads);
 
       // dQ fragment element 4 j + i: row grad_query_row + warp_row + quad_row + 8 (i / 2) of the item's queries,
       // channel grad_query_channels + 8 j + 2 q + i % 2, staged for the reducer in buffer `stage` once it has added
       // what that buffer held (item - 2). Unscaled sums.
-      if (item >= 2) barrier_sync(kGradQueryFree + stage, kGradQueryBarrierThreads);
+      if (item >= 2) named_barrier_sync(kGradQueryFree + stage, kGradQueryBarrierThreads);
       const uint32_t grad_query_tile = grad_query_tiles + stage * Config::kGradQueryBytes;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -408,7 +383,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
                        "f"(grad_query[4 * j + 2 * r + 1])
                        : "memory");
       }
-      barrier_arrive(kGradQueryFull + stage, kGradQueryBarrierThreads);
+      named_barrier_arrive(kGradQueryFull + stage, kGradQueryBarrierThreads);
     }
 
     // dK = scale dS^T Q, dV = P^T dO for the thread's key rows inside the document (fragment element 4 j + i: key row
