@@ -1,14 +1,12 @@
 // CPU reference of fill / copy / cast (kernels/copy.h): one loop over the row-major linear index, each element found
-// through the tensor's strides, every dtype. The conversions follow copy.h; the CUDA variants must match them bit for
-// bit, so they are written out here rather than left to the compiler's defaults (which are undefined for a float out
-// of an integer's range).
+// through the tensor's strides, every dtype. The conversions follow copy.h (kernels/cpu/cast_conversion.h); the CUDA
+// variants must match them bit for bit.
 #include "fast_llm/kernels/copy.h"
 
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <type_traits>
 
+#include "fast_llm/kernels/cpu/cast_conversion.h"
 #include "fast_llm/kernels/cpu/dtype_dispatch.h"
 #include "fast_llm/kernels/cpu/reference_helpers.h"
 
@@ -31,63 +29,6 @@ decltype(auto) visit_any_dtype(DType dtype, Function&& function) {
   throw InternalError("kernels", fmt::format("visit_any_dtype: dtype {} is not handled", int(dtype)));
 }
 
-// float64 -> float32 rounded to odd: truncated toward zero, with the lowest bit set when anything was cut off. Rounding
-// that (24 significant bits) to bfloat16 or float16 (at most 11) to nearest even then gives the correctly rounded
-// result of the float64, which rounding through float32 to nearest would not on near-ties.
-float round_to_odd_float(double value) {
-  float rounded = float(value);
-  if (!std::isfinite(value) || double(rounded) == value) return rounded;
-  if (std::abs(double(rounded)) > std::abs(value)) rounded = std::nextafter(rounded, 0.0f);
-  return bits_to_float(float_to_bits(rounded) | 1u);
-}
-
-// Truncation toward zero, saturated to I's range; NaN gives 0 (what the GPU's conversion instructions do).
-template <class I>
-I saturate_to_integer(double value) {
-  if (std::isnan(value)) return I(0);
-  const double truncated = std::trunc(value);
-  // Both bounds are exact in float64 except int64's and uint64's maximum, which round up to 2^63 / 2^64: a value at
-  // or above them saturates, and every value below is exactly convertible.
-  if (truncated <= double(std::numeric_limits<I>::min())) return std::numeric_limits<I>::min();
-  if (truncated >= double(std::numeric_limits<I>::max())) return std::numeric_limits<I>::max();
-  return I(truncated);
-}
-
-template <class To>
-To from_double(double value) {
-  if constexpr (std::is_same_v<To, double>)
-    return value;
-  else if constexpr (std::is_same_v<To, float>)
-    return float(value);
-  else if constexpr (std::is_same_v<To, bfloat16>)
-    return to_bfloat16(round_to_odd_float(value));
-  else if constexpr (std::is_same_v<To, float16>)
-    return to_float16(round_to_odd_float(value));
-  else
-    return saturate_to_integer<To>(value);
-}
-
-// From a value exactly representable in float32 (float32, bfloat16 and float16 sources): one rounding.
-template <class To>
-To from_float(float value) {
-  if constexpr (std::is_same_v<To, bfloat16>)
-    return to_bfloat16(value);
-  else if constexpr (std::is_same_v<To, float16>)
-    return to_float16(value);
-  else
-    return from_double<To>(double(value));
-}
-
-template <class To, class From>
-To convert(From value) {
-  if constexpr (std::is_integral_v<From> && std::is_integral_v<To>)
-    return static_cast<To>(value);  // modulo 2^bits
-  else if constexpr (std::is_integral_v<From> || std::is_same_v<From, double>)
-    return from_double<To>(double(value));
-  else
-    return from_float<To>(load_value(value));
-}
-
 // Element loads and stores through memcpy: tensors viewing a file (safetensors data starts at any byte offset) need
 // not be aligned to their element size, and a plain access would be undefined behaviour there. For aligned data the
 // compiler emits the same single load or store.
@@ -106,7 +47,7 @@ void fill_reference(const FillArgs& args) {
   FLM_CHECK(args.tensor.defined(), "fill", "tensor is undefined");
   check_defined_on_cpu("fill", "tensor", args.tensor);
   visit_any_dtype(args.tensor.dtype(), [&]<class T>(std::type_identity<T>) {
-    const T value = from_double<T>(args.value);
+    const T value = cast_from_double<T>(args.value);
     T* data = args.tensor.data_as<T>();
     const Shape& shape = args.tensor.shape();
     const Shape& strides = args.tensor.strides();
@@ -150,7 +91,7 @@ void cast_reference(const CastArgs& args) {
 #pragma omp parallel for
       for (int64_t index = 0; index < args.source.numel(); ++index)
         store_element(destination + strided_offset(shape, args.destination.strides(), index),
-                      convert<To>(load_element(source + strided_offset(shape, args.source.strides(), index))));
+                      cast_element<To>(load_element(source + strided_offset(shape, args.source.strides(), index))));
     });
   });
 }
