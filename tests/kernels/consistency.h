@@ -12,7 +12,9 @@
 // For each variant the harness copies the tensors to the variant's device (the storage, then the same view of it, so
 // strided and transposed layouts survive), poisons the outputs with NaN (all-ones bytes) so an element a kernel forgets
 // to write cannot pass, runs the variant if it supports the arguments, and compares each output with the reference's:
-// relative error of the norm within the dtype's tolerance (fp32 1e-5, fp16 2e-3, bf16 1e-2), or bit for bit for
+// relative error of the norm within the dtype's tolerance (fp32 1e-5, fp16 2e-3, bf16 1e-2; an output may set its
+// own, e.g. a copy of an fp32 result rounded to bf16, where one ulp of fp32 can move an element by one of bf16), or
+// bit for bit for
 // `exact` problems. Where NaN is a legitimate result (exact problems, which may convert NaN), each run is repeated
 // over a second poison (0x5a bytes, a large finite value in every dtype), which an unwritten element would show. The
 // reference runs over both poisons and must give the same outputs (within the tolerance: its reductions may be
@@ -44,17 +46,21 @@ struct TensorSpec {
   std::function<Tensor(const Tensor&)> view = nullptr;  // nullptr: the storage itself
   bool output = false;        // written by the op: compared with the reference
   bool keep_initial = false;  // an output whose initial values are read (+=, beta != 0): not poisoned
+  std::optional<double> tolerance = std::nullopt;  // an output's own tolerance, instead of the problem's
 };
 
 inline TensorSpec input(Tensor storage, std::function<Tensor(const Tensor&)> view = nullptr) {
-  return {.storage = std::move(storage), .view = std::move(view), .output = false, .keep_initial = false};
+  return {.storage = std::move(storage), .view = std::move(view), .output = false, .keep_initial = false,
+          .tolerance = std::nullopt};
 }
 inline TensorSpec output(Tensor storage, std::function<Tensor(const Tensor&)> view = nullptr) {
-  return {.storage = std::move(storage), .view = std::move(view), .output = true, .keep_initial = false};
+  return {.storage = std::move(storage), .view = std::move(view), .output = true, .keep_initial = false,
+          .tolerance = std::nullopt};
 }
 // An output that is also read (its initial values come from `storage`).
 inline TensorSpec accumulated_output(Tensor storage, std::function<Tensor(const Tensor&)> view = nullptr) {
-  return {.storage = std::move(storage), .view = std::move(view), .output = true, .keep_initial = true};
+  return {.storage = std::move(storage), .view = std::move(view), .output = true, .keep_initial = true,
+          .tolerance = std::nullopt};
 }
 
 template <class Op>
@@ -168,7 +174,10 @@ ConsistencyReport check_variants(const ConsistencyProblem<Op>& problem, DeviceTy
   using Args = typename Op::Args;
   SCOPED_TRACE(fmt::format("{} {}", Op::name, problem.name));
   ConsistencyReport report;
-  const double tolerance = problem.tolerance.value_or(consistency_tolerance(problem.dtype));
+  const double problem_tolerance = problem.tolerance.value_or(consistency_tolerance(problem.dtype));
+  auto tolerance = [&](const std::string& name) {
+    return problem.tensors.at(name).tolerance.value_or(problem_tolerance);
+  };
 
   const KernelVariant<Args>& reference = OpRegistry<Op>::instance().find("reference", Device::cpu());
   // Runs `variant` on the problem's tensors on `device` under `poison`; nothing if it declines (the reason is kept).
@@ -192,7 +201,7 @@ ConsistencyReport check_variants(const ConsistencyProblem<Op>& problem, DeviceTy
   // An element the reference leaves unwritten keeps the poison, so it differs between the two poisons.
   const auto expected_again = run(reference, Device::cpu(), detail::kFinitePoison, reference_unsupported);
   for (const auto& [name, values] : expected)
-    detail::compare_output(expected_again.at(name), values, tolerance, problem.exact,
+    detail::compare_output(expected_again.at(name), values, tolerance(name), problem.exact,
                            fmt::format("{} output {} under two poisons (unwritten elements?)", reference.info.id(),
                                        name));
 
@@ -204,12 +213,12 @@ ConsistencyReport check_variants(const ConsistencyProblem<Op>& problem, DeviceTy
     report.push_back(outcome);
     if (outcome.unsupported) continue;
     for (const auto& [name, values] : actual)
-      detail::compare_output(values, expected.at(name), tolerance, problem.exact,
+      detail::compare_output(values, expected.at(name), tolerance(name), problem.exact,
                              fmt::format("{} output {}", outcome.id, name));
     if (!problem.exact) continue;
     const auto actual_again = run(variant, device, detail::kFinitePoison, outcome.unsupported);
     for (const auto& [name, values] : actual_again)
-      detail::compare_output(values, expected.at(name), tolerance, /*exact=*/true,
+      detail::compare_output(values, expected.at(name), tolerance(name), /*exact=*/true,
                              fmt::format("{} output {} (second poison)", outcome.id, name));
   }
   return report;

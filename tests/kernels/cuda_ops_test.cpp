@@ -4,8 +4,8 @@
 // clusters of 1 to 8 blocks per cross-entropy row), odd sizes (hidden 4097, vocab 50257, 1 and 3 rows), unaligned and
 // strided views, mixed dtypes, and bitwise run-to-run determinism of every reduction. Every case compares the
 // `fused` variant with the CPU reference through the consistency harness (outputs poisoned with NaN first, relative
-// error of the norm within the dtype's tolerance) and fails if the variant declines it. Without a GPU every case
-// skips itself.
+// error of the norm within the dtype's tolerance) and fails if the variant declines it; Adam's compute-dtype weights
+// are also compared bit for bit with a cast of the parameters it leaves. Without a GPU every case skips itself.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "fast_llm/kernels/copy.h"
 #include "fast_llm/kernels/cross_entropy.h"
 #include "fast_llm/kernels/embedding.h"
 #include "fast_llm/kernels/normalization.h"
@@ -483,9 +484,12 @@ TEST(CudaOps, CrossEntropyIsDeterministic) {
 // ---------------------------------------------------------------------------------------------------------------------
 // adam_step, squared_norm
 
-ConsistencyProblem<AdamStep> adam_problem(int64_t size, bool unaligned, int64_t step, uint64_t seed) {
+// With `weight_dtype`, Adam also writes the compute-dtype weights (random at first, viewed like the others).
+ConsistencyProblem<AdamStep> adam_problem(int64_t size, bool unaligned, int64_t step, uint64_t seed,
+                                          std::optional<DType> weight_dtype = std::nullopt) {
   ConsistencyProblem<AdamStep> problem;
-  problem.name = fmt::format("n={} unaligned={} step={}", size, unaligned, step);
+  problem.name = fmt::format("n={} unaligned={} step={} weights={}", size, unaligned, step,
+                             weight_dtype ? dtype_name(*weight_dtype) : "none");
   problem.dtype = DType::float32;
   const Shape shape{size + (unaligned ? 1 : 0)};
   problem.tensors["parameters"] = accumulated_output(random_tensor(shape, DType::float32, ++seed), offset_view(unaligned, size));
@@ -494,10 +498,16 @@ ConsistencyProblem<AdamStep> adam_problem(int64_t size, bool unaligned, int64_t 
       accumulated_output(random_tensor(shape, DType::float32, ++seed, -0.1, 0.1), offset_view(unaligned, size));
   problem.tensors["exp_avg_sq"] =
       accumulated_output(random_tensor(shape, DType::float32, ++seed, 1e-4, 1e-2), offset_view(unaligned, size));
-  problem.call = [step](TensorMap& t, const auto& run) {
+  if (weight_dtype) {
+    problem.tensors["compute_weights"] =
+        accumulated_output(random_tensor(shape, *weight_dtype, ++seed), offset_view(unaligned, size));
+    problem.tensors["compute_weights"].tolerance = consistency_tolerance(*weight_dtype);
+  }
+  problem.call = [step, with_weights = weight_dtype.has_value()](TensorMap& t, const auto& run) {
     run({.parameters = t.at("parameters"), .gradients = t.at("gradients"), .exp_avg = t.at("exp_avg"),
          .exp_avg_sq = t.at("exp_avg_sq"), .learning_rate = 3e-4, .beta_1 = 0.9, .beta_2 = 0.95, .epsilon = 1e-8,
-         .weight_decay = 0.1, .step = step, .grad_scale = 0.8});
+         .weight_decay = 0.1, .step = step, .grad_scale = 0.8,
+         .compute_weights = with_weights ? &t.at("compute_weights") : nullptr});
   };
   return problem;
 }
@@ -507,7 +517,43 @@ TEST(CudaOps, AdamStepMatchesTheReference) {
   uint64_t seed = 97000;
   for (int64_t size : {int64_t(1), int64_t(3), int64_t(4097), int64_t((1 << 20) + 3)})
     for (bool unaligned : {false, true})
-      for (int64_t step : {int64_t(1), int64_t(1000)}) expect_fused_matches(adam_problem(size, unaligned, step, seed += 10));
+      for (int64_t step : {int64_t(1), int64_t(1000)})
+        for (std::optional<DType> weight_dtype : {std::optional<DType>(), std::optional(DType::bfloat16),
+                                                  std::optional(DType::float16)})
+          expect_fused_matches(adam_problem(size, unaligned, step, seed += 10, weight_dtype));
+}
+
+// The compute-dtype weights the fused Adam writes are bit for bit the cast of the fp32 parameters it leaves: the
+// optimizer counts on it (training gives the same bits with the weights refreshed in Adam's pass or by a cast after).
+// Weights views 0, 1 (scalar path) and 4 (8-byte vectors) elements into their storage.
+TEST(CudaOps, AdamStepComputeWeightsAreTheCastOfItsParameters) {
+  REQUIRE_GPU();
+  const Device device = Device::cuda(0);
+  const auto& fused = OpRegistry<AdamStep>::instance().find("fused", device);
+  uint64_t seed = 97500;
+  for (DType weight_dtype : {DType::bfloat16, DType::float16})
+    for (int64_t size : {int64_t(3), int64_t(4097), int64_t((1 << 20) + 3)})
+      for (int64_t offset : {int64_t(0), int64_t(1), int64_t(4)}) {
+        SCOPED_TRACE(fmt::format("{} n={} offset={}", dtype_name(weight_dtype), size, offset));
+        const Shape shape{size};
+        Tensor parameters = random_tensor(shape, DType::float32, ++seed).to(device);
+        Tensor gradients = random_tensor(shape, DType::float32, ++seed, -3, 3).to(device);
+        Tensor exp_avg = random_tensor(shape, DType::float32, ++seed, -0.1, 0.1).to(device);
+        Tensor exp_avg_sq = random_tensor(shape, DType::float32, ++seed, 1e-4, 1e-2).to(device);
+        Tensor compute_weights =
+            filled(Shape{size + offset}, weight_dtype, 0).to(device).slice(0, offset, offset + size);
+        const AdamStepArgs args{.parameters = parameters, .gradients = gradients, .exp_avg = exp_avg,
+                                .exp_avg_sq = exp_avg_sq, .learning_rate = 3e-3, .beta_1 = 0.9, .beta_2 = 0.95,
+                                .epsilon = 1e-8, .weight_decay = 0.1, .step = 9, .grad_scale = 0.8,
+                                .compute_weights = &compute_weights};
+        ASSERT_FALSE(fused.supports(args).has_value()) << fused.supports(args).value_or("");
+        fused.run(args);
+        Tensor cast_weights = Tensor::empty(shape, weight_dtype, device);
+        cast({.source = parameters, .destination = cast_weights});
+        synchronize_device(device);
+        const Tensor actual = compute_weights.to(Device::cpu()), expected = cast_weights.to(Device::cpu());
+        ASSERT_EQ(std::memcmp(actual.data(), expected.data(), actual.nbytes()), 0);
+      }
 }
 
 ConsistencyProblem<SquaredNorm> squared_norm_problem(DType dtype, int64_t size, bool unaligned, DType result_dtype,

@@ -1,6 +1,7 @@
 // Consistency of every adam_step, squared_norm and optimizer_decision variant with the CPU reference: sizes from 1 to
 // past 2^16 (odd tails), first and later steps, with and without weight decay and grad_scale, fp32 (the optimizer's
 // dtype) and fp64 / bf16 / fp16 buffers; Adam reading its hyper-parameters from a decision state, applied or skipped;
+// Adam writing the bf16 / fp16 compute weights in the same pass (odd sizes, misaligned views, skipped steps);
 // squared norms of every floating dtype into fp32 and fp64 results that start non-zero; decisions with and without
 // clipping, loss scaling, first and later steps.
 // A variant may decline some problems, but must run at least one. The references themselves are checked against
@@ -115,6 +116,60 @@ void check_adam_state_variants(DeviceType device_type) {
   for (const auto& [id, any] : ran) EXPECT_TRUE(any) << id << " declined every consistency problem";
 }
 
+// Adam writing bf16 / fp16 compute weights beside the fp32 update. Sizes with tails after the last 4-element vector;
+// views starting `offset` elements into their storage: all aligned, the weights alone misaligned (by 1 element: no
+// vector access; by 4: 8-byte vectors still fit), everything misaligned. Hyper-parameters from the arguments or from
+// a decision state that applies or skips the step; the weights start random, not as the cast of the parameters, so a
+// variant that writes them on a skipped step fails. They are compared with the tolerance of their dtype: one ulp of
+// fp32 between two devices can move a rounded element by one of bf16.
+void check_adam_compute_weights_variants(DeviceType device_type) {
+  enum class Decision { arguments, applied, skipped };
+  struct Offsets {
+    int64_t fp32, weights;
+  };
+  std::map<std::string, bool> ran;
+  uint64_t seed = 63000;
+  for (DType weight_dtype : {DType::bfloat16, DType::float16})
+    for (int64_t size : {int64_t(1), int64_t(7), int64_t(1001), int64_t(65537)})
+      for (const Offsets offsets : {Offsets{0, 0}, Offsets{0, 1}, Offsets{0, 4}, Offsets{1, 1}})
+        for (Decision decision : {Decision::arguments, Decision::applied, Decision::skipped}) {
+          ConsistencyProblem<AdamStep> problem{
+              .name = fmt::format("{} n={} offsets fp32 {} weights {}, {}", dtype_name(weight_dtype), size,
+                                  offsets.fp32, offsets.weights,
+                                  decision == Decision::arguments ? "no state"
+                                  : decision == Decision::applied ? "applied"
+                                                                  : "skipped"),
+              .dtype = DType::float32, .exact = false, .tensors = {}, .call = {}};
+          auto view = [size](int64_t offset) -> std::function<Tensor(const Tensor&)> {
+            if (offset == 0) return nullptr;
+            return [size, offset](const Tensor& tensor) { return tensor.slice(0, offset, offset + size); };
+          };
+          const Shape fp32_shape{size + offsets.fp32}, weights_shape{size + offsets.weights};
+          problem.tensors["parameters"] =
+              accumulated_output(random_tensor(fp32_shape, DType::float32, ++seed), view(offsets.fp32));
+          problem.tensors["gradients"] = input(random_tensor(fp32_shape, DType::float32, ++seed, -3, 3),
+                                               view(offsets.fp32));
+          problem.tensors["exp_avg"] =
+              accumulated_output(random_tensor(fp32_shape, DType::float32, ++seed, -0.1, 0.1), view(offsets.fp32));
+          problem.tensors["exp_avg_sq"] =
+              accumulated_output(random_tensor(fp32_shape, DType::float32, ++seed, 1e-4, 1e-2), view(offsets.fp32));
+          problem.tensors["compute_weights"] =
+              accumulated_output(random_tensor(weights_shape, weight_dtype, ++seed), view(offsets.weights));
+          problem.tensors["compute_weights"].tolerance = consistency_tolerance(weight_dtype);
+          if (decision != Decision::arguments)
+            problem.tensors["state"] = input(decision_state(decision == Decision::applied, 2e-3, 0.6, 7));
+          problem.call = [decision](TensorMap& t, const auto& run) {
+            run({.parameters = t.at("parameters"), .gradients = t.at("gradients"), .exp_avg = t.at("exp_avg"),
+                 .exp_avg_sq = t.at("exp_avg_sq"), .learning_rate = decision == Decision::arguments ? 1e-3 : 0.5,
+                 .beta_1 = 0.9, .beta_2 = 0.95, .epsilon = 1e-8, .weight_decay = 0.1, .step = 3, .grad_scale = 0.7,
+                 .state = decision == Decision::arguments ? nullptr : &t.at("state"),
+                 .compute_weights = &t.at("compute_weights")});
+          };
+          record(ran, check_variants(problem, device_type));
+        }
+  for (const auto& [id, any] : ran) EXPECT_TRUE(any) << id << " declined every consistency problem";
+}
+
 void check_decision_variants(DeviceType device_type) {
   std::map<std::string, bool> ran;
   for (const auto& [squared_norm, loss_scale, clipping, step] :
@@ -147,6 +202,15 @@ TEST(AdamConsistency, CpuVariantsWithADecisionStateMatchTheReference) { check_ad
 TEST(AdamConsistency, CudaVariantsWithADecisionStateMatchTheReference) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
   check_adam_state_variants(DeviceType::cuda);
+}
+
+TEST(AdamConsistency, CpuVariantsWritingComputeWeightsMatchTheReference) {
+  check_adam_compute_weights_variants(DeviceType::cpu);
+}
+
+TEST(AdamConsistency, CudaVariantsWritingComputeWeightsMatchTheReference) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  check_adam_compute_weights_variants(DeviceType::cuda);
 }
 
 TEST(OptimizerDecisionConsistency, CpuVariantsMatchTheReference) { check_decision_variants(DeviceType::cpu); }

@@ -1,14 +1,18 @@
 // Tests of the CPU reference adam_step and squared_norm (kernels/cpu/optimizer.cpp): Adam against a scalar AdamW
 // written here (bias correction, decoupled weight decay, grad_scale) over one and several steps, a hand-checked first
-// step, 16-bit and fp32 against fp64; squared_norm against a direct sum, accumulation, fp64 accumulation, NaN / inf
-// propagation; errors.
+// step, 16-bit and fp32 against fp64; the compute-dtype weights against a cast of the updated parameters (bit for bit,
+// fp64 ones rounded once), left alone by a skipped step; squared_norm against a direct sum, accumulation, fp64
+// accumulation, NaN / inf propagation; errors.
 #include "fast_llm/kernels/optimizer_ops.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <tuple>
+#include <vector>
 
+#include "fast_llm/kernels/copy.h"
 #include "kernels/reference_test_util.h"
 
 namespace fast_llm::kernels {
@@ -44,7 +48,8 @@ struct State {
   Tensor parameters, exp_avg, exp_avg_sq;
 };
 
-void adam(State& state, const Tensor& gradients, int64_t step, const Hyperparameters& h) {
+void adam(State& state, const Tensor& gradients, int64_t step, const Hyperparameters& h,
+          Tensor* compute_weights = nullptr, const Tensor* decision = nullptr) {
   run_reference<AdamStep>({.parameters = state.parameters,
                            .gradients = gradients,
                            .exp_avg = state.exp_avg,
@@ -55,7 +60,21 @@ void adam(State& state, const Tensor& gradients, int64_t step, const Hyperparame
                            .epsilon = h.epsilon,
                            .weight_decay = h.weight_decay,
                            .step = step,
-                           .grad_scale = h.grad_scale});
+                           .grad_scale = h.grad_scale,
+                           .state = decision,
+                           .compute_weights = compute_weights});
+}
+
+// The bytes of a CPU tensor (contiguous).
+std::vector<unsigned char> bytes_of(const Tensor& tensor) {
+  const auto* data = static_cast<const unsigned char*>(tensor.data());
+  return std::vector<unsigned char>(data, data + tensor.nbytes());
+}
+
+Tensor cast_to(const Tensor& source, DType dtype) {
+  Tensor destination = Tensor::empty(source.shape(), dtype);
+  run_reference<Cast>({.source = source, .destination = destination});
+  return destination;
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -159,6 +178,71 @@ TEST(AdamReference, NonFiniteGradientPoisonsOnlyItsElement) {
   EXPECT_NEAR(parameters[2], 1 + h.learning_rate, 1e-6);
 }
 
+TEST(AdamReference, ComputeWeightsAreTheCastOfTheUpdatedParameters) {
+  // The same step twice, once writing compute-dtype weights (poisoned with NaN first): the update is unchanged, and the
+  // weights are bit for bit a cast of the updated parameters.
+  const Hyperparameters h{.learning_rate = 3e-2, .weight_decay = 0.1, .grad_scale = 0.5};
+  const int64_t n = 257;
+  for (DType dtype : {DType::float32, DType::float64, DType::bfloat16})
+    for (DType weight_dtype : {DType::bfloat16, DType::float16, DType::float32}) {
+      SCOPED_TRACE(fmt::format("{} -> {}", dtype_name(dtype), dtype_name(weight_dtype)));
+      auto fresh_state = [&] {
+        return State{random_tensor(Shape{n}, dtype, 401), random_tensor(Shape{n}, dtype, 402, -0.1, 0.1),
+                     random_tensor(Shape{n}, dtype, 403, 1e-4, 1e-2)};
+      };
+      State fused = fresh_state(), separate = fresh_state();
+      const Tensor gradients = random_tensor(Shape{n}, dtype, 404, -3, 3);
+      Tensor compute_weights = filled(Shape{n}, weight_dtype, std::numeric_limits<double>::quiet_NaN());
+      adam(fused, gradients, 5, h, &compute_weights);
+      adam(separate, gradients, 5, h);
+      EXPECT_EQ(bytes_of(fused.parameters), bytes_of(separate.parameters));
+      EXPECT_EQ(bytes_of(fused.exp_avg), bytes_of(separate.exp_avg));
+      EXPECT_EQ(bytes_of(fused.exp_avg_sq), bytes_of(separate.exp_avg_sq));
+      EXPECT_EQ(bytes_of(compute_weights), bytes_of(cast_to(separate.parameters, weight_dtype)));
+    }
+}
+
+TEST(AdamReference, ComputeWeightsRoundFloat64ParametersOnce) {
+  // 1 + 2^-8 + 2^-40 lies just above the bf16 tie between 1 and 1 + 2^-7 (and the fp16 tie of 1 + 2^-11 + 2^-40
+  // likewise): correctly rounded it goes up, through fp32 (which drops the 2^-40) it would tie to even, down to 1.
+  // A rate of 0 leaves the parameters exactly as they are.
+  const Hyperparameters h{.learning_rate = 0.0};
+  for (const auto& [weight_dtype, value, expected] :
+       std::vector<std::tuple<DType, double, double>>{{DType::bfloat16, 1 + 0x1p-8 + 0x1p-40, 1 + 0x1p-7},
+                                                      {DType::float16, 1 + 0x1p-11 + 0x1p-40, 1 + 0x1p-10}}) {
+    SCOPED_TRACE(dtype_name(weight_dtype));
+    State state{make_tensor({value, -value}, Shape{2}, DType::float64), filled(Shape{2}, DType::float64, 0),
+                filled(Shape{2}, DType::float64, 0)};
+    Tensor compute_weights = filled(Shape{2}, weight_dtype, 0);
+    adam(state, make_tensor({0.5, -0.5}, Shape{2}, DType::float64), 1, h, &compute_weights);
+    EXPECT_EQ(values_of(state.parameters), (std::vector<double>{value, -value}));
+    EXPECT_EQ(values_of(compute_weights), (std::vector<double>{expected, -expected}));
+  }
+}
+
+TEST(AdamReference, SkippedStepLeavesComputeWeightsUnchanged) {
+  // Compute weights that are not the cast of the parameters: a skipped step must not write them at all.
+  Tensor decision = filled(Shape{optimizer_state::size}, DType::float64, 0);  // successful = 0
+  const int64_t n = 33;
+  State state{random_tensor(Shape{n}, DType::float32, 411), random_tensor(Shape{n}, DType::float32, 412, -0.1, 0.1),
+              random_tensor(Shape{n}, DType::float32, 413, 1e-4, 1e-2)};
+  const std::vector<unsigned char> parameters = bytes_of(state.parameters);
+  Tensor compute_weights = random_tensor(Shape{n}, DType::bfloat16, 414);
+  const std::vector<unsigned char> weights = bytes_of(compute_weights);
+  adam(state, random_tensor(Shape{n}, DType::float32, 415), 1, Hyperparameters{}, &compute_weights, &decision);
+  EXPECT_EQ(bytes_of(state.parameters), parameters);
+  EXPECT_EQ(bytes_of(compute_weights), weights);
+
+  // The same with the step going through: the weights move.
+  decision.data_as<double>()[optimizer_state::successful] = 1.0;
+  decision.data_as<double>()[optimizer_state::learning_rate] = 1e-2;
+  decision.data_as<double>()[optimizer_state::grad_scale] = 1.0;
+  decision.data_as<double>()[optimizer_state::bias_correction_1] = 0.1;
+  decision.data_as<double>()[optimizer_state::bias_correction_2] = 0.001;
+  adam(state, random_tensor(Shape{n}, DType::float32, 415), 1, Hyperparameters{}, &compute_weights, &decision);
+  EXPECT_EQ(bytes_of(compute_weights), bytes_of(cast_to(state.parameters, DType::bfloat16)));
+}
+
 TEST(AdamReference, Errors) {
   State state{filled(Shape{4}, DType::float32, 1), filled(Shape{4}, DType::float32, 0),
               filled(Shape{4}, DType::float32, 0)};
@@ -177,6 +261,22 @@ TEST(AdamReference, Errors) {
                                                     .exp_avg_sq = state.exp_avg_sq})
                 .value_or(""),
             "gradients has dtype bfloat16, parameters has float32; they must match");
+
+  Tensor gradients = filled(Shape{4}, DType::float32, 1);
+  Tensor wrong_size = filled(Shape{5}, DType::bfloat16, 0);
+  expect_error([&] { adam(state, gradients, 1, Hyperparameters{}, &wrong_size); },
+               "[adam_step] compute_weights has shape (5), expected (4)");
+  Tensor strided_weights = filled(Shape{4, 2}, DType::bfloat16, 0).select(1, 0);
+  expect_error([&] { adam(state, gradients, 1, Hyperparameters{}, &strided_weights); },
+               "[adam_step] compute_weights of shape (4) is not contiguous");
+  Tensor integer_weights = Tensor::empty(Shape{4}, DType::int32);
+  EXPECT_EQ(reference_unsupported_reason<AdamStep>({.parameters = state.parameters,
+                                                    .gradients = gradients,
+                                                    .exp_avg = state.exp_avg,
+                                                    .exp_avg_sq = state.exp_avg_sq,
+                                                    .compute_weights = &integer_weights})
+                .value_or(""),
+            "compute_weights has dtype int32; supported: float32, float64, bfloat16, float16");
 }
 
 // ---------------------------------------------------------------------------------------------------------------------

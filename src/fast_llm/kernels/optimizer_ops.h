@@ -13,7 +13,10 @@
 //   m = beta_1 m + (1 - beta_1) g;  v = beta_2 v + (1 - beta_2) g^2
 //   p -= lr * (m / (1 - beta_1^step) / (sqrt(v / (1 - beta_2^step)) + epsilon) + weight_decay * p)
 // with lr, step and grad_scale from the arguments, or from an optimizer_decision state (nothing changes when that
-// state says the step is skipped).
+// state says the step is skipped). With `compute_weights`, the updated p is also written there in the compute dtype,
+// rounded exactly as `cast` (kernels/copy.h) rounds it: the weights the layers read are refreshed in the same pass,
+// without reading the master weights again (a separate cast reads 4 and writes 2 bytes per fp32 parameter; this
+// writes the 2 only). A skipped step leaves them unchanged too: they already equal the unchanged parameters.
 #pragma once
 
 #include "fast_llm/kernels/registry.h"
@@ -60,6 +63,8 @@ struct AdamStepArgs {
   // Optional optimizer_decision state on the parameters' device: the update runs only where it says `successful`,
   // with its rate (times learning_rate), bias corrections and grad_scale, so the host never needs to know them.
   const Tensor* state = nullptr;
+  // Optional (n) contiguous, any floating dtype (bf16 / fp16 in mixed-precision training): = cast(updated parameters).
+  Tensor* compute_weights = nullptr;
   Stream stream = {};
 };
 

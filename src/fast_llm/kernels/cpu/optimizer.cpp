@@ -2,7 +2,9 @@
 //
 // adam_step: element by element over contiguous buffers of one floating dtype and one shape (the optimizer's flat
 // shards: fp32, or fp64 in tests; bf16 / fp16 are computed in fp32 and rounded on store). Hyper-parameters (from the
-// arguments or from an optimizer_decision state) are converted to the compute type once.
+// arguments or from an optimizer_decision state) are converted to the compute type once. The compute-dtype weights,
+// when asked for, are the stored parameter converted by cast's own element conversion (cpu/cast_conversion.h), so they
+// are bit for bit what a cast of the parameters after the step gives.
 // optimizer_decision: the scalar decision of kernels/optimizer_ops.h, in fp64 on the host.
 // squared_norm: sum of squares of a contiguous tensor of any floating dtype, in fp64, added to an fp32 / fp64 scalar.
 // The sum is taken over fixed blocks of elements and the block sums added in order, so the result does not depend on
@@ -13,6 +15,7 @@
 #include <cmath>
 #include <vector>
 
+#include "fast_llm/kernels/cpu/cast_conversion.h"
 #include "fast_llm/kernels/cpu/dtype_dispatch.h"
 #include "fast_llm/kernels/cpu/reference_helpers.h"
 
@@ -30,7 +33,9 @@ std::optional<std::string> supports_adam_step(const AdamStepArgs& args) {
   if (auto reason = floating_dtype_reason("parameters", args.parameters)) return reason;
   if (auto reason = same_dtype_reason("gradients", args.gradients, "parameters", args.parameters)) return reason;
   if (auto reason = same_dtype_reason("exp_avg", args.exp_avg, "parameters", args.parameters)) return reason;
-  return same_dtype_reason("exp_avg_sq", args.exp_avg_sq, "parameters", args.parameters);
+  if (auto reason = same_dtype_reason("exp_avg_sq", args.exp_avg_sq, "parameters", args.parameters)) return reason;
+  if (args.compute_weights != nullptr) return floating_dtype_reason("compute_weights", *args.compute_weights);
+  return std::nullopt;
 }
 
 void adam_step_reference(const AdamStepArgs& args) {
@@ -43,6 +48,10 @@ void adam_step_reference(const AdamStepArgs& args) {
   check_contiguous(op, "gradients", args.gradients);
   check_contiguous(op, "exp_avg", args.exp_avg);
   check_contiguous(op, "exp_avg_sq", args.exp_avg_sq);
+  if (args.compute_weights != nullptr) {
+    check_shape(op, "compute_weights", *args.compute_weights, args.parameters.shape());
+    check_contiguous(op, "compute_weights", *args.compute_weights);
+  }
   // From the decision state, or from the arguments.
   double learning_rate = args.learning_rate, grad_scale = args.grad_scale, correction_1 = 0, correction_2 = 0;
   if (args.state != nullptr) {
@@ -89,6 +98,17 @@ void adam_step_reference(const AdamStepArgs& args) {
       exp_avg_sq[index] = store_value<T>(v);
       parameters[index] = store_value<T>(parameter - rate * update);
     }
+  });
+  if (args.compute_weights == nullptr) return;
+  // compute_weights = cast(parameters), from the parameters as stored.
+  visit_floating_dtype(args.parameters.dtype(), [&]<class T>(std::type_identity<T>) {
+    visit_floating_dtype(args.compute_weights->dtype(), [&]<class Weight>(std::type_identity<Weight>) {
+      const T* parameters = args.parameters.data_as<T>();         // (n)
+      Weight* weights = args.compute_weights->data_as<Weight>();  // (n)
+      const int64_t count = args.parameters.numel();
+#pragma omp parallel for
+      for (int64_t index = 0; index < count; ++index) weights[index] = cast_element<Weight>(parameters[index]);
+    });
   });
 }
 

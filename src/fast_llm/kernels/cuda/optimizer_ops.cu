@@ -2,9 +2,11 @@
 //
 // adam_step: one launch over a contiguous fp32 range (a stage's shard); a grid-stride loop over 16-byte vectors of the
 // four tensors (float4), the last count % 4 elements one by one; the scalar path runs when a pointer is not 16-byte
-// aligned. Bias corrections are computed in fp64 (on the host from the arguments, or by optimizer_decision on the
-// device), the update is in fp32. With a decision state every thread reads the same few fp64 scalars first and leaves
-// at once when the step is skipped.
+// aligned (or the compute-dtype weights not 8-byte aligned). Bias corrections are computed in fp64 (on the host from
+// the arguments, or by optimizer_decision on the device), the update is in fp32. With a decision state every thread
+// reads the same few fp64 scalars first and leaves at once when the step is skipped, so the compute-dtype weights stay
+// as they are too. Those weights (bf16 / fp16) are the updated fp32 parameter rounded to nearest even by the same
+// conversion `cast` uses for fp32 sources (common.cuh's store), so they are what the separate cast would write.
 // optimizer_decision: one thread, in fp64, as the CPU reference.
 // squared_norm: a two-stage deterministic reduction. A fixed grid (set by the element count and the device) sums
 // x^2 per thread in fp32 over a fixed grid-stride pattern, each block reduces its threads in fp64 in a fixed order
@@ -12,6 +14,7 @@
 #include "fast_llm/kernels/cuda/op_helpers.cuh"
 
 #include <cmath>
+#include <type_traits>
 #include <utility>
 
 #include "fast_llm/kernels/optimizer_ops.h"
@@ -27,6 +30,7 @@ constexpr int kSumThreads = 1024;
 struct AdamParams {
   const double* state;  // optimizer_decision state, or null: the fields below are final
   double learning_rate_factor;
+  void* compute_weights;  // (count) of the kernel's Weight type, or null
   float* parameters;
   const float* gradients;
   float* exp_avg;
@@ -52,8 +56,10 @@ __device__ __forceinline__ void adam_element(const AdamParams& a, float& paramet
   parameter -= a.learning_rate * (exp_avg / a.bias_correction_1 / denominator + a.weight_decay * parameter);
 }
 
-template <bool kVectorized>
+// Weight: the element type of the compute-dtype weights (bfloat16, float16), or void without them.
+template <class Weight, bool kVectorized>
 __global__ void __launch_bounds__(kAdamThreads) adam_kernel(const AdamParams params) {
+  constexpr bool kWriteWeights = !std::is_void_v<Weight>;
   AdamParams a = params;
   if (a.state != nullptr) {
     namespace field = optimizer_state;
@@ -81,11 +87,36 @@ __global__ void __launch_bounds__(kAdamThreads) adam_kernel(const AdamParams par
       reinterpret_cast<float4*>(a.parameters)[v] = p;
       reinterpret_cast<float4*>(a.exp_avg)[v] = m;
       reinterpret_cast<float4*>(a.exp_avg_sq)[v] = s;
+      if constexpr (kWriteWeights) {
+        const Vector<Weight, 4> weights{
+            {store<Weight>(p.x), store<Weight>(p.y), store<Weight>(p.z), store<Weight>(p.w)}};
+        reinterpret_cast<Vector<Weight, 4>*>(a.compute_weights)[v] = weights;
+      }
     }
     scalar_begin = vectors * 4;
   }
-  for (int64_t i = scalar_begin + thread; i < a.count; i += stride)
-    adam_element(a, a.parameters[i], a.gradients[i], a.exp_avg[i], a.exp_avg_sq[i]);
+  for (int64_t i = scalar_begin + thread; i < a.count; i += stride) {
+    float p = a.parameters[i], m = a.exp_avg[i], s = a.exp_avg_sq[i];
+    adam_element(a, p, a.gradients[i], m, s);
+    a.parameters[i] = p;
+    a.exp_avg[i] = m;
+    a.exp_avg_sq[i] = s;
+    if constexpr (kWriteWeights) static_cast<Weight*>(a.compute_weights)[i] = store<Weight>(p);
+  }
+}
+
+// Launches adam_kernel for the compute-dtype weights' element type (void: none).
+template <class Weight>
+void launch_adam(const AdamParams& params, const LaunchScope& scope) {
+  bool vectorized = is_aligned(params.parameters, 16) && is_aligned(params.gradients, 16) &&
+                    is_aligned(params.exp_avg, 16) && is_aligned(params.exp_avg_sq, 16);
+  if constexpr (!std::is_void_v<Weight>)
+    vectorized = vectorized && is_aligned(params.compute_weights, 4 * sizeof(Weight));
+  const unsigned grid = grid_for(vectorized ? ceil_div(params.count, 4) : params.count, kAdamThreads, scope);
+  if (vectorized)
+    adam_kernel<Weight, true><<<grid, kAdamThreads, 0, scope.stream()>>>(params);
+  else
+    adam_kernel<Weight, false><<<grid, kAdamThreads, 0, scope.stream()>>>(params);
 }
 
 // partials[block] = sum of x^2 over the block's grid-stride share (the last count % kVec elements go to block 0).
@@ -157,6 +188,12 @@ std::optional<std::string> supports_adam_step(const AdamStepArgs& args) {
     if (auto reason = float32_reason(name, *tensor)) return reason;
     if (auto reason = contiguous_reason(name, *tensor)) return reason;
   }
+  if (args.compute_weights != nullptr) {
+    const DType dtype = args.compute_weights->dtype();
+    if (dtype != DType::bfloat16 && dtype != DType::float16)
+      return fmt::format("compute_weights has dtype {}; supported: bfloat16, float16", dtype_name(dtype));
+    if (auto reason = contiguous_reason("compute_weights", *args.compute_weights)) return reason;
+  }
   return std::nullopt;
 }
 
@@ -167,6 +204,8 @@ void adam_step_fused(const AdamStepArgs& args) {
   check_shape(op, "gradients", args.gradients, args.parameters.shape(), device);
   check_shape(op, "exp_avg", args.exp_avg, args.parameters.shape(), device);
   check_shape(op, "exp_avg_sq", args.exp_avg_sq, args.parameters.shape(), device);
+  if (args.compute_weights != nullptr)
+    check_shape(op, "compute_weights", *args.compute_weights, args.parameters.shape(), device);
   if (args.state != nullptr) {
     check_on_device(op, "state", *args.state, device);
     FLM_CHECK(args.state->numel() == optimizer_state::size && args.state->is_contiguous(), op,
@@ -181,6 +220,7 @@ void adam_step_fused(const AdamStepArgs& args) {
   const int64_t step = args.state != nullptr ? 1 : args.step;
   const AdamParams params{.state = args.state != nullptr ? args.state->data_as<double>() : nullptr,
                           .learning_rate_factor = args.learning_rate,
+                          .compute_weights = args.compute_weights != nullptr ? args.compute_weights->data() : nullptr,
                           .parameters = args.parameters.data_as<float>(),
                           .gradients = args.gradients.data_as<float>(),
                           .exp_avg = args.exp_avg.data_as<float>(),
@@ -196,13 +236,12 @@ void adam_step_fused(const AdamStepArgs& args) {
                           .epsilon = float(args.epsilon),
                           .weight_decay = float(args.weight_decay),
                           .grad_scale = float(args.grad_scale)};
-  const bool vectorized = is_aligned(params.parameters, 16) && is_aligned(params.gradients, 16) &&
-                          is_aligned(params.exp_avg, 16) && is_aligned(params.exp_avg_sq, 16);
-  const unsigned grid = grid_for(vectorized ? ceil_div(count, 4) : count, kAdamThreads, scope);
-  if (vectorized)
-    adam_kernel<true><<<grid, kAdamThreads, 0, scope.stream()>>>(params);
+  if (args.compute_weights == nullptr)
+    launch_adam<void>(params, scope);
+  else if (args.compute_weights->dtype() == DType::bfloat16)
+    launch_adam<bfloat16>(params, scope);
   else
-    adam_kernel<false><<<grid, kAdamThreads, 0, scope.stream()>>>(params);
+    launch_adam<float16>(params, scope);
   scope.check_launch();
 }
 
@@ -281,7 +320,8 @@ FLM_REGISTER_KERNEL(OptimizerDecision, DeviceType::cuda, "fused", /*priority=*/1
                     &supports_optimizer_decision, &optimizer_decision_fused,
                     "one thread in fp64: the step's decisions stay on the device");
 FLM_REGISTER_KERNEL(AdamStep, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline, &supports_adam_step,
-                    &adam_step_fused, "one launch per contiguous fp32 range, float4 accesses");
+                    &adam_step_fused,
+                    "one launch per contiguous fp32 range, float4 accesses; bf16 / fp16 weights in the same pass");
 FLM_REGISTER_KERNEL(SquaredNorm, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline,
                     &supports_squared_norm, &squared_norm_fused,
                     "fixed grid of per-block partial sums, then one block adds them in order (deterministic)");
