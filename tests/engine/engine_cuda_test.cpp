@@ -1,7 +1,8 @@
 // The engine on a GPU against the same engine on the CPU: initialisation (host fill + copy, then the cast to bf16
-// weights) is bit for bit the same, Adam steps agree to fp32 precision, non-finite gradients skip the step, and
-// host batches reach the device intact (page-locked buffers, upload stream). Steps queued without host reads decide
-// clipping and skipping on the device as the CPU does. Each case skips itself without a GPU.
+// weights) is bit for bit the same, Adam steps agree to fp32 precision and leave bf16 weights that are bit for bit the
+// cast of the GPU's master weights (Adam writes them in its own pass), non-finite gradients skip the step (the bf16
+// weights untouched too), and host batches reach the device intact (page-locked buffers, upload stream). Steps queued
+// without host reads decide clipping and skipping on the device as the CPU does. Each case skips itself without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <limits>
 
 #include "engine/engine_test_util.h"
+#include "fast_llm/core/half.h"
 #include "fast_llm/engine/optimizer/optimizer.h"
 #include "fast_llm/engine/training/batch_uploader.h"
 #include "fast_llm/engine/training/step_records.h"
@@ -90,6 +92,10 @@ TEST(EngineCuda, AdamStepsAgreeWithTheCpu) {
       const float* b = cpu_master.data_as<float>();
       for (int64_t i = 0; i < cpu_master.numel(); ++i)
         ASSERT_NEAR(a[i], b[i], 1e-6 + 1e-5 * std::fabs(b[i])) << "stage " << s << " element " << i;
+      Tensor gpu_weights = gpu.multi_stage.stages()[s]->weight_buffer().to(Device::cpu());
+      const bfloat16* weights = gpu_weights.data_as<bfloat16>();
+      for (int64_t i = 0; i < gpu_master.numel(); ++i)
+        ASSERT_EQ(weights[i].bits, to_bfloat16(a[i]).bits) << "stage " << s << " bf16 weight " << i;
     }
   }
 }
@@ -98,15 +104,18 @@ TEST(EngineCuda, NonFiniteGradientSkipsTheStep) {
   SKIP_WITHOUT_GPU();
   DeviceSetup gpu(Device::cuda(0));
   const auto before = host_bytes(gpu.multi_stage.stages()[0]->weight_shard());
+  const auto weights_before = host_bytes(gpu.multi_stage.stages()[0]->weight_buffer());
   gpu.set_gradients(1, std::numeric_limits<double>::infinity());
   gpu.optimizer.step();
   EXPECT_FALSE(gpu.optimizer.last_step_result().successful);
   EXPECT_EQ(gpu.optimizer.optimizer_step(), 0);
   EXPECT_EQ(host_bytes(gpu.multi_stage.stages()[0]->weight_shard()), before);
+  EXPECT_EQ(host_bytes(gpu.multi_stage.stages()[0]->weight_buffer()), weights_before);
   gpu.set_gradients(1);
   gpu.optimizer.step();
   EXPECT_TRUE(gpu.optimizer.last_step_result().successful);
   EXPECT_NE(host_bytes(gpu.multi_stage.stages()[0]->weight_shard()), before);
+  EXPECT_NE(host_bytes(gpu.multi_stage.stages()[0]->weight_buffer()), weights_before);
 }
 
 // Steps queued back to back without a host read in between, one of them non-finite: the device alone skips it, and the

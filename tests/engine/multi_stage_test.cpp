@@ -186,6 +186,7 @@ TEST(MultiStage, ShardsOfADataParallelLayoutInitialiseTheirPartOfTheSameModel) {
                          .seed = 77};
   Stage whole(0, whole_layers, settings);
   whole.initialize_weights();
+  EXPECT_FALSE(whole.trainable_compute_weight_shard().defined());  // the weights are the master shard itself
   const std::vector<double> all = testing::values(whole.weight_shard());
 
   settings.data_parallel = 2;
@@ -211,8 +212,9 @@ TEST(MultiStage, ShardsOfADataParallelLayoutInitialiseTheirPartOfTheSameModel) {
       else
         reassembled.push_back(group);
     }
-    // Gathering shards needs the distributed engine.
+    // Gathering shards needs the distributed engine, and Adam cannot refresh the whole weight buffer from one shard.
     EXPECT_THROW(shard.copy_weights_from_shard(), Error);
+    EXPECT_FALSE(shard.trainable_compute_weight_shard().defined());
     if (rank == 1) {
       ASSERT_EQ(reassembled.size(), shard.groups().size());
       for (size_t g = 0; g < reassembled.size(); ++g) {
@@ -238,6 +240,12 @@ TEST(MultiStage, MixedPrecisionCastsMasterWeightsAndGradients) {
     const bfloat16* weights = stage->weight_buffer().data_as<bfloat16>();
     for (int64_t i = 0; i < stage->weight_shard().numel(); ++i)
       ASSERT_EQ(weights[i].bits, to_bfloat16(master[i]).bits) << i;
+    // What Adam refreshes in its own pass: the bf16 weights of the master shard's trainable elements.
+    const Tensor compute_weights = stage->trainable_compute_weight_shard();
+    ASSERT_TRUE(compute_weights.defined());
+    EXPECT_EQ(compute_weights.dtype(), DType::bfloat16);
+    EXPECT_EQ(compute_weights.data(), stage->weight_buffer().data());
+    EXPECT_EQ(compute_weights.numel(), stage->trainable_weight_shard().numel());
   }
 
   auto low_precision = testing::multi_stage_config("{full_precision_gradients: false}");

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <utility>
 
 #include "engine/engine_test_util.h"
+#include "fast_llm/core/half.h"
 #include "fast_llm/engine/optimizer/grad_scaler.h"
 #include "fast_llm/engine/optimizer/optimizer.h"
 #include "fast_llm/engine/training/step_records.h"
@@ -18,11 +20,13 @@ namespace {
 
 using testing::load_config;
 
-// A test model in fp64 with optimizer settings where every term of Adam matters: epsilon is large enough that the
-// clipping coefficient changes the update.
+// A test model (fp64 unless `distributed_config` says otherwise) with optimizer settings where every term of Adam
+// matters: epsilon is large enough that the clipping coefficient changes the update.
 struct OptimizerSetup {
-  explicit OptimizerSetup(const std::string& optimizer_yaml)
-      : optimizer_config(load_config<OptimizerConfig>(optimizer_yaml, "optimizer")),
+  explicit OptimizerSetup(const std::string& optimizer_yaml,
+                          DistributedConfig distributed_config = testing::cpu_distributed())
+      : distributed(std::move(distributed_config)),
+        optimizer_config(load_config<OptimizerConfig>(optimizer_yaml, "optimizer")),
         multi_stage(model, multi_stage_config, distributed, Device::cpu()),
         optimizer(optimizer_config, multi_stage) {
     multi_stage.initialize_weights();
@@ -33,10 +37,13 @@ struct OptimizerSetup {
   void set_gradients(Function value) {
     multi_stage.zero_gradients();
     for (layers::Layer* layer : multi_stage.layers())
-      for (layers::Parameter* parameter : layer->parameters()) {
-        double* grad = parameter->grad.data_as<double>();
-        for (int64_t i = 0; i < parameter->grad.numel(); ++i) grad[i] = value(parameter->meta.name, i);
-      }
+      for (layers::Parameter* parameter : layer->parameters())
+        for (int64_t i = 0; i < parameter->grad.numel(); ++i) {
+          if (parameter->grad.dtype() == DType::float64)
+            parameter->grad.data_as<double>()[i] = value(parameter->meta.name, i);
+          else
+            parameter->grad.data_as<float>()[i] = float(value(parameter->meta.name, i));
+        }
   }
 
   std::map<std::string, std::vector<double>> weights() {
@@ -47,7 +54,7 @@ struct OptimizerSetup {
     return result;
   }
 
-  DistributedConfig distributed = testing::cpu_distributed();
+  DistributedConfig distributed;
   MultiStageConfig multi_stage_config = testing::multi_stage_config("{layers_per_stage: 2}");
   OptimizerConfig optimizer_config;
   testing::TestModel model{7, 3, 2};
@@ -150,6 +157,37 @@ TEST(Optimizer, NonFiniteGradientSkipsTheStep) {
     EXPECT_EQ(setup.optimizer.optimizer_step(), 1);
     EXPECT_NE(setup.weights(), before);
   }
+}
+
+// Mixed precision (bf16 weights, fp32 master weights and gradients): Adam refreshes the bf16 weights in its own pass.
+// They must be bit for bit the cast of the master weights, after an applied step (where they move) and after a skipped
+// one (where nothing moves).
+TEST(Optimizer, MixedPrecisionWeightsStayTheCastOfTheMasterWeights) {
+  OptimizerSetup setup(kOptimizerYaml, testing::cpu_distributed(/*seed=*/1234, "bfloat16", "float32"));
+  auto expect_cast_of_master = [&] {
+    for (auto& stage : setup.multi_stage.stages()) {
+      ASSERT_TRUE(stage->trainable_compute_weight_shard().defined());
+      const float* master = stage->weight_shard().data_as<float>();
+      const bfloat16* weights = stage->weight_buffer().data_as<bfloat16>();
+      for (int64_t i = 0; i < stage->weight_shard().numel(); ++i)
+        ASSERT_EQ(weights[i].bits, to_bfloat16(master[i]).bits) << "stage " << stage->index() << " element " << i;
+    }
+  };
+  const auto initial = setup.weights();
+  setup.set_gradients(gradient_value);
+  setup.optimizer.step();
+  EXPECT_TRUE(setup.optimizer.last_step_result().successful);
+  EXPECT_NE(setup.weights(), initial);
+  expect_cast_of_master();
+
+  const auto updated = setup.weights();
+  setup.set_gradients([](const std::string& name, int64_t i) {
+    return name == "decoder.0.weight" && i == 2 ? std::numeric_limits<double>::infinity() : gradient_value(name, i);
+  });
+  setup.optimizer.step();
+  EXPECT_FALSE(setup.optimizer.last_step_result().successful);
+  EXPECT_EQ(setup.weights(), updated);
+  expect_cast_of_master();
 }
 
 // Several steps queued before the host reads anything, as the trainer does between log lines: the skip is decided from

@@ -182,6 +182,12 @@ void Stage::initialize_shard() {
   }
 }
 
+Tensor Stage::trainable_compute_weight_shard() const {
+  if (weights_alias_shard_ || settings_.data_parallel != 1) return Tensor();
+  // One rank: the shard starts at element 0 of the stage, as the full buffer does.
+  return weight_buffer_.slice(0, 0, trainable_shard_size());
+}
+
 void Stage::copy_weights_from_shard(Stream stream) {
   if (weights_alias_shard_ || weight_buffer_.numel() == 0) return;
   FLM_CHECK(settings_.data_parallel == 1, "multi_stage",

@@ -18,7 +18,8 @@
 //   exp_avg, exp_avg_sq (trainable shard)           optimization dtype: Adam state
 // With one data-parallel rank and equal dtypes the shard and the full buffer are the same memory (views), so nothing
 // is copied; otherwise `copy_weights_from_shard` casts master -> compute weights and `copy_gradients_to_shard` casts
-// full gradients -> shard.
+// full gradients -> shard. After an optimizer step the compute weights are refreshed by adam_step itself where they
+// line up with the master shard (`trainable_compute_weight_shard`), which saves reading the master weights again.
 #pragma once
 
 #include <cstdint>
@@ -94,6 +95,12 @@ class Stage {
   Tensor& exp_avg_sq() { return exp_avg_sq_; }
   // The trainable part of the master weight shard (what Adam updates).
   Tensor trainable_weight_shard() const { return weight_shard_.slice(0, 0, trainable_shard_size()); }
+  // The compute-dtype weights of the same elements as `trainable_weight_shard`, for adam_step to write the updated
+  // weights into in the pass that updates the master weights (so no cast reads them again). Undefined where that
+  // cannot stand in for `copy_weights_from_shard`: the weights are the master shard itself (nothing to refresh), or
+  // several data-parallel ranks (the rest of the buffer comes from the other ranks' shards). Frozen weights need no
+  // refresh: the optimizer never changes them.
+  Tensor trainable_compute_weight_shard() const;
 
   // Fills this rank's master shard from each parameter's initialisation (element i of a parameter is a pure function
   // of (seed, parameter name, i), so any stage layout and sharding gives the same values) and zeroes the Adam state.

@@ -113,8 +113,12 @@ void Optimizer::step(Stream stream) {
   const int rank = multi_stage_.settings().data_rank;
   for (auto& stage : multi_stage_.stages()) {
     Tensor weights = stage->trainable_weight_shard();
+    // Where the compute-dtype weights line up with the shard, Adam writes them in its own pass; else a cast follows.
+    Tensor compute_weights = stage->trainable_compute_weight_shard();
     for (const ParameterGroup& group : stage->shard_groups(rank)) {
       Tensor parameters = weights.slice(0, group.begin, group.end);
+      Tensor group_compute_weights =
+          compute_weights.defined() ? compute_weights.slice(0, group.begin, group.end) : Tensor();
       Tensor gradients = stage->grad_shard().slice(0, group.begin, group.end);
       Tensor exp_avg = stage->exp_avg().slice(0, group.begin, group.end);
       Tensor exp_avg_sq = stage->exp_avg_sq().slice(0, group.begin, group.end);
@@ -128,10 +132,11 @@ void Optimizer::step(Stream stream) {
                           .epsilon = config_.epsilon,
                           .weight_decay = group.weight_decay ? config_.weight_decay : 0.0,
                           .state = &state_,
+                          .compute_weights = compute_weights.defined() ? &group_compute_weights : nullptr,
                           .stream = stream});
     }
+    if (!compute_weights.defined()) stage->copy_weights_from_shard(stream);
   }
-  multi_stage_.copy_weights_from_shards(stream);
   // Dynamic loss scaling (fp16 only) needs the outcome on the host before the next step's loss gradients: the one
   // per-step read left, as in Fast-LLM.
   if (grad_scaler_.dynamic()) grad_scaler_.update(last_step_result(stream).successful);

@@ -9,7 +9,11 @@
 //      step counter, the rate schedule(step) (from a table of rates uploaded ahead) and the bias corrections;
 //   4. per stage and parameter group, one adam_step launch over the group's range reading that state, with lr =
 //      rate * lr_scale, weight decay only on groups with weight_decay, gradients multiplied by coefficient / loss scale;
-//   5. master shards -> compute-dtype weights (one cast per stage; a skipped step casts the unchanged weights again).
+//      where the stage's compute-dtype weights line up with its shard (one data-parallel rank, distinct dtypes), the
+//      same launch writes the updated weights in the compute dtype (bit for bit the cast of step 5, without reading
+//      the master weights again; frozen weights never change, so they need nothing);
+//   5. otherwise master shards -> compute-dtype weights (one cast per stage, nothing when they are the same memory).
+// A skipped step changes neither the master nor the compute-dtype weights.
 // The step counter (for the schedule and Adam's bias correction) counts successful updates from 1, as Fast-LLM's, and
 // lives on the device: reading it (`optimizer_step`, `state`, `last_step_result`) waits for the device, which the
 // trainer does only when it logs or saves. The one exception is dynamic fp16 loss scaling: the next step's loss scale
