@@ -1,7 +1,8 @@
 // ops benchmark: the memory-bound ops of a Llama training step (norms, rotary, SwiGLU, embedding, cross-entropy,
-// Adam, squared norm, residual axpy, dropout), each through its dispatch path on the GPU (the highest-priority CUDA
-// variant: `fused`), at the shape of Llama-3.2-1B: tokens 16384, hidden 2048, intermediate 8192, vocab 128256,
-// 32 heads, 8 key-value heads, head size 64, and the model's 1,235,814,400 parameters for the optimizer ops.
+// Adam alone and writing the bf16 weights, the fp32 -> bf16 weight cast that replaces, squared norm, residual axpy,
+// dropout), each through its dispatch path on the GPU (the highest-priority CUDA variant: `fused`), at the shape of
+// Llama-3.2-1B: tokens 16384, hidden 2048, intermediate 8192, vocab 128256, 32 heads, 8 key-value heads, head size 64,
+// and the model's 1,235,814,400 parameters for the optimizer ops.
 //
 //   ops_benchmark [tokens [iterations]]
 //
@@ -37,6 +38,7 @@
 #include "fast_llm/core/half.h"
 #include "fast_llm/core/random.h"
 #include "fast_llm/kernels/activation.h"
+#include "fast_llm/kernels/copy.h"
 #include "fast_llm/kernels/cross_entropy.h"
 #include "fast_llm/kernels/embedding.h"
 #include "fast_llm/kernels/normalization.h"
@@ -303,6 +305,34 @@ std::vector<OpCase> op_cases() {
        },
        .outputs = {"parameters", "exp_avg", "exp_avg_sq"},
        .bytes = [](const Dims& d, const TensorMap&) { return 7 * kFp32 * d.parameters; }});
+  // The bf16 weights refreshed from the fp32 master weights: in Adam's pass (2 more bytes written per parameter), or
+  // by the separate cast it replaces (4 read, 2 written).
+  cases.push_back(
+      {.name = "adam_step + bf16 weights",
+       .create = [](const Dims& d) {
+         return TensorMap{{"parameters", uniform(Shape{d.parameters}, DType::float32, 41)},
+                          {"gradients", uniform(Shape{d.parameters}, DType::float32, 42, -3, 3)},
+                          {"exp_avg", uniform(Shape{d.parameters}, DType::float32, 43, -0.1, 0.1)},
+                          {"exp_avg_sq", uniform(Shape{d.parameters}, DType::float32, 44, 1e-4, 1e-2)},
+                          {"compute_weights", uniform(Shape{d.parameters}, DType::bfloat16, 49)}};
+       },
+       .run = [](TensorMap& t) {
+         adam_step({.parameters = t["parameters"], .gradients = t["gradients"], .exp_avg = t["exp_avg"],
+                    .exp_avg_sq = t["exp_avg_sq"], .learning_rate = 3e-4, .beta_1 = 0.9, .beta_2 = 0.95,
+                    .epsilon = 1e-8, .weight_decay = 0.1, .step = 10, .grad_scale = 0.5,
+                    .compute_weights = &t["compute_weights"]});
+       },
+       .outputs = {"parameters", "exp_avg", "exp_avg_sq", "compute_weights"},
+       .bytes = [](const Dims& d, const TensorMap&) { return (7 * kFp32 + kBf16) * d.parameters; }});
+  cases.push_back(
+      {.name = "cast (fp32 -> bf16 weights)",
+       .create = [](const Dims& d) {
+         return TensorMap{{"source", uniform(Shape{d.parameters}, DType::float32, 50)},
+                          {"destination", uniform(Shape{d.parameters}, DType::bfloat16, 51)}};
+       },
+       .run = [](TensorMap& t) { cast({.source = t["source"], .destination = t["destination"]}); },
+       .outputs = {"destination"},
+       .bytes = [](const Dims& d, const TensorMap&) { return (kFp32 + kBf16) * d.parameters; }});
   cases.push_back(
       {.name = "squared_norm",
        .create = [](const Dims& d) {
