@@ -1,214 +1,568 @@
-// Fused CUDA cross_entropy_forward_backward (kernels/cross_entropy.h), variant "fused".
+// Fused CUDA cross_entropy_forward_backward (kernels/cross_entropy.h), variant "fused", and what the CUDA variants
+// share (cross_entropy.cuh: argument checks, per-row loss buffers and their sum).
 //
-// One row of logits is split into `slices` contiguous parts, one block each, and the blocks of a row form a thread
-// block cluster (Hopper), so the row's statistics meet in distributed shared memory instead of device memory:
-//   1. each thread loads its part of the slice into registers (up to kCacheElements elements; 16-byte accesses when
-//      the rows allow) and keeps an online (max, sum of exp(z - max)) in fp32;
-//   2. the pairs are combined across the warp, the block and then the cluster, always in the same order (every
-//      block reads the cluster's slices in rank order, so all of them hold the same bits);
-//   3. lse = max + log(sum); the block holding the first slice writes the row's losses to a per-row buffer, and every
-//      thread writes its gradient elements from the registers.
-// A row is thus read once and the gradient written once (rows too long for the registers of a cluster of kMaxSlices
-// blocks are read twice). The per-row losses are summed by a single block in a fixed order, in fp64, and added to
-// the loss sums: no atomics, bitwise reproducible. The gradient may overwrite the logits (every read of an element
-// happens before any write to the row: the label's logit is read before the first cluster barrier).
+// Every logit is read once from device memory into shared memory by a bulk copy (cp.async.bulk, the Tensor Memory
+// Accelerator), reduced there and its gradient written once, while the copy of the block's next row is in flight.
 //
-// z = logits * logits_scale_factor, then softcap * tanh(z / softcap) when a softcap is set. Rows whose label is
-// negative are masked: no loss, zero gradient. A label not below vocab (an error the CPU reference reports; checking it
-// here would need the labels on the host) is treated as masked rather than read out of bounds. The z-loss is on
-// exactly when z_loss_sum is given. Logits and gradient share a floating dtype;
-// labels are int64 with any stride; loss sums are float32 or float64 tensors of one element.
-#include "fast_llm/kernels/cuda/op_helpers.cuh"
+// Layout. A row is read as the 16-byte chunks of its window: from the aligned chunk holding its first logit to the one
+// holding its last, so that any row stride works; the window's first `lead` elements and those past lead + vocab
+// belong to the neighbouring rows or to the allocation's padding (the caching allocator's blocks are whole multiples
+// of 512 bytes) and are masked out, never written. The chunks are split into `blocks_per_row` slices, one per block of
+// a thread block cluster. Each block has two stages of shared memory of one slice each and walks rows cluster,
+// cluster + clusters, ...: at the top of a row it issues the bulk copy of its next row into the other stage, then
+// waits for this row's. Per row every thread keeps an online (max, sum of 2^(y - max)), y = z log2(e), over its chunks
+// (chunk thread, thread + blockDim.x, ...: a warp reads 512 contiguous bytes), with one rescale per kGroupChunks
+// chunks; the pairs are combined by butterflies across the warp and the block, then across the cluster in rank order
+// through distributed shared memory, so every block holds the same bits; lse = (max + log2(sum)) ln 2; the thread
+// whose chunk holds the label writes the row's losses; every thread writes the gradient of its chunks, read again from
+// shared memory (16-byte stores when the gradient's rows are aligned as the logits', element stores otherwise).
+// Rows whose label is masked are neither copied nor read: their gradient is zeros.
+//
+// Why this runs at the memory's rate (H200: 132 SMs, ~4.3 TB/s on a copy, ~1 us of latency under load, 227 KiB of
+// shared memory per block). Little's law: an SM must keep ~4.3 TB/s / 132 x 1 us = 33 KB of reads in flight, at all
+// times. Registers cannot hold that and a row as well: "cluster" (cross_entropy_cluster.cu) has 32 KiB per block in
+// flight during its load only, then nothing while it reduces and meets its cluster. Here a stage may take half of a
+// block's shared memory (113 KiB), and the fewest blocks per row that fit are used: Llama-3's 128256 bf16 logits
+// (250.5 KiB a row) take 3 blocks of 83.5 KiB, SmolLM2's 49152 (96 KiB) one block, no cluster; either fills an SM's
+// shared memory with one block. While a block reduces and writes row k, row k + 1's copy (83.5 or 96 KiB, 2.5-3x the
+// 33 KB) is in flight, and it was issued before the block started waiting for row k: an SM always has one to two
+// stages of reads in flight, and its gradient stores, which need no waiting, on top. The arithmetic must hide under
+// the copies: it is bound by the special-function unit, two exp2 per logit (the sum and the probability) at 16 per
+// SM per clock, 3.9 T/s on the GPU: 1.1 ms for the 2.1 G logits of the Llama shape against 2.5 ms for its 8.4 GB at
+// 3.3 TB/s, i.e. per row ~3 us of exp2 and ~1 us of reductions and cluster barrier in ~6.5 us of memory time. 512
+// threads per block keep the unit busy: a thread has kGroupChunks loads and 32 exp2 in flight per group.
+//
+// Rows longer than kMaxClusterBlocks stages (bf16 vocab above ~464000, fp32 above ~232000) are read twice straight
+// from device memory ("direct"), with the same chunks and arithmetic.
+//
+// Numerics: fp32; exp2 on the special-function unit (ex2.approx.ftz: ~2 ulp, probabilities below 2^-126 flushed to
+// zero, negligible next to the row's largest, which is 1 or close); the reductions' order depends only on the shape
+// and the device, so results are bitwise reproducible. The gradient may overwrite the logits: a row's copy has landed
+// before any of its gradient is written, and in the direct path an element is read only by the thread that later
+// writes it, before the cluster barrier after which the other blocks write theirs.
+#include "fast_llm/kernels/cuda/cross_entropy.cuh"
 
 #include <cooperative_groups.h>
 
-#include "fast_llm/kernels/cross_entropy.h"
-
-namespace fast_llm::kernels::cuda {
+namespace fast_llm::kernels::cuda::cross_entropy {
 namespace {
 
 namespace cg = cooperative_groups;
 
 constexpr int kMaxThreads = 512;
-constexpr int kMaxSlices = 8;        // the portable limit of a cluster
-constexpr int kCacheElements = 32;   // logits per thread held in registers between the two passes
+constexpr int kMaxClusterBlocks = 8;  // the portable cluster size
+constexpr int kStages = 2;            // this row's slice and the next row's
+constexpr int kWavesPerSlot = 4;      // clusters launched per cluster that fits at once (see the launcher)
+constexpr int kGroupChunks = 4;       // chunks a thread loads before it uses the first; one rescale per group
 constexpr int kSumThreads = 1024;
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
-struct CrossEntropyParams {
+struct FusedParams {
   const void* logits;  // (rows, vocab) T
   int64_t logits_stride;
   const int64_t* labels;  // (rows)
   int64_t label_stride;
   void* grad;  // (rows, vocab) T, or nullptr
   int64_t grad_stride;
-  float* row_losses;    // (rows): lse - z[label], 0 for masked rows
-  float* row_z_losses;  // (rows): lse^2, or nullptr
+  float* row_losses;    // (rows)
+  float* row_z_losses;  // (rows), or nullptr
   int64_t rows;
   int64_t vocab;
-  int slices;
-  bool cached;
+  int blocks_per_row;  // the cluster size
+  int slice_chunks;    // 16-byte chunks of a block's slice (the last slice may be shorter); a stage holds this many
+  bool vector_stores;  // the gradient's rows start at the same offsets from 16-byte boundaries as the logits'
   float label_weight;
   float z_loss_weight;
   float logits_scale;
-  float softcap;  // 0: none
+  float scale_log2e;         // logits_scale log2(e)
+  float scale_over_softcap;  // logits_scale / softcap (kSoftcap kernels)
+  float softcap_log2e;       // softcap log2(e) (kSoftcap kernels)
 };
 
-__device__ __forceinline__ float transform(const CrossEntropyParams& p, float x) {
-  const float z = x * p.logits_scale;
-  return p.softcap > 0.0f ? p.softcap * tanhf(z / p.softcap) : z;
+// 2^x on the special-function unit, subnormal results flushed to zero: one instruction, where exp2f's subnormal
+// handling adds a compare and two multiplies.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
-// (max, sum of exp(z - max)) of the union of two sets. Symmetric to the bit (the products are rounded on their own
-// before the addition), so a butterfly leaves the same pair in every lane.
+// ---------------------------------------------------------------------------------------------------------------------
+// Bulk copies into shared memory, completed on a transaction barrier (mbarrier) per stage.
+
+__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
+  return uint32_t(__cvta_generic_to_shared(pointer));
+}
+
+// A barrier whose phase completes once its one arrival (the copy's issuer) and the copy's bytes are in.
+__device__ __forceinline__ void init_stage_barrier(uint64_t* barrier) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(barrier)) : "memory");
+}
+
+// Makes initialised barriers visible to the bulk-copy unit (the async proxy); a __syncthreads must follow.
+__device__ __forceinline__ void fence_stage_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from device to this block's shared memory and
+// completes `barrier`'s current phase when they have landed.
+__device__ __forceinline__ void bulk_copy(void* destination, const void* source, uint32_t bytes, uint64_t* barrier) {
+  const uint32_t barrier_address = shared_address(barrier);
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n"
+               ::"r"(barrier_address), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(shared_address(destination)), "l"(__cvta_generic_to_global(source)), "r"(bytes),
+               "r"(barrier_address)
+               : "memory");
+}
+
+// Waits until the phase of `barrier` with parity `parity` has completed (the copy's bytes are visible).
+__device__ __forceinline__ void wait_stage(uint64_t* barrier, uint32_t parity) {
+  const uint32_t barrier_address = shared_address(barrier);
+  uint32_t complete = 0;
+  while (complete == 0)
+    asm volatile("{\n.reg .pred complete;\nmbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, complete;\n}\n"
+                 : "=r"(complete)
+                 : "r"(barrier_address), "r"(parity)
+                 : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Row statistics: (max, sum of 2^(y - max)) pairs of y = z log2(e).
+
+// Adds kCount values to a running pair, with one rescale for all of them.
+template <int kCount>
+__device__ __forceinline__ void accumulate(float2& stats, const float (&y)[kCount]) {
+  float group_max = y[0];
+#pragma unroll
+  for (int i = 1; i < kCount; ++i) group_max = fmaxf(group_max, y[i]);
+  if (group_max > stats.x) {
+    stats.y *= fast_exp2(stats.x - group_max);  // 0 while the running max is -inf
+    stats.x = group_max;
+  }
+  if (stats.x == -INFINITY) return;  // every value so far is -inf: they add nothing (and -inf - -inf is NaN)
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) stats.y += fast_exp2(y[i] - stats.x);
+}
+
+// The pair of the union of two sets. Symmetric to the bit (each product is rounded on its own before the addition),
+// so a butterfly leaves the same pair in every lane.
 __device__ __forceinline__ float2 combine(float2 a, float2 b) {
   const float m = fmaxf(a.x, b.x);
   if (m == -INFINITY) return make_float2(m, 0.0f);
-  return make_float2(m, __fadd_rn(__fmul_rn(a.y, exp2f((a.x - m) * kLog2e)), __fmul_rn(b.y, exp2f((b.x - m) * kLog2e))));
+  return make_float2(m, __fadd_rn(__fmul_rn(a.y, fast_exp2(a.x - m)), __fmul_rn(b.y, fast_exp2(b.x - m))));
 }
 
-// Adds kVec values to a running (max, sum) pair.
-template <int kVec>
-__device__ __forceinline__ void accumulate(float2& stats, const float (&z)[kVec]) {
-  float vector_max = z[0];
+__device__ __forceinline__ float2 warp_combine(float2 stats) {
 #pragma unroll
-  for (int i = 1; i < kVec; ++i) vector_max = fmaxf(vector_max, z[i]);
-  if (vector_max == -INFINITY) return;  // adds nothing (and -inf - -inf would be NaN)
-  const float m = fmaxf(stats.x, vector_max);
-  float sum = stats.y * exp2f((stats.x - m) * kLog2e);
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) sum += exp2f((z[i] - m) * kLog2e);
-  stats = make_float2(m, sum);
+  for (int offset = 16; offset > 0; offset /= 2)
+    stats = combine(stats, make_float2(__shfl_xor_sync(0xffffffffu, stats.x, offset),
+                                       __shfl_xor_sync(0xffffffffu, stats.y, offset)));
+  return stats;
 }
 
-// d/dlogit of label_weight (lse - z[label]) + z_loss_weight lse^2 for kVec logits starting at `column`.
-template <int kVec>
-__device__ __forceinline__ void gradient(const CrossEntropyParams& p, const float (&x)[kVec], int64_t column,
-                                         int64_t label, float max, float inverse_sum, float coefficient,
-                                         float (&result)[kVec]) {
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    const float scaled = x[i] * p.logits_scale;
-    float z = scaled, chain = p.logits_scale;
-    if (p.softcap > 0.0f) {
-      const float t = tanhf(scaled / p.softcap);
-      z = p.softcap * t;
-      chain *= 1.0f - t * t;
-    }
-    const float probability = exp2f((z - max) * kLog2e) * inverse_sum;
-    float dz = coefficient * probability;
-    if (column + i == label) dz -= p.label_weight;
-    result[i] = dz * chain;
-  }
+// The block's pair, the same bits in every thread: a butterfly across each warp, then one across the warps' pairs.
+// `warp_stats` (one pair per warp) must not be written again before the block synchronises.
+__device__ __forceinline__ float2 block_combine(float2 stats, float2* warp_stats) {
+  stats = warp_combine(stats);
+  const int warps = int(blockDim.x) / 32, lane = int(threadIdx.x) % 32;
+  if (warps == 1) return stats;
+  if (lane == 0) warp_stats[threadIdx.x / 32] = stats;
+  __syncthreads();
+  return warp_combine(lane < warps ? warp_stats[lane] : make_float2(-INFINITY, 0.0f));
 }
 
-template <class T, int kVec>
-__global__ void __launch_bounds__(kMaxThreads) cross_entropy_kernel(const CrossEntropyParams p) {
-  constexpr int kCache = kCacheElements / kVec;  // vectors per thread
-  __shared__ float2 warp_stats[kMaxThreads / 32];
-  __shared__ float2 slice_stats;
+// The row's pair from the cluster's block pairs, combined in rank order by every warp (the same bits in every block).
+// `slot` is this block's pair in shared memory, read by the other blocks after the cluster barrier: a slot is written
+// again only after a later cluster barrier, which every block reaches after its reads, so callers alternate two.
+__device__ __forceinline__ float2 cluster_combine(float2 block_stats, float2* slot, int blocks) {
   cg::cluster_group cluster = cg::this_cluster();
-  const int slice = int(cluster.block_rank());
-  const int64_t row = int64_t(blockIdx.x) / p.slices;
-  const int threads = int(blockDim.x), thread = int(threadIdx.x);
-  const int vectors = int(p.vocab / kVec);
-  const int per_slice = (vectors + p.slices - 1) / p.slices;
-  const int begin = slice * per_slice, end = begin + per_slice < vectors ? begin + per_slice : vectors;
-  const T* logits = static_cast<const T*>(p.logits) + row * p.logits_stride;
-  T* grad = p.grad != nullptr ? static_cast<T*>(p.grad) + row * p.grad_stride : nullptr;
-  const int64_t label = p.labels[row * p.label_stride];
+  if (threadIdx.x == 0) *slot = block_stats;
+  cluster.sync();
+  const int lane = int(threadIdx.x) % 32;
+  const float2 remote = lane < blocks ? *cluster.map_shared_rank(slot, lane) : make_float2(-INFINITY, 0.0f);
+  float2 row = make_float2(-INFINITY, 0.0f);
+  for (int rank = 0; rank < blocks; ++rank)
+    row = combine(row, make_float2(__shfl_sync(0xffffffffu, remote.x, rank),
+                                   __shfl_sync(0xffffffffu, remote.y, rank)));
+  return row;
+}
 
-  if (label < 0 || label >= p.vocab) {
-    // Masked: every block of the cluster sees the same label, so none of them reaches a cluster barrier.
-    if (grad != nullptr) {
-      float zeros[kVec];
+// ---------------------------------------------------------------------------------------------------------------------
+// A logit x in the units of the statistics, y = z log2(e), and the gradient of the row's loss with respect to x.
+
+template <bool kSoftcap>
+struct LogitMath {
+  float logits_scale, scale_log2e, scale_over_softcap, softcap_log2e, label_weight, z_loss_weight;
+  // Of the current row (start_row):
+  float lse_log2 = 0.0f;     // log2 of sum 2^y
+  float coefficient = 0.0f;  // d loss / d lse = label_weight + 2 z_loss_weight lse
+  float coefficient_scale = 0.0f, label_weight_scale = 0.0f;
+
+  __device__ explicit LogitMath(const FusedParams& p)
+      : logits_scale(p.logits_scale),
+        scale_log2e(p.scale_log2e),
+        scale_over_softcap(p.scale_over_softcap),
+        softcap_log2e(p.softcap_log2e),
+        label_weight(p.label_weight),
+        z_loss_weight(p.z_loss_weight),
+        label_weight_scale(p.label_weight * p.logits_scale) {}
+
+  __device__ __forceinline__ float y(float x) const {
+    if constexpr (kSoftcap)
+      return softcap_log2e * tanhf(x * scale_over_softcap);
+    else
+      return x * scale_log2e;
+  }
+
+  __device__ __forceinline__ void start_row(float row_lse_log2) {
+    lse_log2 = row_lse_log2;
+    coefficient = label_weight + 2.0f * z_loss_weight * (row_lse_log2 * kLn2);
+    coefficient_scale = coefficient * logits_scale;
+  }
+
+  // d/dx [label_weight (lse - z[label]) + z_loss_weight lse^2] = (coefficient softmax - label_weight [label]) dz/dx,
+  // softmax = 2^(y - lse_log2), dz/dx = logits_scale, times 1 - tanh^2 with a softcap.
+  __device__ __forceinline__ float gradient(float x, bool is_label) const {
+    if constexpr (kSoftcap) {
+      const float t = tanhf(x * scale_over_softcap);
+      const float softmax = fast_exp2(fmaf(softcap_log2e, t, -lse_log2));
+      return (coefficient * softmax - (is_label ? label_weight : 0.0f)) * (logits_scale * (1.0f - t * t));
+    } else {
+      const float softmax = fast_exp2(fmaf(x, scale_log2e, -lse_log2));
+      return fmaf(softmax, coefficient_scale, is_label ? -label_weight_scale : 0.0f);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------------------------
+// A block's slice of a row: its chunks thread, thread + blockDim.x, ... of `source` (shared or device memory).
+
+// Where a row's window lies and which of its chunks are this block's.
+struct RowSlice {
+  int lead;                  // elements of the window before the row's first logit
+  int first;                 // this block's first chunk, counted from the window's start
+  int count;                 // this block's chunks
+  int full_begin, full_end;  // this block's chunks [full_begin, full_end) (counted from `first`) hold only logits
+};
+
+template <class T>
+__device__ __forceinline__ RowSlice row_slice(const FusedParams& p, int64_t row, int rank) {
+  constexpr int kVec = int(16 / sizeof(T));
+  const T* start = static_cast<const T*>(p.logits) + row * p.logits_stride;
+  RowSlice slice;
+  slice.lead = int(reinterpret_cast<uintptr_t>(start) % 16 / sizeof(T));
+  const int64_t end = slice.lead + p.vocab;  // the window's position one past the row's last logit
+  const int chunks = int((end + kVec - 1) / kVec);
+  slice.first = min(rank * p.slice_chunks, chunks);
+  slice.count = min(p.slice_chunks, chunks - slice.first);
+  slice.full_begin = (slice.lead > 0 ? 1 : 0) - slice.first;
+  slice.full_end = int(end / kVec) - slice.first;
+  return slice;
+}
+
+// The row's element index of element i of chunk j of the slice (outside [0, vocab): not the row's).
+template <int kVec>
+__device__ __forceinline__ int64_t element_of(const RowSlice& slice, int j, int i) {
+  return int64_t(slice.first + j) * kVec + i - slice.lead;
+}
+
+__device__ __forceinline__ bool full_chunk(const RowSlice& slice, int j) {
+  return j >= slice.full_begin && j < slice.full_end;
+}
+
+// This thread's pair over its chunks of the slice.
+template <class T, class Math>
+__device__ __forceinline__ float2 slice_stats(const T* source, const RowSlice& slice, int64_t vocab,
+                                              const Math& math) {
+  constexpr int kVec = int(16 / sizeof(T));
+  using Chunk = Vector<T, kVec>;
+  const Chunk* chunks = reinterpret_cast<const Chunk*>(source);
+  const int stride = int(blockDim.x);
+  float2 stats = make_float2(-INFINITY, 0.0f);
+  const auto chunk_y = [&](const Chunk& chunk, int j, float* y) {
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) zeros[i] = 0.0f;
-      for (int v = begin + thread; v < end; v += threads) store_floats<kVec>(grad + int64_t(v) * kVec, zeros);
+    for (int i = 0; i < kVec; ++i) y[i] = math.y(load(chunk.values[i]));
+    if (!full_chunk(slice, j)) {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        const int64_t element = element_of<kVec>(slice, j, i);
+        if (element < 0 || element >= vocab) y[i] = -INFINITY;  // adds nothing
+      }
     }
-    if (slice == 0 && thread == 0) {
-      p.row_losses[row] = 0.0f;
-      if (p.row_z_losses != nullptr) p.row_z_losses[row] = 0.0f;
-    }
+  };
+  int j = int(threadIdx.x);
+  for (; j + (kGroupChunks - 1) * stride < slice.count; j += kGroupChunks * stride) {
+    Chunk group[kGroupChunks];
+#pragma unroll
+    for (int g = 0; g < kGroupChunks; ++g) group[g] = chunks[j + g * stride];
+    float y[kGroupChunks * kVec];
+#pragma unroll
+    for (int g = 0; g < kGroupChunks; ++g) chunk_y(group[g], j + g * stride, y + g * kVec);
+    accumulate(stats, y);
+  }
+  for (; j < slice.count; j += stride) {
+    float y[kVec];
+    chunk_y(chunks[j], j, y);
+    accumulate(stats, y);
+  }
+  return stats;
+}
+
+// Writes chunk j's gradient values: one 16-byte store, or element stores of the row's elements only.
+template <class T>
+__device__ __forceinline__ void store_chunk(T* grad_row, const RowSlice& slice, int j, bool vector_store,
+                                            int64_t vocab, const float (&values)[16 / sizeof(T)]) {
+  constexpr int kVec = int(16 / sizeof(T));
+  if (vector_store && full_chunk(slice, j)) {
+    store_floats<kVec>(grad_row + element_of<kVec>(slice, j, 0), values);
     return;
   }
-  // Read before the first cluster barrier: no block writes the gradient (possibly over the logits) before it.
-  const float label_logit = slice == 0 && thread == 0 ? transform(p, load(logits[label])) : 0.0f;
-
-  // 1. Per-thread statistics.
-  Vector<T, kVec> cache[kCache];
-  float2 stats = make_float2(-INFINITY, 0.0f);
-  if (p.cached) {
 #pragma unroll
-    for (int k = 0; k < kCache; ++k) {
-      const int v = begin + thread + k * threads;
-      if (v < end) cache[k] = load_pack<kVec>(logits + int64_t(v) * kVec);
-    }
-#pragma unroll
-    for (int k = 0; k < kCache; ++k) {
-      const int v = begin + thread + k * threads;
-      if (v >= end) continue;
-      float z[kVec];
-      unpack_floats(cache[k], z);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) z[i] = transform(p, z[i]);
-      accumulate(stats, z);
-    }
-  } else {
-    for (int v = begin + thread; v < end; v += threads) {
-      float z[kVec];
-      load_floats<kVec>(logits + int64_t(v) * kVec, z);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) z[i] = transform(p, z[i]);
-      accumulate(stats, z);
-    }
-  }
-
-  // 2. Warp, block, cluster, each in a fixed order.
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, stats.x, offset),
-                                     __shfl_xor_sync(0xffffffffu, stats.y, offset));
-    stats = combine(stats, other);
-  }
-  if (thread % 32 == 0) warp_stats[thread / 32] = stats;
-  __syncthreads();
-  float2 block_stats = make_float2(-INFINITY, 0.0f);
-  for (int w = 0; w < threads / 32; ++w) block_stats = combine(block_stats, warp_stats[w]);
-  if (thread == 0) slice_stats = block_stats;
-  cluster.sync();
-  float2 row_stats = make_float2(-INFINITY, 0.0f);
-  for (int r = 0; r < p.slices; ++r) row_stats = combine(row_stats, *cluster.map_shared_rank(&slice_stats, r));
-  cluster.sync();  // no block leaves (or reuses its shared memory) while another still reads it
-
-  // 3. Losses and gradient.
-  const float lse = row_stats.x + logf(row_stats.y);
-  if (slice == 0 && thread == 0) {
-    p.row_losses[row] = lse - label_logit;
-    if (p.row_z_losses != nullptr) p.row_z_losses[row] = lse * lse;
-  }
-  if (grad == nullptr) return;
-  const float inverse_sum = 1.0f / row_stats.y;
-  const float coefficient = p.label_weight + 2.0f * p.z_loss_weight * lse;
-  if (p.cached) {
-#pragma unroll
-    for (int k = 0; k < kCache; ++k) {
-      const int v = begin + thread + k * threads;
-      if (v >= end) continue;
-      float x[kVec], result[kVec];
-      unpack_floats(cache[k], x);
-      gradient(p, x, int64_t(v) * kVec, label, row_stats.x, inverse_sum, coefficient, result);
-      store_floats<kVec>(grad + int64_t(v) * kVec, result);
-    }
-  } else {
-    for (int v = begin + thread; v < end; v += threads) {
-      float x[kVec], result[kVec];
-      load_floats<kVec>(logits + int64_t(v) * kVec, x);
-      gradient(p, x, int64_t(v) * kVec, label, row_stats.x, inverse_sum, coefficient, result);
-      store_floats<kVec>(grad + int64_t(v) * kVec, result);
-    }
+  for (int i = 0; i < kVec; ++i) {
+    const int64_t element = element_of<kVec>(slice, j, i);
+    if (element >= 0 && element < vocab) grad_row[element] = store<T>(values[i]);
   }
 }
+
+// The gradient of chunk j; `label` is the label's element index in the row.
+template <class T, class Math>
+__device__ __forceinline__ void chunk_gradient(T* grad_row, const RowSlice& slice, int j,
+                                               const Vector<T, 16 / sizeof(T)>& chunk, int64_t label,
+                                               bool vector_store, int64_t vocab, const Math& math) {
+  constexpr int kVec = int(16 / sizeof(T));
+  float result[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) result[i] = math.gradient(load(chunk.values[i]), false);
+  const int64_t label_in_chunk = label - element_of<kVec>(slice, j, 0);
+  if (label_in_chunk >= 0 && label_in_chunk < kVec) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      if (i == label_in_chunk) result[i] = math.gradient(load(chunk.values[i]), true);
+  }
+  store_chunk(grad_row, slice, j, vector_store, vocab, result);
+}
+
+// The gradient of this thread's chunks of the slice. A group's loads come before its stores: in the direct path the
+// gradient may overwrite `source`.
+template <class T, class Math>
+__device__ __forceinline__ void slice_gradient(const T* source, T* grad_row, const RowSlice& slice, int64_t label,
+                                               bool vector_store, int64_t vocab, const Math& math) {
+  using Chunk = Vector<T, int(16 / sizeof(T))>;
+  const Chunk* chunks = reinterpret_cast<const Chunk*>(source);
+  const int stride = int(blockDim.x);
+  int j = int(threadIdx.x);
+  for (; j + (kGroupChunks - 1) * stride < slice.count; j += kGroupChunks * stride) {
+    Chunk group[kGroupChunks];
+#pragma unroll
+    for (int g = 0; g < kGroupChunks; ++g) group[g] = chunks[j + g * stride];
+#pragma unroll
+    for (int g = 0; g < kGroupChunks; ++g)
+      chunk_gradient(grad_row, slice, j + g * stride, group[g], label, vector_store, vocab, math);
+  }
+  for (; j < slice.count; j += stride) chunk_gradient(grad_row, slice, j, chunks[j], label, vector_store, vocab, math);
+}
+
+template <class T>
+__device__ __forceinline__ void slice_zeros(T* grad_row, const RowSlice& slice, bool vector_store, int64_t vocab) {
+  float zeros[16 / sizeof(T)];
+#pragma unroll
+  for (int i = 0; i < int(16 / sizeof(T)); ++i) zeros[i] = 0.0f;
+  for (int j = int(threadIdx.x); j < slice.count; j += int(blockDim.x))
+    store_chunk(grad_row, slice, j, vector_store, vocab, zeros);
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// The kernel. kResident: slices staged in shared memory by bulk copies; otherwise read twice from device memory.
+
+template <class T, bool kResident, bool kSoftcap>
+__global__ void __launch_bounds__(kMaxThreads, 1) cross_entropy_kernel(const FusedParams p) {
+  constexpr int kVec = int(16 / sizeof(T));
+  extern __shared__ __align__(16) unsigned char stage_memory[];  // kResident: (kStages, slice_chunks * 16 bytes)
+  __shared__ uint64_t stage_copied[kStages];                      // the stages' transaction barriers
+  __shared__ float2 block_slots[2];                               // this block's pair of a row, read by the cluster
+  __shared__ float2 warp_stats[kMaxThreads / 32];
+
+  const int blocks = p.blocks_per_row, thread = int(threadIdx.x);
+  const int rank = int(blockIdx.x) % blocks;  // a cluster is `blocks` consecutive blocks
+  const int64_t first_row = int64_t(blockIdx.x) / blocks, row_step = int64_t(gridDim.x) / blocks;
+  const T* logits = static_cast<const T*>(p.logits);
+  T* grad = static_cast<T*>(p.grad);
+  const uint32_t stage_bytes = uint32_t(p.slice_chunks) * 16u;
+  LogitMath<kSoftcap> math(p);
+
+  if (kResident && thread == 0) {
+    for (int stage = 0; stage < kStages; ++stage) init_stage_barrier(&stage_copied[stage]);
+    fence_stage_barrier_init();
+  }
+  __syncthreads();
+
+  const auto label_of = [&](int64_t row) { return row < p.rows ? p.labels[row * p.label_stride] : int64_t(-1); };
+  const auto unmasked = [&](int64_t label) { return label >= 0 && label < p.vocab; };
+  // The start of this block's part of a row's window in device memory (16-byte aligned).
+  const auto window_of = [&](int64_t row, const RowSlice& slice) {
+    return logits + row * p.logits_stride - slice.lead + int64_t(slice.first) * kVec;
+  };
+  // A stage receives a copy when its row is unmasked and this block has chunks of it.
+  const auto copy_row = [&](int64_t row, int stage) {
+    const RowSlice slice = row_slice<T>(p, row, rank);
+    if (slice.count > 0)
+      bulk_copy(stage_memory + stage * stage_bytes, window_of(row, slice), uint32_t(slice.count) * 16u,
+                &stage_copied[stage]);
+  };
+
+  // The label of the row after next is loaded a row ahead of its use: it decides the next iteration's copy.
+  int64_t label = label_of(first_row), next_label = label_of(first_row + row_step);
+  if (kResident && thread == 0 && unmasked(label)) copy_row(first_row, 0);
+  uint32_t stage_parities = 0;  // bit s: the parity of stage s's next completion
+  int slot = 0;
+  int64_t iteration = 0;
+  for (int64_t row = first_row; row < p.rows; row += row_step, ++iteration) {
+    const int stage = int(iteration % kStages);
+    const int64_t next_row = row + row_step;
+    const int64_t label_after_next = label_of(next_row + row_step);
+    __syncthreads();  // every thread is done with the other stage (the previous row) and with warp_stats
+    if (kResident && thread == 0 && next_row < p.rows && unmasked(next_label)) copy_row(next_row, 1 - stage);
+    const RowSlice slice = row_slice<T>(p, row, rank);
+    T* grad_row = grad != nullptr ? grad + row * p.grad_stride : nullptr;
+
+    if (!unmasked(label)) {
+      if (grad != nullptr) slice_zeros(grad_row, slice, p.vector_stores, p.vocab);
+      if (rank == 0 && thread == 0) {
+        p.row_losses[row] = 0.0f;
+        if (p.row_z_losses != nullptr) p.row_z_losses[row] = 0.0f;
+      }
+    } else {
+      if (kResident && slice.count > 0) {
+        wait_stage(&stage_copied[stage], (stage_parities >> stage) & 1u);
+        stage_parities ^= 1u << stage;
+      }
+      const T* source =
+          kResident ? reinterpret_cast<const T*>(stage_memory + stage * stage_bytes) : window_of(row, slice);
+      // The label's y, read by the thread whose chunk holds it (the one that overwrites it in the direct path).
+      const int64_t label_position = label + slice.lead - int64_t(slice.first) * kVec;  // in the slice's chunks
+      const int64_t label_chunk = label_position / kVec;
+      const bool owner = label_position >= 0 && label_chunk < slice.count && int(label_chunk % blockDim.x) == thread;
+      const float label_y = owner ? math.y(load(source[label_position])) : 0.0f;
+
+      float2 stats = slice_stats(source, slice, p.vocab, math);
+      stats = block_combine(stats, warp_stats);
+      if (blocks > 1) {
+        stats = cluster_combine(stats, &block_slots[slot], blocks);
+        slot ^= 1;
+      }
+      const float lse_log2 = stats.x + log2f(stats.y);
+      if (owner) {
+        p.row_losses[row] = (lse_log2 - label_y) * kLn2;
+        if (p.row_z_losses != nullptr) p.row_z_losses[row] = (lse_log2 * kLn2) * (lse_log2 * kLn2);
+      }
+      if (grad != nullptr) {
+        math.start_row(lse_log2);
+        slice_gradient(source, grad_row, slice, label, p.vector_stores, p.vocab, math);
+      }
+    }
+    label = next_label;
+    next_label = label_after_next;
+  }
+  if (blocks > 1) cg::this_cluster().sync();  // no block leaves while another may still read its slots
+}
+
+template <class T, bool kResident>
+auto fused_kernel(bool softcap) {
+  return softcap ? &cross_entropy_kernel<T, kResident, true> : &cross_entropy_kernel<T, kResident, false>;
+}
+
+void launch_fused(const CrossEntropyArgs& args, const RowLosses& losses, const LaunchScope& scope) {
+  constexpr const char* op = "cross_entropy_forward_backward";
+  const int64_t rows = args.logits.size(0), vocab = args.logits.size(1);
+  const bool softcap = args.softcap.has_value();
+  visit_cuda_floating(args.logits.dtype(), [&]<class T>(std::type_identity<T>) {
+    constexpr int kVec = kVectorElements<T>;
+    // Chunks of a row's window, whatever the offset of its first logit from a 16-byte boundary.
+    const int64_t row_chunks = ceil_div(vocab + kVec - 1, kVec);
+    // A stage may take half of the shared memory a block can have besides its static shared memory.
+    cudaFuncAttributes attributes;
+    FLM_CUDA_CHECK(cudaFuncGetAttributes(&attributes, cross_entropy_kernel<T, true, false>));
+    const int64_t stage_chunks =
+        (int64_t(device_info(scope.device()).shared_memory_per_block_optin) - int64_t(attributes.sharedSizeBytes)) /
+        kStages / 16;
+    const bool resident = row_chunks <= kMaxClusterBlocks * stage_chunks;
+    const int64_t blocks_per_row = resident ? ceil_div(row_chunks, stage_chunks) : kMaxClusterBlocks;
+    const int64_t slice_chunks = ceil_div(row_chunks, blocks_per_row);
+    const int threads =
+        int(std::clamp<int64_t>(round_up(ceil_div(slice_chunks, kGroupChunks), 32), 32, kMaxThreads));
+    const size_t shared_bytes = resident ? size_t(kStages * slice_chunks * 16) : 0;
+    const auto kernel = resident ? fused_kernel<T, true>(softcap) : fused_kernel<T, false>(softcap);
+    FLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
+
+    const Tensor* grad = args.grad_logits;
+    const bool vector_stores =
+        grad == nullptr ||
+        ((static_cast<const char*>(grad->data()) - static_cast<const char*>(args.logits.data())) % 16 == 0 &&
+         (row_stride(*grad) - row_stride(args.logits)) % kVec == 0);
+    const double scale = args.logits_scale_factor, cap = args.softcap.value_or(1.0);
+    const FusedParams params{
+        .logits = args.logits.data(),
+        .logits_stride = row_stride(args.logits),
+        .labels = args.labels.data_as<int64_t>(),
+        .label_stride = args.labels.stride(0),
+        .grad = grad != nullptr ? grad->data() : nullptr,
+        .grad_stride = grad != nullptr ? row_stride(*grad) : 0,
+        .row_losses = losses.label,
+        .row_z_losses = losses.z,
+        .rows = rows,
+        .vocab = vocab,
+        .blocks_per_row = int(blocks_per_row),
+        .slice_chunks = int(slice_chunks),
+        .vector_stores = vector_stores,
+        .label_weight = float(args.label_weight),
+        .z_loss_weight = float(args.z_loss_weight),
+        .logits_scale = float(scale),
+        .scale_log2e = float(scale * double(kLog2e)),
+        .scale_over_softcap = float(scale / cap),
+        .softcap_log2e = float(cap * double(kLog2e))};
+
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(unsigned(blocks_per_row));
+    config.blockDim = dim3(unsigned(threads));
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = scope.stream();
+    cudaLaunchAttribute cluster[1];
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = unsigned(blocks_per_row);
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = 1;
+    config.attrs = cluster;
+    config.numAttrs = 1;
+    // Persistent clusters, kWavesPerSlot times as many as fit at once: with another stream's kernel (NCCL) holding some
+    // SMs, the clusters that cannot start run after the others, and a quarter of a slot's rows is then the most that
+    // can trail. Each cluster's first copy is not overlapped: ~3 us in a cluster's ~600 us at the Llama shape.
+    int fitting_clusters = 0;
+    if (blocks_per_row == 1) {
+      int blocks_per_multiprocessor = 0;
+      FLM_CUDA_CHECK(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_multiprocessor, kernel, threads, shared_bytes));
+      fitting_clusters = blocks_per_multiprocessor * scope.multiprocessors();
+      config.numAttrs = 0;  // a block per row: no cluster
+    } else {
+      FLM_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fitting_clusters, kernel, &config));
+    }
+    FLM_CHECK(fitting_clusters > 0, op,
+              "no cluster of {} blocks of {} threads with {} bytes of shared memory fits on {}", blocks_per_row,
+              threads, shared_bytes, scope.device().str());
+    const int64_t clusters = std::min<int64_t>(rows, int64_t(fitting_clusters) * kWavesPerSlot);
+    config.gridDim = dim3(unsigned(clusters * blocks_per_row));
+    FLM_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, params));
+  });
+}
+
+void cross_entropy_fused(const CrossEntropyArgs& args) { cross_entropy_steps(args, &launch_fused); }
+
+// ---------------------------------------------------------------------------------------------------------------------
+// What the variants share.
 
 // label_loss_sum += sum of row_losses, z_loss_sum += sum of row_z_losses: one block, fixed order, fp64.
 template <class R>
@@ -235,7 +589,9 @@ std::optional<std::string> loss_sum_reason(std::string_view name, const Tensor& 
   return std::nullopt;
 }
 
-std::optional<std::string> supports_cross_entropy(const CrossEntropyArgs& args) {
+}  // namespace
+
+std::optional<std::string> arguments_reason(const CrossEntropyArgs& args) {
   if (auto reason = on_cuda_reason("logits", args.logits)) return reason;
   if (auto reason = cuda_floating_reason("logits", args.logits)) return reason;
   if (auto reason = inner_contiguous_reason("logits", args.logits)) return reason;
@@ -257,7 +613,7 @@ std::optional<std::string> supports_cross_entropy(const CrossEntropyArgs& args) 
   return std::nullopt;
 }
 
-void cross_entropy_fused(const CrossEntropyArgs& args) {
+void cross_entropy_steps(const CrossEntropyArgs& args, RowLauncher launch) {
   constexpr const char* op = "cross_entropy_forward_backward";
   const Device device = args.logits.device();
   check_rank(op, "logits", args.logits, 2, "(tokens, vocab)", device);
@@ -284,73 +640,25 @@ void cross_entropy_fused(const CrossEntropyArgs& args) {
   Tensor row_z_losses;
   if (args.z_loss_sum != nullptr)
     row_z_losses = Tensor::empty(Shape{rows}, DType::float32, device, scope.tensor_stream());
+  const RowLosses losses{.label = row_losses.data_as<float>(),
+                         .z = args.z_loss_sum != nullptr ? row_z_losses.data_as<float>() : nullptr};
+  launch(args, losses, scope);
+  scope.check_launch();
 
-  visit_cuda_floating(args.logits.dtype(), [&]<class T>(std::type_identity<T>) {
-    constexpr int kVec = kVectorElements<T>;
-    const bool vectorized = vocab % kVec == 0 && rows_aligned<T>(args.logits) &&
-                            (args.grad_logits == nullptr || rows_aligned<T>(*args.grad_logits));
-    const int64_t vectors = vectorized ? vocab / kVec : vocab;
-    const int64_t cache = kCacheElements / (vectorized ? kVec : 1);
-    const int64_t threads_needed = round_up(ceil_div(vectors, cache), 32);
-    const int threads = int(threads_needed < 32 ? 32 : threads_needed > kMaxThreads ? kMaxThreads : threads_needed);
-    int64_t slices = ceil_div(vectors, threads * cache);
-    const bool cached = slices <= kMaxSlices;
-    if (!cached) slices = kMaxSlices;
-    FLM_CHECK(rows * slices < (int64_t(1) << 31), op, "{} rows are too many for one launch", rows);
-    const CrossEntropyParams params{
-        .logits = args.logits.data(),
-        .logits_stride = row_stride(args.logits),
-        .labels = args.labels.data_as<int64_t>(),
-        .label_stride = args.labels.stride(0),
-        .grad = args.grad_logits != nullptr ? args.grad_logits->data() : nullptr,
-        .grad_stride = args.grad_logits != nullptr ? row_stride(*args.grad_logits) : 0,
-        .row_losses = row_losses.data_as<float>(),
-        .row_z_losses = args.z_loss_sum != nullptr ? row_z_losses.data_as<float>() : nullptr,
-        .rows = rows,
-        .vocab = vocab,
-        .slices = int(slices),
-        .cached = cached,
-        .label_weight = float(args.label_weight),
-        .z_loss_weight = float(args.z_loss_weight),
-        .logits_scale = float(args.logits_scale_factor),
-        .softcap = args.softcap ? float(*args.softcap) : 0.0f};
-
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(unsigned(rows * slices));
-    config.blockDim = dim3(unsigned(threads));
-    config.dynamicSmemBytes = 0;
-    config.stream = scope.stream();
-    cudaLaunchAttribute attributes[1];
-    attributes[0].id = cudaLaunchAttributeClusterDimension;
-    attributes[0].val.clusterDim.x = unsigned(slices);
-    attributes[0].val.clusterDim.y = 1;
-    attributes[0].val.clusterDim.z = 1;
-    config.attrs = attributes;
-    config.numAttrs = 1;
-    if (vectorized)
-      FLM_CUDA_CHECK(cudaLaunchKernelEx(&config, cross_entropy_kernel<T, kVec>, params));
-    else
-      FLM_CUDA_CHECK(cudaLaunchKernelEx(&config, cross_entropy_kernel<T, 1>, params));
-    scope.check_launch();
-  });
-
-  const float* z_losses = args.z_loss_sum != nullptr ? row_z_losses.data_as<float>() : nullptr;
   if (args.label_loss_sum.dtype() == DType::float64)
     loss_sum_kernel<double><<<1, kSumThreads, 0, scope.stream()>>>(
-        row_losses.data_as<float>(), z_losses, rows, args.label_loss_sum.data_as<double>(),
+        losses.label, losses.z, rows, args.label_loss_sum.data_as<double>(),
         args.z_loss_sum != nullptr ? args.z_loss_sum->data_as<double>() : nullptr);
   else
     loss_sum_kernel<float><<<1, kSumThreads, 0, scope.stream()>>>(
-        row_losses.data_as<float>(), z_losses, rows, args.label_loss_sum.data_as<float>(),
+        losses.label, losses.z, rows, args.label_loss_sum.data_as<float>(),
         args.z_loss_sum != nullptr ? args.z_loss_sum->data_as<float>() : nullptr);
   scope.check_launch();
 }
 
-}  // namespace
-
 FLM_REGISTER_KERNEL(CrossEntropyForwardBackward, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline,
-                    &supports_cross_entropy, &cross_entropy_fused,
-                    "one pass per row: a cluster of blocks holds the row in registers, online fp32 max / sum; "
-                    "per-row losses summed in a fixed order");
+                    &arguments_reason, &cross_entropy_fused,
+                    "rows staged in shared memory by bulk copies, the next row's copy in flight while the current one "
+                    "reduces: one read and one write per logit; per-row losses summed in a fixed order");
 
-}  // namespace fast_llm::kernels::cuda
+}  // namespace fast_llm::kernels::cuda::cross_entropy
