@@ -1,11 +1,12 @@
 // CUDA-only cases for the fused variants of kernels/cuda/{normalization, rotary, embedding, cross_entropy,
 // optimizer_ops, pointwise}.cu, on top of the per-op consistency tests: the shapes that pick each kernel path (16-byte
-// and scalar accesses, rows held in registers and rows read twice, several rows per block and row groups that loop,
-// clusters of 1 to 8 blocks per cross-entropy row), odd sizes (hidden 4097, vocab 50257, 1 and 3 rows), unaligned and
-// strided views, mixed dtypes, and bitwise run-to-run determinism of every reduction. Every case compares the
-// `fused` variant with the CPU reference through the consistency harness (outputs poisoned with NaN first, relative
-// error of the norm within the dtype's tolerance) and fails if the variant declines it; Adam's compute-dtype weights
-// are also compared bit for bit with a cast of the parameters it leaves. Without a GPU every case skips itself.
+// and scalar accesses, rows staged in shared memory and rows read twice, several rows per block and row groups that
+// loop, clusters of 1 to 8 blocks per cross-entropy row), odd sizes (hidden 4097, vocab 50257, 1 and 3 rows),
+// unaligned and strided views, mixed dtypes, and bitwise run-to-run determinism of every reduction. Every case
+// compares the `fused` variant with the CPU reference through the consistency harness (outputs poisoned with NaN
+// first, relative error of the norm within the dtype's tolerance) and fails if the variant declines it; Adam's
+// compute-dtype weights are also compared bit for bit with a cast of the parameters it leaves. Without a GPU every
+// case skips itself.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -415,13 +416,14 @@ struct CrossEntropyCase {
   std::optional<double> softcap = std::nullopt;
   Gradient gradient = Gradient::out_of_place;
   DType sum_dtype = DType::float32;
+  bool unaligned_gradient = false;  // out of place, one element into rows of vocab + 1: not aligned as the logits
 };
 
 ConsistencyProblem<CrossEntropyForwardBackward> cross_entropy_problem(const CrossEntropyCase& c, uint64_t seed) {
   ConsistencyProblem<CrossEntropyForwardBackward> problem;
-  problem.name = fmt::format("{} ({}, {}) z_loss={} scale={} softcap={} gradient={} sums={}", dtype_name(c.dtype),
+  problem.name = fmt::format("{} ({}, {}) z_loss={} scale={} softcap={} gradient={} sums={}{}", dtype_name(c.dtype),
                              c.tokens, c.vocab, c.z_loss, c.scale, c.softcap.value_or(0.0), int(c.gradient),
-                             dtype_name(c.sum_dtype));
+                             dtype_name(c.sum_dtype), c.unaligned_gradient ? " unaligned gradient" : "");
   problem.dtype = c.dtype;
   // fp32 sums over a vocabulary of 10^5 round differently on the two sides by up to ~sqrt(vocab) ulps.
   if (c.dtype == DType::float32 && c.vocab > 100000) problem.tolerance = 5e-5;
@@ -436,7 +438,11 @@ ConsistencyProblem<CrossEntropyForwardBackward> cross_entropy_problem(const Cros
   problem.tensors["labels"] = input(make_tensor(labels, Shape{c.tokens}, DType::int64));
   problem.tensors["label_loss_sum"] = accumulated_output(filled(Shape{1}, c.sum_dtype, 0.25));
   if (c.z_loss) problem.tensors["z_loss_sum"] = accumulated_output(filled(Shape{1}, c.sum_dtype, 0.5));
-  if (c.gradient == Gradient::out_of_place)
+  if (c.gradient == Gradient::out_of_place && c.unaligned_gradient)
+    problem.tensors["grad_logits"] =
+        output(Tensor::empty(Shape{c.tokens, c.vocab + 1}, c.dtype),
+               [vocab = c.vocab](const Tensor& tensor) { return tensor.slice(1, 1, 1 + vocab); });
+  else if (c.gradient == Gradient::out_of_place)
     problem.tensors["grad_logits"] = output(Tensor::empty(Shape{c.tokens, c.vocab}, c.dtype));
   problem.call = [c](TensorMap& t, const auto& run) {
     Tensor* grad = c.gradient == Gradient::in_place       ? &t.at("logits")
@@ -453,18 +459,25 @@ TEST(CudaOps, CrossEntropyMatchesTheReference) {
   REQUIRE_GPU();
   const DType bf16 = DType::bfloat16, fp16 = DType::float16, fp32 = DType::float32;
   const std::vector<CrossEntropyCase> cases = {
-      // Scalar path (odd vocab), a cluster of 4 blocks per row.
+      // Odd vocab: rows start at every offset from a 16-byte boundary, the edge chunks of a row's window hold its
+      // neighbours' logits; one block per row.
       {.dtype = bf16, .tokens = 3, .vocab = 50257, .z_loss = true},
       {.dtype = fp16, .tokens = 1, .vocab = 50257, .gradient = Gradient::none, .sum_dtype = DType::float64},
-      // Llama-3 vocabulary: 16-byte path, clusters of 8 blocks, rows held in registers.
+      // The gradient's rows not aligned as the logits': element stores.
+      {.dtype = bf16, .tokens = 4, .vocab = 4096, .z_loss = true, .unaligned_gradient = true},
+      // Llama-3 vocabulary: clusters of 3 blocks (bf16) and 5 (fp32) per row.
       {.dtype = bf16, .tokens = 3, .vocab = 128256, .z_loss = true, .scale = 0.5, .softcap = 30.0,
        .gradient = Gradient::in_place},
       {.dtype = fp32, .tokens = 3, .vocab = 128256},
-      // Rows too long for the registers of 8 blocks: read twice.
-      {.dtype = bf16, .tokens = 2, .vocab = 300000, .z_loss = true, .gradient = Gradient::in_place},
+      // 8 and 7 blocks per row; rows too long for the shared memory of 8 blocks: read twice.
+      {.dtype = bf16, .tokens = 2, .vocab = 460000, .z_loss = true},
       {.dtype = fp32, .tokens = 2, .vocab = 200003, .softcap = 10.0},
-      // Small vocabularies (one block per row, fewer threads) and many rows.
+      {.dtype = bf16, .tokens = 2, .vocab = 500000, .z_loss = true, .gradient = Gradient::in_place},
+      // SmolLM2: one block per row and per SM, more rows than blocks: a block walks rows through both stages.
+      {.dtype = bf16, .tokens = 700, .vocab = 49152, .z_loss = true, .gradient = Gradient::in_place},
+      // Small vocabularies (fewer threads, several blocks per SM) and many rows.
       {.dtype = fp32, .tokens = 64, .vocab = 1000, .z_loss = true, .sum_dtype = DType::float64},
+      {.dtype = bf16, .tokens = 3000, .vocab = 1000, .scale = 2.0, .gradient = Gradient::in_place},
       {.dtype = bf16, .tokens = 300, .vocab = 32000, .scale = 2.0},
       {.dtype = bf16, .tokens = 5, .vocab = 7, .z_loss = true, .softcap = 5.0, .gradient = Gradient::in_place},
   };
@@ -479,6 +492,8 @@ TEST(CudaOps, CrossEntropyIsDeterministic) {
       96000));
   expect_deterministic(cross_entropy_problem({.dtype = DType::bfloat16, .tokens = 64, .vocab = 128256, .z_loss = true},
                                              96100));
+  expect_deterministic(cross_entropy_problem({.dtype = DType::bfloat16, .tokens = 700, .vocab = 49152, .z_loss = true},
+                                             96200));
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
