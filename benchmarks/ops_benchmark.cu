@@ -2,7 +2,9 @@
 // Adam alone and writing the bf16 weights, the fp32 -> bf16 weight cast that replaces, squared norm, residual axpy,
 // dropout), each through its dispatch path on the GPU (the highest-priority CUDA variant: `fused`), at the shape of
 // Llama-3.2-1B: tokens 16384, hidden 2048, intermediate 8192, vocab 128256, 32 heads, 8 key-value heads, head size 64,
-// and the model's 1,235,814,400 parameters for the optimizer ops.
+// and the model's 1,235,814,400 parameters for the optimizer ops. cross_entropy_forward_backward is timed with every
+// CUDA variant (listed highest priority first: the first is what dispatch runs), so that one run compares them, at
+// the Llama head above and at SmolLM2's (2 x tokens, vocab 49152).
 //
 //   ops_benchmark [tokens [iterations]]
 //
@@ -112,6 +114,7 @@ Tensor filled_float(float value) {
 
 struct Dims {
   int64_t tokens, hidden, intermediate, vocab, heads, groups, head_size, parameters;
+  int64_t smollm2_tokens, smollm2_vocab;  // the second language-model head timed for cross-entropy
 };
 
 struct OpCase {
@@ -272,24 +275,42 @@ std::vector<OpCase> op_cases() {
          const std::set<int64_t> rows(data, data + host.numel());
          return kInt64 * d.tokens + kBf16 * d.tokens * d.hidden + 2 * kFp32 * double(rows.size()) * d.hidden;
        }});
-  cases.push_back(
-      {.name = "cross_entropy_forward_backward",
-       .create = [](const Dims& d) {
-         return TensorMap{{"logits", uniform(Shape{d.tokens, d.vocab}, DType::bfloat16, 39, -8, 8)},
-                          {"labels", indices(d.tokens, 40, d.vocab, /*masked_every=*/20)},
-                          {"label_loss_sum", filled_float(0.25f)},
-                          {"z_loss_sum", filled_float(0.5f)}};
-       },
-       .run = [](TensorMap& t) {
-         cross_entropy_forward_backward({.logits = t["logits"], .labels = t["labels"],
+  // Every CUDA variant at two heads; on CPU tensors (the check against the reference) the run dispatches.
+  struct Head {
+    const char* model;
+    int64_t Dims::*tokens;
+    int64_t Dims::*vocab;
+  };
+  for (const Head head : {Head{"Llama", &Dims::tokens, &Dims::vocab},
+                          Head{"SmolLM2", &Dims::smollm2_tokens, &Dims::smollm2_vocab}}) {
+    for (const auto& variant : OpRegistry<CrossEntropyForwardBackward>::instance().variants()) {
+      if (variant.info.device != DeviceType::cuda) continue;
+      cases.push_back(
+          {.name = fmt::format("cross_entropy {} [{}]", head.model, variant.info.variant),
+           .create = [head](const Dims& d) {
+             const int64_t tokens = d.*head.tokens, vocab = d.*head.vocab;
+             return TensorMap{{"logits", uniform(Shape{tokens, vocab}, DType::bfloat16, 39, -8, 8)},
+                              {"labels", indices(tokens, 40, vocab, /*masked_every=*/20)},
+                              {"label_loss_sum", filled_float(0.25f)},
+                              {"z_loss_sum", filled_float(0.5f)}};
+           },
+           .run = [variant = &variant](TensorMap& t) {
+             const CrossEntropyArgs args{.logits = t["logits"], .labels = t["labels"],
                                          .label_loss_sum = t["label_loss_sum"], .z_loss_sum = &t["z_loss_sum"],
                                          .grad_logits = &t["logits"], .label_weight = 1.0 / 16384,
-                                         .z_loss_weight = 1e-4});
-       },
-       .outputs = {"logits", "label_loss_sum", "z_loss_sum"},
-       .bytes = [](const Dims& d, const TensorMap&) {
-         return 2 * kBf16 * d.tokens * d.vocab + kInt64 * d.tokens;
-       }});
+                                         .z_loss_weight = 1e-4};
+             if (t["logits"].device().is_cuda())
+               variant->run(args);
+             else
+               cross_entropy_forward_backward(args);
+           },
+           .outputs = {"logits", "label_loss_sum", "z_loss_sum"},
+           .bytes = [head](const Dims& d, const TensorMap&) {
+             const double tokens = double(d.*head.tokens), vocab = double(d.*head.vocab);
+             return 2 * kBf16 * tokens * vocab + kInt64 * tokens;
+           }});
+    }
+  }
   cases.push_back(
       {.name = "adam_step",
        .create = [](const Dims& d) {
@@ -421,16 +442,17 @@ int run_benchmark(int64_t tokens, int iterations) {
     return 1;
   }
   const Dims full{.tokens = tokens, .hidden = 2048, .intermediate = 8192, .vocab = 128256, .heads = 32, .groups = 8,
-                  .head_size = 64, .parameters = 1235814400};
+                  .head_size = 64, .parameters = 1235814400, .smollm2_tokens = 2 * tokens, .smollm2_vocab = 49152};
   const Dims small{.tokens = 67, .hidden = 264, .intermediate = 392, .vocab = 1003, .heads = 4, .groups = 2,
-                   .head_size = 64, .parameters = 100003};
+                   .head_size = 64, .parameters = 100003, .smollm2_tokens = 35, .smollm2_vocab = 4099};
   std::printf("%s; tokens %lld, hidden %lld, intermediate %lld, vocab %lld, heads %lld / %lld x %lld, "
-              "parameters %lld\n",
+              "parameters %lld; SmolLM2 head: tokens %lld, vocab %lld\n",
               device_info(Device::cuda(0)).name.c_str(), static_cast<long long>(full.tokens),
               static_cast<long long>(full.hidden), static_cast<long long>(full.intermediate),
               static_cast<long long>(full.vocab), static_cast<long long>(full.heads),
               static_cast<long long>(full.groups), static_cast<long long>(full.head_size),
-              static_cast<long long>(full.parameters));
+              static_cast<long long>(full.parameters), static_cast<long long>(full.smollm2_tokens),
+              static_cast<long long>(full.smollm2_vocab));
   std::printf("%-32s %12s %12s %10s\n", "op", "median us", "MB moved", "GB/s");
   bool all_agree = true;
   for (const OpCase& op : op_cases()) {
