@@ -2,6 +2,10 @@
 // algorithm and against cublasGemmEx, for row-major bf16 products with fp32 compute (default 8192 x 8192 x 8192).
 //
 //   gemm_benchmark [m n k [iterations]]
+//   gemm_benchmark --candidates m n k [m n k ...]
+//
+// --candidates times, for each shape, every algorithm cuBLASLt's heuristic proposes (up to 16, in its order) and
+// prints each one's TFLOP/s against the first (the one our gemm uses): how much choosing by measurement would win.
 //
 // The three results are compared with each other, and a sample of elements with products computed on the host in
 // fp64, before anything is timed. Runs are timed with CUDA events on the compute stream, after a warm-up, in rounds
@@ -11,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -193,10 +198,77 @@ int run_benchmark(int64_t m, int64_t n, int64_t k, int iterations) {
   return 0;
 }
 
+// The heuristic's candidates for row-major (m x k) @ (k x n), bf16 in and out, fp32 compute, each timed.
+int run_candidates(const std::vector<std::array<int64_t, 3>>& shapes) {
+  const Device device = Device::cuda(0);
+  const Stream stream = compute_stream(device);
+  const cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream.handle);
+  cublasLtHandle_t handle = nullptr;
+  FLM_CUBLAS_CHECK(cublasLtCreate(&handle));
+  Tensor workspace = Tensor::empty(Shape{int64_t(kernels::cuda::kCublasLtWorkspaceBytes)}, DType::uint8, device);
+  fmt::print("device: {}\n{:>7} {:>7} {:>7} {:>9} {:>10} {:>10} {:>8}\n", device_info(device).name, "m", "n", "k",
+             "candidates", "first TF/s", "best TF/s", "best/first");
+  for (const auto& [m, n, k] : shapes) {
+    const Tensor a = random_matrix(m, k, 1, device), b = random_matrix(k, n, 2, device);
+    Tensor out = Tensor::empty(Shape{m, n}, DType::bfloat16, device);
+    cublasLtMatmulDesc_t description = nullptr;
+    FLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&description, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_out = nullptr;
+    FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_a, CUDA_R_16BF, uint64_t(n), uint64_t(k), n));
+    FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_b, CUDA_R_16BF, uint64_t(k), uint64_t(m), k));
+    FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_out, CUDA_R_16BF, uint64_t(n), uint64_t(m), n));
+    cublasLtMatmulPreference_t preference = nullptr;
+    FLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    const uint64_t workspace_bytes = kernels::cuda::kCublasLtWorkspaceBytes;
+    FLM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                          &workspace_bytes, sizeof(workspace_bytes)));
+    std::array<cublasLtMatmulHeuristicResult_t, 16> results{};
+    int found = 0;
+    FLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, description, layout_a, layout_b, layout_out, layout_out,
+                                                    preference, int(results.size()), results.data(), &found));
+    const float alpha = 1, beta = 0;
+    std::vector<std::function<void()>> runs;
+    for (int index = 0; index < found; ++index)
+      runs.push_back([&, index] {
+        FLM_CUBLAS_CHECK(cublasLtMatmul(handle, description, &alpha, b.data(), layout_a, a.data(), layout_b, &beta,
+                                        out.data(), layout_out, out.data(), layout_out, &results[index].algo,
+                                        workspace.data(), workspace_bytes, cuda_stream));
+      });
+    const std::vector<double> medians = median_ms(runs, device, stream, 3, 20);
+    const double flops = 2.0 * double(m) * double(n) * double(k);
+    const double first = flops / (medians[0] * 1e-3) / 1e12;
+    const double best = flops / (*std::min_element(medians.begin(), medians.end()) * 1e-3) / 1e12;
+    fmt::print("{:>7} {:>7} {:>7} {:>9} {:>10.1f} {:>10.1f} {:>8.3f}\n", m, n, k, found, first, best, best / first);
+    cublasLtMatmulPreferenceDestroy(preference);
+    cublasLtMatrixLayoutDestroy(layout_a);
+    cublasLtMatrixLayoutDestroy(layout_b);
+    cublasLtMatrixLayoutDestroy(layout_out);
+    cublasLtMatmulDescDestroy(description);
+  }
+  cublasLtDestroy(handle);
+  return 0;
+}
+
 }  // namespace
 }  // namespace fast_llm
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "--candidates") {
+    std::vector<std::array<int64_t, 3>> shapes;
+    for (int index = 2; index + 2 < argc; index += 3)
+      shapes.push_back({std::atoll(argv[index]), std::atoll(argv[index + 1]), std::atoll(argv[index + 2])});
+    if (shapes.empty() || (argc - 2) % 3 != 0 ||
+        std::any_of(shapes.begin(), shapes.end(), [](const auto& s) { return s[0] <= 0 || s[1] <= 0 || s[2] <= 0; })) {
+      std::fprintf(stderr, "usage: gemm_benchmark --candidates m n k [m n k ...]\n");
+      return 2;
+    }
+    try {
+      return fast_llm::run_candidates(shapes);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "gemm_benchmark: %s\n", error.what());
+      return 1;
+    }
+  }
   int64_t m = 8192, n = 8192, k = 8192;
   int iterations = 50;
   if (argc >= 4) {
