@@ -186,8 +186,10 @@ struct KernelRegistrar {
 
 // Loads kernel plugins: shared libraries whose static initialisers call FLM_REGISTER_KERNEL (against the symbols of
 // the running fast-llm). Each must export `extern "C" int fast_llm_kernel_plugin_abi()` returning
-// kKernelPluginAbi. Errors name the file (missing, not loadable, not a plugin, wrong ABI).
-inline constexpr int kKernelPluginAbi = 1;
+// kKernelPluginAbi. Errors name the file (missing, not loadable, not a plugin, wrong ABI). Bumped whenever an op's
+// Args change layout (2: adam_step's state and compute_weights), so that a plugin built against older headers is
+// refused instead of reading the wrong fields.
+inline constexpr int kKernelPluginAbi = 2;
 void load_kernel_plugins(const std::vector<std::string>& paths);
 
 }  // namespace fast_llm::kernels
