@@ -1,12 +1,12 @@
 // CUDA-only cases for the fused variants of kernels/cuda/{normalization, rotary, embedding, cross_entropy,
 // optimizer_ops, pointwise}.cu, on top of the per-op consistency tests: the shapes that pick each kernel path (16-byte
-// and scalar accesses, rows staged in shared memory and rows read twice, several rows per block and row groups that
-// loop, clusters of 1 to 8 blocks per cross-entropy row), odd sizes (hidden 4097, vocab 50257, 1 and 3 rows),
-// unaligned and strided views, mixed dtypes, and bitwise run-to-run determinism of every reduction. Every case
-// compares the `fused` variant with the CPU reference through the consistency harness (outputs poisoned with NaN
-// first, relative error of the norm within the dtype's tolerance) and fails if the variant declines it; Adam's
-// compute-dtype weights are also compared bit for bit with a cast of the parameters it leaves. Without a GPU every
-// case skips itself.
+// and scalar accesses, norm rows held in registers by one warp or several, cross-entropy rows staged in shared memory,
+// rows read twice, several rows per block and row groups that loop, clusters of 1 to 8 blocks per cross-entropy row),
+// odd sizes (hidden 264, 576 and 4097, vocab 50257, 1, 3 and 9001 rows), unaligned and strided views, mixed dtypes,
+// and bitwise run-to-run determinism of every reduction. Every case compares the `fused` variant with the CPU
+// reference through the consistency harness (outputs poisoned with NaN first, relative error of the norm within the
+// dtype's tolerance) and fails if the variant declines it; Adam's compute-dtype weights are also compared bit for bit
+// with a cast of the parameters it leaves. Without a GPU every case skips itself.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -196,16 +196,27 @@ NormProblems norm_problems(const NormCase& c, uint64_t seed) {
 std::vector<NormCase> norm_cases() {
   const DType bf16 = DType::bfloat16, fp16 = DType::float16, fp32 = DType::float32;
   return {
-      // Scalar path (odd hidden), rows read twice (4097 elements exceed the registers of a row group).
+      // Scalar path (odd hidden), rows read once per pass (4097 elements exceed the registers of a row group).
       {.dtype = bf16, .parameter_dtype = bf16, .rows = 3, .hidden = 4097},
       {.dtype = fp32, .parameter_dtype = fp32, .rows = 1, .hidden = 4097, .zero_centered = true},
       // Scalar path, rows held in registers.
       {.dtype = bf16, .parameter_dtype = bf16, .rows = 3, .hidden = 1001},
-      // 16-byte path, Llama-3.2-1B's hidden size, fp32 parameters with bf16 activations.
+      // 16-byte path, one warp per row: SmolLM2-135M's hidden size (72 vectors, 2 or 3 a lane) over more rows than
+      // the backward's wave has row groups, and 264 (33 vectors: one lane holds two).
+      {.dtype = bf16, .parameter_dtype = bf16, .rows = 9001, .hidden = 576},
+      {.dtype = fp16, .parameter_dtype = fp32, .rows = 35, .hidden = 576, .zero_centered = true},
+      {.dtype = fp32, .parameter_dtype = fp32, .rows = 513, .hidden = 576},
+      {.dtype = bf16, .parameter_dtype = bf16, .rows = 67, .hidden = 264},
+      // 16-byte path, several warps per row: Llama-3.2-1B's and 3B's hidden sizes (2 and 3 warps, the latter two rows
+      // to a block of 192 threads), fp32 parameters with bf16 activations.
       {.dtype = bf16, .parameter_dtype = fp32, .rows = 3, .hidden = 2048},
+      {.dtype = bf16, .parameter_dtype = bf16, .rows = 1001, .hidden = 3072},
       {.dtype = fp32, .parameter_dtype = fp32, .rows = 5, .hidden = 4096},
       {.dtype = fp16, .parameter_dtype = fp16, .rows = 17, .hidden = 8192, .zero_centered = true},
-      // 16-byte path, rows read twice.
+      // 16-byte path, the longest rows held in registers (512 threads of 4 vectors): the backward's column sums take
+      // more than 48 KiB of shared memory (64 KiB for rms_norm, 128 KiB for layer_norm).
+      {.dtype = bf16, .parameter_dtype = bf16, .rows = 5, .hidden = 16384},
+      // 16-byte path, rows read once per pass.
       {.dtype = bf16, .parameter_dtype = bf16, .rows = 2, .hidden = 65536},
       // Short rows: several row groups per block, and (backward) row groups that loop over many rows.
       {.dtype = fp32, .parameter_dtype = fp32, .rows = 20000, .hidden = 64},
@@ -239,6 +250,7 @@ TEST(CudaOps, NormalizationBackwardIsDeterministic) {
   for (const NormCase& c : std::vector<NormCase>{
            {.dtype = DType::float32, .parameter_dtype = DType::float32, .rows = 20000, .hidden = 64},
            {.dtype = DType::bfloat16, .parameter_dtype = DType::bfloat16, .rows = 1000, .hidden = 2048},
+           {.dtype = DType::bfloat16, .parameter_dtype = DType::bfloat16, .rows = 9001, .hidden = 576},
            {.dtype = DType::bfloat16, .parameter_dtype = DType::bfloat16, .rows = 300, .hidden = 4097}}) {
     const NormProblems problems = norm_problems(c, seed += 100);
     expect_deterministic(problems.rms_forward);

@@ -1,7 +1,7 @@
 // Consistency of every rms_norm / layer_norm variant (CPU and CUDA) with the CPU reference: fp32 / bf16 / fp16 / fp64,
-// with and without weight and bias, zero-centered, odd sizes, contiguous rows and strided views; fp32 statistics and
-// gradient buffers as the header lays out. The reference itself is checked against hand-computed values and finite
-// differences in normalization_test.cpp.
+// with and without weight and bias, zero-centered, odd sizes (hidden 7, 264, 576, 1000 over odd row counts), contiguous
+// rows and strided views; fp32 statistics and gradient buffers as the header lays out. The reference itself is checked
+// against hand-computed values and finite differences in normalization_test.cpp.
 #include <gtest/gtest.h>
 
 #include "fast_llm/kernels/normalization.h"
@@ -38,7 +38,8 @@ TensorSpec activation(const NormCase& c, bool is_output, uint64_t seed) {
 std::vector<NormCase> norm_cases() {
   std::vector<NormCase> cases;
   for (DType dtype : {DType::float32, DType::bfloat16, DType::float16, DType::float64})
-    for (const auto& [rows, hidden] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 7}, {16, 64}, {9, 1000}})
+    for (const auto& [rows, hidden] :
+         std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 7}, {16, 64}, {67, 264}, {35, 576}, {9, 1000}})
       for (const auto& [weight, bias, zero_centered] :
            std::vector<std::tuple<bool, bool, bool>>{{true, true, false}, {true, false, true}, {false, false, false}})
         for (bool strided : {false, true})

@@ -1,15 +1,33 @@
 // Fused CUDA rms_norm / layer_norm (kernels/normalization.h), variant "fused".
 //
-// Forward: one row group per row: `threads_per_row` threads (a multiple of 32, about two 16-byte vectors of the row
-// each; several groups share a block when rows are short). Each thread keeps its vectors in registers between the
-// statistics and the output (up to kForwardCache vectors; longer rows are read twice). Statistics in fp32, summed
-// by warp butterflies and then across the group's warps in a fixed order; layer_norm takes the mean first, then the
-// centred variance, as the reference.
-// Backward: row group g of G (the grid is one full wave) walks rows g, g + G, ...; per row it recomputes the row
-// sums from the saved statistics and writes grad_input, and it keeps its threads' columns of grad_weight / grad_bias
-// in fp32 registers across all its rows. Each group then writes its partial sums to its own row of a workspace
-// (G, hidden) from the caching allocator, and a second kernel adds the G rows of each column in a fixed order into
+// What the kernels must move, for (rows, hidden) activations of b bytes per element: the forward reads x and writes y,
+// 2 rows hidden b, plus 4 bytes of statistics per row; the backward reads x and grad_output and writes grad_input,
+// 3 rows hidden b, plus the statistics. Weight, bias and their fp32 gradients are hidden-sized, and the per-block
+// partial sums of the parameter gradients add 8 bytes per column per block of the backward's single wave (written
+// once, read once). Everything else stays on the chip, so both directions are memory bound; the layout below keeps
+// enough bytes in flight on every multiprocessor to run at the HBM rate and reads every activation once.
+//
+// Rows: a row is cut into 16-byte vectors (kVec elements; single elements on the scalar path) dealt round-robin to
+// a row group of `threads_per_row` threads (a multiple of 32), each of which holds its up to kMaxVectorsPerThread
+// vectors in registers between the passes over the row, so every activation is read from memory once. The group is
+// the smallest that fits: one warp per row up to 128 vectors (hidden 1024 in bf16; SmolLM2's 576 is 72 vectors, two or
+// three per lane), whose row sums are warp butterflies without a barrier; longer rows take several warps (Llama-3.2's
+// 2048 and 3072: 2 and 3 warps of 4 vectors a lane), whose warp sums meet in shared memory in a fixed order. Short
+// rows share blocks of 256 threads (8 rows of one warp). Every thread issues the loads of all its vectors before it
+// uses any, so a warp has its whole row (of x and of grad_output, in the backward) in flight.
+//
+// Forward: one row per group, a block per `groups_per_block` rows. Statistics in fp32; layer_norm takes the mean first,
+// then the centred variance, as the reference.
+// Backward: a single wave of blocks (the most that fit on the device at once); row group g of G walks rows g, g + G,
+// ... Per row it recomputes the row sums from the saved statistics and writes grad_input, and it adds its columns'
+// contributions to grad_weight / grad_bias into its own slice of shared memory (each column of a slice belongs to
+// one thread, so no barrier or atomic is needed; the slices are laid out so that a warp's 16-byte accesses are
+// consecutive). At the end the block adds its groups' slices in a fixed order and writes one row of a (blocks, hidden)
+// fp32 workspace from the caching allocator; a second kernel adds those rows, column by column in a fixed order, into
 // the fp32 parameter gradients. No atomics anywhere: results are bitwise reproducible for a shape and a device.
+// Rows longer than the registers of 512 threads (more than 2048 vectors: hidden > 16384 in bf16, > 8192 in fp32,
+// > 2048 on the scalar path) are read once per pass instead (the later passes mostly hit L1 / L2), their gradient
+// partial sums kept in a workspace row per group.
 //
 // Input, output and gradients share one dtype (float32, bfloat16, float16); weight and bias are that dtype or
 // float32; saved statistics and parameter gradients are float32. The last dimension is contiguous, row strides are
@@ -20,11 +38,12 @@
 namespace fast_llm::kernels::cuda {
 namespace {
 
-constexpr int kForwardCache = 4;   // 16-byte vectors per thread held in registers by the forward
-constexpr int kBackwardCache = 2;  // the same for the backward (which also holds two tensors and the partial sums)
-constexpr int kBlockThreads = 256;  // threads per block when several rows share one
-constexpr int kMaxThreadsPerRow = 512;  // longer rows loop (and leave the register cache for reading twice)
-constexpr int kReduceWarps = 16;
+constexpr int kMaxVectorsPerThread = 4;  // vectors of a row a thread holds in registers
+constexpr int kBlockThreads = 256;       // threads per block when several rows share one
+constexpr int kMaxThreadsPerRow = 512;   // longer rows are read once per pass
+constexpr int kColumnSumThreads = 512;
+constexpr int kColumnSumColumns = 8;  // columns per block of the reduction of the partial sums
+constexpr size_t kSharedBytesWithoutOptIn = 48 * 1024;
 
 // The multiplier of each column (w, 1 + w with zero_centered, 1 without a weight) and the bias, as floats.
 struct NormParameters {
@@ -67,12 +86,30 @@ __device__ __forceinline__ void load_bias(const NormParameters& parameters, int6
   load_parameter<T, N>(parameters.bias, parameters.bias_is_float, column, values);
 }
 
-// How the rows map onto threads.
+// Makes the bits of a register pack opaque to the compiler, so that it cannot keep the floats it unpacked from them
+// in the first pass over a row alive until the second: that would take two to three times the registers of the packs
+// and cut the rows in flight per multiprocessor by as much. Unpacking again costs one instruction per element.
+template <class T, int N>
+__device__ __forceinline__ void forget_unpacked(Vector<T, N>& pack) {
+  if constexpr (sizeof(pack) % 4 == 0) {
+    uint32_t* words = reinterpret_cast<uint32_t*>(&pack);
+#pragma unroll
+    for (int i = 0; i < int(sizeof(pack) / 4); ++i) asm volatile("" : "+r"(words[i]));
+  } else {
+    static_assert(sizeof(pack) == 2, "packs are whole 32-bit words or a single 16-bit element");
+    unsigned short* half = reinterpret_cast<unsigned short*>(&pack);
+    asm volatile("" : "+h"(*half));
+  }
+}
+
+// How the rows map onto threads (make_layout).
 struct RowLayout {
   int64_t rows = 0;
   int64_t hidden = 0;
-  int threads_per_row = 32;  // a multiple of 32
-  bool cached = true;        // every vector of a row fits in the threads' registers
+  int vectors = 0;              // kVec-element vectors per row
+  int threads_per_row = 32;     // a multiple of 32
+  int vectors_per_thread = 1;   // the most vectors a thread holds, 1 to kMaxVectorsPerThread; 0: rows read per pass
+  int groups_per_block = 1;     // rows of a block (forward) or row groups of a block (backward)
 };
 
 struct NormForwardParams {
@@ -87,115 +124,134 @@ struct NormForwardParams {
   float epsilon;
 };
 
-// y = x r w (rms_norm, r = 1 / sqrt(mean(x^2) + eps)) or y = (x - mean) s w + b (layer_norm, s = 1 / sqrt(var + eps)).
+// y = x r w (rms_norm, r = 1 / sqrt(mean(x^2) + eps)) or y = (x - mean) s w + b (layer_norm, s = 1 / sqrt(var + eps)),
+// given the mean (0 for rms_norm) and r or s.
 template <class T, int kVec, bool kLayerNorm>
+__device__ __forceinline__ void write_normalized(const NormParameters& parameters, int v, const float (&x)[kVec],
+                                                 float mean, float inverse, T* output) {
+  float w[kVec], y[kVec];
+  load_weight<T>(parameters, int64_t(v) * kVec, w);
+  if constexpr (kLayerNorm) {
+    float b[kVec];
+    load_bias<T>(parameters, int64_t(v) * kVec, b);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) y[i] = (x[i] - mean) * inverse * w[i] + b[i];
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) y[i] = x[i] * inverse * w[i];
+  }
+  store_floats<kVec>(output + int64_t(v) * kVec, y);
+}
+
+// One row per row group; the thread's vectors member, member + threads_per_row, ... stay in registers.
+template <class T, int kVec, int kVectors, bool kLayerNorm>
 __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_forward_kernel(const NormForwardParams p) {
   __shared__ float scratch[32];
   const RowLayout& layout = p.layout;
   const int threads_per_row = layout.threads_per_row;
   const int warps_per_group = threads_per_row / 32;
   const int group = int(threadIdx.x) / threads_per_row, member = int(threadIdx.x) % threads_per_row;
-  const int64_t row = int64_t(blockIdx.x) * (int(blockDim.x) / threads_per_row) + group;
+  const int64_t row = int64_t(blockIdx.x) * layout.groups_per_block + group;
   const bool active = row < layout.rows;
-  const int vectors = int(layout.hidden / kVec);
   const float hidden = float(layout.hidden);
   const T* input = static_cast<const T*>(p.input) + (active ? row * p.input_stride : 0);
   T* output = static_cast<T*>(p.output) + (active ? row * p.output_stride : 0);
 
-  float mean = 0.0f, inverse = 0.0f;
-  if (layout.cached) {
-    Vector<T, kVec> cache[kForwardCache];
+  Vector<T, kVec> cache[kVectors] = {};
+  bool owned[kVectors];
 #pragma unroll
-    for (int k = 0; k < kForwardCache; ++k) {
-      const int v = member + k * threads_per_row;
-      if (active && v < vectors) cache[k] = load_pack<kVec>(input + v * kVec);
-    }
-    if constexpr (kLayerNorm) {
-      float sum = 0.0f;
+  for (int k = 0; k < kVectors; ++k) {
+    const int v = member + k * threads_per_row;
+    owned[k] = active && v < layout.vectors;
+    if (owned[k]) cache[k] = load_pack<kVec>(input + int64_t(v) * kVec);
+  }
+  float mean = 0.0f;
+  if constexpr (kLayerNorm) {
+    float sum = 0.0f;
 #pragma unroll
-      for (int k = 0; k < kForwardCache; ++k) {
-        const int v = member + k * threads_per_row;
-        if (!(active && v < vectors)) continue;
-        float x[kVec];
-        unpack_floats(cache[k], x);
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) sum += x[i];
-      }
-      mean = group_sum(sum, scratch, warps_per_group) / hidden;
-    }
-    float sum_squares = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kForwardCache; ++k) {
-      const int v = member + k * threads_per_row;
-      if (!(active && v < vectors)) continue;
+    for (int k = 0; k < kVectors; ++k) {
+      if (!owned[k]) continue;
       float x[kVec];
       unpack_floats(cache[k], x);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        const float centered = x[i] - mean;
-        sum_squares += centered * centered;
-      }
+      for (int i = 0; i < kVec; ++i) sum += x[i];
     }
-    inverse = 1.0f / sqrtf(group_sum(sum_squares, scratch, warps_per_group) / hidden + p.epsilon);
+    mean = group_sum(sum, scratch, warps_per_group) / hidden;
+  }
+  float sum_squares = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kForwardCache; ++k) {
-      const int v = member + k * threads_per_row;
-      if (!(active && v < vectors)) continue;
-      float x[kVec], w[kVec], y[kVec];
-      unpack_floats(cache[k], x);
-      load_weight<T>(p.parameters, v * kVec, w);
-      if constexpr (kLayerNorm) {
-        float b[kVec];
-        load_bias<T>(p.parameters, v * kVec, b);
+  for (int k = 0; k < kVectors; ++k) {
+    if (!owned[k]) continue;
+    float x[kVec];
+    unpack_floats(cache[k], x);
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) y[i] = (x[i] - mean) * inverse * w[i] + b[i];
-      } else {
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) y[i] = x[i] * inverse * w[i];
-      }
-      store_floats<kVec>(output + v * kVec, y);
+    for (int i = 0; i < kVec; ++i) {
+      const float centered = x[i] - mean;
+      sum_squares += centered * centered;
     }
-  } else {
-    // The row does not fit in registers: read it once per pass (the later passes mostly hit L1 / L2).
+  }
+  const float inverse = 1.0f / sqrtf(group_sum(sum_squares, scratch, warps_per_group) / hidden + p.epsilon);
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k) forget_unpacked(cache[k]);
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k) {
+    if (!owned[k]) continue;
+    float x[kVec];
+    unpack_floats(cache[k], x);
+    write_normalized<T, kVec, kLayerNorm>(p.parameters, member + k * threads_per_row, x, mean, inverse, output);
+  }
+  if (active && member == 0) {
     if constexpr (kLayerNorm) {
-      float sum = 0.0f;
-      if (active)
-        for (int v = member; v < vectors; v += threads_per_row) {
-          float x[kVec];
-          load_floats<kVec>(input + v * kVec, x);
-#pragma unroll
-          for (int i = 0; i < kVec; ++i) sum += x[i];
-        }
-      mean = group_sum(sum, scratch, warps_per_group) / hidden;
+      p.first_statistic[row] = mean;
+      p.second_statistic[row] = inverse;
+    } else {
+      p.first_statistic[row] = inverse;
     }
-    float sum_squares = 0.0f;
-    if (active)
-      for (int v = member; v < vectors; v += threads_per_row) {
-        float x[kVec];
-        load_floats<kVec>(input + v * kVec, x);
+  }
+}
+
+// The same for rows too long for the registers of a group: the row is read once per pass (the later passes mostly
+// hit L1 / L2).
+template <class T, int kVec, bool kLayerNorm>
+__global__ void __launch_bounds__(kMaxThreadsPerRow) norm_forward_long_row_kernel(const NormForwardParams p) {
+  __shared__ float scratch[32];
+  const RowLayout& layout = p.layout;
+  const int threads_per_row = layout.threads_per_row;
+  const int warps_per_group = threads_per_row / 32;
+  const int group = int(threadIdx.x) / threads_per_row, member = int(threadIdx.x) % threads_per_row;
+  const int64_t row = int64_t(blockIdx.x) * layout.groups_per_block + group;
+  const bool active = row < layout.rows;
+  const int vectors = active ? layout.vectors : 0;
+  const float hidden = float(layout.hidden);
+  const T* input = static_cast<const T*>(p.input) + (active ? row * p.input_stride : 0);
+  T* output = static_cast<T*>(p.output) + (active ? row * p.output_stride : 0);
+
+  float mean = 0.0f;
+  if constexpr (kLayerNorm) {
+    float sum = 0.0f;
+    for (int v = member; v < vectors; v += threads_per_row) {
+      float x[kVec];
+      load_floats<kVec>(input + int64_t(v) * kVec, x);
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) {
-          const float centered = x[i] - mean;
-          sum_squares += centered * centered;
-        }
-      }
-    inverse = 1.0f / sqrtf(group_sum(sum_squares, scratch, warps_per_group) / hidden + p.epsilon);
-    if (active)
-      for (int v = member; v < vectors; v += threads_per_row) {
-        float x[kVec], w[kVec], y[kVec];
-        load_floats<kVec>(input + v * kVec, x);
-        load_weight<T>(p.parameters, v * kVec, w);
-        if constexpr (kLayerNorm) {
-          float b[kVec];
-          load_bias<T>(p.parameters, v * kVec, b);
+      for (int i = 0; i < kVec; ++i) sum += x[i];
+    }
+    mean = group_sum(sum, scratch, warps_per_group) / hidden;
+  }
+  float sum_squares = 0.0f;
+  for (int v = member; v < vectors; v += threads_per_row) {
+    float x[kVec];
+    load_floats<kVec>(input + int64_t(v) * kVec, x);
 #pragma unroll
-          for (int i = 0; i < kVec; ++i) y[i] = (x[i] - mean) * inverse * w[i] + b[i];
-        } else {
-#pragma unroll
-          for (int i = 0; i < kVec; ++i) y[i] = x[i] * inverse * w[i];
-        }
-        store_floats<kVec>(output + v * kVec, y);
-      }
+    for (int i = 0; i < kVec; ++i) {
+      const float centered = x[i] - mean;
+      sum_squares += centered * centered;
+    }
+  }
+  const float inverse = 1.0f / sqrtf(group_sum(sum_squares, scratch, warps_per_group) / hidden + p.epsilon);
+  for (int v = member; v < vectors; v += threads_per_row) {
+    float x[kVec];
+    load_floats<kVec>(input + int64_t(v) * kVec, x);
+    write_normalized<T, kVec, kLayerNorm>(p.parameters, v, x, mean, inverse, output);
   }
   if (active && member == 0) {
     if constexpr (kLayerNorm) {
@@ -217,16 +273,19 @@ struct NormBackwardParams {
   NormParameters parameters;      // the bias is unused
   const float* first_statistic;   // (rows): rms_norm inverse_rms, layer_norm mean
   const float* second_statistic;  // (rows): layer_norm inverse_std
-  float* weight_partials;         // (groups, hidden) or nullptr: per row group sums for grad_weight
-  float* bias_partials;           // (groups, hidden) or nullptr: the same for grad_bias (layer_norm)
+  // Partial sums of grad_weight / grad_bias, or nullptr: (blocks, hidden), one row per block, or (row groups, hidden)
+  // for long rows.
+  float* weight_partials;
+  float* bias_partials;
   RowLayout layout;
 };
 
-// One row of the backward: the row sums (with the statistics), the input gradient, and the contributions to the
-// parameter gradients, for the vectors a thread owns.
+// One row of the backward: the row sums (with the statistics), the input gradient, and the row's terms of the
+// parameter gradients, for one vector of the row.
 //   rms_norm:   grad_x = r (g w - x r^2 mean(g w x)),         grad_w += g x r
-//   layer_norm: grad_x = s (h - mean(h) - xhat mean(h xhat)),  h = g w, xhat = (x - mean) s;  grad_w += g xhat, grad_b += g
-template <class T, int kVec, bool kLayerNorm>
+//   layer_norm: grad_x = s (h - mean(h) - xhat mean(h xhat)),  grad_w += g xhat, grad_b += g
+//               with h = g w, xhat = (x - mean) s
+template <int kVec, bool kLayerNorm>
 struct RowBackward {
   float first, second;  // r (rms_norm) or mean, s (layer_norm)
 
@@ -246,155 +305,244 @@ struct RowBackward {
 
   // `means` are the row sums divided by hidden.
   __device__ __forceinline__ void gradients(const float (&x)[kVec], const float (&g)[kVec], const float (&w)[kVec],
-                                            float2 means, float (&grad_input)[kVec], float (&weight_partial)[kVec],
-                                            float (&bias_partial)[kVec]) const {
+                                            float2 means, float (&grad_input)[kVec], float (&weight_term)[kVec],
+                                            float (&bias_term)[kVec]) const {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       if constexpr (kLayerNorm) {
         const float normalized = (x[i] - first) * second, h = g[i] * w[i];
         grad_input[i] = second * (h - means.x - normalized * means.y);
-        weight_partial[i] += g[i] * normalized;
-        bias_partial[i] += g[i];
+        weight_term[i] = g[i] * normalized;
+        bias_term[i] = g[i];
       } else {
         grad_input[i] = first * (g[i] * w[i] - x[i] * first * first * means.x);
-        weight_partial[i] += g[i] * x[i] * first;
+        weight_term[i] = g[i] * x[i] * first;
+        bias_term[i] = 0.0f;
       }
     }
   }
 };
 
-template <class T, int kVec, bool kLayerNorm>
+// A row group's column sums of one parameter gradient in shared memory (`hidden` floats). Element i of vector v lives
+// at ((i / kPiece) vectors + v) kPiece + i % kPiece: the 16-byte pieces of consecutive vectors are consecutive, so
+// the lanes of a warp (which own consecutive vectors) read and write without bank conflicts.
+template <int kVec>
+struct ColumnSums {
+  static constexpr int kPiece = kVec < 4 ? kVec : 4;
+  float* base;  // nullptr: the gradient is not wanted
+  int vectors;
+
+  __device__ __forceinline__ Vector<float, kPiece>* piece(int v, int index) const {
+    return reinterpret_cast<Vector<float, kPiece>*>(base + (int64_t(index) * vectors + v) * kPiece);
+  }
+
+  __device__ __forceinline__ void zero(int v) const {
+#pragma unroll
+    for (int index = 0; index < kVec / kPiece; ++index) *piece(v, index) = Vector<float, kPiece>{};
+  }
+
+  __device__ __forceinline__ void add(int v, const float (&terms)[kVec]) const {
+#pragma unroll
+    for (int index = 0; index < kVec / kPiece; ++index) {
+      Vector<float, kPiece> sums = *piece(v, index);
+#pragma unroll
+      for (int i = 0; i < kPiece; ++i) sums.values[i] += terms[index * kPiece + i];
+      *piece(v, index) = sums;
+    }
+  }
+
+  // Where column `column` lives, relative to `base`.
+  __device__ __forceinline__ static int64_t offset(int64_t column, int vectors) {
+    const int64_t v = column / kVec, i = column % kVec;
+    return ((i / kPiece) * vectors + v) * kPiece + i % kPiece;
+  }
+};
+
+// Row groups over a single wave of blocks; the thread's vectors of a row (member, member + threads_per_row, ...) of
+// x and grad_output stay in registers between the row sums and the gradients. Dynamic shared memory: the column sums
+// of grad_weight, then those of grad_bias, one `hidden` slice per row group, for the gradients that are wanted.
+template <class T, int kVec, int kVectors, bool kLayerNorm>
 __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_backward_kernel(const NormBackwardParams p) {
   __shared__ float2 scratch[32];
+  extern __shared__ float4 dynamic_shared[];
   const RowLayout& layout = p.layout;
   const int threads_per_row = layout.threads_per_row;
   const int warps_per_group = threads_per_row / 32;
-  const int groups_per_block = int(blockDim.x) / threads_per_row;
+  const int groups_per_block = layout.groups_per_block;
   const int group = int(threadIdx.x) / threads_per_row, member = int(threadIdx.x) % threads_per_row;
-  const int64_t group_index = int64_t(blockIdx.x) * groups_per_block + group;
   const int64_t group_count = int64_t(gridDim.x) * groups_per_block;
-  const int vectors = int(layout.hidden / kVec);
   const float hidden = float(layout.hidden);
-  const bool partials = p.weight_partials != nullptr || p.bias_partials != nullptr;
 
-  // Every thread of a block runs the same number of iterations (the row sums synchronise the block).
-  if (layout.cached) {
-    float weight_partial[kBackwardCache][kVec] = {}, bias_partial[kBackwardCache][kVec] = {};
-    for (int64_t first_row = int64_t(blockIdx.x) * groups_per_block; first_row < layout.rows;
-         first_row += group_count) {
-      const int64_t row = first_row + group;
-      const bool active = row < layout.rows;
-      const T* input = static_cast<const T*>(p.input) + (active ? row * p.input_stride : 0);
-      const T* grad_output = static_cast<const T*>(p.grad_output) + (active ? row * p.grad_output_stride : 0);
-      T* grad_input = static_cast<T*>(p.grad_input) + (active ? row * p.grad_input_stride : 0);
-      Vector<T, kVec> x_cache[kBackwardCache], g_cache[kBackwardCache];
+  float* const shared = reinterpret_cast<float*>(dynamic_shared);
+  const int64_t block_sums = int64_t(groups_per_block) * layout.hidden;  // floats of one gradient's slices
+  float* const weight_slices = p.weight_partials != nullptr ? shared : nullptr;
+  float* const bias_slices =
+      kLayerNorm && p.bias_partials != nullptr ? shared + (weight_slices != nullptr ? block_sums : 0) : nullptr;
+  const ColumnSums<kVec> weight_sums{weight_slices != nullptr ? weight_slices + group * layout.hidden : nullptr,
+                                     layout.vectors};
+  const ColumnSums<kVec> bias_sums{bias_slices != nullptr ? bias_slices + group * layout.hidden : nullptr,
+                                   layout.vectors};
 #pragma unroll
-      for (int k = 0; k < kBackwardCache; ++k) {
-        const int v = member + k * threads_per_row;
-        if (active && v < vectors) {
-          x_cache[k] = load_pack<kVec>(input + v * kVec);
-          g_cache[k] = load_pack<kVec>(grad_output + v * kVec);
-        }
-      }
-      const RowBackward<T, kVec, kLayerNorm> math{active ? p.first_statistic[row] : 0.0f,
-                                                  kLayerNorm && active ? p.second_statistic[row] : 0.0f};
-      float2 sums = make_float2(0.0f, 0.0f);
+  for (int k = 0; k < kVectors; ++k) {
+    const int v = member + k * threads_per_row;
+    if (v >= layout.vectors) continue;
+    if (weight_sums.base != nullptr) weight_sums.zero(v);
+    if (bias_sums.base != nullptr) bias_sums.zero(v);
+  }
+
+  // Every thread of a block runs the same number of iterations (the row sums may synchronise the block).
+  for (int64_t first_row = int64_t(blockIdx.x) * groups_per_block; first_row < layout.rows;
+       first_row += group_count) {
+    const int64_t row = first_row + group;
+    const bool active = row < layout.rows;
+    const T* input = static_cast<const T*>(p.input) + (active ? row * p.input_stride : 0);
+    const T* grad_output = static_cast<const T*>(p.grad_output) + (active ? row * p.grad_output_stride : 0);
+    T* grad_input = static_cast<T*>(p.grad_input) + (active ? row * p.grad_input_stride : 0);
+    Vector<T, kVec> x_cache[kVectors] = {}, g_cache[kVectors] = {};
+    bool owned[kVectors];
 #pragma unroll
-      for (int k = 0; k < kBackwardCache; ++k) {
-        const int v = member + k * threads_per_row;
-        if (!(active && v < vectors)) continue;
-        float x[kVec], g[kVec], w[kVec];
-        unpack_floats(x_cache[k], x);
-        unpack_floats(g_cache[k], g);
-        load_weight<T>(p.parameters, v * kVec, w);
-        math.add_sums(x, g, w, sums);
-      }
-      sums = group_sum2(sums, scratch, warps_per_group);
-      const float2 means = make_float2(sums.x / hidden, sums.y / hidden);
-#pragma unroll
-      for (int k = 0; k < kBackwardCache; ++k) {
-        const int v = member + k * threads_per_row;
-        if (!(active && v < vectors)) continue;
-        float x[kVec], g[kVec], w[kVec], result[kVec];
-        unpack_floats(x_cache[k], x);
-        unpack_floats(g_cache[k], g);
-        load_weight<T>(p.parameters, v * kVec, w);
-        math.gradients(x, g, w, means, result, weight_partial[k], bias_partial[k]);
-        store_floats<kVec>(grad_input + v * kVec, result);
+    for (int k = 0; k < kVectors; ++k) {
+      const int v = member + k * threads_per_row;
+      owned[k] = active && v < layout.vectors;
+      if (owned[k]) {
+        x_cache[k] = load_pack<kVec>(input + int64_t(v) * kVec);
+        g_cache[k] = load_pack<kVec>(grad_output + int64_t(v) * kVec);
       }
     }
-    if (partials) {
+    const RowBackward<kVec, kLayerNorm> math{active ? p.first_statistic[row] : 0.0f,
+                                             kLayerNorm && active ? p.second_statistic[row] : 0.0f};
+    float2 sums = make_float2(0.0f, 0.0f);
 #pragma unroll
-      for (int k = 0; k < kBackwardCache; ++k) {
-        const int v = member + k * threads_per_row;
-        if (v >= vectors) continue;
-        if (p.weight_partials != nullptr)
-          store_floats<kVec>(p.weight_partials + group_index * layout.hidden + v * kVec, weight_partial[k]);
-        if (kLayerNorm && p.bias_partials != nullptr)
-          store_floats<kVec>(p.bias_partials + group_index * layout.hidden + v * kVec, bias_partial[k]);
-      }
+    for (int k = 0; k < kVectors; ++k) {
+      if (!owned[k]) continue;
+      float x[kVec], g[kVec], w[kVec];
+      unpack_floats(x_cache[k], x);
+      unpack_floats(g_cache[k], g);
+      load_weight<T>(p.parameters, int64_t(member + k * threads_per_row) * kVec, w);
+      math.add_sums(x, g, w, sums);
     }
-  } else {
-    // Rows too long for registers: read them twice, and keep the partial sums in the group's (zeroed) workspace row,
-    // whose columns each belong to one thread.
-    float* weight_row = p.weight_partials != nullptr ? p.weight_partials + group_index * layout.hidden : nullptr;
-    float* bias_row = p.bias_partials != nullptr ? p.bias_partials + group_index * layout.hidden : nullptr;
-    for (int64_t first_row = int64_t(blockIdx.x) * groups_per_block; first_row < layout.rows;
-         first_row += group_count) {
-      const int64_t row = first_row + group;
-      const bool active = row < layout.rows;
-      const T* input = static_cast<const T*>(p.input) + (active ? row * p.input_stride : 0);
-      const T* grad_output = static_cast<const T*>(p.grad_output) + (active ? row * p.grad_output_stride : 0);
-      T* grad_input = static_cast<T*>(p.grad_input) + (active ? row * p.grad_input_stride : 0);
-      const RowBackward<T, kVec, kLayerNorm> math{active ? p.first_statistic[row] : 0.0f,
-                                                  kLayerNorm && active ? p.second_statistic[row] : 0.0f};
-      float2 sums = make_float2(0.0f, 0.0f);
-      if (active)
-        for (int v = member; v < vectors; v += threads_per_row) {
-          float x[kVec], g[kVec], w[kVec];
-          load_floats<kVec>(input + v * kVec, x);
-          load_floats<kVec>(grad_output + v * kVec, g);
-          load_weight<T>(p.parameters, v * kVec, w);
-          math.add_sums(x, g, w, sums);
-        }
-      sums = group_sum2(sums, scratch, warps_per_group);
-      const float2 means = make_float2(sums.x / hidden, sums.y / hidden);
-      if (active)
-        for (int v = member; v < vectors; v += threads_per_row) {
-          float x[kVec], g[kVec], w[kVec], result[kVec], weight_partial[kVec], bias_partial[kVec];
-          load_floats<kVec>(input + v * kVec, x);
-          load_floats<kVec>(grad_output + v * kVec, g);
-          load_weight<T>(p.parameters, v * kVec, w);
+    sums = group_sum2(sums, scratch, warps_per_group);
+    const float2 means = make_float2(sums.x / hidden, sums.y / hidden);
 #pragma unroll
-          for (int i = 0; i < kVec; ++i) weight_partial[i] = bias_partial[i] = 0.0f;
-          if (partials) {
-            if (weight_row != nullptr) load_floats<kVec>(weight_row + v * kVec, weight_partial);
-            if (kLayerNorm && bias_row != nullptr) load_floats<kVec>(bias_row + v * kVec, bias_partial);
-          }
-          math.gradients(x, g, w, means, result, weight_partial, bias_partial);
-          store_floats<kVec>(grad_input + v * kVec, result);
-          if (weight_row != nullptr) store_floats<kVec>(weight_row + v * kVec, weight_partial);
-          if (kLayerNorm && bias_row != nullptr) store_floats<kVec>(bias_row + v * kVec, bias_partial);
-        }
+    for (int k = 0; k < kVectors; ++k) {
+      forget_unpacked(x_cache[k]);
+      forget_unpacked(g_cache[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < kVectors; ++k) {
+      if (!owned[k]) continue;
+      const int v = member + k * threads_per_row;
+      float x[kVec], g[kVec], w[kVec], result[kVec], weight_term[kVec], bias_term[kVec];
+      unpack_floats(x_cache[k], x);
+      unpack_floats(g_cache[k], g);
+      load_weight<T>(p.parameters, int64_t(v) * kVec, w);
+      math.gradients(x, g, w, means, result, weight_term, bias_term);
+      store_floats<kVec>(grad_input + int64_t(v) * kVec, result);
+      if (weight_sums.base != nullptr) weight_sums.add(v, weight_term);
+      if (bias_sums.base != nullptr) bias_sums.add(v, bias_term);
+    }
+  }
+
+  // The block's row of partial sums: its groups' slices added in order.
+  if (weight_slices == nullptr && bias_slices == nullptr) return;
+  __syncthreads();
+  for (int64_t column = threadIdx.x; column < layout.hidden; column += blockDim.x) {
+    const int64_t offset = ColumnSums<kVec>::offset(column, layout.vectors);
+    if (weight_slices != nullptr) {
+      float total = 0.0f;
+      for (int slice = 0; slice < groups_per_block; ++slice) total += weight_slices[slice * layout.hidden + offset];
+      p.weight_partials[int64_t(blockIdx.x) * layout.hidden + column] = total;
+    }
+    if (bias_slices != nullptr) {
+      float total = 0.0f;
+      for (int slice = 0; slice < groups_per_block; ++slice) total += bias_slices[slice * layout.hidden + offset];
+      p.bias_partials[int64_t(blockIdx.x) * layout.hidden + column] = total;
     }
   }
 }
 
-// target[c] += sum over r of partials[r, c], r in a fixed order: warp w of the block sums rows w, w + kReduceWarps,
-// ... for 32 consecutive columns, then warp 0 adds the kReduceWarps sums in order.
-__global__ void __launch_bounds__(32 * kReduceWarps)
+// The same for rows too long for registers: each pass reads the row, and the partial sums are kept in the group's
+// (zeroed) workspace row, whose columns each belong to one thread.
+template <class T, int kVec, bool kLayerNorm>
+__global__ void __launch_bounds__(kMaxThreadsPerRow) norm_backward_long_row_kernel(const NormBackwardParams p) {
+  __shared__ float2 scratch[32];
+  const RowLayout& layout = p.layout;
+  const int threads_per_row = layout.threads_per_row;
+  const int warps_per_group = threads_per_row / 32;
+  const int groups_per_block = layout.groups_per_block;
+  const int group = int(threadIdx.x) / threads_per_row, member = int(threadIdx.x) % threads_per_row;
+  const int64_t group_index = int64_t(blockIdx.x) * groups_per_block + group;
+  const int64_t group_count = int64_t(gridDim.x) * groups_per_block;
+  const float hidden = float(layout.hidden);
+  float* weight_row = p.weight_partials != nullptr ? p.weight_partials + group_index * layout.hidden : nullptr;
+  float* bias_row = kLayerNorm && p.bias_partials != nullptr ? p.bias_partials + group_index * layout.hidden : nullptr;
+
+  for (int64_t first_row = int64_t(blockIdx.x) * groups_per_block; first_row < layout.rows;
+       first_row += group_count) {
+    const int64_t row = first_row + group;
+    const bool active = row < layout.rows;
+    const int vectors = active ? layout.vectors : 0;
+    const T* input = static_cast<const T*>(p.input) + (active ? row * p.input_stride : 0);
+    const T* grad_output = static_cast<const T*>(p.grad_output) + (active ? row * p.grad_output_stride : 0);
+    T* grad_input = static_cast<T*>(p.grad_input) + (active ? row * p.grad_input_stride : 0);
+    const RowBackward<kVec, kLayerNorm> math{active ? p.first_statistic[row] : 0.0f,
+                                             kLayerNorm && active ? p.second_statistic[row] : 0.0f};
+    float2 sums = make_float2(0.0f, 0.0f);
+    for (int v = member; v < vectors; v += threads_per_row) {
+      float x[kVec], g[kVec], w[kVec];
+      load_floats<kVec>(input + int64_t(v) * kVec, x);
+      load_floats<kVec>(grad_output + int64_t(v) * kVec, g);
+      load_weight<T>(p.parameters, int64_t(v) * kVec, w);
+      math.add_sums(x, g, w, sums);
+    }
+    sums = group_sum2(sums, scratch, warps_per_group);
+    const float2 means = make_float2(sums.x / hidden, sums.y / hidden);
+    for (int v = member; v < vectors; v += threads_per_row) {
+      float x[kVec], g[kVec], w[kVec], result[kVec], weight_term[kVec], bias_term[kVec];
+      load_floats<kVec>(input + int64_t(v) * kVec, x);
+      load_floats<kVec>(grad_output + int64_t(v) * kVec, g);
+      load_weight<T>(p.parameters, int64_t(v) * kVec, w);
+      math.gradients(x, g, w, means, result, weight_term, bias_term);
+      store_floats<kVec>(grad_input + int64_t(v) * kVec, result);
+      if (weight_row != nullptr) {
+        float partial[kVec];
+        load_floats<kVec>(weight_row + int64_t(v) * kVec, partial);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) partial[i] += weight_term[i];
+        store_floats<kVec>(weight_row + int64_t(v) * kVec, partial);
+      }
+      if (bias_row != nullptr) {
+        float partial[kVec];
+        load_floats<kVec>(bias_row + int64_t(v) * kVec, partial);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) partial[i] += bias_term[i];
+        store_floats<kVec>(bias_row + int64_t(v) * kVec, partial);
+      }
+    }
+  }
+}
+
+// target[c] += sum over r of partials[r, c], r in a fixed order: thread (phase, lane) of a block sums rows phase,
+// phase + kPhases, ... of column blockIdx.x * kColumnSumColumns + lane, then one thread per column adds the kPhases
+// sums in order. Narrow column tiles (32-byte segments of a row) give the reduction many blocks, so reading the
+// workspace, a few hundred rows, takes a few round trips to L2 rather than hundreds.
+__global__ void __launch_bounds__(kColumnSumThreads)
     column_sum_kernel(const float* partials, int64_t partial_rows, int64_t columns, float* target) {
-  __shared__ float sums[kReduceWarps][33];
-  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-  const int64_t column = int64_t(blockIdx.x) * 32 + lane;
+  constexpr int kPhases = kColumnSumThreads / kColumnSumColumns;
+  __shared__ float sums[kPhases][kColumnSumColumns];
+  const int lane = int(threadIdx.x) % kColumnSumColumns, phase = int(threadIdx.x) / kColumnSumColumns;
+  const int64_t column = int64_t(blockIdx.x) * kColumnSumColumns + lane;
   float sum = 0.0f;
-  if (column < columns)
-    for (int64_t r = warp; r < partial_rows; r += kReduceWarps) sum += partials[r * columns + column];
-  sums[warp][lane] = sum;
+  if (column < columns) {
+#pragma unroll 4
+    for (int64_t r = phase; r < partial_rows; r += kPhases) sum += partials[r * columns + column];
+  }
+  sums[phase][lane] = sum;
   __syncthreads();
-  if (warp == 0 && column < columns) {
+  if (threadIdx.x < kColumnSumColumns && column < columns) {
     float total = 0.0f;
-    for (int w = 0; w < kReduceWarps; ++w) total += sums[w][lane];
+#pragma unroll
+    for (int i = 0; i < kPhases; ++i) total += sums[i][lane];
     target[column] += total;
   }
 }
@@ -402,19 +550,34 @@ __global__ void __launch_bounds__(32 * kReduceWarps)
 // ---------------------------------------------------------------------------------------------------------------------
 // Host side.
 
-// Threads per row: about `vectors_per_thread` vectors each, a multiple of 32, at most kMaxThreadsPerRow.
-RowLayout make_layout(int64_t rows, int64_t vectors, int64_t hidden, int vectors_per_thread, int cache) {
+// The smallest row group whose registers hold the row (kMaxVectorsPerThread vectors a thread), at most
+// kMaxThreadsPerRow threads; rows it cannot hold are read per pass by kMaxThreadsPerRow threads.
+RowLayout make_layout(int64_t rows, int64_t hidden, int vector_elements) {
   RowLayout layout;
   layout.rows = rows;
   layout.hidden = hidden;
-  const int64_t threads = round_up(ceil_div(vectors, vectors_per_thread), 32);
-  layout.threads_per_row = int(threads < 32 ? 32 : threads > kMaxThreadsPerRow ? kMaxThreadsPerRow : threads);
-  layout.cached = vectors <= int64_t(layout.threads_per_row) * cache;
+  layout.vectors = int(hidden / vector_elements);
+  const int64_t threads = round_up(ceil_div(layout.vectors, kMaxVectorsPerThread), 32);
+  layout.threads_per_row = int(threads > kMaxThreadsPerRow ? kMaxThreadsPerRow : threads);
+  const int64_t per_thread = ceil_div(layout.vectors, layout.threads_per_row);
+  layout.vectors_per_thread = per_thread <= kMaxVectorsPerThread ? int(per_thread) : 0;
+  layout.groups_per_block = layout.threads_per_row >= kBlockThreads ? 1 : kBlockThreads / layout.threads_per_row;
   return layout;
 }
 
-int groups_per_block(const RowLayout& layout) {
-  return layout.threads_per_row >= kBlockThreads ? 1 : kBlockThreads / layout.threads_per_row;
+// Calls `function(std::integral_constant<int, N>{})` with N = vectors_per_thread, 1 to kMaxVectorsPerThread: the
+// register cache of a kernel is sized at compile time.
+template <class Function>
+decltype(auto) visit_vectors_per_thread(int vectors_per_thread, Function&& function) {
+  static_assert(kMaxVectorsPerThread == 4, "one case per register cache size");
+  switch (vectors_per_thread) {
+    case 1: return function(std::integral_constant<int, 1>{});
+    case 2: return function(std::integral_constant<int, 2>{});
+    case 3: return function(std::integral_constant<int, 3>{});
+    case 4: return function(std::integral_constant<int, 4>{});
+    default: break;
+  }
+  throw InternalError("kernels", fmt::format("normalization: {} vectors per thread", vectors_per_thread));
 }
 
 std::optional<std::string> parameter_dtype_reason(std::string_view name, const Tensor* parameter,
@@ -456,40 +619,60 @@ void check_parameter(std::string_view op, std::string_view name, const Tensor* p
   if (parameter != nullptr) check_shape(op, name, *parameter, Shape{hidden}, device);
 }
 
-template <class T, bool kLayerNorm>
-void launch_forward(NormForwardParams params, bool vectorized, const LaunchScope& scope) {
-  constexpr int kVec = kVectorElements<T>;
-  const int64_t hidden = params.layout.hidden;
-  const int64_t vectors = vectorized ? hidden / kVec : hidden;
-  params.layout = make_layout(params.layout.rows, vectors, hidden, 2, kForwardCache);
-  const int groups = groups_per_block(params.layout);
-  const dim3 grid(unsigned(ceil_div(params.layout.rows, groups)));
-  const dim3 block(unsigned(groups * params.layout.threads_per_row));
-  if (vectorized)
-    norm_forward_kernel<T, kVec, kLayerNorm><<<grid, block, 0, scope.stream()>>>(params);
-  else
-    norm_forward_kernel<T, 1, kLayerNorm><<<grid, block, 0, scope.stream()>>>(params);
+template <class T, int kVec, bool kLayerNorm>
+void launch_forward_with(NormForwardParams params, const LaunchScope& scope) {
+  params.layout = make_layout(params.layout.rows, params.layout.hidden, kVec);
+  const RowLayout& layout = params.layout;
+  const dim3 grid(unsigned(ceil_div(layout.rows, layout.groups_per_block)));
+  const dim3 block(unsigned(layout.groups_per_block * layout.threads_per_row));
+  if (layout.vectors_per_thread == 0) {
+    norm_forward_long_row_kernel<T, kVec, kLayerNorm><<<grid, block, 0, scope.stream()>>>(params);
+  } else {
+    visit_vectors_per_thread(layout.vectors_per_thread, [&]<int kVectors>(std::integral_constant<int, kVectors>) {
+      norm_forward_kernel<T, kVec, kVectors, kLayerNorm><<<grid, block, 0, scope.stream()>>>(params);
+    });
+  }
   scope.check_launch();
 }
 
-// Runs the backward kernel on a full wave of row groups, then adds the per-group partial sums into grad_weight /
-// grad_bias.
 template <class T, bool kLayerNorm>
-void launch_backward(NormBackwardParams params, bool vectorized, Tensor* grad_weight, Tensor* grad_bias,
-                     const LaunchScope& scope) {
-  constexpr int kVec = kVectorElements<T>;
-  const int64_t hidden = params.layout.hidden;
-  const int64_t vectors = vectorized ? hidden / kVec : hidden;
-  params.layout = make_layout(params.layout.rows, vectors, hidden, 2, kBackwardCache);
-  const int groups = groups_per_block(params.layout);
-  const int threads = groups * params.layout.threads_per_row;
-  auto kernel = vectorized ? &norm_backward_kernel<T, kVec, kLayerNorm> : &norm_backward_kernel<T, 1, kLayerNorm>;
+void launch_forward(const NormForwardParams& params, bool vectorized, const LaunchScope& scope) {
+  if (vectorized)
+    launch_forward_with<T, kVectorElements<T>, kLayerNorm>(params, scope);
+  else
+    launch_forward_with<T, 1, kLayerNorm>(params, scope);
+}
+
+// Runs the backward kernel on a single wave of blocks, then adds the partial sums into grad_weight / grad_bias.
+template <class T, int kVec, bool kLayerNorm>
+void launch_backward_with(NormBackwardParams params, Tensor* grad_weight, Tensor* grad_bias,
+                          const LaunchScope& scope) {
+  params.layout = make_layout(params.layout.rows, params.layout.hidden, kVec);
+  const RowLayout& layout = params.layout;
+  const int64_t hidden = layout.hidden;
+  const int threads = layout.groups_per_block * layout.threads_per_row;
+  const bool long_rows = layout.vectors_per_thread == 0;
+  void (*kernel)(NormBackwardParams) = nullptr;
+  if (long_rows)
+    kernel = &norm_backward_long_row_kernel<T, kVec, kLayerNorm>;
+  else
+    kernel = visit_vectors_per_thread(layout.vectors_per_thread,
+                                      []<int kVectors>(std::integral_constant<int, kVectors>) {
+                                        return &norm_backward_kernel<T, kVec, kVectors, kLayerNorm>;
+                                      });
+  // The column sums of each wanted gradient, one slice of `hidden` floats per row group of a block.
+  const int gradients = (grad_weight != nullptr ? 1 : 0) + (grad_bias != nullptr ? 1 : 0);
+  const size_t shared_bytes = long_rows ? 0 : size_t(gradients) * layout.groups_per_block * hidden * sizeof(float);
+  if (shared_bytes > kSharedBytesWithoutOptIn)
+    FLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
   int blocks_per_multiprocessor = 0;
-  FLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_multiprocessor, kernel, threads, 0));
-  const int64_t wave = int64_t(scope.multiprocessors()) * (blocks_per_multiprocessor > 0 ? blocks_per_multiprocessor : 1);
-  const int64_t needed = ceil_div(params.layout.rows, groups);
+  FLM_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_multiprocessor, kernel, threads, shared_bytes));
+  const int64_t wave =
+      int64_t(scope.multiprocessors()) * (blocks_per_multiprocessor > 0 ? blocks_per_multiprocessor : 1);
+  const int64_t needed = ceil_div(layout.rows, layout.groups_per_block);
   const int64_t blocks = needed < wave ? needed : wave;
-  const int64_t partial_rows = blocks * groups;
+  const int64_t partial_rows = long_rows ? blocks * layout.groups_per_block : blocks;
 
   // Workspaces from the caching allocator, ordered on the launch stream and freed when this function returns.
   Tensor weight_partials, bias_partials;
@@ -501,17 +684,17 @@ void launch_backward(NormBackwardParams params, bool vectorized, Tensor* grad_we
     bias_partials = Tensor::empty(Shape{partial_rows, hidden}, DType::float32, scope.device(), scope.tensor_stream());
     params.bias_partials = bias_partials.data_as<float>();
   }
-  if (!params.layout.cached) {
-    // The long-row path adds into the workspace rows instead of writing them once.
+  if (long_rows) {
+    // The long-row kernel adds into its workspace rows instead of writing them once.
     if (params.weight_partials != nullptr)
       FLM_CUDA_CHECK(cudaMemsetAsync(params.weight_partials, 0, weight_partials.nbytes(), scope.stream()));
     if (params.bias_partials != nullptr)
       FLM_CUDA_CHECK(cudaMemsetAsync(params.bias_partials, 0, bias_partials.nbytes(), scope.stream()));
   }
-  kernel<<<dim3(unsigned(blocks)), dim3(unsigned(threads)), 0, scope.stream()>>>(params);
+  kernel<<<dim3(unsigned(blocks)), dim3(unsigned(threads)), shared_bytes, scope.stream()>>>(params);
   scope.check_launch();
 
-  const dim3 reduce_grid(unsigned(ceil_div(hidden, 32))), reduce_block(32 * kReduceWarps);
+  const dim3 reduce_grid(unsigned(ceil_div(hidden, kColumnSumColumns))), reduce_block(kColumnSumThreads);
   if (grad_weight != nullptr) {
     column_sum_kernel<<<reduce_grid, reduce_block, 0, scope.stream()>>>(params.weight_partials, partial_rows, hidden,
                                                                        grad_weight->data_as<float>());
@@ -522,6 +705,15 @@ void launch_backward(NormBackwardParams params, bool vectorized, Tensor* grad_we
                                                                        grad_bias->data_as<float>());
     scope.check_launch();
   }
+}
+
+template <class T, bool kLayerNorm>
+void launch_backward(const NormBackwardParams& params, bool vectorized, Tensor* grad_weight, Tensor* grad_bias,
+                     const LaunchScope& scope) {
+  if (vectorized)
+    launch_backward_with<T, kVectorElements<T>, kLayerNorm>(params, grad_weight, grad_bias, scope);
+  else
+    launch_backward_with<T, 1, kLayerNorm>(params, grad_weight, grad_bias, scope);
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -722,12 +914,12 @@ FLM_REGISTER_KERNEL(RmsNormForward, DeviceType::cuda, "fused", /*priority=*/100,
                     "row group per row, row held in registers, 16-byte accesses; fp32 statistics");
 FLM_REGISTER_KERNEL(RmsNormBackward, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline,
                     &supports_rms_norm_backward, &rms_norm_backward_fused,
-                    "row groups over a full wave; grad_weight from per-group partials reduced in a fixed order");
+                    "row groups over one wave, rows in registers; grad_weight from per-block partial sums");
 FLM_REGISTER_KERNEL(LayerNormForward, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline,
                     &supports_layer_norm_forward, &layer_norm_forward_fused,
                     "row group per row, row held in registers, 16-byte accesses; two-pass fp32 mean and variance");
 FLM_REGISTER_KERNEL(LayerNormBackward, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline,
                     &supports_layer_norm_backward, &layer_norm_backward_fused,
-                    "row groups over a full wave; grad_weight / grad_bias from per-group partials in a fixed order");
+                    "row groups over one wave, rows in registers; grad_weight / grad_bias from per-block partial sums");
 
 }  // namespace fast_llm::kernels::cuda
