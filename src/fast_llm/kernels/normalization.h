@@ -6,6 +6,10 @@
 // are usually fp32 gradient buffers.
 //   rms_norm:   y = x / sqrt(mean(x^2) + eps) * w
 //   layer_norm: y = (x - mean(x)) / sqrt(var(x) + eps) * w + b
+// Residual form, which folds a skip connection into the norm next to it and saves a pass over the activations each
+// way: given `residual`, the forward normalises x = input + residual (rounded to the dtype), which it also writes to
+// `sum` (the residual stream after the addition, and the input the backward is given); given `grad_residual`, the
+// backward writes grad_input = grad_residual + the norm's gradient (the skip connection's gradient joins the norm's).
 #pragma once
 
 #include "fast_llm/kernels/registry.h"
@@ -20,6 +24,8 @@ struct RmsNormForwardArgs {
   Tensor& inverse_rms;     // (rows) fp32: 1 / sqrt(mean(x^2) + eps), saved for backward
   double epsilon = 1e-5;
   bool zero_centered = false;
+  const Tensor* residual = nullptr;  // (rows, hidden) or nullptr: the row normalised is input + residual
+  Tensor* sum = nullptr;             // (rows, hidden) input + residual, with `residual`; may be `input` itself
   Stream stream = {};
 };
 
@@ -31,6 +37,7 @@ struct RmsNormBackwardArgs {
   Tensor& grad_input;         // (rows, hidden) =
   Tensor* grad_weight;        // (hidden) +=, or nullptr
   bool zero_centered = false;
+  const Tensor* grad_residual = nullptr;  // (rows, hidden) or nullptr: added to grad_input
   Stream stream = {};
 };
 
@@ -43,6 +50,8 @@ struct LayerNormForwardArgs {
   Tensor& inverse_std;    // (rows) fp32, saved
   double epsilon = 1e-5;
   bool zero_centered = false;
+  const Tensor* residual = nullptr;  // (rows, hidden) or nullptr: the row normalised is input + residual
+  Tensor* sum = nullptr;             // (rows, hidden) input + residual, with `residual`; may be `input` itself
   Stream stream = {};
 };
 
@@ -56,6 +65,7 @@ struct LayerNormBackwardArgs {
   Tensor* grad_weight;        // (hidden) +=, or nullptr
   Tensor* grad_bias;          // (hidden) +=, or nullptr
   bool zero_centered = false;
+  const Tensor* grad_residual = nullptr;  // (rows, hidden) or nullptr: added to grad_input
   Stream stream = {};
 };
 

@@ -4,7 +4,9 @@
 // on store) and in fp64 for fp64 inputs. Weight and bias may have any floating dtype. Saved statistics are written in
 // the dtype of their tensor: fp32 as the header asks, or fp64 (exact fp64 tests). Backward writes grad_input (=) and
 // adds grad_weight / grad_bias (+=, fp32 or fp64); the parameter gradients are summed over rows column by column in a
-// pass of their own, before grad_input is written, so the sums are deterministic.
+// pass of their own, before grad_input is written, so the sums are deterministic. In the residual form the forward
+// first writes the row of input + residual to `sum` (rounded to the dtype, as an axpy into input would) and normalises
+// what it wrote; the backward adds grad_residual to the norm's gradient before rounding it.
 #include "fast_llm/kernels/normalization.h"
 
 #include <cmath>
@@ -45,12 +47,40 @@ std::optional<std::string> optional_float32_or_float64_reason(std::string_view n
   return tensor != nullptr ? float32_or_float64_reason(name, *tensor) : std::nullopt;
 }
 
+// An optional activation of the residual form (residual, sum, grad_residual) has the input's dtype.
+std::optional<std::string> optional_same_dtype_reason(std::string_view name, const Tensor* tensor,
+                                                      const Tensor& input) {
+  return tensor != nullptr ? same_dtype_reason(name, *tensor, "input", input) : std::nullopt;
+}
+
+// `residual` and `sum` come together, shaped as the input.
+void check_residual(std::string_view op, const Tensor* residual, const Tensor* sum, const Tensor& input) {
+  FLM_CHECK((residual == nullptr) == (sum == nullptr), op, "residual and sum must be given together");
+  if (residual == nullptr) return;
+  check_shape(op, "residual", *residual, input.shape());
+  check_shape(op, "sum", *sum, input.shape());
+}
+
+// sum[row] = input[row] + residual[row], rounded to T; reads each element before writing it, so `sum` may be `input`.
+template <class T>
+void add_residual_row(const Tensor& input, const Tensor& residual, Tensor& sum, int64_t row) {
+  using Compute = ComputeType<T>;
+  const T* x = input.data_as<T>() + row * input.stride(0);
+  const T* r = residual.data_as<T>() + row * residual.stride(0);
+  T* s = sum.data_as<T>() + row * sum.stride(0);
+  const int64_t x_column = input.stride(1), r_column = residual.stride(1), s_column = sum.stride(1);
+  for (int64_t column = 0; column < input.size(1); ++column)
+    s[column * s_column] = store_value<T>(Compute(load_value(x[column * x_column])) + load_value(r[column * r_column]));
+}
+
 // ---------------------------------------------------------------------------------------------------------------------
 // rms_norm
 
 std::optional<std::string> supports_rms_norm_forward(const RmsNormForwardArgs& args) {
   if (auto reason = floating_dtype_reason("input", args.input)) return reason;
   if (auto reason = same_dtype_reason("output", args.output, "input", args.input)) return reason;
+  if (auto reason = optional_same_dtype_reason("residual", args.residual, args.input)) return reason;
+  if (auto reason = optional_same_dtype_reason("sum", args.sum, args.input)) return reason;
   if (auto reason = optional_floating_reason("weight", args.weight)) return reason;
   return float32_or_float64_reason("inverse_rms", args.inverse_rms);
 }
@@ -62,17 +92,21 @@ void rms_norm_forward_reference(const RmsNormForwardArgs& args) {
   check_parameter(op, "weight", args.weight, hidden);
   check_shape(op, "output", args.output, args.input.shape());
   check_shape(op, "inverse_rms", args.inverse_rms, Shape{rows});
+  check_residual(op, args.residual, args.sum, args.input);
 
   visit_floating_dtype(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;
     const std::vector<Compute> weight = effective_weight<Compute>(args.weight, args.zero_centered, hidden);
     std::vector<Compute> inverse_rms(static_cast<size_t>(rows));
-    const T* input = args.input.data_as<T>();  // (rows, hidden)
+    // The rows normalised: the input, or in the residual form `sum`, each row written just before it is read.
+    const Tensor& normalized = args.sum != nullptr ? *args.sum : args.input;
+    const T* input = normalized.data_as<T>();  // (rows, hidden)
     T* output = args.output.data_as<T>();      // (rows, hidden)
-    const int64_t input_row = args.input.stride(0), input_column = args.input.stride(1);
+    const int64_t input_row = normalized.stride(0), input_column = normalized.stride(1);
     const int64_t output_row = args.output.stride(0), output_column = args.output.stride(1);
 #pragma omp parallel for
     for (int64_t row = 0; row < rows; ++row) {
+      if (args.residual != nullptr) add_residual_row<T>(args.input, *args.residual, *args.sum, row);
       // inverse_rms = 1 / sqrt(mean(x^2) + eps);  y = x * inverse_rms * w
       Compute sum_squares = 0;
       for (int64_t column = 0; column < hidden; ++column) {
@@ -96,6 +130,7 @@ std::optional<std::string> supports_rms_norm_backward(const RmsNormBackwardArgs&
   if (auto reason = same_dtype_reason("grad_input", args.grad_input, "input", args.input)) return reason;
   if (auto reason = optional_floating_reason("weight", args.weight)) return reason;
   if (auto reason = float32_or_float64_reason("inverse_rms", args.inverse_rms)) return reason;
+  if (auto reason = optional_same_dtype_reason("grad_residual", args.grad_residual, args.input)) return reason;
   return optional_float32_or_float64_reason("grad_weight", args.grad_weight);
 }
 
@@ -109,6 +144,7 @@ void rms_norm_backward_reference(const RmsNormBackwardArgs& args) {
   check_shape(op, "grad_input", args.grad_input, args.input.shape());
   check_parameter(op, "grad_weight", args.grad_weight, hidden);
   FLM_CHECK(args.grad_weight == nullptr || args.weight != nullptr, op, "grad_weight is given without a weight");
+  if (args.grad_residual != nullptr) check_shape(op, "grad_residual", *args.grad_residual, args.input.shape());
 
   visit_floating_dtype(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;
@@ -123,6 +159,12 @@ void rms_norm_backward_reference(const RmsNormBackwardArgs& args) {
     auto x_at = [&](int64_t row, int64_t column) { return load_value(input[row * input_row + column * input_column]); };
     auto g_at = [&](int64_t row, int64_t column) {
       return load_value(grad_output[row * grad_output_row + column * grad_output_column]);
+    };
+    // grad_input = the norm's gradient, plus grad_residual's element in the residual form.
+    auto store_grad_input = [&](int64_t row, int64_t column, Compute value) {
+      if (const Tensor* residual = args.grad_residual)
+        value += load_value(residual->data_as<T>()[row * residual->stride(0) + column * residual->stride(1)]);
+      grad_input[row * grad_input_row + column * grad_input_column] = store_value<T>(value);
     };
 
     // grad_w_j += sum over rows of g_j * x_j * r (the same with zero_centered: d(1 + w)/dw = 1).
@@ -149,7 +191,7 @@ void rms_norm_backward_reference(const RmsNormBackwardArgs& args) {
       const Compute mean_gwx = sum_gwx / Compute(hidden);
       for (int64_t column = 0; column < hidden; ++column) {
         const Compute value = r * (g_at(row, column) * weight[size_t(column)] - x_at(row, column) * r * r * mean_gwx);
-        grad_input[row * grad_input_row + column * grad_input_column] = store_value<T>(value);
+        store_grad_input(row, column, value);
       }
     }
   });
@@ -161,6 +203,8 @@ void rms_norm_backward_reference(const RmsNormBackwardArgs& args) {
 std::optional<std::string> supports_layer_norm_forward(const LayerNormForwardArgs& args) {
   if (auto reason = floating_dtype_reason("input", args.input)) return reason;
   if (auto reason = same_dtype_reason("output", args.output, "input", args.input)) return reason;
+  if (auto reason = optional_same_dtype_reason("residual", args.residual, args.input)) return reason;
+  if (auto reason = optional_same_dtype_reason("sum", args.sum, args.input)) return reason;
   if (auto reason = optional_floating_reason("weight", args.weight)) return reason;
   if (auto reason = optional_floating_reason("bias", args.bias)) return reason;
   if (auto reason = float32_or_float64_reason("mean", args.mean)) return reason;
@@ -176,6 +220,7 @@ void layer_norm_forward_reference(const LayerNormForwardArgs& args) {
   check_shape(op, "output", args.output, args.input.shape());
   check_shape(op, "mean", args.mean, Shape{rows});
   check_shape(op, "inverse_std", args.inverse_std, Shape{rows});
+  check_residual(op, args.residual, args.sum, args.input);
 
   visit_floating_dtype(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;
@@ -183,12 +228,15 @@ void layer_norm_forward_reference(const LayerNormForwardArgs& args) {
     const std::vector<Compute> bias =
         args.bias != nullptr ? read_values<Compute>(*args.bias) : std::vector<Compute>(size_t(hidden), Compute(0));
     std::vector<Compute> means(static_cast<size_t>(rows)), inverse_stds(static_cast<size_t>(rows));
-    const T* input = args.input.data_as<T>();  // (rows, hidden)
+    // The rows normalised: the input, or in the residual form `sum`, each row written just before it is read.
+    const Tensor& normalized = args.sum != nullptr ? *args.sum : args.input;
+    const T* input = normalized.data_as<T>();  // (rows, hidden)
     T* output = args.output.data_as<T>();      // (rows, hidden)
-    const int64_t input_row = args.input.stride(0), input_column = args.input.stride(1);
+    const int64_t input_row = normalized.stride(0), input_column = normalized.stride(1);
     const int64_t output_row = args.output.stride(0), output_column = args.output.stride(1);
 #pragma omp parallel for
     for (int64_t row = 0; row < rows; ++row) {
+      if (args.residual != nullptr) add_residual_row<T>(args.input, *args.residual, *args.sum, row);
       // mean = sum(x) / n;  var = sum((x - mean)^2) / n (biased);  s = 1 / sqrt(var + eps);  y = (x - mean) s w + b
       Compute sum = 0;
       for (int64_t column = 0; column < hidden; ++column)
@@ -220,6 +268,7 @@ std::optional<std::string> supports_layer_norm_backward(const LayerNormBackwardA
   if (auto reason = optional_floating_reason("weight", args.weight)) return reason;
   if (auto reason = float32_or_float64_reason("mean", args.mean)) return reason;
   if (auto reason = float32_or_float64_reason("inverse_std", args.inverse_std)) return reason;
+  if (auto reason = optional_same_dtype_reason("grad_residual", args.grad_residual, args.input)) return reason;
   if (auto reason = optional_float32_or_float64_reason("grad_weight", args.grad_weight)) return reason;
   return optional_float32_or_float64_reason("grad_bias", args.grad_bias);
 }
@@ -236,6 +285,7 @@ void layer_norm_backward_reference(const LayerNormBackwardArgs& args) {
   check_parameter(op, "grad_weight", args.grad_weight, hidden);
   check_parameter(op, "grad_bias", args.grad_bias, hidden);
   FLM_CHECK(args.grad_weight == nullptr || args.weight != nullptr, op, "grad_weight is given without a weight");
+  if (args.grad_residual != nullptr) check_shape(op, "grad_residual", *args.grad_residual, args.input.shape());
 
   visit_floating_dtype(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;
@@ -255,6 +305,12 @@ void layer_norm_backward_reference(const LayerNormBackwardArgs& args) {
     };
     auto g_at = [&](int64_t row, int64_t column) {
       return load_value(grad_output[row * grad_output_row + column * grad_output_column]);
+    };
+    // grad_input = the norm's gradient, plus grad_residual's element in the residual form.
+    auto store_grad_input = [&](int64_t row, int64_t column, Compute value) {
+      if (const Tensor* residual = args.grad_residual)
+        value += load_value(residual->data_as<T>()[row * residual->stride(0) + column * residual->stride(1)]);
+      grad_input[row * grad_input_row + column * grad_input_column] = store_value<T>(value);
     };
 
     // grad_w += sum over rows of g xhat;  grad_b += sum over rows of g.
@@ -288,7 +344,7 @@ void layer_norm_backward_reference(const LayerNormBackwardArgs& args) {
       for (int64_t column = 0; column < hidden; ++column) {
         const Compute h = g_at(row, column) * weight[size_t(column)];
         const Compute value = inverse_stds[size_t(row)] * (h - mean_h - normalized_at(row, column) * mean_h_normalized);
-        grad_input[row * grad_input_row + column * grad_input_column] = store_value<T>(value);
+        store_grad_input(row, column, value);
       }
     }
   });

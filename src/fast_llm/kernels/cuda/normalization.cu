@@ -6,6 +6,9 @@
 // partial sums of the parameter gradients add 8 bytes per column per block of the backward's single wave (written
 // once, read once). Everything else stays on the chip, so both directions are memory bound; the layout below keeps
 // enough bytes in flight on every multiprocessor to run at the HBM rate and reads every activation once.
+// The residual form (kernels/normalization.h) adds a read of `residual` and a write of `sum` to the forward, 4 rows
+// hidden b where an axpy and the norm would move 5, and a read of grad_residual to the backward, 4 rows hidden b
+// against 6; it is a template parameter of the register-cached kernels, so the plain form keeps its registers.
 //
 // Rows: a row is cut into 16-byte vectors (kVec elements; single elements on the scalar path) dealt round-robin to
 // a row group of `threads_per_row` threads (a multiple of 32), each of which holds its up to kMaxVectorsPerThread
@@ -115,6 +118,10 @@ struct RowLayout {
 struct NormForwardParams {
   const void* input;  // (rows, hidden) T
   int64_t input_stride;
+  const void* residual;  // (rows, hidden) T or nullptr: the rows normalised are input + residual (the residual form)
+  int64_t residual_stride;
+  void* sum;  // (rows, hidden) T: input + residual, with `residual` (may be the input's own storage)
+  int64_t sum_stride;
   void* output;  // (rows, hidden) T
   int64_t output_stride;
   NormParameters parameters;
@@ -123,6 +130,27 @@ struct NormForwardParams {
   RowLayout layout;
   float epsilon;
 };
+
+// input + residual, rounded to T (as an axpy of the residual into the input would store it).
+template <class T, int kVec>
+__device__ __forceinline__ Vector<T, kVec> add_packs(const Vector<T, kVec>& input, const Vector<T, kVec>& residual) {
+  Vector<T, kVec> sum;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) sum.values[i] = store<T>(load(input.values[i]) + load(residual.values[i]));
+  return sum;
+}
+
+template <int N, class T>
+__device__ __forceinline__ void store_pack(T* pointer, const Vector<T, N>& pack) {
+  *reinterpret_cast<Vector<T, N>*>(pointer) = pack;
+}
+
+// values += pack, in fp32.
+template <class T, int N>
+__device__ __forceinline__ void add_unpacked(const Vector<T, N>& pack, float (&values)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) values[i] += load(pack.values[i]);
+}
 
 // y = x r w (rms_norm, r = 1 / sqrt(mean(x^2) + eps)) or y = (x - mean) s w + b (layer_norm, s = 1 / sqrt(var + eps)),
 // given the mean (0 for rms_norm) and r or s.
@@ -143,8 +171,10 @@ __device__ __forceinline__ void write_normalized(const NormParameters& parameter
   store_floats<kVec>(output + int64_t(v) * kVec, y);
 }
 
-// One row per row group; the thread's vectors member, member + threads_per_row, ... stay in registers.
-template <class T, int kVec, int kVectors, bool kLayerNorm>
+// One row per row group; the thread's vectors member, member + threads_per_row, ... stay in registers. In the residual
+// form (kResidual) they are the rounded sums, which the thread stores to `sum` once all its loads are issued (a store
+// first could alias a later load, which would then wait for it).
+template <class T, int kVec, int kVectors, bool kLayerNorm, bool kResidual>
 __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_forward_kernel(const NormForwardParams p) {
   __shared__ float scratch[32];
   const RowLayout& layout = p.layout;
@@ -155,28 +185,40 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_forward_kernel(const N
   const bool active = row < layout.rows;
   const float hidden = float(layout.hidden);
   const T* input = static_cast<const T*>(p.input) + (active ? row * p.input_stride : 0);
+  const T* residual = kResidual ? static_cast<const T*>(p.residual) + (active ? row * p.residual_stride : 0) : nullptr;
+  T* sum = kResidual ? static_cast<T*>(p.sum) + (active ? row * p.sum_stride : 0) : nullptr;
   T* output = static_cast<T*>(p.output) + (active ? row * p.output_stride : 0);
 
-  Vector<T, kVec> cache[kVectors] = {};
+  Vector<T, kVec> cache[kVectors] = {}, residual_cache[kVectors] = {};
   bool owned[kVectors];
 #pragma unroll
   for (int k = 0; k < kVectors; ++k) {
     const int v = member + k * threads_per_row;
     owned[k] = active && v < layout.vectors;
-    if (owned[k]) cache[k] = load_pack<kVec>(input + int64_t(v) * kVec);
+    if (!owned[k]) continue;
+    cache[k] = load_pack<kVec>(input + int64_t(v) * kVec);
+    if constexpr (kResidual) residual_cache[k] = load_pack<kVec>(residual + int64_t(v) * kVec);
+  }
+  if constexpr (kResidual) {
+#pragma unroll
+    for (int k = 0; k < kVectors; ++k) {
+      if (!owned[k]) continue;
+      cache[k] = add_packs(cache[k], residual_cache[k]);
+      store_pack(sum + int64_t(member + k * threads_per_row) * kVec, cache[k]);
+    }
   }
   float mean = 0.0f;
   if constexpr (kLayerNorm) {
-    float sum = 0.0f;
+    float total = 0.0f;
 #pragma unroll
     for (int k = 0; k < kVectors; ++k) {
       if (!owned[k]) continue;
       float x[kVec];
       unpack_floats(cache[k], x);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) sum += x[i];
+      for (int i = 0; i < kVec; ++i) total += x[i];
     }
-    mean = group_sum(sum, scratch, warps_per_group) / hidden;
+    mean = group_sum(total, scratch, warps_per_group) / hidden;
   }
   float sum_squares = 0.0f;
 #pragma unroll
@@ -211,7 +253,8 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_forward_kernel(const N
 }
 
 // The same for rows too long for the registers of a group: the row is read once per pass (the later passes mostly
-// hit L1 / L2).
+// hit L1 / L2). In the residual form the first pass adds the residual and stores the sums, which the later passes
+// read back (each thread its own elements: `sum` may be the input's storage).
 template <class T, int kVec, bool kLayerNorm>
 __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_forward_long_row_kernel(const NormForwardParams p) {
   __shared__ float scratch[32];
@@ -224,33 +267,51 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_forward_long_row_kerne
   const int vectors = active ? layout.vectors : 0;
   const float hidden = float(layout.hidden);
   const T* input = static_cast<const T*>(p.input) + (active ? row * p.input_stride : 0);
+  const T* residual = p.residual != nullptr ? static_cast<const T*>(p.residual) + (active ? row * p.residual_stride : 0)
+                                            : nullptr;
+  T* sum = p.residual != nullptr ? static_cast<T*>(p.sum) + (active ? row * p.sum_stride : 0) : nullptr;
   T* output = static_cast<T*>(p.output) + (active ? row * p.output_stride : 0);
+  const T* normalized = residual != nullptr ? sum : input;  // what the passes after the first read
 
-  float mean = 0.0f;
+  // Vector v of the row the norm sees, on the first pass.
+  auto first_pass_load = [&](int v, float (&x)[kVec]) {
+    if (residual == nullptr) {
+      load_floats<kVec>(input + int64_t(v) * kVec, x);
+      return;
+    }
+    const Vector<T, kVec> pack =
+        add_packs(load_pack<kVec>(input + int64_t(v) * kVec), load_pack<kVec>(residual + int64_t(v) * kVec));
+    store_pack(sum + int64_t(v) * kVec, pack);
+    unpack_floats(pack, x);
+  };
+  float mean = 0.0f, sum_squares = 0.0f;
   if constexpr (kLayerNorm) {
-    float sum = 0.0f;
+    float total = 0.0f;
     for (int v = member; v < vectors; v += threads_per_row) {
       float x[kVec];
-      load_floats<kVec>(input + int64_t(v) * kVec, x);
+      first_pass_load(v, x);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) sum += x[i];
+      for (int i = 0; i < kVec; ++i) total += x[i];
     }
-    mean = group_sum(sum, scratch, warps_per_group) / hidden;
-  }
-  float sum_squares = 0.0f;
-  for (int v = member; v < vectors; v += threads_per_row) {
-    float x[kVec];
-    load_floats<kVec>(input + int64_t(v) * kVec, x);
+    mean = group_sum(total, scratch, warps_per_group) / hidden;
+    for (int v = member; v < vectors; v += threads_per_row) {
+      float x[kVec];
+      load_floats<kVec>(normalized + int64_t(v) * kVec, x);
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-      const float centered = x[i] - mean;
-      sum_squares += centered * centered;
+      for (int i = 0; i < kVec; ++i) sum_squares += (x[i] - mean) * (x[i] - mean);
+    }
+  } else {
+    for (int v = member; v < vectors; v += threads_per_row) {
+      float x[kVec];
+      first_pass_load(v, x);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) sum_squares += x[i] * x[i];
     }
   }
   const float inverse = 1.0f / sqrtf(group_sum(sum_squares, scratch, warps_per_group) / hidden + p.epsilon);
   for (int v = member; v < vectors; v += threads_per_row) {
     float x[kVec];
-    load_floats<kVec>(input + int64_t(v) * kVec, x);
+    load_floats<kVec>(normalized + int64_t(v) * kVec, x);
     write_normalized<T, kVec, kLayerNorm>(p.parameters, v, x, mean, inverse, output);
   }
   if (active && member == 0) {
@@ -270,6 +331,8 @@ struct NormBackwardParams {
   int64_t input_stride;
   void* grad_input;  // (rows, hidden) T
   int64_t grad_input_stride;
+  const void* grad_residual;  // (rows, hidden) T or nullptr: added to grad_input (the residual form)
+  int64_t grad_residual_stride;
   NormParameters parameters;      // the bias is unused
   const float* first_statistic;   // (rows): rms_norm inverse_rms, layer_norm mean
   const float* second_statistic;  // (rows): layer_norm inverse_std
@@ -359,9 +422,10 @@ struct ColumnSums {
 };
 
 // Row groups over a single wave of blocks; the thread's vectors of a row (member, member + threads_per_row, ...) of
-// x and grad_output stay in registers between the row sums and the gradients. Dynamic shared memory: the column sums
-// of grad_weight, then those of grad_bias, one `hidden` slice per row group, for the gradients that are wanted.
-template <class T, int kVec, int kVectors, bool kLayerNorm>
+// x and grad_output stay in registers between the row sums and the gradients. In the residual form those of
+// grad_residual are loaded with them, so that one memory latency covers the row. Dynamic shared memory: the column
+// sums of grad_weight, then those of grad_bias, one `hidden` slice per row group, for the gradients that are wanted.
+template <class T, int kVec, int kVectors, bool kLayerNorm, bool kResidual>
 __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_backward_kernel(const NormBackwardParams p) {
   __shared__ float2 scratch[32];
   extern __shared__ float4 dynamic_shared[];
@@ -398,16 +462,18 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_backward_kernel(const 
     const T* input = static_cast<const T*>(p.input) + (active ? row * p.input_stride : 0);
     const T* grad_output = static_cast<const T*>(p.grad_output) + (active ? row * p.grad_output_stride : 0);
     T* grad_input = static_cast<T*>(p.grad_input) + (active ? row * p.grad_input_stride : 0);
-    Vector<T, kVec> x_cache[kVectors] = {}, g_cache[kVectors] = {};
+    const T* grad_residual =
+        kResidual ? static_cast<const T*>(p.grad_residual) + (active ? row * p.grad_residual_stride : 0) : nullptr;
+    Vector<T, kVec> x_cache[kVectors] = {}, g_cache[kVectors] = {}, residual_cache[kVectors] = {};
     bool owned[kVectors];
 #pragma unroll
     for (int k = 0; k < kVectors; ++k) {
       const int v = member + k * threads_per_row;
       owned[k] = active && v < layout.vectors;
-      if (owned[k]) {
-        x_cache[k] = load_pack<kVec>(input + int64_t(v) * kVec);
-        g_cache[k] = load_pack<kVec>(grad_output + int64_t(v) * kVec);
-      }
+      if (!owned[k]) continue;
+      x_cache[k] = load_pack<kVec>(input + int64_t(v) * kVec);
+      g_cache[k] = load_pack<kVec>(grad_output + int64_t(v) * kVec);
+      if constexpr (kResidual) residual_cache[k] = load_pack<kVec>(grad_residual + int64_t(v) * kVec);
     }
     const RowBackward<kVec, kLayerNorm> math{active ? p.first_statistic[row] : 0.0f,
                                              kLayerNorm && active ? p.second_statistic[row] : 0.0f};
@@ -427,6 +493,7 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_backward_kernel(const 
     for (int k = 0; k < kVectors; ++k) {
       forget_unpacked(x_cache[k]);
       forget_unpacked(g_cache[k]);
+      if constexpr (kResidual) forget_unpacked(residual_cache[k]);
     }
 #pragma unroll
     for (int k = 0; k < kVectors; ++k) {
@@ -437,6 +504,7 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_backward_kernel(const 
       unpack_floats(g_cache[k], g);
       load_weight<T>(p.parameters, int64_t(v) * kVec, w);
       math.gradients(x, g, w, means, result, weight_term, bias_term);
+      if constexpr (kResidual) add_unpacked(residual_cache[k], result);
       store_floats<kVec>(grad_input + int64_t(v) * kVec, result);
       if (weight_sums.base != nullptr) weight_sums.add(v, weight_term);
       if (bias_sums.base != nullptr) bias_sums.add(v, bias_term);
@@ -485,6 +553,10 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_backward_long_row_kern
     const T* input = static_cast<const T*>(p.input) + (active ? row * p.input_stride : 0);
     const T* grad_output = static_cast<const T*>(p.grad_output) + (active ? row * p.grad_output_stride : 0);
     T* grad_input = static_cast<T*>(p.grad_input) + (active ? row * p.grad_input_stride : 0);
+    const T* grad_residual =
+        p.grad_residual != nullptr
+            ? static_cast<const T*>(p.grad_residual) + (active ? row * p.grad_residual_stride : 0)
+            : nullptr;
     const RowBackward<kVec, kLayerNorm> math{active ? p.first_statistic[row] : 0.0f,
                                              kLayerNorm && active ? p.second_statistic[row] : 0.0f};
     float2 sums = make_float2(0.0f, 0.0f);
@@ -503,6 +575,7 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_backward_long_row_kern
       load_floats<kVec>(grad_output + int64_t(v) * kVec, g);
       load_weight<T>(p.parameters, int64_t(v) * kVec, w);
       math.gradients(x, g, w, means, result, weight_term, bias_term);
+      if (grad_residual != nullptr) add_unpacked(load_pack<kVec>(grad_residual + int64_t(v) * kVec), result);
       store_floats<kVec>(grad_input + int64_t(v) * kVec, result);
       if (weight_row != nullptr) {
         float partial[kVec];
@@ -565,19 +638,28 @@ RowLayout make_layout(int64_t rows, int64_t hidden, int vector_elements) {
   return layout;
 }
 
-// Calls `function(std::integral_constant<int, N>{})` with N = vectors_per_thread, 1 to kMaxVectorsPerThread: the
-// register cache of a kernel is sized at compile time.
-template <class Function>
-decltype(auto) visit_vectors_per_thread(int vectors_per_thread, Function&& function) {
+// Calls `function(vectors, residual)` with the template arguments of a register-cached kernel, as
+// std::integral_constant<int, kVectors> and std::bool_constant<kResidual>. The register cache is sized at compile time:
+// kVectors = vectors_per_thread (1 to kMaxVectorsPerThread) on the 16-byte path; the scalar path always takes
+// kMaxVectorsPerThread, whose registers cost little there, so that fewer kernels are compiled.
+template <int kVec, class Function>
+decltype(auto) visit_cached_kernel(int vectors_per_thread, bool residual, Function&& function) {
+  auto with_residual = [&](auto vectors) -> decltype(auto) {
+    return residual ? function(vectors, std::true_type{}) : function(vectors, std::false_type{});
+  };
   static_assert(kMaxVectorsPerThread == 4, "one case per register cache size");
-  switch (vectors_per_thread) {
-    case 1: return function(std::integral_constant<int, 1>{});
-    case 2: return function(std::integral_constant<int, 2>{});
-    case 3: return function(std::integral_constant<int, 3>{});
-    case 4: return function(std::integral_constant<int, 4>{});
-    default: break;
+  if constexpr (kVec == 1) {
+    return with_residual(std::integral_constant<int, kMaxVectorsPerThread>{});
+  } else {
+    switch (vectors_per_thread) {
+      case 1: return with_residual(std::integral_constant<int, 1>{});
+      case 2: return with_residual(std::integral_constant<int, 2>{});
+      case 3: return with_residual(std::integral_constant<int, 3>{});
+      case 4: return with_residual(std::integral_constant<int, 4>{});
+      default: break;
+    }
+    throw InternalError("kernels", fmt::format("normalization: {} vectors per thread", vectors_per_thread));
   }
-  throw InternalError("kernels", fmt::format("normalization: {} vectors per thread", vectors_per_thread));
 }
 
 std::optional<std::string> parameter_dtype_reason(std::string_view name, const Tensor* parameter,
@@ -601,6 +683,21 @@ std::optional<std::string> row_tensor_reason(std::string_view name, const Tensor
 
 bool parameter_aligned(const Tensor* parameter) { return parameter == nullptr || is_aligned(parameter->data(), 16); }
 
+// An activation of the residual form (residual, sum, grad_residual), when given: a row tensor of the input's dtype.
+std::optional<std::string> residual_tensor_reason(std::string_view name, const Tensor* tensor, const Tensor& input) {
+  if (tensor == nullptr) return std::nullopt;
+  if (auto reason = row_tensor_reason(name, *tensor)) return reason;
+  return same_dtype_reason(name, *tensor, "input", input);
+}
+
+template <class T>
+bool optional_rows_aligned(const Tensor* tensor) {
+  return tensor == nullptr || rows_aligned<T>(*tensor);
+}
+
+const void* optional_data(const Tensor* tensor) { return tensor != nullptr ? tensor->data() : nullptr; }
+int64_t optional_row_stride(const Tensor* tensor) { return tensor != nullptr ? row_stride(*tensor) : 0; }
+
 NormParameters make_parameters(const Tensor* weight, const Tensor* bias, bool zero_centered) {
   return NormParameters{.weight = weight != nullptr ? weight->data() : nullptr,
                         .bias = bias != nullptr ? bias->data() : nullptr,
@@ -619,19 +716,31 @@ void check_parameter(std::string_view op, std::string_view name, const Tensor* p
   if (parameter != nullptr) check_shape(op, name, *parameter, Shape{hidden}, device);
 }
 
+// `residual` and `sum` come together, shaped as the input.
+void check_residual(std::string_view op, const Tensor* residual, const Tensor* sum, const Tensor& input,
+                    Device device) {
+  FLM_CHECK((residual == nullptr) == (sum == nullptr), op, "residual and sum must be given together");
+  if (residual == nullptr) return;
+  check_shape(op, "residual", *residual, input.shape(), device);
+  check_shape(op, "sum", *sum, input.shape(), device);
+}
+
 template <class T, int kVec, bool kLayerNorm>
 void launch_forward_with(NormForwardParams params, const LaunchScope& scope) {
   params.layout = make_layout(params.layout.rows, params.layout.hidden, kVec);
   const RowLayout& layout = params.layout;
   const dim3 grid(unsigned(ceil_div(layout.rows, layout.groups_per_block)));
   const dim3 block(unsigned(layout.groups_per_block * layout.threads_per_row));
-  if (layout.vectors_per_thread == 0) {
-    norm_forward_long_row_kernel<T, kVec, kLayerNorm><<<grid, block, 0, scope.stream()>>>(params);
-  } else {
-    visit_vectors_per_thread(layout.vectors_per_thread, [&]<int kVectors>(std::integral_constant<int, kVectors>) {
-      norm_forward_kernel<T, kVec, kVectors, kLayerNorm><<<grid, block, 0, scope.stream()>>>(params);
-    });
-  }
+  void (*kernel)(NormForwardParams) = nullptr;
+  if (layout.vectors_per_thread == 0)
+    kernel = &norm_forward_long_row_kernel<T, kVec, kLayerNorm>;
+  else
+    kernel = visit_cached_kernel<kVec>(layout.vectors_per_thread, params.residual != nullptr,
+                                       []<int kVectors, bool kResidual>(std::integral_constant<int, kVectors>,
+                                                                        std::bool_constant<kResidual>) {
+                                         return &norm_forward_kernel<T, kVec, kVectors, kLayerNorm, kResidual>;
+                                       });
+  kernel<<<grid, block, 0, scope.stream()>>>(params);
   scope.check_launch();
 }
 
@@ -656,10 +765,11 @@ void launch_backward_with(NormBackwardParams params, Tensor* grad_weight, Tensor
   if (long_rows)
     kernel = &norm_backward_long_row_kernel<T, kVec, kLayerNorm>;
   else
-    kernel = visit_vectors_per_thread(layout.vectors_per_thread,
-                                      []<int kVectors>(std::integral_constant<int, kVectors>) {
-                                        return &norm_backward_kernel<T, kVec, kVectors, kLayerNorm>;
-                                      });
+    kernel = visit_cached_kernel<kVec>(layout.vectors_per_thread, params.grad_residual != nullptr,
+                                       []<int kVectors, bool kResidual>(std::integral_constant<int, kVectors>,
+                                                                        std::bool_constant<kResidual>) {
+                                         return &norm_backward_kernel<T, kVec, kVectors, kLayerNorm, kResidual>;
+                                       });
   // The column sums of each wanted gradient, one slice of `hidden` floats per row group of a block.
   const int gradients = (grad_weight != nullptr ? 1 : 0) + (grad_bias != nullptr ? 1 : 0);
   const size_t shared_bytes = long_rows ? 0 : size_t(gradients) * layout.groups_per_block * hidden * sizeof(float);
@@ -724,6 +834,8 @@ std::optional<std::string> supports_rms_norm_forward(const RmsNormForwardArgs& a
   if (auto reason = cuda_floating_reason("input", args.input)) return reason;
   if (auto reason = same_dtype_reason("output", args.output, "input", args.input)) return reason;
   if (auto reason = row_tensor_reason("output", args.output)) return reason;
+  if (auto reason = residual_tensor_reason("residual", args.residual, args.input)) return reason;
+  if (auto reason = residual_tensor_reason("sum", args.sum, args.input)) return reason;
   if (auto reason = parameter_dtype_reason("weight", args.weight, args.input)) return reason;
   if (auto reason = optional_reason("weight", args.weight, &inner_contiguous_reason)) return reason;
   if (auto reason = float32_reason("inverse_rms", args.inverse_rms)) return reason;
@@ -738,14 +850,20 @@ void rms_norm_forward_fused(const RmsNormForwardArgs& args) {
   check_parameter(op, "weight", args.weight, hidden, device);
   check_shape(op, "output", args.output, args.input.shape(), device);
   check_shape(op, "inverse_rms", args.inverse_rms, Shape{rows}, device);
+  check_residual(op, args.residual, args.sum, args.input, device);
   if (rows == 0) return;
   LaunchScope scope(op, device, args.stream);
   visit_cuda_floating(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     const bool vectorized = hidden % kVectorElements<T> == 0 && rows_aligned<T>(args.input) &&
-                            rows_aligned<T>(args.output) && parameter_aligned(args.weight);
+                            rows_aligned<T>(args.output) && optional_rows_aligned<T>(args.residual) &&
+                            optional_rows_aligned<T>(args.sum) && parameter_aligned(args.weight);
     launch_forward<T, false>(
         NormForwardParams{.input = args.input.data(),
                           .input_stride = row_stride(args.input),
+                          .residual = optional_data(args.residual),
+                          .residual_stride = optional_row_stride(args.residual),
+                          .sum = args.sum != nullptr ? args.sum->data() : nullptr,
+                          .sum_stride = optional_row_stride(args.sum),
                           .output = args.output.data(),
                           .output_stride = row_stride(args.output),
                           .parameters = make_parameters(args.weight, nullptr, args.zero_centered),
@@ -768,6 +886,7 @@ std::optional<std::string> supports_rms_norm_backward(const RmsNormBackwardArgs&
   if (auto reason = optional_reason("weight", args.weight, &inner_contiguous_reason)) return reason;
   if (auto reason = float32_reason("inverse_rms", args.inverse_rms)) return reason;
   if (auto reason = inner_contiguous_reason("inverse_rms", args.inverse_rms)) return reason;
+  if (auto reason = residual_tensor_reason("grad_residual", args.grad_residual, args.input)) return reason;
   if (auto reason = optional_reason("grad_weight", args.grad_weight, &float32_reason)) return reason;
   return optional_reason("grad_weight", args.grad_weight, &inner_contiguous_reason);
 }
@@ -783,12 +902,13 @@ void rms_norm_backward_fused(const RmsNormBackwardArgs& args) {
   check_shape(op, "grad_input", args.grad_input, args.input.shape(), device);
   check_parameter(op, "grad_weight", args.grad_weight, hidden, device);
   FLM_CHECK(args.grad_weight == nullptr || args.weight != nullptr, op, "grad_weight is given without a weight");
+  if (args.grad_residual != nullptr) check_shape(op, "grad_residual", *args.grad_residual, args.input.shape(), device);
   if (rows == 0) return;
   LaunchScope scope(op, device, args.stream);
   visit_cuda_floating(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     const bool vectorized = hidden % kVectorElements<T> == 0 && rows_aligned<T>(args.input) &&
                             rows_aligned<T>(args.grad_output) && rows_aligned<T>(args.grad_input) &&
-                            parameter_aligned(args.weight);
+                            optional_rows_aligned<T>(args.grad_residual) && parameter_aligned(args.weight);
     launch_backward<T, false>(
         NormBackwardParams{.grad_output = args.grad_output.data(),
                            .grad_output_stride = row_stride(args.grad_output),
@@ -796,6 +916,8 @@ void rms_norm_backward_fused(const RmsNormBackwardArgs& args) {
                            .input_stride = row_stride(args.input),
                            .grad_input = args.grad_input.data(),
                            .grad_input_stride = row_stride(args.grad_input),
+                           .grad_residual = optional_data(args.grad_residual),
+                           .grad_residual_stride = optional_row_stride(args.grad_residual),
                            .parameters = make_parameters(args.weight, nullptr, args.zero_centered),
                            .first_statistic = args.inverse_rms.data_as<float>(),
                            .second_statistic = nullptr,
@@ -814,6 +936,8 @@ std::optional<std::string> supports_layer_norm_forward(const LayerNormForwardArg
   if (auto reason = cuda_floating_reason("input", args.input)) return reason;
   if (auto reason = same_dtype_reason("output", args.output, "input", args.input)) return reason;
   if (auto reason = row_tensor_reason("output", args.output)) return reason;
+  if (auto reason = residual_tensor_reason("residual", args.residual, args.input)) return reason;
+  if (auto reason = residual_tensor_reason("sum", args.sum, args.input)) return reason;
   if (auto reason = parameter_dtype_reason("weight", args.weight, args.input)) return reason;
   if (auto reason = optional_reason("weight", args.weight, &inner_contiguous_reason)) return reason;
   if (auto reason = parameter_dtype_reason("bias", args.bias, args.input)) return reason;
@@ -834,14 +958,20 @@ void layer_norm_forward_fused(const LayerNormForwardArgs& args) {
   check_shape(op, "output", args.output, args.input.shape(), device);
   check_shape(op, "mean", args.mean, Shape{rows}, device);
   check_shape(op, "inverse_std", args.inverse_std, Shape{rows}, device);
+  check_residual(op, args.residual, args.sum, args.input, device);
   if (rows == 0) return;
   LaunchScope scope(op, device, args.stream);
   visit_cuda_floating(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     const bool vectorized = hidden % kVectorElements<T> == 0 && rows_aligned<T>(args.input) &&
-                            rows_aligned<T>(args.output) && parameter_aligned(args.weight) &&
+                            rows_aligned<T>(args.output) && optional_rows_aligned<T>(args.residual) &&
+                            optional_rows_aligned<T>(args.sum) && parameter_aligned(args.weight) &&
                             parameter_aligned(args.bias);
     launch_forward<T, true>(NormForwardParams{.input = args.input.data(),
                                               .input_stride = row_stride(args.input),
+                                              .residual = optional_data(args.residual),
+                                              .residual_stride = optional_row_stride(args.residual),
+                                              .sum = args.sum != nullptr ? args.sum->data() : nullptr,
+                                              .sum_stride = optional_row_stride(args.sum),
                                               .output = args.output.data(),
                                               .output_stride = row_stride(args.output),
                                               .parameters = make_parameters(args.weight, args.bias, args.zero_centered),
@@ -866,6 +996,7 @@ std::optional<std::string> supports_layer_norm_backward(const LayerNormBackwardA
   if (auto reason = inner_contiguous_reason("mean", args.mean)) return reason;
   if (auto reason = float32_reason("inverse_std", args.inverse_std)) return reason;
   if (auto reason = inner_contiguous_reason("inverse_std", args.inverse_std)) return reason;
+  if (auto reason = residual_tensor_reason("grad_residual", args.grad_residual, args.input)) return reason;
   if (auto reason = optional_reason("grad_weight", args.grad_weight, &float32_reason)) return reason;
   if (auto reason = optional_reason("grad_weight", args.grad_weight, &inner_contiguous_reason)) return reason;
   if (auto reason = optional_reason("grad_bias", args.grad_bias, &float32_reason)) return reason;
@@ -885,18 +1016,21 @@ void layer_norm_backward_fused(const LayerNormBackwardArgs& args) {
   check_parameter(op, "grad_weight", args.grad_weight, hidden, device);
   check_parameter(op, "grad_bias", args.grad_bias, hidden, device);
   FLM_CHECK(args.grad_weight == nullptr || args.weight != nullptr, op, "grad_weight is given without a weight");
+  if (args.grad_residual != nullptr) check_shape(op, "grad_residual", *args.grad_residual, args.input.shape(), device);
   if (rows == 0) return;
   LaunchScope scope(op, device, args.stream);
   visit_cuda_floating(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     const bool vectorized = hidden % kVectorElements<T> == 0 && rows_aligned<T>(args.input) &&
                             rows_aligned<T>(args.grad_output) && rows_aligned<T>(args.grad_input) &&
-                            parameter_aligned(args.weight);
+                            optional_rows_aligned<T>(args.grad_residual) && parameter_aligned(args.weight);
     launch_backward<T, true>(NormBackwardParams{.grad_output = args.grad_output.data(),
                                                 .grad_output_stride = row_stride(args.grad_output),
                                                 .input = args.input.data(),
                                                 .input_stride = row_stride(args.input),
                                                 .grad_input = args.grad_input.data(),
                                                 .grad_input_stride = row_stride(args.grad_input),
+                                                .grad_residual = optional_data(args.grad_residual),
+                                                .grad_residual_stride = optional_row_stride(args.grad_residual),
                                                 .parameters = make_parameters(args.weight, nullptr, args.zero_centered),
                                                 .first_statistic = args.mean.data_as<float>(),
                                                 .second_statistic = args.inverse_std.data_as<float>(),

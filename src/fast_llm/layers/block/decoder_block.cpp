@@ -77,9 +77,8 @@ Tensor DecoderBlock::forward(LayerContext& context, const Tensor& input) {
   // (tokens, hidden): the mixer output, then the residual stream after the mixer.
   Tensor hidden = mixer_->forward(normalized, context.batch, keep ? &saved.mixer : nullptr, stream);
   apply_dropout(hidden, dropout, dropout_seed(saved.dropout_seed, name(), kMixerDropout), stream);
-  kernels::axpy({.input = input, .output = hidden, .alpha = 1.0, .stream = stream});
-
-  normalized = norm_2_.forward(hidden, keep ? &saved.norm_2 : nullptr, stream);
+  // hidden += input, in the same pass as norm_2.
+  normalized = norm_2_.add_and_forward(hidden, input, keep ? &saved.norm_2 : nullptr, stream);
   // (tokens, hidden): the MLP output, then the block output.
   Tensor output = mlp_->forward(normalized, keep ? &saved.mlp : nullptr, stream);
   apply_dropout(output, dropout, dropout_seed(saved.dropout_seed, name(), kMlpDropout), stream);
@@ -96,21 +95,21 @@ Tensor DecoderBlock::backward(LayerContext& context, const Tensor& grad_output) 
   saved_.erase(found);
   const Stream stream = context.stream;
 
-  // MLP branch: grad of the residual stream after the mixer = grad_output + norm_2'(mlp'(dropout'(grad_output))).
+  // MLP branch: grad of the residual stream after the mixer = grad_output + norm_2'(mlp'(dropout'(grad_output))), the
+  // skip connection's term added by norm_2's backward in its own pass.
   // Each part of the saved state is moved into (or dropped after) the backward that reads it last, so its memory is
   // free for the rest of this backward.
   Tensor grad_mlp = dropout_copy(grad_output, dropout_, dropout_seed(saved.dropout_seed, name(), kMlpDropout), stream);
-  Tensor grad_hidden = norm_2_.backward(mlp_->backward(grad_mlp, std::move(saved.mlp), stream), saved.norm_2, stream);
+  Tensor grad_hidden = norm_2_.backward(mlp_->backward(grad_mlp, std::move(saved.mlp), stream), saved.norm_2, stream,
+                                        /*grad_residual=*/&grad_output);
   grad_mlp = Tensor();
   saved.norm_2 = Normalization::Saved();
-  kernels::axpy({.input = grad_output, .output = grad_hidden, .alpha = 1.0, .stream = stream});
 
-  // Mixer branch.
-  Tensor grad_mixer = dropout_copy(grad_hidden, dropout_, dropout_seed(saved.dropout_seed, name(), kMixerDropout), stream);
-  Tensor grad_input =
-      norm_1_.backward(mixer_->backward(grad_mixer, std::move(saved.mixer), stream), saved.norm_1, stream);
-  kernels::axpy({.input = grad_hidden, .output = grad_input, .alpha = 1.0, .stream = stream});
-  return grad_input;
+  // Mixer branch: grad_input = grad_hidden + norm_1'(mixer'(dropout'(grad_hidden))), in the same way.
+  Tensor grad_mixer =
+      dropout_copy(grad_hidden, dropout_, dropout_seed(saved.dropout_seed, name(), kMixerDropout), stream);
+  return norm_1_.backward(mixer_->backward(grad_mixer, std::move(saved.mixer), stream), saved.norm_1, stream,
+                          /*grad_residual=*/&grad_hidden);
 }
 
 double DecoderBlock::flops(const MicroBatch& batch) const {

@@ -1,8 +1,10 @@
 // Decoder block (Fast-LLM's `type: decoder`), a Layer on the residual stream (tokens, hidden):
 //   h = x + dropout(mixer(norm_1(x)))
 //   y = h + dropout(mlp(norm_2(h)))
-// Residual additions are axpy on the mixer / MLP outputs (no copy); dropout uses seeds derived from the micro-batch's
-// dropout seed and the block's name, so backward regenerates the same masks.
+// The addition after the mixer is done in place on the mixer output by norm_2, in the pass that normalises the sum
+// (Normalization::add_and_forward); the one after the MLP is an axpy on the MLP output (no copy). In backward each
+// norm adds the skip connection's gradient to its own in the same pass. Dropout uses seeds derived from the
+// micro-batch's dropout seed and the block's name, so backward regenerates the same masks.
 // Parameters: `<name>.norm_1.*`, `<name>.mixer.*` (attention), `<name>.norm_2.*`, `<name>.mlp.*`.
 // Backward returns the gradient of x (=), accumulating parameter gradients (+=). Saved state is kept per
 // micro-batch (context.batch.index) from forward to backward.

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/kernels/copy.h"
 #include "fast_llm/kernels/normalization.h"
+#include "fast_llm/kernels/pointwise.h"
 #include "fast_llm/layers/common/parameter_settings.h"
 
 namespace fast_llm::layers {
@@ -46,6 +48,20 @@ Tensor Normalization::forward(const Tensor& input, Saved* saved, Stream stream) 
     if (saved != nullptr) *saved = Saved{};
     return input;
   }
+  return normalize(input, nullptr, nullptr, saved, stream);
+}
+
+Tensor Normalization::add_and_forward(Tensor& input, const Tensor& residual, Saved* saved, Stream stream) const {
+  if (kind_ == Kind::none) {
+    kernels::axpy({.input = residual, .output = input, .alpha = 1.0, .stream = stream});
+    if (saved != nullptr) *saved = Saved{};
+    return input;
+  }
+  return normalize(input, &residual, &input, saved, stream);
+}
+
+Tensor Normalization::normalize(const Tensor& input, const Tensor* residual, Tensor* sum, Saved* saved,
+                                Stream stream) const {
   FLM_ASSERT(input.rank() == 2 && input.size(1) == hidden_size_, "{}: input {} for hidden size {}", name(),
              input.shape().str(), hidden_size_);
   const int64_t rows = input.size(0);
@@ -64,6 +80,8 @@ Tensor Normalization::forward(const Tensor& input, Saved* saved, Stream stream) 
                                  .inverse_std = inverse_std,
                                  .epsilon = epsilon_,
                                  .zero_centered = zero_centered_,
+                                 .residual = residual,
+                                 .sum = sum,
                                  .stream = stream});
   } else {
     kernels::rms_norm_forward({.input = input,
@@ -72,14 +90,23 @@ Tensor Normalization::forward(const Tensor& input, Saved* saved, Stream stream) 
                                .inverse_rms = statistic,
                                .epsilon = epsilon_,
                                .zero_centered = zero_centered_,
+                               .residual = residual,
+                               .sum = sum,
                                .stream = stream});
   }
   if (saved != nullptr) *saved = Saved{.input = input, .statistic = statistic, .inverse_std = inverse_std};
   return output;
 }
 
-Tensor Normalization::backward(const Tensor& grad_output, const Saved& saved, Stream stream) const {
-  if (kind_ == Kind::none) return grad_output;
+Tensor Normalization::backward(const Tensor& grad_output, const Saved& saved, Stream stream,
+                               const Tensor* grad_residual) const {
+  if (kind_ == Kind::none) {
+    if (grad_residual == nullptr) return grad_output;
+    Tensor grad_input = Tensor::empty(grad_output.shape(), grad_output.dtype(), grad_output.device(), stream);
+    kernels::copy({.source = grad_output, .destination = grad_input, .stream = stream});
+    kernels::axpy({.input = *grad_residual, .output = grad_input, .alpha = 1.0, .stream = stream});
+    return grad_input;
+  }
   FLM_ASSERT(saved.input.defined(), "{}: backward without a saved forward", name());
   Tensor grad_input = Tensor::empty(saved.input.shape(), saved.input.dtype(), saved.input.device(), stream);
   const Tensor* weight = weight_ != nullptr ? &weight_->weight : nullptr;
@@ -93,6 +120,7 @@ Tensor Normalization::backward(const Tensor& grad_output, const Saved& saved, St
                                   .grad_weight = gradient_of(weight_),
                                   .grad_bias = gradient_of(bias_),
                                   .zero_centered = zero_centered_,
+                                  .grad_residual = grad_residual,
                                   .stream = stream});
   } else {
     kernels::rms_norm_backward({.grad_output = grad_output,
@@ -102,6 +130,7 @@ Tensor Normalization::backward(const Tensor& grad_output, const Saved& saved, St
                                 .grad_input = grad_input,
                                 .grad_weight = gradient_of(weight_),
                                 .zero_centered = zero_centered_,
+                                .grad_residual = grad_residual,
                                 .stream = stream});
   }
   return grad_input;

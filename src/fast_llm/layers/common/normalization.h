@@ -5,6 +5,9 @@
 // `<name>.bias` (hidden, layer_norm only), zeros; neither has weight decay. A module keeps no per-micro-batch state:
 // forward fills a Saved that its owning layer keeps until backward.
 // Backward: grad_input (=) returned, grad_weight / grad_bias (+=) into the bound gradient views.
+// Residual form, for a norm that follows a skip connection (a decoder block's norm_2, and the gradient of its norm_1):
+// add_and_forward adds the residual into its input and normalises the sum in one pass, and backward adds the skip
+// connection's gradient into grad_input in the same pass (kernels/normalization.h).
 #pragma once
 
 #include <string>
@@ -35,10 +38,19 @@ class Normalization : public Module {
   // (rows, hidden) -> (rows, hidden) in the dtype of the input; `saved` (may be null: nothing kept) is filled for
   // backward. The identity returns `input` itself.
   Tensor forward(const Tensor& input, Saved* saved, Stream stream) const;
-  // grad_output (rows, hidden) -> grad_input (=); parameter gradients +=. The identity returns `grad_output` itself.
-  Tensor backward(const Tensor& grad_output, const Saved& saved, Stream stream) const;
+  // input += residual in place (rounded to the dtype, as an axpy), then forward(input): `input` is left holding the
+  // residual stream after the addition, which is also what backward sees as the input. The identity returns `input`.
+  Tensor add_and_forward(Tensor& input, const Tensor& residual, Saved* saved, Stream stream) const;
+  // grad_output (rows, hidden) -> grad_input (=); parameter gradients +=. With `grad_residual` (rows, hidden), the
+  // gradient that reaches the input through a skip connection, grad_input = grad_residual + the norm's gradient. The
+  // identity returns `grad_output` itself, or a new grad_output + grad_residual.
+  Tensor backward(const Tensor& grad_output, const Saved& saved, Stream stream,
+                  const Tensor* grad_residual = nullptr) const;
 
  private:
+  // The norm's kernel, of `input` or in the residual form of input + residual (written into `sum`).
+  Tensor normalize(const Tensor& input, const Tensor* residual, Tensor* sum, Saved* saved, Stream stream) const;
+
   Kind kind_ = Kind::none;
   int64_t hidden_size_ = 0;
   double epsilon_ = 1e-5;
