@@ -1,12 +1,16 @@
-// ops benchmark: the memory-bound ops of a Llama training step (norms, rotary, SwiGLU, embedding, cross-entropy,
-// Adam alone and writing the bf16 weights, the fp32 -> bf16 weight cast that replaces, squared norm, residual axpy,
-// dropout), each through its dispatch path on the GPU (the highest-priority CUDA variant: `fused`), at the shape of
-// Llama-3.2-1B: tokens 16384, hidden 2048, intermediate 8192, vocab 128256, 32 heads, 8 key-value heads, head size 64,
-// and the model's 1,235,814,400 parameters for the optimizer ops. cross_entropy_forward_backward is timed with every
-// CUDA variant (listed highest priority first: the first is what dispatch runs), so that one run compares them, at
-// the Llama head above and at SmolLM2's (2 x tokens, vocab 49152).
+// ops benchmark: the memory-bound ops of a Llama training step (norms, alone and in the residual form that folds a
+// skip connection into them, rotary, SwiGLU, embedding, cross-entropy, Adam alone and writing the bf16 weights, the
+// fp32 -> bf16 weight cast that replaces, squared norm, residual axpy, dropout), each through its dispatch path on
+// the GPU (the highest-priority CUDA variant: `fused`), at the shape of Llama-3.2-1B: tokens 16384, hidden 2048,
+// intermediate 8192, vocab 128256, 32 heads, 8 key-value heads, head size 64, and the model's 1,235,814,400
+// parameters for the optimizer ops. cross_entropy_forward_backward is timed with every CUDA variant (listed highest
+// priority first: the first is what dispatch runs), so that one run compares them, at the Llama head above and at
+// SmolLM2's (2 x tokens, vocab 49152).
 //
-//   ops_benchmark [tokens [iterations]]
+//   ops_benchmark [tokens [iterations [hidden]]]
+//
+// `hidden` replaces the hidden size alone (576: SmolLM2-135M's, with tokens 32768; 3072: Llama-3.2-3B's, with 8192),
+// for the ops over (tokens, hidden) activations: the norms, the embedding, the residual adds and dropout.
 //
 // Every op is first run on a small odd shape (67 tokens, hidden 264, vocab 1003, ...) on the GPU and with the CPU
 // reference on the same inputs, and its outputs compared (relative error of the norm: 1e-2 for bf16 outputs, 1e-4
@@ -163,6 +167,46 @@ std::vector<OpCase> op_cases() {
        .outputs = {"grad_input", "grad_weight"},
        .bytes = [](const Dims& d, const TensorMap&) {
          return 3 * kBf16 * d.tokens * d.hidden + kBf16 * d.hidden + kFp32 * d.tokens + 2 * kFp32 * d.hidden;
+       }});
+  // The residual form replaces an axpy (3 passes) and the norm: the forward moves 4 passes instead of 5, the backward
+  // 4 instead of 6. Compare with rms_norm_* plus "axpy (residual, bf16)".
+  cases.push_back(
+      {.name = "rms_norm_forward (residual)",
+       .create = [](const Dims& d) {
+         return TensorMap{{"input", uniform(Shape{d.tokens, d.hidden}, DType::bfloat16, 50, -2, 2)},
+                          {"residual", uniform(Shape{d.tokens, d.hidden}, DType::bfloat16, 51, -2, 2)},
+                          {"weight", uniform(Shape{d.hidden}, DType::bfloat16, 52)},
+                          {"sum", uniform(Shape{d.tokens, d.hidden}, DType::bfloat16, 53)},
+                          {"output", uniform(Shape{d.tokens, d.hidden}, DType::bfloat16, 54)},
+                          {"inverse_rms", uniform(Shape{d.tokens}, DType::float32, 55)}};
+       },
+       .run = [](TensorMap& t) {
+         rms_norm_forward({.input = t["input"], .weight = &t["weight"], .output = t["output"],
+                           .inverse_rms = t["inverse_rms"], .residual = &t["residual"], .sum = &t["sum"]});
+       },
+       .outputs = {"sum", "output", "inverse_rms"},
+       .bytes = [](const Dims& d, const TensorMap&) {
+         return 4 * kBf16 * d.tokens * d.hidden + kBf16 * d.hidden + kFp32 * d.tokens;
+       }});
+  cases.push_back(
+      {.name = "rms_norm_backward (residual)",
+       .create = [](const Dims& d) {
+         return TensorMap{{"grad_output", uniform(Shape{d.tokens, d.hidden}, DType::bfloat16, 56)},
+                          {"input", uniform(Shape{d.tokens, d.hidden}, DType::bfloat16, 57, -2, 2)},
+                          {"weight", uniform(Shape{d.hidden}, DType::bfloat16, 58)},
+                          {"inverse_rms", uniform(Shape{d.tokens}, DType::float32, 59, 0.5, 2)},
+                          {"grad_residual", uniform(Shape{d.tokens, d.hidden}, DType::bfloat16, 60)},
+                          {"grad_input", uniform(Shape{d.tokens, d.hidden}, DType::bfloat16, 61)},
+                          {"grad_weight", uniform(Shape{d.hidden}, DType::float32, 62)}};
+       },
+       .run = [](TensorMap& t) {
+         rms_norm_backward({.grad_output = t["grad_output"], .input = t["input"], .weight = &t["weight"],
+                            .inverse_rms = t["inverse_rms"], .grad_input = t["grad_input"],
+                            .grad_weight = &t["grad_weight"], .grad_residual = &t["grad_residual"]});
+       },
+       .outputs = {"grad_input", "grad_weight"},
+       .bytes = [](const Dims& d, const TensorMap&) {
+         return 4 * kBf16 * d.tokens * d.hidden + kBf16 * d.hidden + kFp32 * d.tokens + 2 * kFp32 * d.hidden;
        }});
   cases.push_back(
       {.name = "layer_norm_forward",
@@ -436,12 +480,12 @@ bool check_against_reference(const OpCase& op, const Dims& small) {
 
 using benchmarks::median_ms;
 
-int run_benchmark(int64_t tokens, int iterations) {
+int run_benchmark(int64_t tokens, int iterations, int64_t hidden) {
   if (cuda_devices().empty()) {
     std::fprintf(stderr, "ops_benchmark needs a CUDA device\n");
     return 1;
   }
-  const Dims full{.tokens = tokens, .hidden = 2048, .intermediate = 8192, .vocab = 128256, .heads = 32, .groups = 8,
+  const Dims full{.tokens = tokens, .hidden = hidden, .intermediate = 8192, .vocab = 128256, .heads = 32, .groups = 8,
                   .head_size = 64, .parameters = 1235814400, .smollm2_tokens = 2 * tokens, .smollm2_vocab = 49152};
   const Dims small{.tokens = 67, .hidden = 264, .intermediate = 392, .vocab = 1003, .heads = 4, .groups = 2,
                    .head_size = 64, .parameters = 100003, .smollm2_tokens = 35, .smollm2_vocab = 4099};
@@ -476,8 +520,9 @@ int run_benchmark(int64_t tokens, int iterations) {
 int main(int argc, char** argv) {
   const int64_t tokens = argc > 1 ? std::atoll(argv[1]) : 16384;
   const int iterations = argc > 2 ? std::atoi(argv[2]) : 20;
+  const int64_t hidden = argc > 3 ? std::atoll(argv[3]) : 2048;
   try {
-    return fast_llm::run_benchmark(tokens, iterations);
+    return fast_llm::run_benchmark(tokens, iterations, hidden);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "ops_benchmark: %s\n", error.what());
     return 1;

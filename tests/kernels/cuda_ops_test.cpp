@@ -2,11 +2,12 @@
 // optimizer_ops, pointwise}.cu, on top of the per-op consistency tests: the shapes that pick each kernel path (16-byte
 // and scalar accesses, norm rows held in registers by one warp or several, cross-entropy rows staged in shared memory,
 // rows read twice, several rows per block and row groups that loop, clusters of 1 to 8 blocks per cross-entropy row),
-// odd sizes (hidden 264, 576 and 4097, vocab 50257, 1, 3 and 9001 rows), unaligned and strided views, mixed dtypes,
-// and bitwise run-to-run determinism of every reduction. Every case compares the `fused` variant with the CPU
-// reference through the consistency harness (outputs poisoned with NaN first, relative error of the norm within the
-// dtype's tolerance) and fails if the variant declines it; Adam's compute-dtype weights are also compared bit for bit
-// with a cast of the parameters it leaves. Without a GPU every case skips itself.
+// the norms' residual form on each path and in place, odd sizes (hidden 264, 576 and 4097, vocab 50257, 1, 3 and 9001
+// rows), unaligned and strided views, mixed dtypes, and bitwise run-to-run determinism of every reduction. Every case
+// compares the `fused` variant with the CPU reference through the consistency harness (outputs poisoned with NaN
+// first, relative error of the norm within the dtype's tolerance) and fails if the variant declines it; Adam's
+// compute-dtype weights are also compared bit for bit with a cast of the parameters it leaves. Without a GPU every
+// case skips itself.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -96,14 +97,15 @@ struct NormCase {
   int64_t rows = 1, hidden = 1;
   bool weight = true, bias = true, zero_centered = false;
   bool grad_weight = true, grad_bias = true;
-  int64_t padding = 0;  // extra columns per row of the activations' storage
+  int64_t padding = 0;    // extra columns per row of the activations' storage
+  bool residual = false;  // the residual form: residual and sum in the forward, grad_residual in the backward
 };
 
 std::string norm_name(const NormCase& c) {
   return fmt::format("{} (weights {}) ({}, {}) weight={} bias={} zero_centered={} grad_weight={} grad_bias={} "
-                     "padding={}",
+                     "padding={} residual={}",
                      dtype_name(c.dtype), dtype_name(c.parameter_dtype), c.rows, c.hidden, c.weight, c.bias,
-                     c.zero_centered, c.grad_weight, c.grad_bias, c.padding);
+                     c.zero_centered, c.grad_weight, c.grad_bias, c.padding, c.residual);
 }
 
 TensorSpec norm_activation(const NormCase& c, bool is_output, uint64_t seed) {
@@ -131,9 +133,14 @@ NormProblems norm_problems(const NormCase& c, uint64_t seed) {
   if (c.weight) rms_forward.tensors["weight"] = input(random_tensor(hidden, c.parameter_dtype, ++seed));
   rms_forward.tensors["output"] = norm_activation(c, true, ++seed);
   rms_forward.tensors["inverse_rms"] = output(Tensor::empty(rows, DType::float32));
+  if (c.residual) {
+    rms_forward.tensors["residual"] = norm_activation(c, false, ++seed);
+    rms_forward.tensors["sum"] = norm_activation(c, true, ++seed);
+  }
   rms_forward.call = [c](TensorMap& t, const auto& run) {
     run({.input = t.at("input"), .weight = optional_tensor(t, "weight"), .output = t.at("output"),
-         .inverse_rms = t.at("inverse_rms"), .epsilon = 1e-5, .zero_centered = c.zero_centered});
+         .inverse_rms = t.at("inverse_rms"), .epsilon = 1e-5, .zero_centered = c.zero_centered,
+         .residual = optional_tensor(t, "residual"), .sum = optional_tensor(t, "sum")});
   };
 
   auto& rms_backward = problems.rms_backward;
@@ -148,10 +155,12 @@ NormProblems norm_problems(const NormCase& c, uint64_t seed) {
   }
   rms_backward.tensors["inverse_rms"] = input(random_tensor(rows, DType::float32, ++seed, 0.5, 2));
   rms_backward.tensors["grad_input"] = norm_activation(c, true, ++seed);
+  if (c.residual) rms_backward.tensors["grad_residual"] = norm_activation(c, false, ++seed);
   rms_backward.call = [c](TensorMap& t, const auto& run) {
     run({.grad_output = t.at("grad_output"), .input = t.at("input"), .weight = optional_tensor(t, "weight"),
          .inverse_rms = t.at("inverse_rms"), .grad_input = t.at("grad_input"),
-         .grad_weight = optional_tensor(t, "grad_weight"), .zero_centered = c.zero_centered});
+         .grad_weight = optional_tensor(t, "grad_weight"), .zero_centered = c.zero_centered,
+         .grad_residual = optional_tensor(t, "grad_residual")});
   };
 
   auto& layer_forward = problems.layer_forward;
@@ -163,10 +172,15 @@ NormProblems norm_problems(const NormCase& c, uint64_t seed) {
   layer_forward.tensors["output"] = norm_activation(c, true, ++seed);
   layer_forward.tensors["mean"] = output(Tensor::empty(rows, DType::float32));
   layer_forward.tensors["inverse_std"] = output(Tensor::empty(rows, DType::float32));
+  if (c.residual) {
+    layer_forward.tensors["residual"] = norm_activation(c, false, ++seed);
+    layer_forward.tensors["sum"] = norm_activation(c, true, ++seed);
+  }
   layer_forward.call = [c](TensorMap& t, const auto& run) {
     run({.input = t.at("input"), .weight = optional_tensor(t, "weight"), .bias = optional_tensor(t, "bias"),
          .output = t.at("output"), .mean = t.at("mean"), .inverse_std = t.at("inverse_std"), .epsilon = 1e-5,
-         .zero_centered = c.zero_centered});
+         .zero_centered = c.zero_centered, .residual = optional_tensor(t, "residual"),
+         .sum = optional_tensor(t, "sum")});
   };
 
   auto& layer_backward = problems.layer_backward;
@@ -184,11 +198,12 @@ NormProblems norm_problems(const NormCase& c, uint64_t seed) {
   layer_backward.tensors["mean"] = input(random_tensor(rows, DType::float32, ++seed, -0.5, 0.5));
   layer_backward.tensors["inverse_std"] = input(random_tensor(rows, DType::float32, ++seed, 0.5, 2));
   layer_backward.tensors["grad_input"] = norm_activation(c, true, ++seed);
+  if (c.residual) layer_backward.tensors["grad_residual"] = norm_activation(c, false, ++seed);
   layer_backward.call = [c](TensorMap& t, const auto& run) {
     run({.grad_output = t.at("grad_output"), .input = t.at("input"), .weight = optional_tensor(t, "weight"),
          .mean = t.at("mean"), .inverse_std = t.at("inverse_std"), .grad_input = t.at("grad_input"),
          .grad_weight = optional_tensor(t, "grad_weight"), .grad_bias = optional_tensor(t, "grad_bias"),
-         .zero_centered = c.zero_centered});
+         .zero_centered = c.zero_centered, .grad_residual = optional_tensor(t, "grad_residual")});
   };
   return problems;
 }
@@ -229,6 +244,18 @@ std::vector<NormCase> norm_cases() {
       {.dtype = bf16, .parameter_dtype = bf16, .rows = 9, .hidden = 512, .grad_weight = false},
       {.dtype = fp32, .parameter_dtype = fp32, .rows = 9, .hidden = 4097, .grad_weight = false, .grad_bias = true},
       {.dtype = fp16, .parameter_dtype = fp32, .rows = 9, .hidden = 768, .bias = false, .grad_weight = false},
+      // The residual form on each path: one warp and several per row, the scalar path held in registers and read
+      // per pass, long 16-byte rows, padded rows (16-byte aligned and not), zero-centred fp16 with fp32 parameters.
+      {.dtype = bf16, .parameter_dtype = bf16, .rows = 9001, .hidden = 576, .residual = true},
+      {.dtype = bf16, .parameter_dtype = fp32, .rows = 67, .hidden = 264, .residual = true},
+      {.dtype = bf16, .parameter_dtype = bf16, .rows = 1001, .hidden = 3072, .residual = true},
+      {.dtype = fp16, .parameter_dtype = fp32, .rows = 35, .hidden = 2048, .zero_centered = true, .residual = true},
+      {.dtype = fp32, .parameter_dtype = fp32, .rows = 513, .hidden = 576, .residual = true},
+      {.dtype = bf16, .parameter_dtype = bf16, .rows = 3, .hidden = 1001, .residual = true},
+      {.dtype = bf16, .parameter_dtype = bf16, .rows = 3, .hidden = 4097, .residual = true},
+      {.dtype = bf16, .parameter_dtype = bf16, .rows = 2, .hidden = 65536, .residual = true},
+      {.dtype = bf16, .parameter_dtype = bf16, .rows = 1000, .hidden = 2048, .padding = 8, .residual = true},
+      {.dtype = bf16, .parameter_dtype = bf16, .rows = 7, .hidden = 256, .padding = 3, .residual = true},
   };
 }
 
@@ -251,12 +278,61 @@ TEST(CudaOps, NormalizationBackwardIsDeterministic) {
            {.dtype = DType::float32, .parameter_dtype = DType::float32, .rows = 20000, .hidden = 64},
            {.dtype = DType::bfloat16, .parameter_dtype = DType::bfloat16, .rows = 1000, .hidden = 2048},
            {.dtype = DType::bfloat16, .parameter_dtype = DType::bfloat16, .rows = 9001, .hidden = 576},
+           {.dtype = DType::bfloat16, .parameter_dtype = DType::bfloat16, .rows = 9001, .hidden = 576,
+            .residual = true},
            {.dtype = DType::bfloat16, .parameter_dtype = DType::bfloat16, .rows = 300, .hidden = 4097}}) {
     const NormProblems problems = norm_problems(c, seed += 100);
     expect_deterministic(problems.rms_forward);
     expect_deterministic(problems.rms_backward);
     expect_deterministic(problems.layer_forward);
     expect_deterministic(problems.layer_backward);
+  }
+}
+
+// The residual form in place, as the decoder block calls it: `sum` is the input, which ends up holding the sum.
+TEST(CudaOps, NormalizationResidualFormInPlace) {
+  REQUIRE_GPU();
+  uint64_t seed = 92000;
+  const DType bf16 = DType::bfloat16;
+  // Rows in registers (16-byte and scalar) and rows read per pass (scalar and 16-byte).
+  const std::vector<NormCase> cases = {{.dtype = bf16, .parameter_dtype = bf16, .rows = 9001, .hidden = 576},
+                                       {.dtype = bf16, .parameter_dtype = bf16, .rows = 3, .hidden = 1001},
+                                       {.dtype = bf16, .parameter_dtype = bf16, .rows = 3, .hidden = 4097},
+                                       {.dtype = bf16, .parameter_dtype = bf16, .rows = 2, .hidden = 65536}};
+  for (const NormCase& c : cases) {
+    const Shape rows{c.rows}, hidden{c.hidden};
+    const std::string name = norm_name(c) + " in place";
+    auto input_and_sum = [&] {
+      return accumulated_output(random_tensor(Shape{c.rows, c.hidden}, c.dtype, ++seed, -2, 2));
+    };
+
+    ConsistencyProblem<RmsNormForward> rms{.name = name, .dtype = c.dtype, .exact = false, .tensors = {}, .call = {}};
+    rms.tensors["input"] = input_and_sum();
+    rms.tensors["residual"] = norm_activation(c, false, ++seed);
+    rms.tensors["weight"] = input(random_tensor(hidden, c.parameter_dtype, ++seed));
+    rms.tensors["output"] = norm_activation(c, true, ++seed);
+    rms.tensors["inverse_rms"] = output(Tensor::empty(rows, DType::float32));
+    rms.call = [](TensorMap& t, const auto& run) {
+      run({.input = t.at("input"), .weight = &t.at("weight"), .output = t.at("output"),
+           .inverse_rms = t.at("inverse_rms"), .residual = &t.at("residual"), .sum = &t.at("input")});
+    };
+    expect_fused_matches(rms);
+
+    ConsistencyProblem<LayerNormForward> layer{
+        .name = name, .dtype = c.dtype, .exact = false, .tensors = {}, .call = {}};
+    layer.tensors["input"] = input_and_sum();
+    layer.tensors["residual"] = norm_activation(c, false, ++seed);
+    layer.tensors["weight"] = input(random_tensor(hidden, c.parameter_dtype, ++seed));
+    layer.tensors["bias"] = input(random_tensor(hidden, c.parameter_dtype, ++seed));
+    layer.tensors["output"] = norm_activation(c, true, ++seed);
+    layer.tensors["mean"] = output(Tensor::empty(rows, DType::float32));
+    layer.tensors["inverse_std"] = output(Tensor::empty(rows, DType::float32));
+    layer.call = [](TensorMap& t, const auto& run) {
+      run({.input = t.at("input"), .weight = &t.at("weight"), .bias = &t.at("bias"), .output = t.at("output"),
+           .mean = t.at("mean"), .inverse_std = t.at("inverse_std"), .residual = &t.at("residual"),
+           .sum = &t.at("input")});
+    };
+    expect_fused_matches(layer);
   }
 }
 

@@ -1,6 +1,7 @@
 // Consistency of every rms_norm / layer_norm variant (CPU and CUDA) with the CPU reference: fp32 / bf16 / fp16 / fp64,
 // with and without weight and bias, zero-centered, odd sizes (hidden 7, 264, 576, 1000 over odd row counts), contiguous
-// rows and strided views; fp32 statistics and gradient buffers as the header lays out. The reference itself is checked
+// rows and strided views, plain and in the residual form (residual and sum, grad_residual); fp32 statistics and
+// gradient buffers as the header lays out. The reference itself is checked
 // against hand-computed values and finite differences in normalization_test.cpp.
 #include <gtest/gtest.h>
 
@@ -16,12 +17,13 @@ struct NormCase {
   DType dtype = DType::bfloat16;
   int64_t rows = 1, hidden = 1;
   bool weight = true, bias = true, zero_centered = false;
-  bool strided = false;  // activations are column slices of wider rows
+  bool strided = false;   // activations are column slices of wider rows
+  bool residual = false;  // the residual form
 };
 
 std::string case_name(const NormCase& c) {
-  return fmt::format("{} ({}, {}) weight={} bias={} zero_centered={}{}", dtype_name(c.dtype), c.rows, c.hidden,
-                     c.weight, c.bias, c.zero_centered, c.strided ? " strided" : "");
+  return fmt::format("{} ({}, {}) weight={} bias={} zero_centered={}{}{}", dtype_name(c.dtype), c.rows, c.hidden,
+                     c.weight, c.bias, c.zero_centered, c.strided ? " strided" : "", c.residual ? " residual" : "");
 }
 
 DType gradient_dtype(const NormCase& c) { return c.dtype == DType::float64 ? DType::float64 : DType::float32; }
@@ -43,13 +45,15 @@ std::vector<NormCase> norm_cases() {
       for (const auto& [weight, bias, zero_centered] :
            std::vector<std::tuple<bool, bool, bool>>{{true, true, false}, {true, false, true}, {false, false, false}})
         for (bool strided : {false, true})
-          cases.push_back({.dtype = dtype,
-                           .rows = rows,
-                           .hidden = hidden,
-                           .weight = weight,
-                           .bias = bias,
-                           .zero_centered = zero_centered,
-                           .strided = strided});
+          for (bool residual : {false, true})
+            cases.push_back({.dtype = dtype,
+                             .rows = rows,
+                             .hidden = hidden,
+                             .weight = weight,
+                             .bias = bias,
+                             .zero_centered = zero_centered,
+                             .strided = strided,
+                             .residual = residual});
   return cases;
 }
 
@@ -70,13 +74,19 @@ TEST(NormalizationConsistency, CpuAndCudaVariantsMatchTheReference) {
     if (c.weight) rms_forward.tensors["weight"] = input(random_tensor(hidden, c.dtype, ++seed));
     rms_forward.tensors["output"] = activation(c, true, ++seed);
     rms_forward.tensors["inverse_rms"] = output(Tensor::empty(rows, DType::float32));
+    if (c.residual) {
+      rms_forward.tensors["residual"] = activation(c, false, ++seed);
+      rms_forward.tensors["sum"] = activation(c, true, ++seed);
+    }
     rms_forward.call = [c](TensorMap& t, const auto& run) {
       run({.input = t.at("input"),
            .weight = optional_tensor(t, "weight"),
            .output = t.at("output"),
            .inverse_rms = t.at("inverse_rms"),
            .epsilon = 1e-5,
-           .zero_centered = c.zero_centered});
+           .zero_centered = c.zero_centered,
+           .residual = optional_tensor(t, "residual"),
+           .sum = optional_tensor(t, "sum")});
     };
     check_variants_on_all_devices(rms_forward, must_support);
 
@@ -90,6 +100,7 @@ TEST(NormalizationConsistency, CpuAndCudaVariantsMatchTheReference) {
     }
     rms_backward.tensors["inverse_rms"] = input(random_tensor(rows, DType::float32, ++seed, 0.5, 2));
     rms_backward.tensors["grad_input"] = activation(c, true, ++seed);
+    if (c.residual) rms_backward.tensors["grad_residual"] = activation(c, false, ++seed);
     rms_backward.call = [c](TensorMap& t, const auto& run) {
       run({.grad_output = t.at("grad_output"),
            .input = t.at("input"),
@@ -97,7 +108,8 @@ TEST(NormalizationConsistency, CpuAndCudaVariantsMatchTheReference) {
            .inverse_rms = t.at("inverse_rms"),
            .grad_input = t.at("grad_input"),
            .grad_weight = optional_tensor(t, "grad_weight"),
-           .zero_centered = c.zero_centered});
+           .zero_centered = c.zero_centered,
+           .grad_residual = optional_tensor(t, "grad_residual")});
     };
     check_variants_on_all_devices(rms_backward, must_support);
 
@@ -109,6 +121,10 @@ TEST(NormalizationConsistency, CpuAndCudaVariantsMatchTheReference) {
     layer_forward.tensors["output"] = activation(c, true, ++seed);
     layer_forward.tensors["mean"] = output(Tensor::empty(rows, DType::float32));
     layer_forward.tensors["inverse_std"] = output(Tensor::empty(rows, DType::float32));
+    if (c.residual) {
+      layer_forward.tensors["residual"] = activation(c, false, ++seed);
+      layer_forward.tensors["sum"] = activation(c, true, ++seed);
+    }
     layer_forward.call = [c](TensorMap& t, const auto& run) {
       run({.input = t.at("input"),
            .weight = optional_tensor(t, "weight"),
@@ -117,7 +133,9 @@ TEST(NormalizationConsistency, CpuAndCudaVariantsMatchTheReference) {
            .mean = t.at("mean"),
            .inverse_std = t.at("inverse_std"),
            .epsilon = 1e-5,
-           .zero_centered = c.zero_centered});
+           .zero_centered = c.zero_centered,
+           .residual = optional_tensor(t, "residual"),
+           .sum = optional_tensor(t, "sum")});
     };
     check_variants_on_all_devices(layer_forward, must_support);
 
@@ -134,6 +152,7 @@ TEST(NormalizationConsistency, CpuAndCudaVariantsMatchTheReference) {
     layer_backward.tensors["mean"] = input(random_tensor(rows, DType::float32, ++seed));
     layer_backward.tensors["inverse_std"] = input(random_tensor(rows, DType::float32, ++seed, 0.5, 2));
     layer_backward.tensors["grad_input"] = activation(c, true, ++seed);
+    if (c.residual) layer_backward.tensors["grad_residual"] = activation(c, false, ++seed);
     layer_backward.call = [c](TensorMap& t, const auto& run) {
       run({.grad_output = t.at("grad_output"),
            .input = t.at("input"),
@@ -143,7 +162,8 @@ TEST(NormalizationConsistency, CpuAndCudaVariantsMatchTheReference) {
            .grad_input = t.at("grad_input"),
            .grad_weight = optional_tensor(t, "grad_weight"),
            .grad_bias = optional_tensor(t, "grad_bias"),
-           .zero_centered = c.zero_centered});
+           .zero_centered = c.zero_centered,
+           .grad_residual = optional_tensor(t, "grad_residual")});
     };
     check_variants_on_all_devices(layer_backward, must_support);
   }

@@ -1,11 +1,14 @@
 // Tests of the CPU reference rms_norm / layer_norm (kernels/cpu/normalization.cpp): forward against hand-computed
 // values and a naive formula written here, backward against central finite differences in fp64 for every option,
-// 16-bit and fp32 inputs against fp64, strided rows, and errors.
+// 16-bit and fp32 inputs against fp64, strided rows, the residual form against the axpys and plain ops it replaces,
+// and errors.
 #include "fast_llm/kernels/normalization.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+
+#include "fast_llm/kernels/pointwise.h"
 
 #include "kernels/reference_test_util.h"
 
@@ -502,6 +505,171 @@ TEST(LayerNormReference, ShapeErrors) {
                              .grad_bias = &grad_bias});
       },
       "[layer_norm_backward] grad_bias has shape (3), expected (4)");
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Residual form
+
+// What the residual form replaces, done step by step: sum = input + residual (an axpy), the plain forward of the sum,
+// the plain backward, then grad_input += grad_residual (an axpy).
+struct SteppedNorm {
+  Tensor sum, output, first_statistic, second_statistic, grad_input, grad_weight, grad_bias;
+};
+
+SteppedNorm stepped_norm(bool layer_norm, const Tensor& input, const Tensor& residual, const Tensor& weight,
+                         const Tensor& bias, const Tensor& grad_output, const Tensor& grad_residual) {
+  const Shape rows{input.size(0)}, hidden{input.size(1)};
+  SteppedNorm result{.sum = converted(input, input.dtype()),
+                     .output = filled(input.shape(), input.dtype(), kNaN),
+                     .first_statistic = filled(rows, DType::float32, kNaN),
+                     .second_statistic = filled(rows, DType::float32, kNaN),
+                     .grad_input = filled(input.shape(), input.dtype(), kNaN),
+                     .grad_weight = filled(hidden, DType::float32, 0.5),
+                     .grad_bias = filled(hidden, DType::float32, 0.5)};
+  axpy({.input = residual, .output = result.sum});
+  if (layer_norm) {
+    layer_forward(result.sum, &weight, &bias, result.output, result.first_statistic, result.second_statistic, 1e-5,
+                  false);
+    layer_backward(grad_output, result.sum, &weight, result.first_statistic, result.second_statistic,
+                   result.grad_input, &result.grad_weight, &result.grad_bias, false);
+  } else {
+    rms_forward(result.sum, &weight, result.output, result.first_statistic, 1e-5, false);
+    rms_backward(grad_output, result.sum, &weight, result.first_statistic, result.grad_input, &result.grad_weight,
+                 false);
+  }
+  axpy({.input = grad_residual, .output = result.grad_input});
+  return result;
+}
+
+// The residual form gives the stepped results bit for bit (the same additions, rounded once each), out of place and in
+// place (`sum` is the input), except grad_input in 16-bit dtypes, which it rounds once where the steps round twice.
+TEST(NormalizationReference, ResidualFormIsTheAdditionThenThePlainOp) {
+  const int64_t rows = 5, hidden = 7;
+  uint64_t seed = 170;
+  for (DType dtype : {DType::float64, DType::float32, DType::bfloat16, DType::float16}) {
+    for (bool layer_norm : {false, true}) {
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} {}{}", dtype_name(dtype), layer_norm ? "layer_norm" : "rms_norm",
+                                 in_place ? " in place" : ""));
+        const Tensor input = random_tensor(Shape{rows, hidden}, dtype, ++seed, -2, 2);
+        const Tensor residual = random_tensor(Shape{rows, hidden}, dtype, ++seed, -2, 2);
+        const Tensor weight = random_tensor(Shape{hidden}, DType::float32, ++seed, 0.5, 1.5);
+        const Tensor bias = random_tensor(Shape{hidden}, DType::float32, ++seed);
+        const Tensor grad_output = random_tensor(Shape{rows, hidden}, dtype, ++seed);
+        const Tensor grad_residual = random_tensor(Shape{rows, hidden}, dtype, ++seed);
+        const SteppedNorm expected =
+            stepped_norm(layer_norm, input, residual, weight, bias, grad_output, grad_residual);
+
+        // In place, the input is a copy that becomes the sum.
+        Tensor sum = in_place ? converted(input, dtype) : filled(input.shape(), dtype, kNaN);
+        const Tensor fused_input = in_place ? sum : input;
+        Tensor output = filled(input.shape(), dtype, kNaN);
+        Tensor first_statistic = filled(Shape{rows}, DType::float32, kNaN);
+        Tensor second_statistic = filled(Shape{rows}, DType::float32, kNaN);
+        Tensor grad_input = filled(input.shape(), dtype, kNaN);
+        Tensor grad_weight = filled(Shape{hidden}, DType::float32, 0.5);
+        Tensor grad_bias = filled(Shape{hidden}, DType::float32, 0.5);
+        if (layer_norm) {
+          run_reference<LayerNormForward>({.input = fused_input,
+                                           .weight = &weight,
+                                           .bias = &bias,
+                                           .output = output,
+                                           .mean = first_statistic,
+                                           .inverse_std = second_statistic,
+                                           .residual = &residual,
+                                           .sum = &sum});
+          run_reference<LayerNormBackward>({.grad_output = grad_output,
+                                            .input = sum,
+                                            .weight = &weight,
+                                            .mean = first_statistic,
+                                            .inverse_std = second_statistic,
+                                            .grad_input = grad_input,
+                                            .grad_weight = &grad_weight,
+                                            .grad_bias = &grad_bias,
+                                            .grad_residual = &grad_residual});
+          expect_near(second_statistic, values_of(expected.second_statistic), 0, 0, "inverse_std");
+          expect_near(grad_bias, values_of(expected.grad_bias), 0, 0, "grad_bias");
+        } else {
+          run_reference<RmsNormForward>({.input = fused_input,
+                                         .weight = &weight,
+                                         .output = output,
+                                         .inverse_rms = first_statistic,
+                                         .residual = &residual,
+                                         .sum = &sum});
+          run_reference<RmsNormBackward>({.grad_output = grad_output,
+                                          .input = sum,
+                                          .weight = &weight,
+                                          .inverse_rms = first_statistic,
+                                          .grad_input = grad_input,
+                                          .grad_weight = &grad_weight,
+                                          .grad_residual = &grad_residual});
+        }
+        expect_near(sum, values_of(expected.sum), 0, 0, "sum");
+        expect_near(output, values_of(expected.output), 0, 0, "output");
+        expect_near(first_statistic, values_of(expected.first_statistic), 0, 0, "first statistic");
+        expect_near(grad_weight, values_of(expected.grad_weight), 0, 0, "grad_weight");
+        const bool exact = dtype == DType::float32 || dtype == DType::float64;
+        const double tolerance = exact ? 0 : dtype_tolerance(dtype);
+        expect_near(grad_input, values_of(expected.grad_input), tolerance, tolerance, "grad_input");
+      }
+    }
+  }
+}
+
+TEST(NormalizationReference, ResidualFormErrors) {
+  Tensor input = random_tensor(Shape{2, 4}, DType::float32, 180);
+  Tensor output = Tensor::empty(Shape{2, 4}, DType::float32), inverse_rms = Tensor::empty(Shape{2}, DType::float32);
+  Tensor sum = Tensor::empty(Shape{2, 4}, DType::float32), short_residual = Tensor::empty(Shape{1, 4}, DType::float32);
+  expect_error(
+      [&] {
+        rms_norm_forward(
+            {.input = input, .weight = nullptr, .output = output, .inverse_rms = inverse_rms, .residual = &input});
+      },
+      "[rms_norm_forward] residual and sum must be given together");
+  expect_error(
+      [&] {
+        rms_norm_forward({.input = input,
+                          .weight = nullptr,
+                          .output = output,
+                          .inverse_rms = inverse_rms,
+                          .residual = &short_residual,
+                          .sum = &sum});
+      },
+      "[rms_norm_forward] residual has shape (1, 4), expected (2, 4)");
+  Tensor mean = Tensor::empty(Shape{2}, DType::float32), grad_input = Tensor::empty(Shape{2, 4}, DType::float32);
+  expect_error(
+      [&] {
+        layer_norm_backward({.grad_output = input,
+                             .input = input,
+                             .weight = nullptr,
+                             .mean = mean,
+                             .inverse_std = inverse_rms,
+                             .grad_input = grad_input,
+                             .grad_weight = nullptr,
+                             .grad_bias = nullptr,
+                             .grad_residual = &short_residual});
+      },
+      "[layer_norm_backward] grad_residual has shape (1, 4), expected (2, 4)");
+  Tensor bf16_residual = Tensor::empty(Shape{2, 4}, DType::bfloat16);
+  auto reason = reference_unsupported_reason<LayerNormForward>({.input = input,
+                                                                .weight = nullptr,
+                                                                .bias = nullptr,
+                                                                .output = output,
+                                                                .mean = mean,
+                                                                .inverse_std = inverse_rms,
+                                                                .residual = &bf16_residual,
+                                                                .sum = &sum});
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_NE(reason->find("residual has dtype bfloat16"), std::string::npos) << *reason;
+  reason = reference_unsupported_reason<RmsNormBackward>({.grad_output = input,
+                                                          .input = input,
+                                                          .weight = nullptr,
+                                                          .inverse_rms = inverse_rms,
+                                                          .grad_input = grad_input,
+                                                          .grad_weight = nullptr,
+                                                          .grad_residual = &bf16_residual});
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_NE(reason->find("grad_residual has dtype bfloat16"), std::string::npos) << *reason;
 }
 
 TEST(NormalizationReference, Registered) {

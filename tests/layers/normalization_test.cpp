@@ -1,5 +1,6 @@
 // Normalization module: parameters and their initialisation per type, forward against the formulas, backward against
-// finite differences.
+// finite differences; the residual form (add_and_forward, backward with grad_residual) of every type against the
+// addition then the plain forward, and against finite differences.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -124,6 +125,47 @@ INSTANTIATE_TEST_SUITE_P(Types, NormalizationTest,
                                            NormCase{"{type: rms_norm}", false, false, true},
                                            NormCase{"{type: rms_norm, zero_centered: true}", false, true, true},
                                            NormCase{"{type: fixed_rms_norm}", false, false, false}));
+
+// add_and_forward leaves input + residual in its input and normalises it; backward with grad_residual adds that
+// gradient to grad_input. Checked against the plain forward of the sum, and against finite differences of
+// dot(norm(x + r), w) + dot(x + r, v), whose gradient with respect to x is the norm's backward of w, plus v.
+class NormalizationResidualTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NormalizationResidualTest, AddAndForwardThenBackwardWithTheResidualGradient) {
+  const int64_t rows = 5, hidden = 6;
+  NormHolder config = norm_config(GetParam());
+  Normalization norm("norm", config.normalization.get(), hidden, 1.0);
+  bind_parameters(norm, 7);
+  const Tensor input = random_tensor(Shape{rows, hidden}, 8, 2.0);
+  const Tensor residual = random_tensor(Shape{rows, hidden}, 9, 2.0);
+  auto copy_of = [](const Tensor& tensor) { return tensor_from(values_of(tensor), tensor.shape()); };
+
+  Tensor sum = copy_of(input);
+  Normalization::Saved saved;
+  const Tensor output = norm.add_and_forward(sum, residual, &saved, {});
+  const std::vector<double> x = values_of(input), r = values_of(residual);
+  std::vector<double> expected_sum(x.size());
+  for (size_t i = 0; i < x.size(); ++i) expected_sum[i] = x[i] + r[i];
+  EXPECT_EQ(values_of(sum), expected_sum);
+  EXPECT_EQ(values_of(output), values_of(norm.forward(tensor_from(expected_sum, input.shape()), nullptr, {})));
+
+  const std::vector<double> output_weights = random_values(rows * hidden, 10);
+  const std::vector<double> sum_weights = random_values(rows * hidden, 11);
+  const Tensor grad_residual = tensor_from(sum_weights, input.shape());
+  const Tensor grad_input = norm.backward(tensor_from(output_weights, output.shape()), saved, {}, &grad_residual);
+  auto objective = [&] {
+    Tensor perturbed_sum = copy_of(input);
+    const Tensor perturbed_output = norm.add_and_forward(perturbed_sum, residual, nullptr, {});
+    return dot(perturbed_output, output_weights) + dot(perturbed_sum, sum_weights);
+  };
+  expect_gradient(objective, input, grad_input, "input");
+  for (Parameter* parameter : norm.parameters())
+    expect_gradient(objective, parameter->weight, parameter->grad, parameter->meta.name);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, NormalizationResidualTest,
+                         ::testing::Values("{type: layer_norm}", "{type: rms_norm, zero_centered: true}",
+                                           "{type: fixed_rms_norm}", "{type: none}"));
 
 }  // namespace
 }  // namespace fast_llm::layers
