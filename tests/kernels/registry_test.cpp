@@ -263,6 +263,9 @@ TEST(KernelsConfig, IncludeIsAWordOrAList) {
   EXPECT_EQ(selection.mode, KernelSelection::Mode::listed);
   EXPECT_EQ(selection.included, std::set<std::string>{"gemm:cpu:openblas"});
   EXPECT_EQ(selection.excluded, std::set<std::string>{"registry_probe:cpu:faster"});
+  EXPECT_TRUE(selection.autotune);  // the default
+  EXPECT_FALSE(load_config("autotune: false").to_selection().autotune);
+  EXPECT_THROW(load_config("autotune: sometimes"), ConfigError);
 }
 
 TEST(KernelsConfig, WritesBackWhatItRead) {

@@ -41,6 +41,11 @@ void KernelsConfig::visit(config::Visitor& v) {
   v(plugins, "plugins",
     "Shared libraries loaded at start-up that register more kernel variants (`fast-llm kernels` lists them).",
     Hint::expert);
+  v(autotune, "autotune",
+    "Time the candidates of tunable kernels once per shape and keep the fastest (CUDA gemm: the algorithms "
+    "cuBLASLt's heuristic proposes; up to 1.3x faster at some shapes, measured on an H200). The choice, and so the "
+    "rounding, can differ between runs; false takes the heuristic's first, the same every run.",
+    Hint::performance);
 }
 
 void KernelsConfig::check() const {
@@ -54,6 +59,7 @@ KernelSelection KernelsConfig::to_selection() const {
   selection.mode = include.mode;
   selection.included.insert(include.ids.begin(), include.ids.end());
   selection.excluded.insert(exclude.begin(), exclude.end());
+  selection.autotune = autotune;
   return selection;
 }
 

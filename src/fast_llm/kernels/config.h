@@ -6,6 +6,7 @@
 //                                   # wherever their op runs (an id that cannot run its arguments is an error)
 //     exclude: [gemm:cpu:openblas]  # never used (a baseline cannot be excluded)
 //     plugins: [/path/libmy_kernels.so]
+//     autotune: true                # time the candidates of tunable variants once per shape (gemm algorithms)
 //
 // Ids are `op:device:variant` (`fast-llm kernels` lists them). No CUDA here: a config validates on any machine.
 #pragma once
@@ -30,6 +31,7 @@ struct KernelsConfig : config::Config {
   KernelInclude include;
   std::vector<std::string> exclude;
   std::vector<std::filesystem::path> plugins;
+  bool autotune = true;
 
   void visit(config::Visitor& v) override;
 

@@ -63,6 +63,9 @@ struct KernelSelection {
   Mode mode = Mode::all;
   std::set<std::string> included;  // with Mode::listed: ids that must be used where they apply
   std::set<std::string> excluded;  // ids never used
+  // Variants with tuning choices (the cuBLASLt gemm's algorithm per shape) time their candidates on first use and keep
+  // the fastest, instead of taking a heuristic's first; off: the heuristic's choice, the same in every run.
+  bool autotune = true;
 
   bool allows(const KernelInfo& info) const;
   bool is_explicit(const KernelInfo& info) const { return mode == Mode::listed && included.contains(info.id()); }

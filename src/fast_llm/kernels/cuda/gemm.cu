@@ -1,5 +1,8 @@
 // gemm on CUDA through cuBLASLt (kernels/gemm.h): fp32 compute and scaling for bf16 / fp16 / fp32 inputs, the bias
-// added by the BIAS epilogue, strided batches, the algorithm from cuBLASLt's heuristic cached per problem.
+// added by the BIAS epilogue, strided batches, the algorithm cached per problem: with `kernels.autotune` (the default)
+// the fastest of the heuristic's candidates, timed once on the first call's operands (its first choice was measured
+// up to 1.3x slower than the best at some of the benchmark models' shapes, benchmarks/gemm_benchmark --candidates),
+// else the heuristic's first.
 //
 // cuBLASLt is column-major, we are row-major. A row-major (r, c) matrix is the column-major (c, r) matrix of the same
 // bytes, so out = op(a) op(b) is computed as the column-major out^T (n, m) = op(b)^T op(a)^T: cuBLASLt's "A" is our b,
@@ -41,10 +44,16 @@ struct GemmKey {
   bool operator<(const GemmKey& other) const { return tie() < other.tie(); }
 };
 
+// How many of the heuristic's algorithms autotuning times.
+constexpr int kTunedCandidates = 8;
+
 struct GemmPlan {
   cublasLtMatmulDesc_t description = nullptr;
   cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, out_layout = nullptr;
   cublasLtMatmulAlgo_t algorithm{};
+  // The heuristic's algorithms, best guess first, until they are timed (then none are left).
+  cublasLtMatmulAlgo_t candidates[kTunedCandidates]{};
+  int candidate_count = 0;
 };
 
 // The operands of one call, in cuBLASLt's roles.
@@ -211,11 +220,11 @@ static GemmPlan& plan_for(const GemmCall& call, Device device) {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.alignment_out}};
   for (const auto& [attribute, alignment] : alignments)
     FLM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof(alignment)));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kTunedCandidates]{};
   int found = 0;
-  const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(device), plan.description, plan.a_layout, plan.b_layout,
-                                     plan.out_layout, plan.out_layout, preference, 1, &result, &found);
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      cublaslt_handle(device), plan.description, plan.a_layout, plan.b_layout, plan.out_layout, plan.out_layout,
+      preference, kernel_selection().autotune ? kTunedCandidates : 1, results, &found);
   cublasLtMatmulPreferenceDestroy(preference);
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
     cublasLtMatmulDescDestroy(plan.description);
@@ -229,8 +238,66 @@ static GemmPlan& plan_for(const GemmCall& call, Device device) {
                                     key.alignment_out,
                                     status == CUBLAS_STATUS_SUCCESS ? "no result" : cublasLtGetStatusName(status)));
   }
-  plan.algorithm = result.algo;
+  plan.algorithm = results[0].algo;
+  if (found > 1)
+    for (int index = 0; index < found; ++index) plan.candidates[plan.candidate_count++] = results[index].algo;
   return plans.emplace(key, plan).first->second;
+}
+
+// The bytes cuBLASLt's D of `key` spans (column-major, `rows` contiguous).
+static size_t output_span_bytes(const GemmKey& key) {
+  const size_t element = key.output_type == CUDA_R_32F ? 4 : 2;
+  const size_t elements = size_t(key.batch - 1) * size_t(key.batch_stride_out) +
+                          (key.columns - 1) * size_t(key.leading_out) + key.rows;
+  return element * elements;
+}
+
+// Times each candidate of `plan` on `call`'s operands (3 runs after one to warm up, CUDA events on `stream`) and
+// keeps the fastest; a candidate cuBLASLt refuses is skipped. D is `call.out` itself when beta is 0 (the real call
+// overwrites it next), else a scratch buffer of its span, so that accumulating outputs keep their values; when that
+// buffer cannot be had, the heuristic's first stays. Synchronises the stream: once per problem, at its first call.
+static void tune(GemmPlan& plan, const GemmCall& call, float alpha, float beta, void* workspace, cudaStream_t stream,
+                 Device device) {
+  const int candidates = plan.candidate_count;
+  plan.candidate_count = 0;
+  void* out = call.out;
+  void* scratch = nullptr;
+  if (beta != 0.0f) {
+    if (cudaMalloc(&scratch, output_span_bytes(call.key)) != cudaSuccess) {
+      (void)cudaGetLastError();  // out of memory is not an error here: the heuristic's choice stays
+      return;
+    }
+    out = scratch;
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  FLM_CUDA_CHECK(cudaEventCreate(&start));
+  FLM_CUDA_CHECK(cudaEventCreate(&stop));
+  float best_ms = 0.0f;
+  const cublasLtHandle_t handle = cublaslt_handle(device);
+  for (int index = 0; index < candidates; ++index) {
+    const cublasLtMatmulAlgo_t* algorithm = &plan.candidates[index];
+    if (cublasLtMatmul(handle, plan.description, &alpha, call.a, plan.a_layout, call.b, plan.b_layout, &beta, out,
+                       plan.out_layout, out, plan.out_layout, algorithm, workspace, kCublasLtWorkspaceBytes,
+                       stream) != CUBLAS_STATUS_SUCCESS)
+      continue;
+    FLM_CUDA_CHECK(cudaEventRecord(start, stream));
+    bool ran = true;
+    for (int repeat = 0; repeat < 3 && ran; ++repeat)
+      ran = cublasLtMatmul(handle, plan.description, &alpha, call.a, plan.a_layout, call.b, plan.b_layout, &beta,
+                           out, plan.out_layout, out, plan.out_layout, algorithm, workspace, kCublasLtWorkspaceBytes,
+                           stream) == CUBLAS_STATUS_SUCCESS;
+    FLM_CUDA_CHECK(cudaEventRecord(stop, stream));
+    FLM_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    FLM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (ran && (best_ms == 0.0f || ms < best_ms)) {
+      best_ms = ms;
+      plan.algorithm = *algorithm;
+    }
+  }
+  FLM_CUDA_CHECK(cudaEventDestroy(start));
+  FLM_CUDA_CHECK(cudaEventDestroy(stop));
+  if (scratch != nullptr) FLM_CUDA_CHECK(cudaFree(scratch));
 }
 
 // One workspace per (device, stream): kept for the process, like the streams.
@@ -268,6 +335,7 @@ void gemm_cublaslt(const GemmArgs& args) {
   if (call.bias)
     FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.description, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &call.bias,
                                                     sizeof(call.bias)));
+  if (plan.candidate_count > 0) tune(plan, call, alpha, beta, workspace, stream, device);
   // C and D are both out: beta * out is read from and the result written to the same matrix.
   FLM_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(device), plan.description, &alpha, call.a, plan.a_layout, call.b,
                                   plan.b_layout, &beta, call.out, plan.out_layout, call.out, plan.out_layout,

@@ -17,7 +17,8 @@ void gemm_cublaslt(const GemmArgs& args);
 inline constexpr size_t kCublasLtWorkspaceBytes = size_t(32) << 20;
 // The process's cuBLASLt handle for `device` (created on first use).
 cublasLtHandle_t cublaslt_handle(Device device);
-// The algorithm gemm_cublaslt runs for `args` (the heuristic's first choice, cached per problem).
+// The algorithm gemm_cublaslt runs for `args`, cached per problem: the heuristic's first choice, or with autotuning
+// the fastest candidate once a call with these arguments has run.
 cublasLtMatmulAlgo_t gemm_cublaslt_algorithm(const GemmArgs& args);
 
 }  // namespace fast_llm::kernels::cuda
