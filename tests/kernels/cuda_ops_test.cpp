@@ -225,12 +225,11 @@ std::vector<NormCase> norm_cases() {
       // 16-byte path, several warps per row: Llama-3.2-1B's and 3B's hidden sizes (2 and 3 warps, the latter two rows
       // to a block of 192 threads), fp32 parameters with bf16 activations.
       {.dtype = bf16, .parameter_dtype = fp32, .rows = 3, .hidden = 2048},
-      {.dtype = bf16, .parameter_dtype = bf16, .rows = 1001, .hidden = 3072},
+      {.dtype = bf16, .parameter_dtype = bf16, .rows = 1001, .hidden = 3072},  // layer_norm: exactly 48 KiB of sums
       {.dtype = fp32, .parameter_dtype = fp32, .rows = 5, .hidden = 4096},
       {.dtype = fp16, .parameter_dtype = fp16, .rows = 17, .hidden = 8192, .zero_centered = true},
-      // 16-byte path, the longest rows held in registers (512 threads of 4 vectors) in the forward; the backward's
-      // column sums would take more than 48 KiB of shared memory (64 KiB for rms_norm, 128 KiB for layer_norm), so it
-      // runs the long-row kernel.
+      // 16-byte path, the longest rows held in registers (512 threads of 4 vectors): the backward's column sums take
+      // more than 48 KiB of shared memory (64 KiB for rms_norm, 128 KiB for layer_norm).
       {.dtype = bf16, .parameter_dtype = bf16, .rows = 5, .hidden = 16384},
       // 16-byte path, rows read once per pass.
       {.dtype = bf16, .parameter_dtype = bf16, .rows = 2, .hidden = 65536},

@@ -12,6 +12,7 @@
 // device memory); the workspace is one buffer per (device, stream), so gemms on two streams never share one.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -252,12 +253,15 @@ static size_t output_span_bytes(const GemmKey& key) {
   return element * elements;
 }
 
-// Times each candidate of `plan` on `call`'s operands (3 runs after one to warm up, CUDA events on `stream`) and
-// keeps the fastest; a candidate cuBLASLt refuses is skipped. D is `call.out` itself when beta is 0 (the real call
-// overwrites it next), else a scratch buffer of its span, so that accumulating outputs keep their values; when that
-// buffer cannot be had, the heuristic's first stays. Synchronises the stream: once per problem, at its first call.
+// Times the candidates of `plan` on `call`'s operands and keeps the fastest; a candidate cuBLASLt refuses is dropped.
+// Every candidate runs once to warm up, then kRounds rounds time each once in turn (CUDA events on `stream`), and
+// each candidate's median counts: the first step of a run is when this happens, and the clocks are still rising
+// then, so timing one candidate after the other favoured whichever came last. D is `call.out` itself when beta is 0
+// (the real call overwrites it next), else a scratch buffer of its span, so that accumulating outputs keep their
+// values; when that buffer cannot be had, the heuristic's first stays. Synchronises the stream: once per problem.
 static void tune(GemmPlan& plan, const GemmCall& call, float alpha, float beta, void* workspace, cudaStream_t stream,
                  Device device) {
+  constexpr int kRounds = 5;
   const int candidates = plan.candidate_count;
   plan.candidate_count = 0;
   void* out = call.out;
@@ -269,34 +273,42 @@ static void tune(GemmPlan& plan, const GemmCall& call, float alpha, float beta, 
     }
     out = scratch;
   }
-  cudaEvent_t start = nullptr, stop = nullptr;
-  FLM_CUDA_CHECK(cudaEventCreate(&start));
-  FLM_CUDA_CHECK(cudaEventCreate(&stop));
-  float best_ms = 0.0f;
   const cublasLtHandle_t handle = cublaslt_handle(device);
+  const auto run = [&](int index) {
+    return cublasLtMatmul(handle, plan.description, &alpha, call.a, plan.a_layout, call.b, plan.b_layout, &beta, out,
+                          plan.out_layout, out, plan.out_layout, &plan.candidates[index], workspace,
+                          kCublasLtWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
+  };
+  bool usable[kTunedCandidates] = {};
+  for (int index = 0; index < candidates; ++index) usable[index] = run(index);
+  cudaEvent_t events[kTunedCandidates][kRounds][2] = {};
+  for (int index = 0; index < candidates; ++index)
+    for (int round = 0; round < kRounds; ++round)
+      for (cudaEvent_t& event : events[index][round]) FLM_CUDA_CHECK(cudaEventCreate(&event));
+  for (int round = 0; round < kRounds; ++round)
+    for (int index = 0; index < candidates; ++index) {
+      if (!usable[index]) continue;
+      FLM_CUDA_CHECK(cudaEventRecord(events[index][round][0], stream));
+      usable[index] = run(index);
+      FLM_CUDA_CHECK(cudaEventRecord(events[index][round][1], stream));
+    }
+  FLM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  float best_ms = 0.0f;
   for (int index = 0; index < candidates; ++index) {
-    const cublasLtMatmulAlgo_t* algorithm = &plan.candidates[index];
-    if (cublasLtMatmul(handle, plan.description, &alpha, call.a, plan.a_layout, call.b, plan.b_layout, &beta, out,
-                       plan.out_layout, out, plan.out_layout, algorithm, workspace, kCublasLtWorkspaceBytes,
-                       stream) != CUBLAS_STATUS_SUCCESS)
-      continue;
-    FLM_CUDA_CHECK(cudaEventRecord(start, stream));
-    bool ran = true;
-    for (int repeat = 0; repeat < 3 && ran; ++repeat)
-      ran = cublasLtMatmul(handle, plan.description, &alpha, call.a, plan.a_layout, call.b, plan.b_layout, &beta,
-                           out, plan.out_layout, out, plan.out_layout, algorithm, workspace, kCublasLtWorkspaceBytes,
-                           stream) == CUBLAS_STATUS_SUCCESS;
-    FLM_CUDA_CHECK(cudaEventRecord(stop, stream));
-    FLM_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    FLM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (ran && (best_ms == 0.0f || ms < best_ms)) {
-      best_ms = ms;
-      plan.algorithm = *algorithm;
+    float times[kRounds] = {};
+    for (int round = 0; round < kRounds; ++round) {
+      if (usable[index])
+        FLM_CUDA_CHECK(cudaEventElapsedTime(&times[round], events[index][round][0], events[index][round][1]));
+      for (cudaEvent_t event : events[index][round]) FLM_CUDA_CHECK(cudaEventDestroy(event));
+    }
+    if (!usable[index]) continue;
+    std::sort(times, times + kRounds);
+    const float median = times[kRounds / 2];
+    if (best_ms == 0.0f || median < best_ms) {
+      best_ms = median;
+      plan.algorithm = plan.candidates[index];
     }
   }
-  FLM_CUDA_CHECK(cudaEventDestroy(start));
-  FLM_CUDA_CHECK(cudaEventDestroy(stop));
   if (scratch != nullptr) FLM_CUDA_CHECK(cudaFree(scratch));
 }
 

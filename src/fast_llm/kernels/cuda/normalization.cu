@@ -46,7 +46,6 @@ constexpr int kBlockThreads = 256;       // threads per block when several rows 
 constexpr int kMaxThreadsPerRow = 512;   // longer rows are read once per pass
 constexpr int kColumnSumThreads = 512;
 constexpr int kColumnSumColumns = 8;  // columns per block of the reduction of the partial sums
-constexpr size_t kSharedBytesWithoutOptIn = 48 * 1024;
 
 // The multiplier of each column (w, 1 + w with zero_centered, 1 without a weight) and the bias, as floats.
 struct NormParameters {
@@ -760,12 +759,7 @@ void launch_backward_with(NormBackwardParams params, Tensor* grad_weight, Tensor
   const RowLayout& layout = params.layout;
   const int64_t hidden = layout.hidden;
   const int threads = layout.groups_per_block * layout.threads_per_row;
-  // The column sums of each wanted gradient, one slice of `hidden` floats per row group of a block, in shared memory;
-  // past what a block gets without opting in, the long-row kernel's workspace rows take them instead (the opt-in
-  // launch failed on the H200 with "invalid argument" at 128 KiB: layer_norm, hidden 16384; cause not established).
-  const int gradients = (grad_weight != nullptr ? 1 : 0) + (grad_bias != nullptr ? 1 : 0);
-  const size_t cached_shared_bytes = size_t(gradients) * layout.groups_per_block * hidden * sizeof(float);
-  const bool long_rows = layout.vectors_per_thread == 0 || cached_shared_bytes > kSharedBytesWithoutOptIn;
+  const bool long_rows = layout.vectors_per_thread == 0;
   void (*kernel)(NormBackwardParams) = nullptr;
   if (long_rows)
     kernel = &norm_backward_long_row_kernel<T, kVec, kLayerNorm>;
@@ -775,7 +769,13 @@ void launch_backward_with(NormBackwardParams params, Tensor* grad_weight, Tensor
                                                                         std::bool_constant<kResidual>) {
                                          return &norm_backward_kernel<T, kVec, kVectors, kLayerNorm, kResidual>;
                                        });
-  const size_t shared_bytes = long_rows ? 0 : cached_shared_bytes;
+  // The column sums of each wanted gradient, one slice of `hidden` floats per row group of a block. Opted in whenever
+  // there are any: the kernel's own static shared memory counts against the 48 KiB a launch gets without opting in
+  // (exactly 48 KiB of column sums, layer_norm at hidden 3072 with two rows a block, failed to launch on the H200).
+  const int gradients = (grad_weight != nullptr ? 1 : 0) + (grad_bias != nullptr ? 1 : 0);
+  const size_t shared_bytes = long_rows ? 0 : size_t(gradients) * layout.groups_per_block * hidden * sizeof(float);
+  if (shared_bytes > 0)
+    FLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
   int blocks_per_multiprocessor = 0;
   FLM_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_multiprocessor, kernel, threads, shared_bytes));
