@@ -2,7 +2,7 @@
 // side of a launch: a buffer of per-row losses that a variant's row kernel fills, then summed by one block in a fixed
 // order (fp64) and added to the loss sums, so that no variant needs atomics and every one is bitwise reproducible.
 // A variant supplies only its row kernel, through `cross_entropy_steps`: "fused" (cross_entropy.cu, rows staged in
-// shared memory by bulk copies) and "cluster" (cross_entropy_cluster.cu, rows held in registers).
+// shared memory by bulk copies).
 //
 // Conventions of the row kernels: z = logits * logits_scale_factor, then softcap * tanh(z / softcap) when a softcap
 // is set. Rows whose label is negative are masked: loss 0, zero gradient. A label not below vocab (an error the CPU
