@@ -1,5 +1,5 @@
 // Tests of Shape and Tensor on the CPU: strides, every view (values read back through item_as_double), errors on bad
-// views, rounding in from_values, printing, byte copies, wrapped memory and the no-CUDA stub.
+// views, rounding in from_values, printing, byte copies, wrapped memory and the no-CUDA backend.
 #include <gtest/gtest.h>
 
 #include <cstdint>

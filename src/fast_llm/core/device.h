@@ -47,7 +47,7 @@ const DeviceInfo& device_info(Device device);
 int cpu_thread_count();
 
 namespace detail {
-// Implemented by the CUDA backend, or by a stub that returns no device.
+// Implemented by the CUDA backend, or by core/no_cuda_devices.cpp (no device) when CUDA is not compiled in.
 std::vector<DeviceInfo> probe_cuda_devices();
 bool cuda_backend_compiled();
 }  // namespace detail

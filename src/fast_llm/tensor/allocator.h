@@ -41,8 +41,8 @@ class Allocator {
 Allocator& allocator_for(Device device);
 
 namespace detail {
-// The CUDA caching allocator of one device (tensor/cuda/). A build without CUDA links tensor/cuda_stub.cpp instead,
-// where this and the functions below throw NotSupportedError: the designed no-CUDA backend, not missing work.
+// The CUDA caching allocator of one device (tensor/cuda/). A build without CUDA links tensor/no_cuda_backend.cpp
+// instead, where this and the functions below throw NotSupportedError ("this build has no CUDA backend").
 Allocator& cuda_caching_allocator(int device);
 // Page-locked host memory (Tensor::empty_pinned, tensor/cuda/pinned.cpp). Freeing never throws (it runs in
 // destructors) and reports a failure instead.

@@ -1,5 +1,5 @@
 // Streams, events and byte copies: the CPU runs everything synchronously on the calling thread; CUDA devices are
-// handed to detail::cuda_* (tensor/cuda/stream.cpp, or the stub in a build without CUDA).
+// handed to detail::cuda_* (tensor/cuda/stream.cpp, or tensor/no_cuda_backend.cpp in a build without CUDA).
 #include "fast_llm/tensor/stream.h"
 
 #include <cstring>

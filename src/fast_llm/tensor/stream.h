@@ -49,7 +49,7 @@ void copy_bytes(void* destination, Device destination_device, const void* source
 void set_bytes(void* destination, Device device, int value, size_t bytes, Stream stream);
 
 namespace detail {
-// CUDA side of the above, implemented in tensor/cuda/ or by the stub when CUDA is not compiled in.
+// CUDA side of the above, implemented in tensor/cuda/, or by tensor/no_cuda_backend.cpp when CUDA is not compiled in.
 Stream cuda_compute_stream(int device);
 Stream cuda_create_stream(int device);
 void cuda_synchronize(int device, Stream stream);
