@@ -90,6 +90,29 @@ std::vector<double> median_ms(const std::vector<std::function<void()>>& runs, De
   return medians;
 }
 
+// cuBLASLt's description of row-major bf16 out (m x n) = a (m x k) b (k x n) with fp32 compute. Row-major out = a b
+// is column-major out^T = b^T a^T: cuBLASLt's A is b viewed column-major (n, k), its B is a viewed column-major
+// (k, m), D is (n, m).
+struct RowMajorProduct {
+  cublasLtMatmulDesc_t description = nullptr;
+  cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_out = nullptr;
+
+  RowMajorProduct(int64_t m, int64_t n, int64_t k) {
+    FLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&description, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_a, CUDA_R_16BF, uint64_t(n), uint64_t(k), n));
+    FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_b, CUDA_R_16BF, uint64_t(k), uint64_t(m), k));
+    FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_out, CUDA_R_16BF, uint64_t(n), uint64_t(m), n));
+  }
+  RowMajorProduct(const RowMajorProduct&) = delete;
+  RowMajorProduct& operator=(const RowMajorProduct&) = delete;
+  ~RowMajorProduct() {
+    cublasLtMatrixLayoutDestroy(layout_a);
+    cublasLtMatrixLayoutDestroy(layout_b);
+    cublasLtMatrixLayoutDestroy(layout_out);
+    cublasLtMatmulDescDestroy(description);
+  }
+};
+
 int run_benchmark(int64_t m, int64_t n, int64_t k, int iterations) {
   if (cuda_devices().empty()) {
     std::fprintf(stderr, "gemm_benchmark: no CUDA device\n");
@@ -112,22 +135,17 @@ int run_benchmark(int64_t m, int64_t n, int64_t k, int iterations) {
   const kernels::GemmArgs args{.a = a, .b = b, .out = out_ours, .stream = stream};
   auto run_ours = [&] { kernels::gemm(args); };
 
-  // Direct cuBLASLt with the algorithm our plan holds. Row-major out = a b is column-major out^T = b^T a^T: cuBLASLt's
-  // A is b viewed column-major (n, k), its B is a viewed column-major (k, m), D is (n, m).
+  // Direct cuBLASLt with the algorithm our plan holds.
   run_ours();  // the first call settles the plan's algorithm (autotuning times the candidates then)
   const cublasLtMatmulAlgo_t algorithm = kernels::cuda::gemm_cublaslt_algorithm(args);
   cublasLtHandle_t lt_handle = nullptr;
   FLM_CUBLAS_CHECK(cublasLtCreate(&lt_handle));
-  cublasLtMatmulDesc_t description = nullptr;
-  FLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&description, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_out = nullptr;
-  FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_a, CUDA_R_16BF, uint64_t(n), uint64_t(k), n));
-  FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_b, CUDA_R_16BF, uint64_t(k), uint64_t(m), k));
-  FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_out, CUDA_R_16BF, uint64_t(n), uint64_t(m), n));
+  const RowMajorProduct product(m, n, k);
   Tensor lt_workspace = Tensor::empty(Shape{int64_t(kernels::cuda::kCublasLtWorkspaceBytes)}, DType::uint8, device);
   auto run_lt = [&] {
-    FLM_CUBLAS_CHECK(cublasLtMatmul(lt_handle, description, &alpha, b.data(), layout_a, a.data(), layout_b, &beta,
-                                    out_lt.data(), layout_out, out_lt.data(), layout_out, &algorithm,
+    FLM_CUBLAS_CHECK(cublasLtMatmul(lt_handle, product.description, &alpha, b.data(), product.layout_a, a.data(),
+                                    product.layout_b, &beta, out_lt.data(), product.layout_out, out_lt.data(),
+                                    product.layout_out, &algorithm,
                                     lt_workspace.data(), kernels::cuda::kCublasLtWorkspaceBytes, cuda_stream));
   };
 
@@ -191,10 +209,6 @@ int run_benchmark(int64_t m, int64_t n, int64_t k, int iterations) {
              tflops(ours_ms) / tflops(gemm_ex_ms));
 
   cublasDestroy(handle);
-  cublasLtMatrixLayoutDestroy(layout_a);
-  cublasLtMatrixLayoutDestroy(layout_b);
-  cublasLtMatrixLayoutDestroy(layout_out);
-  cublasLtMatmulDescDestroy(description);
   cublasLtDestroy(lt_handle);
   return 0;
 }
@@ -212,12 +226,7 @@ int run_candidates(const std::vector<std::array<int64_t, 3>>& shapes) {
   for (const auto& [m, n, k] : shapes) {
     const Tensor a = random_matrix(m, k, 1, device), b = random_matrix(k, n, 2, device);
     Tensor out = Tensor::empty(Shape{m, n}, DType::bfloat16, device);
-    cublasLtMatmulDesc_t description = nullptr;
-    FLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&description, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_out = nullptr;
-    FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_a, CUDA_R_16BF, uint64_t(n), uint64_t(k), n));
-    FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_b, CUDA_R_16BF, uint64_t(k), uint64_t(m), k));
-    FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_out, CUDA_R_16BF, uint64_t(n), uint64_t(m), n));
+    const RowMajorProduct product(m, n, k);
     cublasLtMatmulPreference_t preference = nullptr;
     FLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
     const uint64_t workspace_bytes = kernels::cuda::kCublasLtWorkspaceBytes;
@@ -225,14 +234,16 @@ int run_candidates(const std::vector<std::array<int64_t, 3>>& shapes) {
                                                           &workspace_bytes, sizeof(workspace_bytes)));
     std::array<cublasLtMatmulHeuristicResult_t, 16> results{};
     int found = 0;
-    FLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, description, layout_a, layout_b, layout_out, layout_out,
-                                                    preference, int(results.size()), results.data(), &found));
+    FLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, product.description, product.layout_a, product.layout_b,
+                                                    product.layout_out, product.layout_out, preference,
+                                                    int(results.size()), results.data(), &found));
     const float alpha = 1, beta = 0;
     std::vector<std::function<void()>> runs;
     for (int index = 0; index < found; ++index)
       runs.push_back([&, index] {
-        FLM_CUBLAS_CHECK(cublasLtMatmul(handle, description, &alpha, b.data(), layout_a, a.data(), layout_b, &beta,
-                                        out.data(), layout_out, out.data(), layout_out, &results[index].algo,
+        FLM_CUBLAS_CHECK(cublasLtMatmul(handle, product.description, &alpha, b.data(), product.layout_a, a.data(),
+                                        product.layout_b, &beta, out.data(), product.layout_out, out.data(),
+                                        product.layout_out, &results[index].algo,
                                         workspace.data(), workspace_bytes, cuda_stream));
       });
     const std::vector<double> medians = median_ms(runs, device, stream, 3, 20);
@@ -241,10 +252,6 @@ int run_candidates(const std::vector<std::array<int64_t, 3>>& shapes) {
     const double best = flops / (*std::min_element(medians.begin(), medians.end()) * 1e-3) / 1e12;
     fmt::print("{:>7} {:>7} {:>7} {:>9} {:>10.1f} {:>10.1f} {:>8.3f}\n", m, n, k, found, first, best, best / first);
     cublasLtMatmulPreferenceDestroy(preference);
-    cublasLtMatrixLayoutDestroy(layout_a);
-    cublasLtMatrixLayoutDestroy(layout_b);
-    cublasLtMatrixLayoutDestroy(layout_out);
-    cublasLtMatmulDescDestroy(description);
   }
   cublasLtDestroy(handle);
   return 0;
