@@ -2,6 +2,8 @@
 // transposed storage of mlp.layer_2, output ranges, and gradient accumulation.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "fast_llm/layers/common/linear.h"
 #include "layer_test_util.h"
 
@@ -108,6 +110,48 @@ TEST(Linear, OutputRangesAreBlocksOfTheFullLayer) {
   expect_gradient(objective, input, grad_input, "input");
   expect_gradient(objective, linear.weight().weight, linear.weight().grad, "weight");
   expect_gradient(objective, linear.bias()->weight, linear.bias()->grad, "bias");
+}
+
+// The first accumulation of a training step (Parameter::grad_started false, as the engine leaves it instead of zeroing)
+// writes the gradient: stale values, NaN included, never leak into it, whether one call covers the whole weight or
+// output ranges cover it in parts; the second accumulation adds.
+TEST(Linear, TheStepsFirstAccumulationOverwritesStaleGradients) {
+  const int64_t tokens = 4, input_size = 3, output_size = 6;
+  for (const bool ranges : {false, true}) {
+    SCOPED_TRACE(ranges ? "output ranges" : "whole weight");
+    Linear linear("key_value", options(input_size, output_size, true, false));
+    bind_parameters(linear, 41);
+    EXPECT_TRUE(linear.weight().tracks_grad_start);
+    EXPECT_TRUE(linear.bias()->tracks_grad_start);
+    Tensor input = random_tensor(Shape{tokens, input_size}, 42);
+    const std::vector<double> grad_values = random_values(tokens * output_size, 43);
+    std::vector<double> first, second;  // output columns [0, 2) and [2, 6)
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t o = 0; o < output_size; ++o)
+        (o < 2 ? first : second).push_back(grad_values[size_t(t * output_size + o)]);
+    const auto accumulate = [&] {
+      if (!ranges) {
+        linear.backward(tensor_from(grad_values, Shape{tokens, output_size}), input, {});
+        return;
+      }
+      linear.backward(tensor_from(first, Shape{tokens, 2}), input, {}, Linear::OutputRange{0, 2});
+      linear.backward(tensor_from(second, Shape{tokens, 4}), input, {}, Linear::OutputRange{2, 6});
+    };
+    accumulate();  // from zeros, started: the reference gradient
+    const std::vector<double> weight_once = values_of(linear.weight().grad), bias_once = values_of(linear.bias()->grad);
+    for (Parameter* parameter : linear.parameters()) {
+      std::vector<double> nan(size_t(parameter->grad.numel()), std::nan(""));
+      parameter->grad = tensor_from(nan, parameter->meta.shape);
+      parameter->grad_started = false;
+    }
+    accumulate();
+    EXPECT_EQ(values_of(linear.weight().grad), weight_once);
+    EXPECT_EQ(values_of(linear.bias()->grad), bias_once);
+    EXPECT_TRUE(linear.weight().grad_started);
+    accumulate();
+    const std::vector<double> weight_twice = values_of(linear.weight().grad);
+    for (size_t i = 0; i < weight_once.size(); ++i) EXPECT_DOUBLE_EQ(weight_twice[i], 2 * weight_once[i]);
+  }
 }
 
 // A frozen parameter (no gradient tensor) is skipped; the input gradient is still computed.

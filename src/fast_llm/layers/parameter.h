@@ -41,6 +41,25 @@ struct Parameter {
   ParameterMeta meta;
   Tensor weight;  // bound by the engine: view into the stage weight buffer, compute dtype
   Tensor grad;    // bound by the engine: view into the stage gradient buffer (undefined when frozen)
+
+  // Set by the layers that call grad_beta or start_grad before each accumulation into `grad` (linear, norms,
+  // embeddings, the head). For those, at the start of a training step the engine clears grad_started instead of
+  // zeroing the gradient (a full write of 4 bytes per parameter), so the step's first accumulation writes instead of
+  // adding (a gemm with beta 0 also skips reading the old values), and zeroes what no layer wrote before the
+  // optimizer reads it. Other parameters are zeroed at the start of the step.
+  bool tracks_grad_start = false;
+  // Whether `grad` holds this step's gradient so far. Layers used outside a training step (tests) see true: `+=`.
+  bool grad_started = true;
+
+  // The beta of an accumulation that covers the whole of `grad` and can overwrite it (a gemm): 0 for the step's
+  // first, then 1. The caller must then write all of `grad`.
+  double grad_beta() {
+    const double beta = grad_started ? 1.0 : 0.0;
+    grad_started = true;
+    return beta;
+  }
+  // Before an accumulation that can only add, or covers part of `grad`: zeroes it if this step has not written it.
+  void start_grad(Stream stream);
 };
 
 }  // namespace fast_llm::layers

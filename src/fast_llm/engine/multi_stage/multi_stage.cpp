@@ -94,6 +94,14 @@ void MultiStage::zero_gradients(Stream stream) {
   for (auto& stage : stages_) stage->zero_gradients(stream);
 }
 
+void MultiStage::begin_gradients(Stream stream) {
+  for (auto& stage : stages_) stage->begin_gradients(stream);
+}
+
+void MultiStage::finish_gradients(Stream stream) {
+  for (auto& stage : stages_) stage->finish_gradients(stream);
+}
+
 void MultiStage::copy_gradients_to_shards(Stream stream) {
   for (auto& stage : stages_) stage->copy_gradients_to_shard(stream);
 }

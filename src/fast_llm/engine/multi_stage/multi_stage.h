@@ -51,6 +51,9 @@ class MultiStage {
   // Fresh initialisation of every stage (Stage::initialize_weights).
   void initialize_weights();
   void zero_gradients(Stream stream = {});
+  // Stage::begin_gradients / finish_gradients over every stage.
+  void begin_gradients(Stream stream = {});
+  void finish_gradients(Stream stream = {});
   void copy_gradients_to_shards(Stream stream = {});
   void copy_weights_from_shards(Stream stream = {});
 

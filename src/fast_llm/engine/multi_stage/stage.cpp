@@ -207,4 +207,18 @@ void Stage::zero_gradients(Stream stream) {
   if (grad_buffer_.defined() && grad_buffer_.numel() > 0) set_bytes(grad_buffer_.data(), settings_.device, 0, grad_buffer_.nbytes(), stream);
 }
 
+void Stage::begin_gradients(Stream stream) {
+  bool all_tracked = true;
+  for (const ParameterSlot& slot : slots_)
+    if (slot.parameter->grad.defined()) all_tracked = all_tracked && slot.parameter->tracks_grad_start;
+  if (!all_tracked) zero_gradients(stream);
+  for (const ParameterSlot& slot : slots_)
+    if (slot.parameter->grad.defined()) slot.parameter->grad_started = !slot.parameter->tracks_grad_start;
+}
+
+void Stage::finish_gradients(Stream stream) {
+  for (const ParameterSlot& slot : slots_)
+    if (slot.parameter->grad.defined()) slot.parameter->start_grad(stream);
+}
+
 }  // namespace fast_llm::engine

@@ -113,6 +113,13 @@ class Stage {
   // grad_shard <- grad_buffer (cast to the optimization dtype); nothing when they are the same memory.
   void copy_gradients_to_shard(Stream stream = {});
   void zero_gradients(Stream stream = {});
+  // A training step's gradients without zeroing the buffer first (4 bytes per parameter less to write, and the
+  // weight-gradient gemms skip reading it): begin_gradients marks the gradient of every parameter whose layers track
+  // it (layers::Parameter::tracks_grad_start) as not started, so the step's first accumulation into it writes
+  // instead of adding, and finish_gradients zeroes those nothing wrote. A stage with any other parameter is zeroed
+  // whole at the start, as before. The padding between parameters stays zero from allocation.
+  void begin_gradients(Stream stream = {});
+  void finish_gradients(Stream stream = {});
 
   // The slot of the parameter named `name`, or nullptr.
   const ParameterSlot* find(const std::string& name) const;

@@ -45,7 +45,7 @@ void ScheduleRunner::run_training_step(std::span<layers::MicroBatch> micro_batch
             "a step takes depth_first_micro_batches x breadth_first_micro_batches = {} x {} micro-batches, got {}",
             depth_first, breadth_first, micro_batches.size());
   losses.clear();
-  multi_stage_.zero_gradients(stream_);
+  multi_stage_.begin_gradients(stream_);
   // No labels in the whole step: the losses are empty sums and their gradients 0.
   const double loss_gradient_scale = num_labels > 0 ? loss_scale / double(num_labels) : 0.0;
   const auto& stages = multi_stage_.stages();
@@ -71,6 +71,7 @@ void ScheduleRunner::run_training_step(std::span<layers::MicroBatch> micro_batch
         for (auto layer = (*stage)->layers().rbegin(); layer != (*stage)->layers().rend(); ++layer)
           gradients[size_t(slot)] = (*layer)->backward(contexts[size_t(slot)], gradients[size_t(slot)]);
   }
+  multi_stage_.finish_gradients(stream_);
 }
 
 void ScheduleRunner::run_forward(std::span<layers::MicroBatch> micro_batches, int64_t iteration,

@@ -3,8 +3,8 @@
 // A training step holds depth_first_micro_batches x breadth_first_micro_batches micro-batches, in that order
 // (micro-batch d * breadth_first + b is breadth-first slot b of depth-first group d). For each depth-first group:
 // forward every micro-batch of the group stage by stage (all micro-batches through stage 0, then stage 1, ...), then
-// backward stage by stage in reverse. Gradients are zeroed at the start of the step and accumulate (+=) over its
-// micro-batches; every micro-batch sees loss_gradient_scale = loss scale / (unmasked labels in the whole step), so
+// backward stage by stage in reverse. Gradients start the step at zero and accumulate (+=) over its micro-batches
+// (without a zeroing pass: the first accumulation into each parameter writes, Stage::begin_gradients); every micro-batch sees loss_gradient_scale = loss scale / (unmasked labels in the whole step), so
 // the gradients are those of the step's mean loss whatever the split (DESIGN.md §4.6). Losses add into one LossSums
 // for the step (numerators: divide by the step's labels for the mean).
 //

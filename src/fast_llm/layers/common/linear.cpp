@@ -11,10 +11,21 @@ Linear::Linear(std::string name, const LinearOptions& options) : Module(std::mov
                                                        : Shape{options.output_size, options.input_size};
   weight_ = &declare("weight", weight_shape, options.weight.initialization, options.weight.weight_decay,
                      options.weight.lr_scale);
+  weight_->tracks_grad_start = true;
   if (options.bias) {
     bias_ = &declare("bias", Shape{options.output_size}, options.bias_settings.initialization,
                      options.bias_settings.weight_decay, options.bias_settings.lr_scale);
+    bias_->tracks_grad_start = true;
   }
+}
+
+double Linear::accumulation_beta(Parameter& parameter, const std::optional<OutputRange>& range, Stream stream) {
+  // A range writes only some rows: the others must hold zeros (or this step's values) too.
+  if (range) {
+    parameter.start_grad(stream);
+    return 1.0;
+  }
+  return parameter.grad_beta();
 }
 
 Tensor Linear::weight_rows(const Tensor& weight, const std::optional<OutputRange>& range) const {
@@ -61,23 +72,25 @@ void Linear::backward(const Tensor& grad_output, const Tensor& input, Tensor* gr
                    .stream = stream});
   }
   if (weight_->grad.defined()) {
+    const double beta = accumulation_beta(*weight_, range, stream);
     Tensor weight_grad = weight_rows(weight_->grad, range);
     if (options_.transposed_weight) {
       // grad W [input, output] += input^T @ grad_output
-      kernels::gemm({.a = input, .b = grad_output, .out = weight_grad, .transpose_a = true, .beta = 1.0, .stream = stream});
+      kernels::gemm({.a = input, .b = grad_output, .out = weight_grad, .transpose_a = true, .beta = beta, .stream = stream});
     } else {
       // grad W [output, input] += grad_output^T @ input
-      kernels::gemm({.a = grad_output, .b = input, .out = weight_grad, .transpose_a = true, .beta = 1.0, .stream = stream});
+      kernels::gemm({.a = grad_output, .b = input, .out = weight_grad, .transpose_a = true, .beta = beta, .stream = stream});
     }
   }
   if (bias_ != nullptr && bias_->grad.defined()) {
     // grad b (1, output) += ones (1, tokens) @ grad_output: the column sums, through the gemm op.
+    const double beta = accumulation_beta(*bias_, range, stream);
     Tensor bias_grad = bias_rows(bias_->grad, range);
     Tensor row_of_bias_grad = bias_grad.reshape(Shape{1, bias_grad.numel()});
     kernels::gemm({.a = ones(tokens, grad_output.dtype(), grad_output.device(), stream),
                    .b = grad_output,
                    .out = row_of_bias_grad,
-                   .beta = 1.0,
+                   .beta = beta,
                    .stream = stream});
   }
 }

@@ -58,6 +58,8 @@ class Linear : public Module {
 
  private:
   // The weight and bias (gradients) restricted to `range`.
+  // The beta of this step's next gradient accumulation into `parameter` over `range` (Parameter::grad_beta).
+  static double accumulation_beta(Parameter& parameter, const std::optional<OutputRange>& range, Stream stream);
   Tensor weight_rows(const Tensor& weight, const std::optional<OutputRange>& range) const;
   Tensor bias_rows(const Tensor& bias, const std::optional<OutputRange>& range) const;
   // (1, count) ones in `dtype` on `device`, for the bias gradient (column sums as a gemm); cached, grown on demand.

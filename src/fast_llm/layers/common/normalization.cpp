@@ -11,8 +11,11 @@
 namespace fast_llm::layers {
 
 namespace {
-Tensor* gradient_of(Parameter* parameter) {
-  return parameter != nullptr && parameter->grad.defined() ? &parameter->grad : nullptr;
+// The gradient view the backward kernels add into (zeroed first if this step has not written it), or null.
+Tensor* gradient_of(Parameter* parameter, Stream stream) {
+  if (parameter == nullptr || !parameter->grad.defined()) return nullptr;
+  parameter->start_grad(stream);
+  return &parameter->grad;
 }
 }  // namespace
 
@@ -29,9 +32,11 @@ Normalization::Normalization(std::string name, const NormalizationConfig& config
     auto weight = parameter_settings(norm->weight, Initialization::fill(zero_centered_ ? 0.0 : 1.0), lr_scale,
                                      /*default_weight_decay=*/false);
     weight_ = &declare("weight", Shape{hidden_size}, weight.initialization, weight.weight_decay, weight.lr_scale);
+    weight_->tracks_grad_start = true;
     if (layer_norm != nullptr) {
       auto bias = parameter_settings(layer_norm->bias, default_bias_initialization(), lr_scale, false);
       bias_ = &declare("bias", Shape{hidden_size}, bias.initialization, bias.weight_decay, bias.lr_scale);
+      bias_->tracks_grad_start = true;
     }
   } else if (const auto* fixed = dynamic_cast<const FixedRmsNormalizationConfig*>(&config)) {
     kind_ = Kind::fixed_rms_norm;
@@ -117,8 +122,8 @@ Tensor Normalization::backward(const Tensor& grad_output, const Saved& saved, St
                                   .mean = saved.statistic,
                                   .inverse_std = saved.inverse_std,
                                   .grad_input = grad_input,
-                                  .grad_weight = gradient_of(weight_),
-                                  .grad_bias = gradient_of(bias_),
+                                  .grad_weight = gradient_of(weight_, stream),
+                                  .grad_bias = gradient_of(bias_, stream),
                                   .zero_centered = zero_centered_,
                                   .grad_residual = grad_residual,
                                   .stream = stream});
@@ -128,7 +133,7 @@ Tensor Normalization::backward(const Tensor& grad_output, const Saved& saved, St
                                 .weight = weight,
                                 .inverse_rms = saved.statistic,
                                 .grad_input = grad_input,
-                                .grad_weight = gradient_of(weight_),
+                                .grad_weight = gradient_of(weight_, stream),
                                 .zero_centered = zero_centered_,
                                 .grad_residual = grad_residual,
                                 .stream = stream});

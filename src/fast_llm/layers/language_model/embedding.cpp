@@ -28,11 +28,13 @@ LanguageModelEmbedding::LanguageModelEmbedding(std::string name, const LanguageM
   auto word = parameter_settings(config.word_embeddings, default_weight_initialization(hidden_size), lr_scale);
   word_embeddings_ = &declare("word_embeddings_weight", Shape{config.vocab_size, hidden_size}, word.initialization,
                               word.weight_decay, word.lr_scale);
+  word_embeddings_->tracks_grad_start = true;
   if (config.position_embeddings.enabled.value_or(false)) {
     auto position =
         parameter_settings(config.position_embeddings, default_weight_initialization(hidden_size), lr_scale);
     position_embeddings_ = &declare("position_embeddings_weight", Shape{config.num_position_embeddings, hidden_size},
                                     position.initialization, position.weight_decay, position.lr_scale);
+    position_embeddings_->tracks_grad_start = true;
   }
 }
 
@@ -86,6 +88,7 @@ Tensor LanguageModelEmbedding::backward(LayerContext& context, const Tensor& gra
                       .stream = stream});
   }
   if (word_embeddings_->grad.defined()) {
+    word_embeddings_->start_grad(stream);
     kernels::embedding_backward({.indices = saved.tokens,
                                  .grad_output = grad,
                                  .grad_weight = word_embeddings_->grad,
@@ -93,6 +96,7 @@ Tensor LanguageModelEmbedding::backward(LayerContext& context, const Tensor& gra
                                  .stream = stream});
   }
   if (position_embeddings_ != nullptr && position_embeddings_->grad.defined()) {
+    position_embeddings_->start_grad(stream);
     kernels::embedding_backward({.indices = saved.positions,
                                  .grad_output = grad,
                                  .grad_weight = position_embeddings_->grad,

@@ -72,6 +72,7 @@ LanguageModelHead::LanguageModelHead(std::string name, const LanguageModelHeadCo
     auto weight = parameter_settings(config.output_weight, default_weight_initialization(hidden_size), lr_scale);
     output_weights_ = &declare("output_weights", Shape{vocab_size, hidden_size}, weight.initialization,
                                weight.weight_decay, weight.lr_scale);
+    output_weights_->tracks_grad_start = true;
   }
 }
 
@@ -119,7 +120,12 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
     // grad_h = grad_logits W;  grad W += grad_logits^T h
     kernels::gemm({.a = logits, .b = weight, .out = grad_hidden, .stream = stream});
     if (weight_grad != nullptr)
-      kernels::gemm({.a = logits, .b = hidden, .out = *weight_grad, .transpose_a = true, .beta = 1.0, .stream = stream});
+      kernels::gemm({.a = logits,
+                     .b = hidden,
+                     .out = *weight_grad,
+                     .transpose_a = true,
+                     .beta = output_weights_->grad_beta(),
+                     .stream = stream});
   }
 
   if (context.losses != nullptr) {
