@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""PyTorch's scaled_dot_product_attention (flash backend, bf16, causal) on the shapes of attention_benchmark.
+"""PyTorch's scaled_dot_product_attention (bf16, causal) on the shapes of attention_benchmark, with two of its
+backends: flash (flash-attention 2) and cuDNN's fused attention (the comparison DESIGN asks for: our kernels or
+cuDNN's, whichever is faster).
 
     python3 benchmarks/torch_attention.py [iterations]
 
@@ -9,7 +11,7 @@ pairs only: forward 4 heads head_size pairs, backward 2.5 times that), so both c
     build/cuda/bin/attention_benchmark && python3 benchmarks/torch_attention.py
 
 Layout: (batch, heads, tokens, head_size). Grouped-query attention: K and V repeated to every head (outside the timed
-region) unless `enable_gqa` is accepted by the flash backend; the backward then times the gradient of the repeated
+region) unless `enable_gqa` is accepted by the backend; the backward then times the gradient of the repeated
 K / V (without the sum back into groups). Packed documents of mixed lengths run one SDPA call per document (torch has no
 varlen SDPA); windowed attention has no flash SDPA form and is skipped. Timing: CUDA events, 3 warm-up runs, the median
 of `iterations` (20); the backward is timed alone (torch.autograd.grad on a kept graph).
@@ -68,13 +70,19 @@ def attention(q, k, v, use_gqa):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-def gqa_works(head_size):
-    """Whether the flash backend accepts enable_gqa (newer PyTorch)."""
+BACKENDS = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+
+
+def backend_works(backend, head_size, use_gqa):
+    """Whether `backend` runs a small causal problem (with enable_gqa when `use_gqa`) on this machine."""
     try:
         q = torch.randn(1, 4, 64, head_size, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(1, 2, 64, head_size, device="cuda", dtype=torch.bfloat16)
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            F.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=True)
+        k = torch.randn(1, 2 if use_gqa else 4, 64, head_size, device="cuda", dtype=torch.bfloat16)
+        with sdpa_kernel(backend):
+            if use_gqa:
+                F.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=True)
+            else:
+                F.scaled_dot_product_attention(q, k, k, is_causal=True)
         return True
     except (RuntimeError, TypeError):
         return False
@@ -82,14 +90,19 @@ def gqa_works(head_size):
 
 def main():
     iterations = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-    print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}; SDPA flash backend, bf16, causal")
-    print(f"{'case':<30} {'fwd ms':>10} {'fwd TF/s':>10} {'bwd ms':>10} {'bwd TF/s':>10}  K/V")
-    for name, lengths, heads, groups, head_size in CASES:
-        use_gqa = gqa_works(head_size)
+    print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}; "
+          f"SDPA, bf16, causal")
+    print(f"{'case':<30} {'backend':<8} {'fwd ms':>10} {'fwd TF/s':>10} {'bwd ms':>10} {'bwd TF/s':>10}  K/V")
+    for (name, lengths, heads, groups, head_size), (backend_name, backend) in (
+            (case, backend) for case in CASES for backend in BACKENDS):
+        use_gqa = backend_works(backend, head_size, use_gqa=True)
+        if not use_gqa and not backend_works(backend, head_size, use_gqa=False):
+            print(f"{name:<30} {backend_name:<8} not available", flush=True)
+            continue
         batches = make_inputs(lengths, heads, groups, head_size, use_gqa)
         pairs = sum(length * (length + 1) / 2 for length in lengths)
         flops = 4.0 * heads * head_size * pairs
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        with sdpa_kernel(backend):
 
             def forward():
                 with torch.no_grad():
@@ -104,7 +117,7 @@ def main():
 
             forward_ms = median_ms(forward, iterations)
             backward_ms = median_ms(backward, iterations)
-        print(f"{name:<30} {forward_ms:10.3f} {flops / forward_ms / 1e9:10.1f} {backward_ms:10.3f} "
+        print(f"{name:<30} {backend_name:<8} {forward_ms:10.3f} {flops / forward_ms / 1e9:10.1f} {backward_ms:10.3f} "
               f"{2.5 * flops / backward_ms / 1e9:10.1f}  {'enable_gqa' if use_gqa else 'repeated'}", flush=True)
 
 

@@ -6,8 +6,9 @@
 //
 // Layout. A row is read as the 16-byte chunks of its window: from the aligned chunk holding its first logit to the one
 // holding its last, so that any row stride works; the window's first `lead` elements and those past lead + vocab
-// belong to the neighbouring rows or to the allocation's padding (the caching allocator's blocks are whole multiples
-// of 512 bytes) and are masked out, never written. The chunks are split into `blocks_per_row` slices, one per block of
+// belong to the neighbouring rows or lie just outside the tensor, and are masked out, never written. Reading them
+// cannot fault, whoever allocated the tensor: an aligned 16-byte chunk that holds one byte of the tensor lies in the
+// same memory page as that byte (device pages are 64 KiB or more, and 16-byte aligned chunks never straddle them). The chunks are split into `blocks_per_row` slices, one per block of
 // a thread block cluster. Each block has two stages of shared memory of one slice each and walks rows cluster,
 // cluster + clusters, ...: at the top of a row it issues the bulk copy of its next row into the other stage, then
 // waits for this row's. Per row every thread keeps an online (max, sum of 2^(y - max)), y = z log2(e), over its chunks
