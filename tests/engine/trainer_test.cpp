@@ -164,6 +164,23 @@ TEST(Trainer, CheckpointsWithoutACheckpointEngineAreRefused) {
   std::filesystem::remove_all(directory);
 }
 
+TEST(Trainer, CudaGraphsAreOffByDefaultAndRefusedOnTheCpu) {
+  EXPECT_FALSE(ScheduleConfig{}.cuda_graphs);
+  EXPECT_FALSE(load_config<ScheduleConfig>("{}", "schedule").cuda_graphs);
+  EXPECT_TRUE(load_config<ScheduleConfig>("{cuda_graphs: true}", "schedule").cuda_graphs);
+  auto directory = fresh_directory("cuda_graphs");
+  TrainerRun run(directory, 1, "{train_iters: 2}");
+  run.schedule = load_config<ScheduleConfig>("{depth_first_micro_batches: 2, cuda_graphs: true}", "schedule");
+  try {
+    run.make_trainer();
+    ADD_FAILURE() << "a CPU run with schedule.cuda_graphs was accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(error.path(), "schedule.cuda_graphs");
+    EXPECT_NE(std::string(error.what()).find("needs a CUDA device"), std::string::npos) << error.what();
+  }
+  std::filesystem::remove_all(directory);
+}
+
 TEST(Trainer, EvaluationOnlyNeedsWeightsToLoad) {
   auto directory = fresh_directory("evaluation_only");
   TrainerRun run(directory, 1, "{train_iters: 0, evaluators: {validation: {interval: 1, iterations: 1}}}");

@@ -1,10 +1,13 @@
 // Tests of gemm (kernels/gemm.h): the CPU reference against products worked out by hand (alpha, beta, bias,
 // transposes, transposed views, batches), beta = 0 never reading out, shape errors; then every variant against the
 // reference on random problems (odd sizes, all transposes, padded and column-major views, batches with own or shared
-// b, bias, beta != 0, bf16 products into fp32): the CPU variants here, the CUDA ones on a GPU machine.
+// b, bias, beta != 0, bf16 products into fp32): the CPU variants here, the CUDA ones on a GPU machine; and cuBLASLt's
+// autotuning, which synchronises, refusing to run inside a CUDA graph capture.
 #include "fast_llm/kernels/gemm.h"
 
 #include <gtest/gtest.h>
+
+#include "fast_llm/tensor/graph.h"
 
 #include "kernels/consistency.h"
 #include "kernels/reference_test_util.h"
@@ -284,6 +287,40 @@ TEST(GemmConsistency, CudaVariantsMatchTheReference) {
     // cuBLASLt is the baseline on CUDA: it must run every one of these.
     EXPECT_TRUE(report_ran(report, "gemm:cuda:cublaslt")) << make_problem(gemm_case, 0).name;
   }
+}
+
+TEST(GemmCuda, AutotuningRefusesToRunInsideAGraphCapture) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  SelectionScope scope(KernelSelection{});  // autotune on, the default
+  const Device device = Device::cuda(0);
+  const Stream stream = create_stream(device);
+  // A shape no other case uses, so that its first call here is the one that would tune.
+  Tensor a = Tensor::empty(Shape{136, 264}, DType::float32, device, stream);
+  Tensor b = Tensor::empty(Shape{264, 200}, DType::float32, device, stream);
+  Tensor out = Tensor::empty(Shape{136, 200}, DType::float32, device, stream);
+  set_bytes(a.data(), device, 0, a.nbytes(), stream);
+  set_bytes(b.data(), device, 0, b.nbytes(), stream);
+  std::string refusal;
+  try {
+    GraphCapture capture(device, stream);
+    gemm({.a = a, .b = b, .out = out, .stream = stream});
+    capture.finish();
+  } catch (const InternalError& error) {
+    refusal = error.what();
+  }
+  EXPECT_FALSE(is_capturing(device, stream));
+  if (refusal.empty()) GTEST_SKIP() << "cuBLASLt proposed a single algorithm for this shape: nothing to tune";
+  EXPECT_NE(refusal.find("during a CUDA graph capture"), std::string::npos) << refusal;
+  // Run eagerly, the same call tunes; captured after that, it replays.
+  gemm({.a = a, .b = b, .out = out, .stream = stream});
+  Graph graph;
+  {
+    GraphCapture capture(device, stream);
+    gemm({.a = a, .b = b, .out = out, .stream = stream});
+    graph = capture.finish();
+  }
+  graph.launch(stream);
+  synchronize(device, stream);
 }
 
 }  // namespace

@@ -13,33 +13,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fast_llm/core/device.h"
-#include "fast_llm/kernels/attention.h"
 #include "fast_llm/models/gpt/conversion/checkpoint.h"
 #include "fast_llm/models/gpt/training.h"
 #include "models/config_test_util.h"
+#include "models/gpt_cuda_test_util.h"
 
 namespace fast_llm::models::gpt {
 namespace {
-
-constexpr const char* kRun = R"(
-model:
-  base_model:
-    hidden_size: 64
-    embeddings: {vocab_size: 256}
-    decoder:
-      num_blocks: 2
-      block:
-        mixer: {heads: 4, head_groups: 2, head_size: 16, add_linear_biases: false, rotary: {type: default}}
-        mlp: {intermediate_size: 128, gated: true, add_linear_biases: false}
-        normalization: {type: rms_norm}
-    head: {normalization: {type: rms_norm}, cross_entropy_splits: 2}
-  distributed: {seed: 777}
-data: {datasets: {training: {type: random}}, micro_batch_size: 128}
-optimizer: {learning_rate: {base: 0.003, warmup_iterations: 2}, gradient_norm_clipping: 0.5}
-schedule: {depth_first_micro_batches: 2}
-training: {train_iters: 6, logs: {interval: 1}, num_workers: 1}
-)";
 
 struct Record {
   double loss, grad_norm;
@@ -50,7 +30,7 @@ std::vector<Record> train_on(const std::string& device, const std::string& dtype
   const std::filesystem::path experiment =
       std::filesystem::temp_directory_path() / "fast_llm_gpt_training_cuda_test" / (device + "_" + dtype);
   std::filesystem::remove_all(experiment);
-  YAML::Node tree = YAML::Load(kRun);
+  YAML::Node tree = YAML::Load(testing::kTinyGptRun);
   config::apply_override(tree, "run.experiment_dir=" + experiment.string());
   config::apply_override(tree, "model.distributed.compute_dtype=" + dtype);
   config::apply_override(tree, std::string("model.distributed.use_cuda=") + (device == "cuda" ? "true" : "false"));
@@ -80,16 +60,6 @@ void expect_same_run(const std::vector<Record>& gpu, const std::vector<Record>& 
   // The runs train: a loss that never moved would hide an optimizer that does nothing on either side.
   EXPECT_NE(cpu.front().loss, cpu.back().loss);
 }
-
-bool cuda_attention_registered() {
-  for (const auto& variant : kernels::OpRegistry<kernels::AttentionForward>::instance().variants())
-    if (variant.info.device == DeviceType::cuda) return true;
-  return false;
-}
-
-#define REQUIRE_GPU_TRAINING()                                                       \
-  if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA device visible";              \
-  if (!cuda_attention_registered()) GTEST_SKIP() << "no CUDA attention kernel registered"
 
 TEST(GptTrainingCuda, Float32MatchesTheCpu) {
   REQUIRE_GPU_TRAINING();

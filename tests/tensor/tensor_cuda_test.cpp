@@ -1,6 +1,7 @@
-// Tests of the CUDA side of tensor/: host <-> device copies, streams and events, and the caching allocator (reuse
+// Tests of the CUDA side of tensor/: host <-> device copies, streams and events, the caching allocator (reuse
 // without the driver, small segments, splitting and merging, per-stream pools, peaks, record_stream, release_cached,
-// out of memory). Cases that need a GPU skip themselves when none is visible.
+// out of memory), and CUDA graphs (capture and replay, the allocator's graph pool, a capture that fails). Cases that
+// need a GPU skip themselves when none is visible.
 //
 // The allocator is process-wide, so each case works on streams it creates (their pools start empty) and checks
 // differences of the statistics.
@@ -15,6 +16,7 @@
 
 #include "fast_llm/core/cuda/check.h"
 #include "fast_llm/tensor/allocator.h"
+#include "fast_llm/tensor/graph.h"
 #include "fast_llm/tensor/tensor.h"
 
 namespace fast_llm {
@@ -450,6 +452,179 @@ TEST(CudaEvents, ElapsedTime) {
   Event on_compute(Device::cuda());
   on_compute.record(Stream{});
   on_compute.synchronize();
+}
+
+// 4 KiB on the GPU, ordered on `stream`, every byte `value`.
+Tensor byte_buffer(int value, Stream stream) {
+  Tensor buffer = Tensor::empty(Shape{4096}, DType::uint8, Device::cuda(), stream);
+  set_bytes(buffer.data(), Device::cuda(), value, buffer.nbytes(), stream);
+  return buffer;
+}
+
+// The first byte of a device buffer, read on `stream`.
+unsigned char first_byte(const void* pointer, Stream stream) {
+  unsigned char byte = 0;
+  copy_bytes(&byte, Device::cpu(), pointer, Device::cuda(), 1, stream);
+  synchronize(Device::cuda(), stream);
+  return byte;
+}
+
+TEST(CudaGraph, CapturedWorkRunsAtEachLaunchNotDuringTheCapture) {
+  REQUIRE_GPU();
+  const Device device = Device::cuda();
+  const Stream stream = create_stream(device);
+  Tensor source = byte_buffer(1, stream);
+  Tensor destination = byte_buffer(0, stream);
+  Graph graph;
+  EXPECT_FALSE(is_capturing(device, stream));
+  {
+    GraphCapture capture(device, stream);
+    EXPECT_TRUE(is_capturing(device, stream));
+    EXPECT_FALSE(is_capturing(device, compute_stream(device)));
+    copy_bytes(destination.data(), device, source.data(), device, source.nbytes(), stream);
+    graph = capture.finish();
+  }
+  EXPECT_FALSE(is_capturing(device, stream));
+  ASSERT_TRUE(graph.defined());
+  EXPECT_EQ(first_byte(destination.data(), stream), 0);  // recorded, not run
+  for (unsigned char value : {7, 9}) {
+    set_bytes(source.data(), device, value, source.nbytes(), stream);
+    graph.launch(stream);
+    EXPECT_EQ(first_byte(destination.data(), stream), value);
+  }
+}
+
+TEST(CudaGraph, AllocationsOfTheCapturedStreamComeFromTheGraphPool) {
+  REQUIRE_GPU();
+  const Device device = Device::cuda();
+  Allocator& allocator = allocator_for(device);
+  const Stream stream = create_stream(device);
+  const Stream other = create_stream(device);
+  // Cached in the ordinary pool: the first capture of the process gives it back to the driver.
+  allocator.deallocate(allocator.allocate(4 * kMiB, other), other);
+  const AllocatorStats before = allocator.stats();
+  void* small = nullptr;
+  void* large = nullptr;
+  Graph graph;
+  {
+    GraphCapture capture(device, stream);
+    small = allocator.allocate(256 * kKiB, stream);
+    set_bytes(small, device, 3, 256 * kKiB, stream);
+    allocator.deallocate(small, stream);
+    // Freed during the capture: reused within it (the graph orders the two uses).
+    void* again = allocator.allocate(256 * kKiB, stream);
+    EXPECT_EQ(again, small);
+    large = allocator.allocate(4 * kMiB, stream);
+    set_bytes(large, device, 4, 4 * kMiB, stream);
+    // Another stream's allocations stay ordinary.
+    allocator.deallocate(allocator.allocate(kKiB, other), other);
+    graph = capture.finish();
+    allocator.deallocate(again, stream);
+  }
+  const AllocatorStats after = allocator.stats();
+  // One small segment and one large one, counted in reserved too; `large` still counts as allocated.
+  EXPECT_EQ(after.graph_pool_reserved_bytes, before.graph_pool_reserved_bytes + 2 * kMiB + 4 * kMiB);
+  EXPECT_GE(after.reserved_bytes, after.graph_pool_reserved_bytes);
+  EXPECT_GE(after.allocated_bytes, before.allocated_bytes + 4 * kMiB);
+  EXPECT_GE(after.peak_reserved_bytes, after.reserved_bytes);
+  if (before.graph_pool_reserved_bytes == 0) {
+    EXPECT_GT(after.driver_frees, before.driver_frees);
+  }
+  // After the capture, ordinary allocations on the same stream never get graph-pool blocks...
+  void* ordinary = allocator.allocate(256 * kKiB, stream);
+  EXPECT_NE(ordinary, small);
+  allocator.deallocate(ordinary, stream);
+  // ... release_cached leaves the graph pool alone...
+  allocator.release_cached();
+  EXPECT_EQ(allocator.stats().graph_pool_reserved_bytes, after.graph_pool_reserved_bytes);
+  // ... and the next capture on the stream reuses the graph pool's free blocks, without the driver.
+  const uint64_t driver_allocations = allocator.stats().driver_allocations;
+  {
+    GraphCapture capture(device, stream);
+    void* reused = allocator.allocate(256 * kKiB, stream);
+    EXPECT_EQ(reused, small);
+    set_bytes(reused, device, 5, 256 * kKiB, stream);
+    allocator.deallocate(reused, stream);
+    capture.finish();
+  }
+  EXPECT_EQ(allocator.stats().driver_allocations, driver_allocations);
+  graph.launch(stream);
+  EXPECT_EQ(first_byte(large, stream), 4);
+  allocator.deallocate(large, stream);
+  EXPECT_EQ(allocator.stats().graph_pool_reserved_bytes, after.graph_pool_reserved_bytes);
+}
+
+TEST(CudaGraph, OrdinaryBlocksFreedDuringACaptureAreNeverReused) {
+  REQUIRE_GPU();
+  const Device device = Device::cuda();
+  const Stream stream = create_stream(device);
+  Tensor before = byte_buffer(5, stream);
+  Tensor destination = byte_buffer(0, stream);
+  void* address = before.data();
+  Graph graph;
+  {
+    GraphCapture capture(device, stream);
+    // The graph reads `before` at every launch, so its memory must not go to a later allocation.
+    copy_bytes(destination.data(), device, before.data(), device, before.nbytes(), stream);
+    before = Tensor();
+    graph = capture.finish();
+  }
+  Tensor after = byte_buffer(9, stream);
+  EXPECT_NE(after.data(), address);
+  graph.launch(stream);
+  EXPECT_EQ(first_byte(destination.data(), stream), 5);
+  // The same for a block of another stream recorded on the captured one (record_stream), even once both are idle.
+  Allocator& allocator = allocator_for(device);
+  const Stream owner = create_stream(device);
+  void* shared = allocator.allocate(256 * kKiB, owner);
+  set_bytes(shared, device, 4, 256 * kKiB, owner);
+  synchronize(device, owner);
+  allocator.record_stream(shared, stream);
+  {
+    GraphCapture capture(device, stream);
+    copy_bytes(destination.data(), device, shared, device, destination.nbytes(), stream);
+    allocator.deallocate(shared, owner);
+    graph = capture.finish();
+  }
+  synchronize_device(device);
+  void* reused = allocator.allocate(256 * kKiB, owner);
+  EXPECT_NE(reused, shared);
+  set_bytes(reused, device, 7, 256 * kKiB, owner);
+  synchronize(device, owner);
+  graph.launch(stream);
+  EXPECT_EQ(first_byte(destination.data(), stream), 4);
+  allocator.deallocate(reused, owner);
+}
+
+TEST(CudaGraph, AFailedCaptureEndsCleanlyAndTheStreamRunsAgain) {
+  REQUIRE_GPU();
+  const Device device = Device::cuda();
+  const Stream stream = create_stream(device);
+  Tensor buffer = byte_buffer(0, stream);
+  std::string message;
+  try {
+    GraphCapture capture(device, stream);
+    set_bytes(buffer.data(), device, 8, buffer.nbytes(), stream);
+    synchronize(device, stream);  // the host cannot wait for work that is only being recorded
+    capture.finish();
+  } catch (const Error& error) {
+    message = error.what();
+  }
+  EXPECT_NE(message.find("cudaStreamSynchronize"), std::string::npos) << message;
+  EXPECT_FALSE(is_capturing(device, stream));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(first_byte(buffer.data(), stream), 0);  // the recorded memset never ran
+  set_bytes(buffer.data(), device, 6, buffer.nbytes(), stream);
+  EXPECT_EQ(first_byte(buffer.data(), stream), 6);
+  // The allocator left its capture too: a new one can begin, and works.
+  Graph graph;
+  {
+    GraphCapture capture(device, stream);
+    set_bytes(buffer.data(), device, 2, buffer.nbytes(), stream);
+    graph = capture.finish();
+  }
+  graph.launch(stream);
+  EXPECT_EQ(first_byte(buffer.data(), stream), 2);
 }
 
 }  // namespace

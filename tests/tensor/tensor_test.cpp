@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fast_llm/tensor/allocator.h"
+#include "fast_llm/tensor/graph.h"
 #include "fast_llm/tensor/tensor.h"
 
 namespace fast_llm {
@@ -424,6 +425,14 @@ TEST(CpuStreams, AreSynchronousNoOps) {
   tensor.record_stream(Stream{});  // CPU tensors have no stream to order against
 }
 
+TEST(CpuStreams, AreNeverCapturedInGraphs) {
+  EXPECT_FALSE(is_capturing(Device::cpu()));
+  EXPECT_NE(error_message([] { GraphCapture capture(Device::cpu()); }).find("CUDA graphs need a CUDA device"),
+            std::string::npos);
+  EXPECT_FALSE(Graph().defined());
+  EXPECT_EQ(allocator_for(Device::cpu()).stats().graph_pool_reserved_bytes, 0u);
+}
+
 TEST(NoCudaBuild, CudaRequestsSayTheBackendIsMissing) {
   if (cuda_compiled()) GTEST_SKIP() << "this build has the CUDA backend";
   const std::string expected = "[cuda] this build has no CUDA backend (configure with -DFAST_LLM_CUDA=ON)";
@@ -432,6 +441,8 @@ TEST(NoCudaBuild, CudaRequestsSayTheBackendIsMissing) {
   EXPECT_THROW(compute_stream(Device::cuda()), NotSupportedError);
   EXPECT_THROW(Event(Device::cuda()), NotSupportedError);
   EXPECT_THROW(iota_tensor().to(Device::cuda()), NotSupportedError);
+  EXPECT_THROW(GraphCapture(Device::cuda()), NotSupportedError);
+  EXPECT_THROW(is_capturing(Device::cuda()), NotSupportedError);
 }
 
 }  // namespace

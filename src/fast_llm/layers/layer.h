@@ -55,6 +55,9 @@ class Layer : public Module {
   virtual Tensor backward(LayerContext& context, const Tensor& grad_output) = 0;
   // Model FLOPs of forward + backward for one micro-batch (matmuls and attention), for the TFLOP/s log field.
   virtual double flops(const MicroBatch& batch) const { return 0.0; }
+  // Whether a training forward draws random numbers (dropout): its masks follow LayerContext::dropout_seed, which the
+  // engine derives per step on the host, so such a step cannot be replayed from a CUDA graph.
+  virtual bool uses_dropout() const { return false; }
 };
 
 }  // namespace fast_llm::layers

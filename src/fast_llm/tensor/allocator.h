@@ -4,6 +4,13 @@
 // spirit of PyTorch's: freed blocks return to a pool of the stream they were allocated on and are reused by later
 // allocations on that stream without synchronisation; large blocks are split; `release_cached` returns unused
 // segments to the driver. A block used on another stream must be recorded with `record_stream` before it is freed.
+//
+// CUDA graphs (tensor/graph.h): while a stream is being captured, every allocation ordered on it comes from the
+// device's graph pool, a separate set of segments whose blocks never serve ordinary allocations and never go back to
+// the driver: a captured graph keeps reading and writing the addresses it was captured with, also those freed during
+// or after its capture, so they must stay reserved for graphs. All graphs of a device share the pool, which is sound
+// as long as they run one after another on the stream they were captured on and no graph's intermediate data is read
+// by another.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +29,7 @@ struct AllocatorStats {
   uint64_t allocations = 0;        // number of allocate calls
   uint64_t driver_allocations = 0;  // allocations that reached the driver (cudaMalloc / aligned_alloc)
   uint64_t driver_frees = 0;        // memory returned to the driver (cudaFree / free)
+  size_t graph_pool_reserved_bytes = 0;  // the part of reserved_bytes held by the CUDA graph pool
 };
 
 class Allocator {
@@ -48,6 +56,12 @@ Allocator& cuda_caching_allocator(int device);
 // destructors) and reports a failure instead.
 void* cuda_host_allocate(size_t bytes);
 void cuda_host_free(void* pointer);
+// The graph pool of the caching allocator of `device` (see above), for tensor/graph.h's GraphCapture: from `begin`
+// to `end`, allocations ordered on `stream` come from the graph pool. The first `begin` gives the free cached
+// segments of the ordinary pools back to the driver first, so that the graph pool does not double the memory peak.
+// One capture at a time per device.
+void cuda_allocator_begin_graph_capture(int device, Stream stream);
+void cuda_allocator_end_graph_capture(int device);
 }  // namespace detail
 
 }  // namespace fast_llm

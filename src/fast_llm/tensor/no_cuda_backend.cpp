@@ -1,6 +1,7 @@
 // Linked when the CUDA backend is not compiled in: every CUDA entry point says so.
 #include "fast_llm/core/error.h"
 #include "fast_llm/tensor/allocator.h"
+#include "fast_llm/tensor/graph.h"
 #include "fast_llm/tensor/stream.h"
 
 namespace fast_llm::detail {
@@ -30,5 +31,15 @@ Allocator& cuda_caching_allocator(int device) { no_cuda(); }
 void* cuda_host_allocate(size_t bytes) { no_cuda(); }
 // Nothing can have been allocated.
 void cuda_host_free(void* pointer) {}
+void cuda_allocator_begin_graph_capture(int device, Stream stream) { no_cuda(); }
+void cuda_allocator_end_graph_capture(int device) { no_cuda(); }
+void cuda_begin_capture(int device, Stream stream) { no_cuda(); }
+void* cuda_end_capture(int device, Stream stream) { no_cuda(); }
+// No capture can have begun.
+void cuda_abort_capture(int device, Stream stream) {}
+void cuda_graph_launch(int device, void* graph, Stream stream) { no_cuda(); }
+// No graph can exist.
+void cuda_graph_destroy(void* graph) {}
+bool cuda_is_capturing(int device, Stream stream) { no_cuda(); }
 
 }  // namespace fast_llm::detail

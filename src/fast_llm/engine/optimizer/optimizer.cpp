@@ -88,15 +88,25 @@ OptimizerState Optimizer::state() const {
 }
 
 void Optimizer::step(Stream stream) {
-  namespace field = kernels::optimizer_state;
-  multi_stage_.copy_gradients_to_shards(stream);
-  const Device device = multi_stage_.device();
+  prepare_step(stream);
+  queue_update(stream);
+  // Dynamic loss scaling (fp16 only) needs the outcome on the host before the next step's loss gradients: the one
+  // per-step read left, as in Fast-LLM.
+  if (grad_scaler_.dynamic()) grad_scaler_.update(last_step_result(stream).successful);
+}
+
+void Optimizer::prepare_step(Stream stream) {
   // The device counter reaches at most step_bound_ now; the rate of the step after it must be in the table. Growing
   // it geometrically keeps the uploads rare when the trainer did not reserve the run's steps.
   ++step_bound_;
   if (!learning_rates_.defined() || learning_rates_.numel() < step_bound_ + 1)
     reserve_steps(std::max(step_bound_, 2 * (learning_rates_.defined() ? learning_rates_.numel() : 0)), stream);
+}
 
+void Optimizer::queue_update(Stream stream) {
+  namespace field = kernels::optimizer_state;
+  multi_stage_.copy_gradients_to_shards(stream);
+  const Device device = multi_stage_.device();
   set_bytes(state_.data(), device, 0, sizeof(double), stream);  // the squared_norm field
   Tensor squared_norm = state_.slice(0, field::squared_norm, field::squared_norm + 1);
   for (auto& stage : multi_stage_.stages()) {
@@ -137,9 +147,6 @@ void Optimizer::step(Stream stream) {
     }
     if (!compute_weights.defined()) stage->copy_weights_from_shard(stream);
   }
-  // Dynamic loss scaling (fp16 only) needs the outcome on the host before the next step's loss gradients: the one
-  // per-step read left, as in Fast-LLM.
-  if (grad_scaler_.dynamic()) grad_scaler_.update(last_step_result(stream).successful);
 }
 
 }  // namespace fast_llm::engine

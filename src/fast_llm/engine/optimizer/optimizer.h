@@ -19,6 +19,12 @@
 // trainer does only when it logs or saves. The one exception is dynamic fp16 loss scaling: the next step's loss scale
 // depends on whether this one was skipped, and the host passes it to the loss kernels, so `step` reads the outcome
 // (as Fast-LLM's dynamic grad scaler does).
+//
+// CUDA graphs (engine/training/cuda_graph_step.h) capture `queue_update` with the rest of the training step. What it
+// queues depends on the host only through values fixed for the run (hyper-parameters, group ranges, the loss scale
+// when it is not dynamic) and the addresses of the state and rate table; the step counter, the rate and the bias
+// corrections are read on the device. The host's own per-step bookkeeping (the counter's bound, growing the rate
+// table) is `prepare_step`, which runs outside the graph every step.
 #pragma once
 
 #include <cstdint>
@@ -59,8 +65,19 @@ class Optimizer {
 
   // The multiplier of label-loss gradients for the next step (the loss scale; 1 unless scaling is on).
   double loss_scale() const { return grad_scaler_.scale(); }
-  // Queues the update of the weights from the accumulated gradients (steps 1-5 above) on `stream`.
+  // Queues the update of the weights from the accumulated gradients (steps 1-5 above) on `stream`: prepare_step,
+  // queue_update, then, with dynamic loss scaling, the read of the outcome for the next step's scale.
   void step(Stream stream = {});
+  // The host part of a step: the device counter may reach one more step, and the rate table is grown (a new upload,
+  // at a new address) when it would not cover the step after that.
+  void prepare_step(Stream stream = {});
+  // The device part of a step (steps 1-5), with no host read: what a CUDA graph of the training step replays. Once per
+  // step, after prepare_step.
+  void queue_update(Stream stream = {});
+  // Whether `step` reads the outcome of each step on the host (dynamic fp16 loss scaling).
+  bool dynamic_loss_scaling() const { return grad_scaler_.dynamic(); }
+  // (capacity) fp64 on the model's device: the rate table `queue_update` reads (its address moves when it grows).
+  const Tensor& learning_rates() const { return learning_rates_; }
   // The decisions of the last `step` (waits for the device).
   OptimizerStepResult last_step_result(Stream stream = {}) const;
   // (kernels::optimizer_state::size) fp64 on the model's device: the last step's decisions, for copying them aside

@@ -32,6 +32,12 @@ void ScheduleConfig::visit(Visitor& v) {
     config::not_supported_yet(false, "schedule profiling"));
   v(skip_step, "skip_step", "Run forward and backward but skip the weight update (testing).", Hint::testing,
     config::not_supported_yet(false, "skipping the weight update"));
+  v(cuda_graphs, "cuda_graphs",
+    "Capture the training step (forward, backward and optimizer) in a CUDA graph and replay it while the batches' "
+    "shapes repeat (same tokens and document boundaries per micro-batch, same label count), which removes the gaps "
+    "between kernel launches. Needs a CUDA device; a run with dropout, dynamic fp16 loss scaling or several processes "
+    "stays eager (logged), as do the first step and profiled steps.",
+    Hint::performance);
 }
 
 }  // namespace fast_llm::engine

@@ -1,7 +1,8 @@
 // The order micro-batches run in within a step (`schedule`), as Fast-LLM's ScheduleConfig. Gradient accumulation is
 // depth_first_micro_batches (each runs forward and backward through all stages before the next);
 // breadth_first_micro_batches interleave stage by stage (to fill a pipeline). Samples per step =
-// depth_first * breadth_first * batch_data_parallel.
+// depth_first * breadth_first * batch_data_parallel. `cuda_graphs` replays training steps captured in CUDA graphs
+// while the batches' shapes repeat (engine/training/cuda_graph_step.h).
 #pragma once
 
 #include "fast_llm/config/config.h"
@@ -21,6 +22,7 @@ struct ScheduleConfig : config::Config {
   bool debug_send_recv = false;
   bool profile_schedule = false;
   bool skip_step = false;
+  bool cuda_graphs = false;
 
   void visit(config::Visitor& v) override;
 

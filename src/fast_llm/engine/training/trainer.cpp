@@ -62,6 +62,9 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
             "training", "the trainer config must be validated first");
   device_ = resolve_device(sections_.distributed);
   stream_ = compute_stream(device_);
+  if (sections_.schedule.cuda_graphs && !device_.is_cuda())
+    throw ConfigError(sections_.schedule.field_path("cuda_graphs"),
+                      fmt::format("needs a CUDA device; this run is on {}", device_.str()));
   training_ = training.train_iters > 0;
   samples_per_step_ = int64_t(sections_.schedule.sequential_micro_batches()) *
                       sections_.distributed.batch_data_parallel();
@@ -84,6 +87,7 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
   if (training_) {
     optimizer_ = std::make_unique<Optimizer>(sections_.optimizer, *multi_stage_);
     optimizer_->reserve_steps(training.train_iters, stream_);
+    if (sections_.schedule.cuda_graphs) set_up_cuda_graphs();
     data_.sample_dataset("training", training.train_iters * samples_per_step_);
     // A log interval's steps, so that logging reads them all at once; bounded, as every row is a few dozen bytes.
     constexpr int64_t kMaxRecordedSteps = 1000;
@@ -132,6 +136,26 @@ std::optional<std::filesystem::path> Trainer::metrics_path() const {
   return *run_directory_ / "metrics.jsonl";
 }
 
+GraphedTrainingStep::Counts Trainer::cuda_graph_counts() const {
+  return graphed_step_ ? graphed_step_->counts() : GraphedTrainingStep::Counts{};
+}
+
+void Trainer::set_up_cuda_graphs() {
+  bool dropout = false;
+  for (layers::Layer* layer : model_.layers()) dropout = dropout || layer->uses_dropout();
+  const std::optional<std::string> refusal =
+      cuda_graphs_refusal({.cuda = device_.is_cuda(),
+                           .world_size = *sections_.distributed.world_size,
+                           .dropout = dropout,
+                           .dynamic_loss_scaling = optimizer_->dynamic_loss_scaling()});
+  if (refusal) {
+    log_main("{} is set, but the training steps run without CUDA graphs: {}",
+             sections_.schedule.field_path("cuda_graphs"), *refusal);
+    return;
+  }
+  graphed_step_ = std::make_unique<GraphedTrainingStep>(device_, stream_);
+}
+
 TrainingState Trainer::state() const {
   return {.completed_steps = completed_steps_, .optimizer = optimizer_ ? optimizer_->state() : OptimizerState{}};
 }
@@ -175,10 +199,26 @@ void Trainer::train_step() {
                                                                      num_labels);
   interval_.data_wait_ms += (now_seconds() - data_start) * 1000.0;
 
-  layers::LossSums losses;
-  runner_->run_training_step(micro_batches, num_labels, completed_steps_ + 1, optimizer_->loss_scale(), losses);
-  optimizer_->step(stream_);
-  step_records_->record(optimizer_->step_state(), losses, num_labels, stream_);
+  const int64_t step = completed_steps_ + 1;
+  layers::LossSums eager_losses;
+  const layers::LossSums* losses = &eager_losses;
+  if (graphed_step_) {
+    // The optimizer's host bookkeeping runs every step; a graph replays the rest. `step` only seeds dropout, which a
+    // graphed run has none of, so the graph may bake in the step it was captured at.
+    optimizer_->prepare_step(stream_);
+    const StepGraphKey key = step_graph_key(keep_alive, num_labels, optimizer_->loss_scale(),
+                                            {optimizer_->step_state().data(), optimizer_->learning_rates().data()});
+    losses = &graphed_step_->run(
+        micro_batches, key, /*eager_only=*/profiler_ && profiler_->records(step),
+        [&](std::span<layers::MicroBatch> batches, layers::LossSums& sums) {
+          runner_->run_training_step(batches, num_labels, step, optimizer_->loss_scale(), sums);
+          optimizer_->queue_update(stream_);
+        });
+  } else {
+    runner_->run_training_step(micro_batches, num_labels, step, optimizer_->loss_scale(), eager_losses);
+    optimizer_->step(stream_);
+  }
+  step_records_->record(optimizer_->step_state(), *losses, num_labels, stream_);
   ++completed_steps_;
   ++interval_.steps;
   interval_.flops += runner_->flops(micro_batches);
@@ -243,6 +283,11 @@ void Trainer::train() {
     save(done, stop);
   }
   training_loader_.reset();
+  if (graphed_step_) {
+    const GraphedTrainingStep::Counts counts = graphed_step_->counts();
+    log_main("CUDA graphs: {} captured, {} steps replayed, {} steps eager", counts.captures, counts.replays,
+             counts.eager_steps);
+  }
 }
 
 void Trainer::log_training(int64_t completed) {

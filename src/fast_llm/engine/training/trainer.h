@@ -24,7 +24,8 @@
 // (BatchUploader), the optimizer decides clipping and skipping on the device, and the step's decisions and loss sums
 // are copied aside on the device (StepRecords). The host reads them, and so waits for the device, only when a log
 // line, an evaluation, a checkpoint or an export needs numbers (and once per StepRecords capacity when logging is
-// rarer), so it keeps queueing the next step while the device runs the current one.
+// rarer), so it keeps queueing the next step while the device runs the current one. With `schedule.cuda_graphs`,
+// steps whose shapes repeat are replayed from CUDA graphs (GraphedTrainingStep).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,7 @@
 #include "fast_llm/engine/schedule/runner.h"
 #include "fast_llm/engine/training/batch_uploader.h"
 #include "fast_llm/engine/training/config.h"
+#include "fast_llm/engine/training/cuda_graph_step.h"
 #include "fast_llm/engine/training/metrics.h"
 #include "fast_llm/engine/training/profiling.h"
 #include "fast_llm/engine/training/step_records.h"
@@ -108,7 +110,8 @@ class Trainer {
   // `<experiment_dir>/runs/<k>` and its metrics file; empty without run.experiment_dir.
   const std::optional<std::filesystem::path>& run_directory() const { return run_directory_; }
   std::optional<std::filesystem::path> metrics_path() const;
-
+  // What the CUDA graphs did (all zero when `schedule.cuda_graphs` is off or the run does not qualify).
+  GraphedTrainingStep::Counts cuda_graph_counts() const;
 
  private:
   struct Evaluator;
@@ -118,6 +121,8 @@ class Trainer {
   std::vector<layers::MicroBatch> next_micro_batches(data::DataLoader& loader, std::string_view dataset,
                                                      std::vector<std::shared_ptr<const data::Batch>>& keep_alive,
                                                      int64_t& num_labels);
+  // `schedule.cuda_graphs`: the graphed step when the run qualifies, else the log line saying why not.
+  void set_up_cuda_graphs();
   void initialize_or_load();
   void train();
   void run_evaluators(bool done);
@@ -146,6 +151,7 @@ class Trainer {
   std::unique_ptr<BatchUploader> uploader_;
   std::unique_ptr<StepRecords> step_records_;
   std::unique_ptr<StepProfiler> profiler_;  // kernel timing (`profiling`), when configured
+  std::unique_ptr<GraphedTrainingStep> graphed_step_;  // `schedule.cuda_graphs` in a run that qualifies
 
   int64_t completed_steps_ = 0;
   std::optional<std::filesystem::path> run_directory_;

@@ -261,6 +261,15 @@ static size_t output_span_bytes(const GemmKey& key) {
 // values; when that buffer cannot be had, the heuristic's first stays. Synchronises the stream: once per problem.
 static void tune(GemmPlan& plan, const GemmCall& call, float alpha, float beta, void* workspace, cudaStream_t stream,
                  Device device) {
+  // The host waits for the timings, which a CUDA graph capture cannot record: a captured step only has shapes an
+  // eager step already tuned (engine/training/cuda_graph_step.h), so getting here while capturing is a bug. Refused
+  // before the plan changes, so that an eager call still tunes it.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FLM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  FLM_ASSERT(capture == cudaStreamCaptureStatusNone,
+             "gemm: autotuning m={} n={} k={} during a CUDA graph capture (timing synchronises the stream); an eager "
+             "step should have tuned this shape first",
+             call.key.columns, call.key.rows, call.key.inner);
   constexpr int kRounds = 5;
   const int candidates = plan.candidate_count;
   plan.candidate_count = 0;

@@ -33,6 +33,7 @@ class DecoderBlock : public Layer {
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
   double flops(const MicroBatch& batch) const override;
+  bool uses_dropout() const override { return dropout_ > 0.0; }
 
   Attention& mixer() { return *mixer_; }
   const Attention& mixer() const { return *mixer_; }

@@ -24,6 +24,7 @@ class LanguageModelEmbedding : public Layer {
 
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
+  bool uses_dropout() const override { return dropout_ > 0.0; }
 
   Parameter& word_embeddings() { return *word_embeddings_; }
   Parameter* position_embeddings() { return position_embeddings_; }

@@ -7,7 +7,7 @@
 
 namespace fast_llm::models::gpt {
 
-void train(const GPTTrainerConfig& config) {
+void train(const GPTTrainerConfig& config, const std::function<void(engine::Trainer&)>& inspect) {
   config.kernels.apply();
   warn_pretrained_architecture(config);
   GPTModel model(config.model.base_model);
@@ -23,6 +23,7 @@ void train(const GPTTrainerConfig& config) {
                            .profiling = &config.profiling},
                           model, data, config.to_yaml_string(), trainer_hooks(config));
   trainer.run();
+  if (inspect) inspect(trainer);
 }
 
 }  // namespace fast_llm::models::gpt

@@ -10,6 +10,15 @@
 //
 // Sizes are rounded up to 512 bytes; statistics count whole blocks (a large block keeps a remainder of up to 1 MiB
 // that no large request could use).
+//
+// The graph pool (allocator.h, tensor/graph.h): while a stream is captured, its allocations take blocks from a second
+// pair of pools (small, large) whose segments are marked `graph`; those blocks split, merge and return only within
+// the graph pools, and their segments are never released, since captured graphs keep using their addresses. A block
+// of the ordinary pools used on the capturing stream (allocated on it, or recorded there with record_stream) and
+// freed during the capture may have been read by the captured work, which every launch repeats: it is retired (kept
+// reserved, in no pool) rather than handed to a later ordinary allocation; that also keeps the events of freed blocks
+// off the capturing stream, where they would become part of the graph. Nothing here calls cudaFree during a capture
+// (it is not allowed then); cudaMalloc of new segments is, because captures run in relaxed mode.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -50,11 +59,12 @@ std::string format_bytes(size_t bytes) {
   return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", value, kUnits[unit]);
 }
 
-enum class BlockState { in_use, awaiting_events, free };
+enum class BlockState { in_use, awaiting_events, free, retired };
 
 struct Block {
   cudaStream_t stream = nullptr;
   bool small = false;  // which pool it returns to
+  bool graph = false;  // in the graph pool: for allocations on a capturing stream only, never given back
   size_t size = 0;
   char* pointer = nullptr;
   BlockState state = BlockState::free;
@@ -95,8 +105,9 @@ class CachingAllocator final : public Allocator {
     std::lock_guard lock(mutex_);
     CudaDeviceGuard guard(device_);
     process_events();
-    Block* block = take_free_block(cuda_stream, size, small);
-    if (block == nullptr) block = allocate_segment(cuda_stream, size, small, bytes);
+    const bool graph = capture_stream_ != nullptr && cuda_stream == capture_stream_;
+    Block* block = take_free_block(cuda_stream, size, small, graph);
+    if (block == nullptr) block = allocate_segment(cuda_stream, size, small, graph, bytes);
     split(block, size);
     block->state = BlockState::in_use;
     in_use_.emplace(block->pointer, block);
@@ -113,6 +124,12 @@ class CachingAllocator final : public Allocator {
     std::lock_guard lock(mutex_);
     Block* block = take_in_use(pointer, "deallocate");
     stats_.allocated_bytes -= block->size;
+    if (capture_stream_ != nullptr && !block->graph &&
+        (block->stream == capture_stream_ ||
+         std::find(block->used_on.begin(), block->used_on.end(), capture_stream_) != block->used_on.end())) {
+      block->state = BlockState::retired;
+      return;
+    }
     if (block->used_on.empty()) {
       free_block(block);
       return;
@@ -154,9 +171,31 @@ class CachingAllocator final : public Allocator {
 
   void release_cached() override {
     std::lock_guard lock(mutex_);
+    FLM_ASSERT(capture_stream_ == nullptr, "release_cached on cuda:{} during a CUDA graph capture (no cudaFree then)",
+               device_);
     CudaDeviceGuard guard(device_);
     wait_for_events();
     release_free_segments();
+  }
+
+  void begin_graph_capture(Stream stream) {
+    std::lock_guard lock(mutex_);
+    FLM_ASSERT(capture_stream_ == nullptr, "a second CUDA graph capture on cuda:{} while one is in progress",
+               device_);
+    CudaDeviceGuard guard(device_);
+    if (!graph_pool_started_) {
+      // The blocks cached by eager steps would stay reserved beside the graph pool's copies of the same activations.
+      wait_for_events();
+      release_free_segments();
+      graph_pool_started_ = true;
+    }
+    capture_stream_ = stream_of(stream);
+  }
+
+  void end_graph_capture() {
+    std::lock_guard lock(mutex_);
+    FLM_ASSERT(capture_stream_ != nullptr, "end of a CUDA graph capture on cuda:{} that did not begin", device_);
+    capture_stream_ = nullptr;
   }
 
  private:
@@ -164,7 +203,11 @@ class CachingAllocator final : public Allocator {
     return static_cast<cudaStream_t>(stream.handle != nullptr ? stream.handle : cuda_compute_stream(device_).handle);
   }
 
-  BlockPool& pool_of(const Block* block) { return block->small ? small_free_ : large_free_; }
+  BlockPool& pool_for(bool small, bool graph) {
+    if (graph) return small ? graph_small_free_ : graph_large_free_;
+    return small ? small_free_ : large_free_;
+  }
+  BlockPool& pool_of(const Block* block) { return pool_for(block->small, block->graph); }
 
   Block* take_in_use(void* pointer, std::string_view operation) {
     auto found = in_use_.find(pointer);
@@ -176,8 +219,8 @@ class CachingAllocator final : public Allocator {
   }
 
   // Best fit on `stream`: the smallest free block of at least `size`.
-  Block* take_free_block(cudaStream_t stream, size_t size, bool small) {
-    BlockPool& pool = small ? small_free_ : large_free_;
+  Block* take_free_block(cudaStream_t stream, size_t size, bool small, bool graph) {
+    BlockPool& pool = pool_for(small, graph);
     Block key;
     key.stream = stream;
     key.size = size;
@@ -188,14 +231,14 @@ class CachingAllocator final : public Allocator {
     return block;
   }
 
-  Block* allocate_segment(cudaStream_t stream, size_t size, bool small, size_t requested) {
+  Block* allocate_segment(cudaStream_t stream, size_t size, bool small, bool graph, size_t requested) {
     size_t segment_size = small ? kSmallSegment : round_up(size, kLargeSegmentRounding);
     void* pointer = nullptr;
     cudaError_t status = cudaMalloc(&pointer, segment_size);
-    if (status == cudaErrorMemoryAllocation) {
+    if (status == cudaErrorMemoryAllocation && capture_stream_ == nullptr) {
       cudaGetLastError();
       // Before giving up, give every cached segment (of any stream) back to the driver; waiting for blocks held back
-      // by record_stream is cheaper than failing.
+      // by record_stream is cheaper than failing. Not during a graph capture, where cudaFree is not allowed.
       wait_for_events();
       release_free_segments();
       status = cudaMalloc(&pointer, segment_size);
@@ -204,19 +247,24 @@ class CachingAllocator final : public Allocator {
       cudaGetLastError();
       size_t free_bytes = 0, total_bytes = 0;
       FLM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-      throw Error("cuda", fmt::format("out of memory on cuda:{}: tried to allocate {} ({} bytes); {} allocated by "
-                                      "tensors, {} reserved by the caching allocator; the device has {} free of {}",
+      throw Error("cuda", fmt::format("out of memory on cuda:{}: tried to allocate {} ({} bytes){}; {} allocated by "
+                                      "tensors, {} reserved by the caching allocator ({} by the CUDA graph pool); "
+                                      "the device has {} free of {}",
                                       device_, format_bytes(segment_size), requested,
+                                      capture_stream_ != nullptr ? " during a CUDA graph capture" : "",
                                       format_bytes(stats_.allocated_bytes), format_bytes(stats_.reserved_bytes),
-                                      format_bytes(free_bytes), format_bytes(total_bytes)));
+                                      format_bytes(stats_.graph_pool_reserved_bytes), format_bytes(free_bytes),
+                                      format_bytes(total_bytes)));
     }
     if (status != cudaSuccess) throw_cuda_error("cudaMalloc(&pointer, segment_size)", status);
     stats_.reserved_bytes += segment_size;
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+    if (graph) stats_.graph_pool_reserved_bytes += segment_size;
     ++stats_.driver_allocations;
     auto* block = new Block();
     block->stream = stream;
     block->small = small;
+    block->graph = graph;
     block->size = segment_size;
     block->pointer = static_cast<char*>(pointer);
     return block;
@@ -230,6 +278,7 @@ class CachingAllocator final : public Allocator {
     auto* rest = new Block();
     rest->stream = block->stream;
     rest->small = block->small;
+    rest->graph = block->graph;
     rest->size = remaining;
     rest->pointer = block->pointer + size;
     rest->previous = block;
@@ -304,7 +353,8 @@ class CachingAllocator final : public Allocator {
   }
 
   // Free blocks merge with free neighbours, so a segment with nothing in use is exactly one block with no
-  // neighbours. cudaFree synchronises the device, so work still queued on these blocks has finished first.
+  // neighbours. cudaFree synchronises the device, so work still queued on these blocks has finished first. The graph
+  // pools keep theirs.
   void release_free_segments() {
     for (BlockPool* pool : {&small_free_, &large_free_}) {
       for (auto iterator = pool->begin(); iterator != pool->end();) {
@@ -326,15 +376,21 @@ class CachingAllocator final : public Allocator {
   mutable std::mutex mutex_;
   BlockPool small_free_;
   BlockPool large_free_;
+  BlockPool graph_small_free_;
+  BlockPool graph_large_free_;
   std::unordered_map<void*, Block*> in_use_;
   std::vector<PendingEvent> pending_;
+  cudaStream_t capture_stream_ = nullptr;  // the stream being captured, if any
+  bool graph_pool_started_ = false;
   std::vector<cudaEvent_t> spare_events_;
   AllocatorStats stats_;
 };
 
 }  // namespace
 
-Allocator& cuda_caching_allocator(int device) {
+namespace {
+
+CachingAllocator& caching_allocator(int device) {
   // device_info checks the index against the probed devices, with a message naming how many there are.
   device_info(Device::cuda(device));
   // Leaked on purpose (see allocator.h): tensors in static objects may free into them while the process exits.
@@ -345,5 +401,15 @@ Allocator& cuda_caching_allocator(int device) {
   if (allocator == nullptr) allocator = new CachingAllocator(device);
   return *allocator;
 }
+
+}  // namespace
+
+Allocator& cuda_caching_allocator(int device) { return caching_allocator(device); }
+
+void cuda_allocator_begin_graph_capture(int device, Stream stream) {
+  caching_allocator(device).begin_graph_capture(stream);
+}
+
+void cuda_allocator_end_graph_capture(int device) { caching_allocator(device).end_graph_capture(); }
 
 }  // namespace fast_llm::detail
