@@ -1,39 +1,83 @@
 // Flash attention forward on Hopper tensor cores (kernels/attention.h), variant "wgmma": the flash-attention-2
 // algorithm with both products on wgmma (sm_90a, wgmma.cuh), bf16 / fp16 inputs, fp32 accumulation, head sizes 64
-// and 128. Same contract and masks as "flash" (attention_forward.cu); what differs is the inner loop and the grid order
-// (longest CTAs first).
+// and 128. Same contract and masks as "flash" (attention_forward.cu). A CTA holds 128 queries: two consumer
+// warpgroups of 64 rows (their products, online softmax and store: ForwardWarpgroup, attention_forward_wgmma.cuh).
+// Grid (heads, documents, query blocks), the last query block first: the CTAs go out query block by query block, the
+// longest (the last blocks of causal documents, which see every key block) first, so the short ones fill the tail;
+// the heads of a group go out together and share their key and value tiles in L2.
 //
-// A CTA holds 128 queries: two warpgroups of 64 rows each (256 threads, one CTA per multiprocessor). The query tile
-// and double-buffered (128, head_size) key and value tiles live in shared memory in the canonical 128-byte-swizzled
-// layout of wgmma.cuh, copied by cp.async (zero-filled past the document's end). Per key block and warpgroup:
-//   S = Q K^T  (m64n128k16 x head_size / 16, A = Q and B = K from shared memory, both K-major),
-//   online softmax of S in registers (the log2-domain update of "flash": max on raw scores, one FFMA + EX2 each),
-//   O = O * correction + P V  (m64n{head_size}k16 x 8, A = P straight from the S accumulators converted to T in
-//   registers, B = V from shared memory, MN-major).
-// The loop is software-pipelined inside each warpgroup: iteration i issues S_{i+1} = Q K_{i+1}^T and then
-// O += P_i V_i without waiting in between, waits for S_{i+1} only (wait_group 1: the older batch), computes its
-// softmax while P_i V_i still runs on the tensor cores, and waits for P_i V_i just before rescaling O. Two
-// warpgroups per CTA fill in each other's gaps further.
+// Each warpgroup's loop is software-pipelined: iteration i issues S_{i+1} = Q K_{i+1}^T and then O += P_i V_i without
+// waiting in between, waits for S_{i+1} only (wait_group 1: the older batch), computes its softmax while P_i V_i still
+// runs on the tensor cores, and waits for P_i V_i just before rescaling O.
 //
-// Shared-memory stages: K_{i+2} and V_{i+1} are copied during iteration i (into the stages S_i and P_{i-1} V_{i-1}
-// released); one barrier per iteration, after each thread's copies landed and went through the proxy fence, both
-// publishes the new tiles and tells every warpgroup that the stages about to be overwritten are free.
+// Two kernels share that loop and differ in who copies the tiles (cp.async, zero-filled past the document's end):
+// - head_size 64, `producer`: a third warpgroup (40 registers by setmaxnreg, the consumers 232) copies Q and the key /
+//   value tiles of each block into 4 stages; the hand-overs are named barriers: full(stage, consumer), on which the
+//   producer arrives once its copies landed and went through the proxy fence and each consumer syncs on its own (the
+//   two consumers are never tied to each other), and free(stage), on which both consumers arrive once P V of the
+//   stage's block is done and the producer syncs. (Making the consumers take turns issuing their products, FA3's
+//   ping-pong, measured the same: 289 / 360 against 293 / 360 TFLOP/s at (a) / (b), and is not done.)
+// - head_size 128, `synchronous`: the two consumers copy the tiles themselves into double-buffered stages, K_{i+2}
+//   and V_{i+1} during iteration i, with one CTA-wide barrier per iteration. Measured on the H200 (attention_benchmark,
+//   session 4): the producer kernel is 16-20% faster at head_size 64 (290 / 363 against 250 / 303 TFLOP/s at cases
+//   (a) / (b)) and 10-18% slower at 128 (349-373 against 418-426 at (c)), where a stage is twice the bytes.
 //
 // Output, logsumexp and layouts: as "flash" (channels contiguous, token / head strides multiples of 8 elements,
 // 16-byte aligned data).
-#include "fast_llm/kernels/cuda/attention_forward.cuh"
+#include "fast_llm/kernels/cuda/attention_forward_wgmma.cuh"
 #include "fast_llm/kernels/cuda/attention_wgmma.cuh"
-#include "fast_llm/kernels/cuda/wgmma.cuh"
 
 namespace fast_llm::kernels::cuda::attention {
 namespace {
 
-constexpr int kBlockM = 128;  // queries per CTA: two warpgroups of 64
+constexpr int kBlockM = 128;  // queries per CTA: two consumer warpgroups of 64
 constexpr int kBlockN = 128;  // keys per block
-constexpr int kThreads = kWgmmaThreads;
+constexpr int kConsumerThreads = kWgmmaThreads;
+
+// The producer kernel's CTA: its document, queries and key blocks (the synchronous kernel computes the same inline).
+// `empty`: no query of the CTA is inside its document (the kernel returns at once; the other fields are then unset).
+struct ForwardBlock {
+  int begin, length, first_query, last_query, head, group, block_begin, blocks;
+  bool empty;
+
+  __device__ __forceinline__ explicit ForwardBlock(const ForwardParams& p) {
+    head = int(blockIdx.x);
+    const int document = int(blockIdx.y);
+    begin = p.cu_seqlens[document * p.cu_seqlens_stride];
+    length = p.cu_seqlens[(document + 1) * p.cu_seqlens_stride] - begin;
+    first_query = (int(gridDim.z) - 1 - int(blockIdx.z)) * kBlockM;
+    empty = first_query >= length;
+  }
+  // The rest, once the CTA is known not to be empty.
+  __device__ __forceinline__ void locate(const ForwardParams& p) {
+    last_query = min(first_query + kBlockM, length) - 1;
+    group = head / p.heads_per_group;
+    // The key blocks some query of [first_query, last_query] may see: at least one (a query sees its own key).
+    const KeyBlocks seen = key_blocks_seen<kBlockN>(p, first_query, last_query, length);
+    block_begin = seen.begin;
+    blocks = seen.end - seen.begin;
+  }
+  template <class T>
+  __device__ __forceinline__ const T* query(const ForwardParams& p) const {
+    return static_cast<const T*>(p.query) + int64_t(begin) * p.query_token_stride + head * p.query_head_stride;
+  }
+  template <class T>
+  __device__ __forceinline__ const T* key(const ForwardParams& p) const {
+    return static_cast<const T*>(p.key) + int64_t(begin) * p.key_token_stride + group * p.key_head_stride;
+  }
+  template <class T>
+  __device__ __forceinline__ const T* value(const ForwardParams& p) const {
+    return static_cast<const T*>(p.value) + int64_t(begin) * p.value_token_stride + group * p.value_head_stride;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------------------------
+// head_size 128: the consumers copy. Its steps are the ForwardWarpgroup ones written out as lambdas: the same kernel
+// on ForwardWarpgroup measured 7-12% slower on the H200 (391 against 418 TFLOP/s at case (c), session 4), with 220
+// registers against 214 and the compiler versioning its mask and epilogue differently; the cause was not found.
 
 template <int kHeadSize>
-struct WgmmaForwardConfig {
+struct SynchronousConfig {
   static constexpr int kKSteps = kHeadSize / 16;  // k-steps of Q K^T
   static constexpr int kPSteps = kBlockN / 16;    // k-steps of P V
   static constexpr int kScoreRegisters = kBlockN / 2;
@@ -42,11 +86,12 @@ struct WgmmaForwardConfig {
   static constexpr uint32_t kTileBytes = kBlockN * kHeadSize * 2;  // one key or value stage
   // Q, 2 key stages, 2 value stages, and slack to start the tiles on a 1024-byte boundary.
   static constexpr size_t kSharedBytes = kQueryBytes + 4 * size_t(kTileBytes) + 1024;
+  static constexpr int kThreads = kConsumerThreads;
 };
 
 template <class T, int kHeadSize>
-__global__ void __launch_bounds__(kThreads, 1) attention_forward_wgmma_kernel(const ForwardParams p) {
-  using Config = WgmmaForwardConfig<kHeadSize>;
+__global__ void __launch_bounds__(kConsumerThreads, 1) attention_forward_synchronous_kernel(const ForwardParams p) {
+  using Config = SynchronousConfig<kHeadSize>;
   constexpr int kKSteps = Config::kKSteps, kPSteps = Config::kPSteps;
   constexpr int kScoreRegisters = Config::kScoreRegisters, kOutputRegisters = Config::kOutputRegisters;
   constexpr uint32_t kTileBytes = Config::kTileBytes;
@@ -263,6 +308,121 @@ __global__ void __launch_bounds__(kThreads, 1) attention_forward_wgmma_kernel(co
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
+// head_size 64: a producer warpgroup copies.
+
+template <int kHeadSize>
+struct ProducerConfig {
+  static constexpr int kStages = 4;  // of (K, V); at least 3, see the producer's loop
+  static constexpr uint32_t kQueryBytes = kBlockM * kHeadSize * 2;
+  static constexpr uint32_t kTileBytes = kBlockN * kHeadSize * 2;
+  static constexpr uint32_t kStageBytes = 2 * kTileBytes;  // K then V
+  static constexpr size_t kSharedBytes = kQueryBytes + kStages * size_t(kStageBytes) + 1024;
+  static constexpr int kThreads = kConsumerThreads + kWgmmaProducerThreads;
+  // Named barriers (0 is __syncthreads'): full(stage, consumer), free(stage).
+  static constexpr int full(int stage, int consumer) { return 1 + 2 * stage + consumer; }
+  static constexpr int free(int stage) { return 1 + 2 * kStages + stage; }
+  static_assert(free(kStages - 1) <= 15, "16 named barriers");
+  static constexpr int kFullThreads = kWgmmaProducerThreads + 128;
+  static constexpr int kFreeThreads = kWgmmaProducerThreads + kConsumerThreads;
+};
+
+template <class T, int kHeadSize>
+__global__ void __launch_bounds__(ProducerConfig<kHeadSize>::kThreads, 1)
+    attention_forward_producer_kernel(const ForwardParams p) {
+  using Config = ProducerConfig<kHeadSize>;
+  constexpr int kStages = Config::kStages;
+  constexpr uint32_t kTileBytes = Config::kTileBytes, kStageBytes = Config::kStageBytes;
+  extern __shared__ unsigned char shared[];
+  const uint32_t query_tile = (shared_address(shared) + 1023) & ~1023u;  // (kBlockM, kHeadSize) swizzled
+  const uint32_t stages = query_tile + Config::kQueryBytes;               // kStages x (K, V)
+
+  ForwardBlock cta(p);
+  if (cta.empty) return;
+  cta.locate(p);
+  const int blocks = cta.blocks, length = cta.length;
+
+  if (threadIdx.x >= kConsumerThreads) {
+    // Producer: Q with the first block, then the key / value tiles of each block into stage block % kStages once the
+    // consumers freed it. A block's copies stay in flight while the previous block's are waited for and published;
+    // publishing block j - 1 only after the stage of block j is free is safe because the consumers free block
+    // j - kStages after seeing block j - kStages + 1 <= j - 2 (kStages >= 3).
+    release_producer_registers();
+    const int thread = int(threadIdx.x) - kConsumerThreads;
+    const T* key = cta.key<T>(p);
+    const T* value = cta.value<T>(p);
+    const auto publish = [&](int block) {
+      wgmma::proxy_fence();
+      named_barrier_arrive(Config::full(block % kStages, 0), Config::kFullThreads);
+      named_barrier_arrive(Config::full(block % kStages, 1), Config::kFullThreads);
+    };
+    for (int j = 0; j < blocks; ++j) {
+      const int stage = j % kStages;
+      if (j >= kStages) named_barrier_sync(Config::free(stage), Config::kFreeThreads);
+      if (j == 0)
+        load_wgmma_tile_rolled<kBlockM, kHeadSize, kWgmmaProducerThreads>(query_tile, cta.query<T>(p),
+                                                                          p.query_token_stride, cta.first_query,
+                                                                          length, thread);
+      const int first_key = (cta.block_begin + j) * kBlockN;
+      load_wgmma_tile_rolled<kBlockN, kHeadSize, kWgmmaProducerThreads>(stages + stage * kStageBytes, key,
+                                                                        p.key_token_stride, first_key, length, thread);
+      load_wgmma_tile_rolled<kBlockN, kHeadSize, kWgmmaProducerThreads>(
+          stages + stage * kStageBytes + kTileBytes, value, p.value_token_stride, first_key, length, thread);
+      copy_async_commit();
+      if (j >= 1) {
+        copy_async_wait<1>();
+        publish(j - 1);
+      }
+    }
+    copy_async_wait<0>();
+    publish(blocks - 1);
+    return;
+  }
+
+  claim_consumer_registers();
+  const int warpgroup = int(threadIdx.x) / 128;
+  ForwardWarpgroup<T, kHeadSize, kBlockM, kBlockN> wg(cta.first_query, cta.last_query, length, warpgroup);
+  const uint64_t query_descriptor = wgmma::descriptor(query_tile + warpgroup * 64 * 128, 16, 1024);
+  const auto key_descriptor = [&](int block) {
+    return wgmma::descriptor(stages + (block % kStages) * kStageBytes, 16, 1024);
+  };
+  const auto value_descriptor = [&](int block) {
+    return wgmma::descriptor(stages + (block % kStages) * kStageBytes + kTileBytes, kBlockN * 128, 1024);
+  };
+  float correction[2];
+  named_barrier_sync(Config::full(0, warpgroup), Config::kFullThreads);
+  wgmma::wgmma_fence();
+  wg.issue_scores(query_descriptor, key_descriptor(0));
+  wgmma::wait<0>();
+  wgmma::fence_operands(wg.scores);
+  wg.softmax(p, cta.block_begin, correction);
+  wg.convert_probabilities();
+
+  for (int i = 0; i + 1 < blocks; ++i) {
+    named_barrier_sync(Config::full((i + 1) % kStages, warpgroup), Config::kFullThreads);
+    wgmma::fence_operands(wg.output);
+    wgmma::wgmma_fence();
+    wg.issue_scores(query_descriptor, key_descriptor(i + 1));
+    wg.issue_output(value_descriptor(i));
+    wgmma::wait<1>();
+    wgmma::fence_operands(wg.scores);
+    wg.softmax(p, cta.block_begin + i + 1, correction);
+    wgmma::wait<0>();
+    wgmma::fence_operands(wg.output);
+    // Block i's stage is read by nobody any more; the producer waits for it only if a later block goes there.
+    if (i + kStages < blocks) named_barrier_arrive(Config::free(i % kStages), Config::kFreeThreads);
+    wg.rescale_output(correction);
+    wg.convert_probabilities();
+  }
+
+  wgmma::fence_operands(wg.output);
+  wgmma::wgmma_fence();
+  wg.issue_output(value_descriptor(blocks - 1));
+  wgmma::wait<0>();
+  wgmma::fence_operands(wg.output);
+  wg.store(p, cta.begin, cta.head);
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
 // Host
 
 std::optional<std::string> supports_wgmma_forward(const AttentionForwardArgs& args) {
@@ -272,23 +432,24 @@ std::optional<std::string> supports_wgmma_forward(const AttentionForwardArgs& ar
   return hopper_reason(args.query.device());
 }
 
-template <class T, int kHeadSize>
-void launch_wgmma_forward(const ForwardParams& params, int64_t max_seqlen, int64_t heads, int64_t documents,
-                          cudaStream_t stream) {
-  constexpr size_t kSharedBytes = WgmmaForwardConfig<kHeadSize>::kSharedBytes;
-  auto* kernel = &attention_forward_wgmma_kernel<T, kHeadSize>;
-  FLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSharedBytes)));
+template <class Config, class Kernel>
+void launch_forward(Kernel* kernel, const ForwardParams& params, int64_t max_seqlen, int64_t heads,
+                    int64_t documents, cudaStream_t stream) {
+  FLM_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Config::kSharedBytes)));
   const dim3 grid(unsigned(heads), unsigned(documents), unsigned(ceil_div(max_seqlen, kBlockM)));
-  kernel<<<grid, kThreads, kSharedBytes, stream>>>(params);
+  kernel<<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(params);
 }
 
 void launch_wgmma(const ForwardParams& params, DType dtype, int64_t head_size, int64_t max_seqlen, int64_t heads,
                   int64_t documents, cudaStream_t stream) {
   const auto launch = [&]<class T>(std::type_identity<T>) {
     if (head_size == 64)
-      launch_wgmma_forward<T, 64>(params, max_seqlen, heads, documents, stream);
+      launch_forward<ProducerConfig<64>>(&attention_forward_producer_kernel<T, 64>, params, max_seqlen,
+                                         heads, documents, stream);
     else
-      launch_wgmma_forward<T, 128>(params, max_seqlen, heads, documents, stream);
+      launch_forward<SynchronousConfig<128>>(&attention_forward_synchronous_kernel<T, 128>, params, max_seqlen,
+                                             heads, documents, stream);
   };
   if (dtype == DType::bfloat16)
     launch(std::type_identity<bfloat16>{});
@@ -303,7 +464,7 @@ void attention_forward_wgmma(const AttentionForwardArgs& args) { attention_forwa
 FLM_REGISTER_KERNEL(AttentionForward, DeviceType::cuda, "wgmma", /*priority=*/200, KernelKind::optimized,
                     &supports_wgmma_forward, &attention_forward_wgmma,
                     "flash-attention-2 on Hopper wgmma (sm_90), two warpgroups of 64 queries, 128-key blocks in "
-                    "swizzled shared memory (cp.async, double buffered), softmax overlapped with P V; bf16 / fp16, "
-                    "head_size 64 / 128");
+                    "swizzled shared memory (cp.async), softmax overlapped with P V; head_size 64: a producer "
+                    "warpgroup copies into 4 stages; bf16 / fp16, head_size 64 / 128");
 
 }  // namespace fast_llm::kernels::cuda::attention
