@@ -183,12 +183,11 @@ class CachingAllocator final : public Allocator {
     FLM_ASSERT(capture_stream_ == nullptr, "a second CUDA graph capture on cuda:{} while one is in progress",
                device_);
     CudaDeviceGuard guard(device_);
-    if (!graph_pool_started_) {
-      // The blocks cached by eager steps would stay reserved beside the graph pool's copies of the same activations.
-      wait_for_events();
-      release_free_segments();
-      graph_pool_started_ = true;
-    }
+    // The blocks cached by eager steps would stay reserved beside the graph pool's copies of the same activations.
+    // Every capture, not only the first: eager steps between captures (a new shape, an evicted graph) cache blocks
+    // again. Captures are rare (one per shape), and this wait is what a step's log line costs.
+    wait_for_events();
+    release_free_segments();
     capture_stream_ = stream_of(stream);
   }
 
@@ -381,7 +380,6 @@ class CachingAllocator final : public Allocator {
   std::unordered_map<void*, Block*> in_use_;
   std::vector<PendingEvent> pending_;
   cudaStream_t capture_stream_ = nullptr;  // the stream being captured, if any
-  bool graph_pool_started_ = false;
   std::vector<cudaEvent_t> spare_events_;
   AllocatorStats stats_;
 };
