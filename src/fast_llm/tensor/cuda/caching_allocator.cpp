@@ -173,21 +173,17 @@ class CachingAllocator final : public Allocator {
     std::lock_guard lock(mutex_);
     FLM_ASSERT(capture_stream_ == nullptr, "release_cached on cuda:{} during a CUDA graph capture (no cudaFree then)",
                device_);
-    CudaDeviceGuard guard(device_);
-    wait_for_events();
-    release_free_segments();
+    release_cached_locked();
   }
 
   void begin_graph_capture(Stream stream) {
     std::lock_guard lock(mutex_);
     FLM_ASSERT(capture_stream_ == nullptr, "a second CUDA graph capture on cuda:{} while one is in progress",
                device_);
-    CudaDeviceGuard guard(device_);
     // The blocks cached by eager steps would stay reserved beside the graph pool's copies of the same activations.
     // Every capture, not only the first: eager steps between captures (a new shape, an evicted graph) cache blocks
     // again. Captures are rare (one per shape), and this wait is what a step's log line costs.
-    wait_for_events();
-    release_free_segments();
+    release_cached_locked();
     capture_stream_ = stream_of(stream);
   }
 
@@ -198,6 +194,13 @@ class CachingAllocator final : public Allocator {
   }
 
  private:
+  // release_cached's work, with the mutex held and no capture in progress.
+  void release_cached_locked() {
+    CudaDeviceGuard guard(device_);
+    wait_for_events();
+    release_free_segments();
+  }
+
   cudaStream_t stream_of(Stream stream) const {
     return static_cast<cudaStream_t>(stream.handle != nullptr ? stream.handle : cuda_compute_stream(device_).handle);
   }
