@@ -263,6 +263,62 @@ TEST(MultiStage, MixedPrecisionCastsMasterWeightsAndGradients) {
   for (int64_t i = 0; i < stage.grad_buffer().numel(); ++i) ASSERT_EQ(grads[i].bits, 0);
 }
 
+// A step's gradients without a zeroing pass (Stage::begin_gradients): parameters whose layers track the step's first
+// accumulation keep their stale values until written, and finish_gradients zeroes those nothing wrote; a stage with
+// an untracked parameter is zeroed whole at the start, as before.
+TEST(MultiStage, TrackedGradientsAreWrittenOrZeroedUntrackedStagesAreZeroedFirst) {
+  auto distributed = testing::cpu_distributed();
+  auto config = testing::multi_stage_config();
+  TestModel model(8, 4, 1);
+  MultiStage multi_stage(model, config, distributed, Device::cpu());
+  std::vector<layers::Parameter*> parameters;
+  for (layers::Layer* layer : multi_stage.layers())
+    for (layers::Parameter* parameter : layer->parameters()) parameters.push_back(parameter);
+  ASSERT_GE(parameters.size(), 2u);
+  const auto fill = [](layers::Parameter& parameter, double value) {
+    double* data = parameter.grad.data_as<double>();
+    for (int64_t i = 0; i < parameter.grad.numel(); ++i) data[i] = value;
+  };
+  const auto all_equal = [](const layers::Parameter& parameter, double value) {
+    for (double element : testing::values(parameter.grad))
+      if (element != value) return false;
+    return true;
+  };
+
+  // Every parameter tracked: begin leaves the stale values, the written one keeps what it was given, the others end
+  // as zeros.
+  for (layers::Parameter* parameter : parameters) {
+    parameter->tracks_grad_start = true;
+    fill(*parameter, 7.0);
+  }
+  multi_stage.begin_gradients();
+  for (layers::Parameter* parameter : parameters) {
+    EXPECT_FALSE(parameter->grad_started) << parameter->meta.name;
+    EXPECT_TRUE(all_equal(*parameter, 7.0)) << parameter->meta.name;
+  }
+  EXPECT_EQ(parameters[0]->grad_beta(), 0.0);  // a layer's first accumulation writes...
+  fill(*parameters[0], 3.0);                    // ... (as a gemm with beta 0 would)
+  EXPECT_EQ(parameters[0]->grad_beta(), 1.0);  // and the next one adds
+  multi_stage.finish_gradients();
+  EXPECT_TRUE(all_equal(*parameters[0], 3.0));
+  for (size_t i = 1; i < parameters.size(); ++i) EXPECT_TRUE(all_equal(*parameters[i], 0.0)) << parameters[i]->meta.name;
+
+  // One untracked parameter: its stage is zeroed whole at the start (the untracked one counts as started); the
+  // other stages keep their stale values until written.
+  parameters[1]->tracks_grad_start = false;
+  for (layers::Parameter* parameter : parameters) fill(*parameter, 7.0);
+  multi_stage.begin_gradients();
+  for (const auto& stage : multi_stage.stages()) {
+    bool untracked_stage = false;
+    for (const ParameterSlot& slot : stage->parameters()) untracked_stage |= slot.parameter == parameters[1];
+    for (const ParameterSlot& slot : stage->parameters())
+      EXPECT_TRUE(all_equal(*slot.parameter, untracked_stage ? 0.0 : 7.0)) << slot.parameter->meta.name;
+  }
+  EXPECT_TRUE(parameters[1]->grad_started);
+  EXPECT_FALSE(parameters[0]->grad_started);
+  EXPECT_GT(multi_stage.stages().size(), 1u);
+}
+
 TEST(MultiStage, RefusesSeveralProcesses) {
   testing::ScopedEnvironment environment(testing::single_process());
   auto distributed = testing::load_config<DistributedConfig>(
