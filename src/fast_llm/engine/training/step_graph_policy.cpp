@@ -34,10 +34,7 @@ StepGraphKey step_graph_key(std::span<const std::shared_ptr<const data::Batch>> 
                    .state_addresses = std::move(state_addresses)};
   key.micro_batches.reserve(batches.size());
   for (const auto& batch : batches)
-    key.micro_batches.push_back(MicroBatchShape{.tokens = batch->micro_batch_size,
-                                                .max_seqlen = batch->max_seqlen,
-                                                .cu_seqlens = batch->cu_seqlens,
-                                                .lengths = batch->lengths});
+    key.micro_batches.push_back(MicroBatchShape{.tokens = batch->micro_batch_size, .cu_seqlens = batch->cu_seqlens});
   return key;
 }
 

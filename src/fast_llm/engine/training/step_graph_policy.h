@@ -3,9 +3,9 @@
 // Host logic only, so that it is tested without a GPU.
 //
 // A captured step replays its kernels with the host values they were launched with, so a graph is keyed by all of
-// those that can change from step to step: per micro-batch the token count, the document boundaries (cu_seqlens,
-// whose length is a kernel argument, and the segment lengths) and the longest document (kernels size their grids
-// from it); the step's label count (the loss gradient is scaled by 1 / labels on the host); the loss scale; and the
+// those that can change from step to step: per micro-batch the token count and the document boundaries (cu_seqlens:
+// its length is a kernel argument, and the segment lengths and the longest document, which kernels size their grids
+// from, follow from it); the step's label count (the loss gradient is scaled by 1 / labels on the host); the loss scale; and the
 // addresses of the device state outside the step's own buffers that could move between steps (the optimizer's
 // state and rate table). Everything else a step depends on is fixed for the run (configs, parameter buffers).
 //
@@ -42,9 +42,7 @@ std::optional<std::string> cuda_graphs_refusal(const GraphedRunFacts& facts);
 
 struct MicroBatchShape {
   int64_t tokens = 0;
-  int64_t max_seqlen = 0;
-  std::vector<int32_t> cu_seqlens;
-  std::vector<int32_t> lengths;
+  std::vector<int32_t> cu_seqlens;  // segment lengths and max_seqlen are its differences and their largest
   bool operator==(const MicroBatchShape&) const = default;
 };
 
