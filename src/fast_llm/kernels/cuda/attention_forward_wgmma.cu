@@ -34,8 +34,11 @@ constexpr int kBlockM = 128;  // queries per CTA: two consumer warpgroups of 64
 constexpr int kBlockN = 128;  // keys per block
 constexpr int kConsumerThreads = kWgmmaThreads;
 
-// The producer kernel's CTA: its document, queries and key blocks (the synchronous kernel computes the same inline).
-// `empty`: no query of the CTA is inside its document (the kernel returns at once; the other fields are then unset).
+// A CTA's document, queries and key blocks. Grid (heads, documents, query blocks), the last query block first: the
+// CTAs go out query block by query block, the longest (the last blocks of causal documents, which see every key
+// block) first, so the short ones fill the tail; the heads of a group go out together and share their key and value
+// tiles in L2. `empty`: no query of the CTA is inside its document (the kernel returns at once; the other fields are
+// then unset).
 struct ForwardBlock {
   int begin, length, first_query, last_query, head, group, block_begin, blocks;
   bool empty;
@@ -101,25 +104,15 @@ __global__ void __launch_bounds__(kConsumerThreads, 1) attention_forward_synchro
   const uint32_t key_tiles = query_tile + Config::kQueryBytes;            // 2 x (kBlockN, kHeadSize)
   const uint32_t value_tiles = key_tiles + 2 * kTileBytes;                // 2 x (kBlockN, kHeadSize)
 
-  // Grid (heads, documents, query blocks), the last query block first: the CTAs go out query block by query block,
-  // the longest (the last blocks of causal documents, which see every key block) first, so the short ones fill the
-  // tail; the heads of a group go out together and share their key and value tiles in L2.
-  const int head = int(blockIdx.x), document = int(blockIdx.y);
-  const int begin = p.cu_seqlens[document * p.cu_seqlens_stride];
-  const int length = p.cu_seqlens[(document + 1) * p.cu_seqlens_stride] - begin;
-  const int first_query = (int(gridDim.z) - 1 - int(blockIdx.z)) * kBlockM;
-  if (first_query >= length) return;
-  const int last_query = min(first_query + kBlockM, length) - 1;
-  const int group = head / p.heads_per_group;
-  const T* query = static_cast<const T*>(p.query) + int64_t(begin) * p.query_token_stride + head * p.query_head_stride;
-  const T* key = static_cast<const T*>(p.key) + int64_t(begin) * p.key_token_stride + group * p.key_head_stride;
-  const T* value =
-      static_cast<const T*>(p.value) + int64_t(begin) * p.value_token_stride + group * p.value_head_stride;
-
-  // The key blocks some query of [first_query, last_query] may see: at least one (a query sees its own key).
-  const KeyBlocks seen = key_blocks_seen<kBlockN>(p, first_query, last_query, length);
-  const int block_begin = seen.begin, block_end = seen.end;
-  const int blocks = block_end - block_begin;
+  ForwardBlock cta(p);
+  if (cta.empty) return;
+  cta.locate(p);
+  const int head = cta.head, begin = cta.begin, length = cta.length;
+  const int first_query = cta.first_query, last_query = cta.last_query;
+  const int block_begin = cta.block_begin, blocks = cta.blocks;
+  const T* query = cta.query<T>(p);
+  const T* key = cta.key<T>(p);
+  const T* value = cta.value<T>(p);
 
   const int warpgroup = int(threadIdx.x) / 128, lane = int(threadIdx.x) % 32;
   const int quad_row = lane / 4, quad_lane = lane % 4;
