@@ -274,13 +274,14 @@ static void tune(GemmPlan& plan, const GemmCall& call, float alpha, float beta, 
   const int candidates = plan.candidate_count;
   plan.candidate_count = 0;
   void* out = call.out;
-  void* scratch = nullptr;
+  Tensor scratch;  // from the caching allocator, on the stream, like every device buffer
   if (beta != 0.0f) {
-    if (cudaMalloc(&scratch, output_span_bytes(call.key)) != cudaSuccess) {
-      (void)cudaGetLastError();  // out of memory is not an error here: the heuristic's choice stays
-      return;
+    try {
+      scratch = Tensor::empty(Shape{int64_t(output_span_bytes(call.key))}, DType::uint8, device, Stream{stream});
+    } catch (const Error&) {
+      return;  // out of memory is not an error here: the heuristic's choice stays
     }
-    out = scratch;
+    out = scratch.data();
   }
   const cublasLtHandle_t handle = cublaslt_handle(device);
   const auto run = [&](int index) {
@@ -318,7 +319,6 @@ static void tune(GemmPlan& plan, const GemmCall& call, float alpha, float beta, 
       plan.algorithm = plan.candidates[index];
     }
   }
-  if (scratch != nullptr) FLM_CUDA_CHECK(cudaFree(scratch));
 }
 
 // One workspace per (device, stream): kept for the process, like the streams.
