@@ -18,9 +18,10 @@
 //   dP^T = V dO^T    likewise, issued right behind S^T: P^T = exp2(S^T scale log2 e - lse log2 e) is computed while it
 //                    runs, straight into A fragments (rounded to T: column tiles 2 j, 2 j + 1 of an accumulator are
 //                    k-step j of an A fragment, wgmma.cuh);
-//   dS^T = P^T (dP^T - delta), in registers, with P^T as rounded;
 //   dV += P^T dO     m64n{head_size}k16 x kBlockM / 16, A = P^T / dS^T from registers, B = dO / Q with rows =
-//   dK += dS^T Q     queries = the contraction, channels contiguous: MN-major;
+//   dK += dS^T Q     queries = the contraction, channels contiguous: MN-major; dV is issued as soon as P^T is
+//                    there and runs while dS^T = P^T (dP^T - delta) is computed in registers (P^T as rounded), dK
+//                    once dS^T is;
 //   dQ = dS K        dS^T is also stored to shared memory (rows = keys, queries contiguous), and once both halves are
 //                    there m64n64k16 x 8 over all 128 keys, A = dS read transposed (MN-major: queries contiguous),
 //                    B = K (rows = keys = the contraction, channels contiguous: MN-major). Warpgroup w takes queries
@@ -32,7 +33,13 @@
 // Measured on the H200 (benchmarks/attention_benchmark, docs/benchmarks.md): 128-query items at head_size 64 were
 // 1.2x faster than 64; longest-first CTA order 1.2x; the one-instruction exp2 with lse log2 e precomputed cut the
 // softmax's share (24-35% before); the producer warpgroup 1.09-1.18x over consumers that load and add dQ themselves.
-// Staging dQ for bulk reductions (cp.reduce.async.bulk) instead of atomics was 2-7% slower.
+// Staging dQ for bulk reductions (cp.reduce.async.bulk) instead of atomics was 2-7% slower. Session 5: issuing dV
+// before dS^T is computed, 2.6% faster at head_size 64 ((b): 322.8 -> 331.1 TFLOP/s), the same at 128. Tried and not
+// kept: staging the previous item's dQ block while the next S^T runs (the same speed, 0.5% slower with the early dV);
+// consumers never tied to each other (each warpgroup a dQ partial over its own 64 keys, warpgroup 1 adding it to
+// warpgroup 0's in shared memory, so that only the loader and the reducer pace them): 8-10% slower ((b) 296.8, (c)
+// 350.5 against 322.5 / 387.5), with 25% more instructions issued (ncu) and twice the dQ staging traffic in shared
+// memory.
 //
 // Masks as "flash": query blocks no key of the CTA may see are skipped; per-element masks only on boundary items.
 // Query rows past the document's end read zeros (Q, dO, lse, delta): their probabilities are 1, but their dP^T and
@@ -299,8 +306,21 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
           probability_a[j][r] = pack<T>(probabilities[0], probabilities[1]);
         }
 
-      // dS^T = P^T (dP^T - delta), with P^T as rounded for dV (what the products see), into A fragments.
-      wgmma::wait<0>();
+      // dV += P^T dO, issued now: it runs while dS^T is computed (H200: 2-3% faster at head_size 64 than issuing it
+      // with dK below, the same at 128).
+      wgmma::fence_operands(grad_value);
+      wgmma::wgmma_fence();
+      {
+        const uint64_t b = wgmma::opaque(grad_output_mn_descriptor + stage * kStageStep);
+#pragma unroll
+        for (int j = 0; j < kQuerySteps; ++j)
+          wgmma::product_rs<T, kHeadSize, true>(grad_value, probability_a[j], b + row_step(j), true);
+        wgmma::commit();
+      }
+
+      // dS^T = P^T (dP^T - delta), with P^T as rounded for dV (what the products see), into A fragments, once dP^T is
+      // there (dV may still run).
+      wgmma::wait<1>();
       wgmma::fence_operands(grad_probabilities);
       const float* delta_row = delta_shared + stage * kBlockM + quad_lane * 2;
       uint32_t grad_score_a[kQuerySteps][4];
@@ -330,16 +350,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
         }
       wgmma::proxy_fence();
 
-      // dV += P^T dO, dK += dS^T Q.
-      wgmma::fence_operands(grad_value);
+      // dK += dS^T Q.
       wgmma::fence_operands(grad_key);
       wgmma::wgmma_fence();
-      {
-        const uint64_t b = wgmma::opaque(grad_output_mn_descriptor + stage * kStageStep);
-#pragma unroll
-        for (int j = 0; j < kQuerySteps; ++j)
-          wgmma::product_rs<T, kHeadSize, true>(grad_value, probability_a[j], b + row_step(j), true);
-      }
       {
         const uint64_t b = wgmma::opaque(query_mn_descriptor + stage * kStageStep);
 #pragma unroll
