@@ -1,7 +1,7 @@
 // Consistency of every activation_forward / activation_backward variant (the fused SwiGLU among them: gated silu) with
 // the CPU reference: every activation, gated or not, fp32 / bf16 / fp16 / fp64, odd sizes (vector tails, scalar
-// paths), contiguous rows and strided views. The reference itself is checked against formulas and finite differences
-// in activation_test.cpp.
+// paths), contiguous rows and strided views, and sizes whose grid-stride loops go round several times. The reference
+// itself is checked against formulas and finite differences in activation_test.cpp.
 #include "fast_llm/kernels/activation.h"
 
 #include <gtest/gtest.h>
@@ -47,6 +47,15 @@ std::vector<ActivationCase> activation_cases() {
           for (bool strided : {false, true})
             cases.push_back({.type = type, .gated = gated, .dtype = dtype, .tokens = tokens, .size = size,
                              .strided = strided});
+  // More steps (16-byte vectors, or elements when strided) than a GPU of up to 132 multiprocessors runs threads, so
+  // that every thread's grid-stride loop goes round more than once and its (token, column) cursor carries into the
+  // next row: the SwiGLU in bf16 (vectors and the scalar path), and fp32.
+  cases.push_back({.type = ActivationType::silu, .gated = true, .dtype = DType::bfloat16, .tokens = 20011,
+                   .size = 1032});
+  cases.push_back({.type = ActivationType::silu, .gated = true, .dtype = DType::bfloat16, .tokens = 3001,
+                   .size = 1003, .strided = true});
+  cases.push_back({.type = ActivationType::sigmoid, .gated = false, .dtype = DType::float32, .tokens = 8009,
+                   .size = 1000});
   return cases;
 }
 

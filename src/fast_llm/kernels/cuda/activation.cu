@@ -1,7 +1,8 @@
 // Fused activations on CUDA (kernels/activation.h): one pass over (tokens, I), reading [gate | up] rows for gated
 // MLPs (silu gated = SwiGLU), fp32 math (fp64 for fp64 tensors), rounded to nearest even on store. Backward recomputes
 // the activation from the saved input, so forward keeps nothing else. Rows whose columns are contiguous and 16-byte
-// aligned move in 16-byte vectors; any other strides go element by element.
+// aligned move in 16-byte vectors; any other strides go element by element. bf16 / fp16 tensors take the sigmoid's
+// exp and reciprocal from the special-function unit (kFastMath below).
 // common.cuh first: it sets fmt up for nvcc before anything else includes fmt.
 #include "fast_llm/kernels/cuda/common.cuh"
 //
@@ -30,27 +31,33 @@ static __device__ __forceinline__ C hyperbolic_tangent(C x) {
     return tanh(x);
 }
 
-template <class C>
+// kFast (16-bit storage types, whose results keep 8 or 11 bits): exp and the reciprocal on the special-function unit
+// (__expf: relative error about 2^-21; __frcp_rn rounds correctly) instead of IEEE expf and division, which cost
+// several times the instructions in these memory-bound passes. fp32 and fp64 tensors keep the exact forms.
+template <bool kFast, class C>
 static __device__ __forceinline__ C sigmoid(C x) {
-  return C(1) / (C(1) + exponential(-x));
+  if constexpr (kFast && std::is_same_v<C, float>)
+    return __frcp_rn(1.0f + __expf(-x));
+  else
+    return C(1) / (C(1) + exponential(-x));
 }
 
-template <class C>
+template <bool kFast, class C>
 static __device__ __forceinline__ C activation_value(ActivationType type, C x) {
   switch (type) {
     case ActivationType::gelu:
       return C(0.5) * x * (C(1) + hyperbolic_tangent(C(kGeluScale) * (x + C(kGeluCubic) * x * x * x)));
-    case ActivationType::silu: return x * sigmoid(x);
+    case ActivationType::silu: return x * sigmoid<kFast>(x);
     case ActivationType::relu: return x > C(0) ? x : C(0);
     case ActivationType::squared_relu: return x > C(0) ? x * x : C(0);
-    case ActivationType::sigmoid: return sigmoid(x);
+    case ActivationType::sigmoid: return sigmoid<kFast>(x);
     case ActivationType::identity: return x;
   }
   return x;
 }
 
 // d act / dx.
-template <class C>
+template <bool kFast, class C>
 static __device__ __forceinline__ C activation_derivative(ActivationType type, C x) {
   switch (type) {
     case ActivationType::gelu: {
@@ -60,13 +67,13 @@ static __device__ __forceinline__ C activation_derivative(ActivationType type, C
     }
     case ActivationType::silu: {
       // (x s(x))' = s (1 + x (1 - s))
-      const C s = sigmoid(x);
+      const C s = sigmoid<kFast>(x);
       return s * (C(1) + x * (C(1) - s));
     }
     case ActivationType::relu: return x > C(0) ? C(1) : C(0);
     case ActivationType::squared_relu: return x > C(0) ? C(2) * x : C(0);
     case ActivationType::sigmoid: {
-      const C s = sigmoid(x);
+      const C s = sigmoid<kFast>(x);
       return s * (C(1) - s);
     }
     case ActivationType::identity: return C(1);
@@ -90,18 +97,41 @@ struct RowStrides {
   int64_t row = 0, column = 0;
 };
 
+// A grid-stride loop's position over (token, column step) pairs, steps_per_row column steps a row: advancing by the
+// grid's stride adds its whole rows and remainder (one carry at most), so that no step pays a 64-bit division.
+struct GridRowCursor {
+  int64_t token, column_step;
+  const int64_t steps_per_row, stride_rows, stride_columns;
+
+  __device__ __forceinline__ explicit GridRowCursor(int64_t steps_per_row_)
+      : steps_per_row(steps_per_row_),
+        stride_rows(int64_t(gridDim.x) * blockDim.x / steps_per_row_),
+        stride_columns(int64_t(gridDim.x) * blockDim.x % steps_per_row_) {
+    const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    token = first / steps_per_row;
+    column_step = first % steps_per_row;
+  }
+  __device__ __forceinline__ void advance() {
+    token += stride_rows;
+    column_step += stride_columns;
+    if (column_step >= steps_per_row) {
+      column_step -= steps_per_row;
+      ++token;
+    }
+  }
+};
+
+template <class T>
+constexpr bool kFastMath = sizeof(T) == 2;
+
 // output (tokens, I) = act(input[:, :I]) (* input[:, I:2I] when gated), N columns per step.
 template <class T, bool kGated, int N>
 static __global__ void activation_forward_kernel(ActivationType type, const T* __restrict__ input, RowStrides input_strides,
                                                  T* __restrict__ output, RowStrides output_strides, int64_t tokens,
                                                  int64_t size) {
   using C = Compute<T>;
-  const int64_t steps_per_row = size / N;
-  const int64_t steps = tokens * steps_per_row;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t step = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; step < steps; step += stride) {
-    const int64_t token = step / steps_per_row;
-    const int64_t column = (step - token * steps_per_row) * N;
+  for (GridRowCursor cursor(size / N); cursor.token < tokens; cursor.advance()) {
+    const int64_t token = cursor.token, column = cursor.column_step * N;
     const T* gate_pointer = input + token * input_strides.row + column * input_strides.column;
     const Vector<T, N> gate = load_row<T, N>(gate_pointer);
     Vector<T, N> up;
@@ -109,7 +139,7 @@ static __global__ void activation_forward_kernel(ActivationType type, const T* _
     Vector<T, N> result;
 #pragma unroll
     for (int lane = 0; lane < N; ++lane) {
-      C y = activation_value(type, C(load(gate.values[lane])));
+      C y = activation_value<kFastMath<T>>(type, C(load(gate.values[lane])));
       if constexpr (kGated) y *= C(load(up.values[lane]));
       result.values[lane] = store<T>(y);
     }
@@ -125,12 +155,8 @@ static __global__ void activation_backward_kernel(ActivationType type, const T* 
                                                   RowStrides input_strides, T* __restrict__ grad_input,
                                                   RowStrides grad_input_strides, int64_t tokens, int64_t size) {
   using C = Compute<T>;
-  const int64_t steps_per_row = size / N;
-  const int64_t steps = tokens * steps_per_row;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t step = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; step < steps; step += stride) {
-    const int64_t token = step / steps_per_row;
-    const int64_t column = (step - token * steps_per_row) * N;
+  for (GridRowCursor cursor(size / N); cursor.token < tokens; cursor.advance()) {
+    const int64_t token = cursor.token, column = cursor.column_step * N;
     const T* x_pointer = input + token * input_strides.row + column * input_strides.column;
     const Vector<T, N> x = load_row<T, N>(x_pointer);
     const Vector<T, N> g =
@@ -143,8 +169,9 @@ static __global__ void activation_backward_kernel(ActivationType type, const T* 
       for (int lane = 0; lane < N; ++lane) {
         const C gate_value = C(load(x.values[lane]));
         const C g_value = C(load(g.values[lane]));
-        grad_gate.values[lane] = store<T>(g_value * C(load(up.values[lane])) * activation_derivative(type, gate_value));
-        grad_up.values[lane] = store<T>(g_value * activation_value(type, gate_value));
+        grad_gate.values[lane] =
+            store<T>(g_value * C(load(up.values[lane])) * activation_derivative<kFastMath<T>>(type, gate_value));
+        grad_up.values[lane] = store<T>(g_value * activation_value<kFastMath<T>>(type, gate_value));
       }
       store_row<T, N>(grad_pointer, grad_gate);
       store_row<T, N>(grad_pointer + size * grad_input_strides.column, grad_up);
@@ -153,7 +180,7 @@ static __global__ void activation_backward_kernel(ActivationType type, const T* 
 #pragma unroll
       for (int lane = 0; lane < N; ++lane)
         grad_x.values[lane] =
-            store<T>(C(load(g.values[lane])) * activation_derivative(type, C(load(x.values[lane]))));
+            store<T>(C(load(g.values[lane])) * activation_derivative<kFastMath<T>>(type, C(load(x.values[lane]))));
       store_row<T, N>(grad_pointer, grad_x);
     }
   }
