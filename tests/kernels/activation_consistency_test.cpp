@@ -47,9 +47,9 @@ std::vector<ActivationCase> activation_cases() {
           for (bool strided : {false, true})
             cases.push_back({.type = type, .gated = gated, .dtype = dtype, .tokens = tokens, .size = size,
                              .strided = strided});
-  // More steps (16-byte vectors, or elements when strided) than a GPU of up to 132 multiprocessors runs threads, so
-  // that every thread's grid-stride loop goes round more than once and its (token, column) cursor carries into the
-  // next row: the SwiGLU in bf16 (vectors and the scalar path), and fp32.
+  // About 2 to 3 times as many steps (16-byte vectors, or elements when strided) as a GPU of up to 132 multiprocessors
+  // runs threads (grid_size), so that the grid-stride loops go round and their (token, column) cursor carries into
+  // the next row: the SwiGLU in bf16 (vectors and the scalar path), and fp32.
   cases.push_back({.type = ActivationType::silu, .gated = true, .dtype = DType::bfloat16, .tokens = 20011,
                    .size = 1032});
   cases.push_back({.type = ActivationType::silu, .gated = true, .dtype = DType::bfloat16, .tokens = 3001,
