@@ -32,7 +32,7 @@ static __device__ __forceinline__ C hyperbolic_tangent(C x) {
 }
 
 // kFast (16-bit storage types, whose results keep 8 or 11 bits): exp and the reciprocal on the special-function unit
-// (__expf: 2 + 1.17 |x| ulp at most, under 1e-5 relative for every |x| below the 88 where exp overflows; __frcp_rn
+// (__expf: 2 + 1.17 |x| ulp at most, about 1e-5 relative at the |x| of 88 where exp overflows; __frcp_rn
 // rounds correctly) instead of IEEE expf and division, which cost several times the instructions in these
 // memory-bound passes. fp32 and fp64 tensors keep the exact forms.
 template <bool kFast, class C>
