@@ -7,7 +7,8 @@
 // The CUDA variants also run the shapes their tiles care about (cuda_cases): documents of lengths around the 16 / 64 /
 // 128-row tiles (1, 17, 63, 64, 65, 127, 128, 129, 200, 256, 383, 513), windows of 1, 7 and 100, head groups of 1 / 3 / 4 heads and MQA, head
 // sizes 64 and 128 (80 for the reference variant), bf16 / fp16 / fp32, against the CPU reference on the same rounded
-// inputs (fp32 math).
+// inputs (fp32 math). Backward cases with rotary tables check the rotation of the gradients that the tile variants
+// fold into their stores (and that the others leave to rotary_apply) against the reference's rotary_apply.
 #include "fast_llm/kernels/attention.h"
 
 #include <gtest/gtest.h>
@@ -31,6 +32,9 @@ struct AttentionCase {
   std::optional<int64_t> window;
   DType dtype = DType::bfloat16;
   bool fused = false;  // query, key and value are views into one (tokens, heads + 2 groups, head_size) buffer
+  // The backward returns the gradients before a rotary rotation by tables of rotary_dims / 2 columns (0: none;
+  // head_size / 2 is what the CUDA tile variants fold into their stores, fewer goes through rotary_apply).
+  int64_t rotary_half = 0;
 
   int64_t tokens() const { return std::accumulate(document_lengths.begin(), document_lengths.end(), int64_t(0)); }
   int64_t longest() const { return *std::max_element(document_lengths.begin(), document_lengths.end()); }
@@ -38,8 +42,9 @@ struct AttentionCase {
 };
 
 std::string case_name(const AttentionCase& c) {
-  return fmt::format("{} tokens={} heads={}/{} head_size={} causal={} window={} {}", dtype_name(c.dtype), c.tokens(),
-                     c.heads, c.head_groups, c.head_size, c.causal, c.window.value_or(0), c.fused ? "fused" : "");
+  return fmt::format("{} tokens={} heads={}/{} head_size={} causal={} window={} rotary_dims={} {}",
+                     dtype_name(c.dtype), c.tokens(), c.heads, c.head_groups, c.head_size, c.causal,
+                     c.window.value_or(0), 2 * c.rotary_half, c.fused ? "fused" : "");
 }
 
 std::vector<AttentionCase> attention_cases() {
@@ -60,7 +65,27 @@ std::vector<AttentionCase> attention_cases() {
           cases.push_back({.document_lengths = layout.document_lengths, .heads = layout.heads,
                            .head_groups = layout.head_groups, .head_size = layout.head_size, .causal = causal,
                            .window = window, .dtype = dtype, .fused = fused});
+  // Rotary tables over the whole head and over half of it, on separate and fused tensors.
+  for (DType dtype : {DType::bfloat16, DType::float32})
+    for (const Layout& layout : layouts)
+      for (int64_t rotary_half : {layout.head_size / 2, layout.head_size / 4})
+        for (bool fused : {false, true})
+          cases.push_back({.document_lengths = layout.document_lengths, .heads = layout.heads,
+                           .head_groups = layout.head_groups, .head_size = layout.head_size, .causal = true,
+                           .window = std::nullopt, .dtype = dtype, .fused = fused, .rotary_half = rotary_half});
   return cases;
+}
+
+// cos and sin of random angles, scaled as yarn's attention factor scales them (so that a variant mixing up the two
+// tables, or the sign of the inverse, fails): (tokens, half) fp32.
+std::pair<Tensor, Tensor> rotary_tables(int64_t tokens, int64_t half, uint64_t seed) {
+  const std::vector<double> angles = values_of(random_tensor(Shape{tokens, half}, DType::float64, seed, -4, 4));
+  std::vector<double> cos(angles.size()), sin(angles.size());
+  for (size_t i = 0; i < angles.size(); ++i) {
+    cos[i] = 1.1 * std::cos(angles[i]);
+    sin[i] = 1.1 * std::sin(angles[i]);
+  }
+  return {make_tensor(cos, Shape{tokens, half}, DType::float32), make_tensor(sin, Shape{tokens, half}, DType::float32)};
 }
 
 Tensor cu_seqlens_of(const AttentionCase& c) {
@@ -133,6 +158,12 @@ std::vector<AttentionCase> cuda_cases() {
         cases.push_back({.document_lengths = layout.document_lengths, .heads = layout.heads,
                          .head_groups = layout.head_groups, .head_size = layout.head_size, .causal = causal,
                          .window = window, .dtype = dtype, .fused = false});
+  // The rotary inverse folded into the tile kernels' stores, at the tile boundaries.
+  for (DType dtype : {DType::bfloat16, DType::float16})
+    for (const Layout& layout : layouts)
+      cases.push_back({.document_lengths = layout.document_lengths, .heads = layout.heads,
+                       .head_groups = layout.head_groups, .head_size = layout.head_size, .causal = true,
+                       .window = std::nullopt, .dtype = dtype, .fused = false, .rotary_half = layout.head_size / 2});
   return cases;
 }
 
@@ -177,12 +208,19 @@ void check_all_variants(const std::vector<AttentionCase>& cases, DeviceType devi
     backward.tensors["grad_query"] = output(Tensor::empty(query_shape, c.dtype));
     backward.tensors["grad_key"] = output(Tensor::empty(key_shape, c.dtype));
     backward.tensors["grad_value"] = output(Tensor::empty(key_shape, c.dtype));
+    if (c.rotary_half > 0) {
+      auto [cos, sin] = rotary_tables(c.tokens(), c.rotary_half, ++seed);
+      backward.tensors["rotary_cos"] = input(cos);
+      backward.tensors["rotary_sin"] = input(sin);
+    }
     backward.call = [c](TensorMap& t, const auto& run) {
+      const bool rotary = c.rotary_half > 0;
       run({.grad_output = t.at("grad_output"), .query = t.at("query"), .key = t.at("key"), .value = t.at("value"),
            .output = t.at("output"), .logsumexp = t.at("logsumexp"), .cu_seqlens = t.at("cu_seqlens"),
            .max_seqlen = c.longest(), .grad_query = t.at("grad_query"), .grad_key = t.at("grad_key"),
            .grad_value = t.at("grad_value"), .softmax_scale = c.softmax_scale(), .causal = c.causal,
-           .window_size = c.window});
+           .window_size = c.window, .rotary_cos = rotary ? &t.at("rotary_cos") : nullptr,
+           .rotary_sin = rotary ? &t.at("rotary_sin") : nullptr});
     };
     record(ran, check_variants(backward, device_type));
   }

@@ -348,6 +348,102 @@ TEST(AttentionReference, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// x (tokens, heads, head_size) rotated by rotary_apply's forward rotation with (tokens, half) tables.
+std::vector<double> rotated(const std::vector<double>& x, const Shape& shape, const std::vector<double>& cos,
+                            const std::vector<double>& sin, int64_t half) {
+  std::vector<double> result = x;
+  const int64_t heads = shape[1], head_size = shape[2];
+  for (int64_t token = 0; token < shape[0]; ++token)
+    for (int64_t head = 0; head < heads; ++head)
+      for (int64_t i = 0; i < half; ++i) {
+        const size_t first = size_t((token * heads + head) * head_size + i), second = first + size_t(half);
+        const double c = cos[size_t(token * half + i)], s = sin[size_t(token * half + i)];
+        result[first] = x[first] * c - x[second] * s;
+        result[second] = x[second] * c + x[first] * s;
+      }
+  return result;
+}
+
+TEST(AttentionReference, BackwardWithRotaryTablesGivesTheGradientsBeforeTheRotation) {
+  // Loss = sum(attention(rotate(q), rotate(k), v) * W) as a function of the unrotated q and k, over the whole head and
+  // over half of it (partial rotary); the backward gets the rotated q and k and the tables.
+  const Problem problem{.document_lengths = {1, 4, 3}};
+  for (const int64_t half : {problem.head_size / 2, problem.head_size / 4}) {
+    SCOPED_TRACE(fmt::format("rotary_dims={}", 2 * half));
+    const Inputs inputs = random_inputs(problem, DType::float64, 61);
+    const Tensor weights = random_tensor(problem.query_shape(), DType::float64, 64);
+    const Tensor angles = random_tensor(Shape{problem.tokens(), half}, DType::float64, 65, -3, 3);
+    std::vector<double> cos_values, sin_values;
+    for (double angle : values_of(angles)) {
+      cos_values.push_back(double(float(1.1 * std::cos(angle))));
+      sin_values.push_back(double(float(1.1 * std::sin(angle))));
+    }
+    const Tensor cos = make_tensor(cos_values, Shape{problem.tokens(), half}, DType::float32);
+    const Tensor sin = make_tensor(sin_values, Shape{problem.tokens(), half}, DType::float32);
+    const auto rotate = [&](const Tensor& x) {
+      return make_tensor(rotated(values_of(x), x.shape(), cos_values, sin_values, half), x.shape(), DType::float64);
+    };
+    const auto loss = [&] {
+      return dot(dense_grouped_attention(problem, rotate(inputs.query), rotate(inputs.key), inputs.value).output,
+                 values_of(weights));
+    };
+    const Inputs rotated_inputs{rotate(inputs.query), rotate(inputs.key), inputs.value};
+    const Forward saved =
+        forward(problem, rotated_inputs.query, rotated_inputs.key, rotated_inputs.value, DType::float64);
+    Gradients gradients{Tensor::empty(problem.query_shape(), DType::float64),
+                        Tensor::empty(problem.key_shape(), DType::float64),
+                        Tensor::empty(problem.key_shape(), DType::float64)};
+    const Tensor cu_seqlens = problem.cu_seqlens();
+    run_reference<AttentionBackward>({.grad_output = weights,
+                                      .query = rotated_inputs.query,
+                                      .key = rotated_inputs.key,
+                                      .value = rotated_inputs.value,
+                                      .output = saved.output,
+                                      .logsumexp = saved.logsumexp,
+                                      .cu_seqlens = cu_seqlens,
+                                      .max_seqlen = problem.longest(),
+                                      .grad_query = gradients.query,
+                                      .grad_key = gradients.key,
+                                      .grad_value = gradients.value,
+                                      .softmax_scale = problem.softmax_scale,
+                                      .causal = problem.causal,
+                                      .rotary_cos = &cos,
+                                      .rotary_sin = &sin});
+    expect_near(gradients.query, finite_difference_gradient(inputs.query, loss), 1e-8, 1e-7, "grad_query");
+    expect_near(gradients.key, finite_difference_gradient(inputs.key, loss), 1e-8, 1e-7, "grad_key");
+    expect_near(gradients.value, finite_difference_gradient(inputs.value, loss), 1e-8, 1e-7, "grad_value");
+  }
+}
+
+TEST(AttentionReference, BackwardWithOneRotaryTableIsAnError) {
+  const Problem problem{.document_lengths = {3}};
+  const Inputs inputs = random_inputs(problem, DType::float32, 71);
+  const Forward saved = forward(problem, inputs.query, inputs.key, inputs.value);
+  const Tensor cos = random_tensor(Shape{problem.tokens(), problem.head_size / 2}, DType::float32, 72);
+  Gradients gradients{Tensor::empty(problem.query_shape(), DType::float32),
+                      Tensor::empty(problem.key_shape(), DType::float32),
+                      Tensor::empty(problem.key_shape(), DType::float32)};
+  const Tensor cu_seqlens = problem.cu_seqlens();
+  const Tensor grad_output = random_tensor(problem.query_shape(), DType::float32, 73);
+  expect_error(
+      [&] {
+        run_reference<AttentionBackward>({.grad_output = grad_output,
+                                          .query = inputs.query,
+                                          .key = inputs.key,
+                                          .value = inputs.value,
+                                          .output = saved.output,
+                                          .logsumexp = saved.logsumexp,
+                                          .cu_seqlens = cu_seqlens,
+                                          .max_seqlen = problem.longest(),
+                                          .grad_query = gradients.query,
+                                          .grad_key = gradients.key,
+                                          .grad_value = gradients.value,
+                                          .softmax_scale = problem.softmax_scale,
+                                          .rotary_cos = &cos});
+      },
+      "only rotary_cos is given");
+}
+
 TEST(AttentionReference, BackwardGradientsAreNotTrivial) {
   // Guards the finite-difference test against a degenerate setup: the gradients it compares are far from zero.
   Problem problem{.document_lengths = {1, 4, 3}};

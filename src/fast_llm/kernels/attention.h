@@ -7,6 +7,10 @@
 // Forward saves logsumexp of the scaled scores per (head, token) in fp32 (the CPU reference also takes fp64, for exact
 // fp64 tests); backward recomputes p from it.
 // Gradients of q, k, v are written (=). A query row with no allowed key (cannot happen causally) outputs zeros.
+// Backward with rotary tables: q and k were rotated by rotary_apply with these tables before the forward, and
+// grad_query / grad_key are returned for the tensors before the rotation (rotary_apply's inverse of the gradients).
+// A variant may fold that rotation into its own stores (the CUDA tile variants do, saving a pass over dQ and dK);
+// the others call unrotate_attention_gradients at the end.
 #pragma once
 
 #include <optional>
@@ -45,6 +49,9 @@ struct AttentionBackwardArgs {
   double softmax_scale = 1.0;
   bool causal = true;
   std::optional<int64_t> window_size;
+  // (tokens, rotary_dims / 2) fp32, as rotary_apply takes them; both or neither.
+  const Tensor* rotary_cos = nullptr;
+  const Tensor* rotary_sin = nullptr;
   Stream stream = {};
 };
 
@@ -56,6 +63,10 @@ struct AttentionBackward {
   static constexpr std::string_view name = "attention_backward";
   using Args = AttentionBackwardArgs;
 };
+
+// rotary_apply's inverse on grad_query and / or grad_key when `args` has rotary tables (nothing otherwise), for the
+// variants that do not fold it into their stores.
+void unrotate_attention_gradients(const AttentionBackwardArgs& args, bool query, bool key);
 
 inline void attention_forward(const AttentionForwardArgs& args) {
   dispatch<AttentionForward>(args, args.query.device());

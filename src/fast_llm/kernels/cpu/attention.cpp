@@ -270,6 +270,7 @@ void attention_backward_reference(const AttentionBackwardArgs& args) {
       }
     }
   });
+  unrotate_attention_gradients(args, /*query=*/true, /*key=*/true);
 }
 
 }  // namespace

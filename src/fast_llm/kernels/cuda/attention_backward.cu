@@ -307,23 +307,50 @@ __global__ void __launch_bounds__(kWarps * 32) attention_backward_kernel(const B
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
-// 3. grad_query = scale * dQ sums: 8 channels per thread (two 16-byte loads, one 16-byte store).
+// 3. grad_query = scale * dQ sums, rounded to the input dtype, and with rotary tables (RotaryTables) the inverse
+// rotation of each head's pairs (c, c + head_size / 2) (kernels/rotary.h): a thread takes 8 channels (two 16-byte
+// loads of the sums, one 16-byte store), 8 of each half with rotary; it keeps them and walks the tokens
+// (token_step_grid).
 
-template <class T, int kHeadSize>
-__global__ void __launch_bounds__(kCastThreads)
-    attention_grad_query_kernel(const float* sums, void* grad_query, int64_t token_stride, int64_t head_stride,
-                                int64_t tokens, int heads, float scale) {
-  constexpr int kVectors = kHeadSize / 8;
-  const int64_t count = tokens * heads * kVectors;
-  for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < count;
-       index += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = index / kVectors, vector = index % kVectors;
-    const int64_t token = row / heads, head = row % heads;
-    const float4 low = *reinterpret_cast<const float4*>(sums + index * 8);
-    const float4 high = *reinterpret_cast<const float4*>(sums + index * 8 + 4);
-    const float values[8] = {low.x * scale,  low.y * scale,  low.z * scale,  low.w * scale,
-                             high.x * scale, high.y * scale, high.z * scale, high.w * scale};
-    store_floats<8>(static_cast<T*>(grad_query) + token * token_stride + head * head_stride + vector * 8, values);
+struct GradQueryCast {
+  const float* sums;  // (tokens, heads, head_size) contiguous
+  void* grad_query;   // (tokens, heads, head_size) T
+  int64_t token_stride, head_stride;
+  int64_t tokens;
+  int heads;
+  float scale;
+  RotaryTables rotary;
+};
+
+template <class T, int kHeadSize, bool kRotary>
+__global__ void __launch_bounds__(kCastThreads) attention_grad_query_kernel(const GradQueryCast p) {
+  constexpr int kHalf = kHeadSize / 2;
+  constexpr int kStepsPerHead = kHeadSize / 8 / (kRotary ? 2 : 1);
+  for (int step = int(threadIdx.x); step < p.heads * kStepsPerHead; step += int(blockDim.x)) {
+    const int head = step / kStepsPerHead, column = (step % kStepsPerHead) * 8;
+    for (int64_t token = first_token_of_thread(); token < p.tokens; token += token_loop_stride()) {
+      const float* sums = p.sums + (token * p.heads + head) * kHeadSize + column;
+      T* grad_query = static_cast<T*>(p.grad_query) + token * p.token_stride + head * p.head_stride + column;
+      float x[8];
+      load_floats<8>(sums, x);
+      if constexpr (kRotary) {
+        float y[8], cos[8], sin[8], first[8], second[8];
+        load_floats<8>(sums + kHalf, y);
+        load_floats<8>(p.rotary.cos + token * p.rotary.stride + column, cos);
+        load_floats<8>(p.rotary.sin + token * p.rotary.stride + column, sin);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          first[i] = (x[i] * cos[i] + y[i] * sin[i]) * p.scale;
+          second[i] = (y[i] * cos[i] - x[i] * sin[i]) * p.scale;
+        }
+        store_floats<8>(grad_query, first);
+        store_floats<8>(grad_query + kHalf, second);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[i] *= p.scale;
+        store_floats<8>(grad_query, x);
+      }
+    }
   }
 }
 
@@ -359,7 +386,7 @@ void launch_flash_main(const BackwardParams& params, DType dtype, int64_t head_s
 
 template <int kWarps>
 void attention_backward_flash(const AttentionBackwardArgs& args) {
-  attention_backward_steps(args, &launch_flash_main<kWarps>);
+  attention_backward_steps(args, &launch_flash_main<kWarps>, /*main_unrotates_key=*/false);
 }
 
 }  // namespace
@@ -381,7 +408,26 @@ std::optional<std::string> backward_tiles_reason(const AttentionBackwardArgs& ar
   return std::nullopt;
 }
 
-void attention_backward_steps(const AttentionBackwardArgs& args, BackwardMainLauncher launch_main) {
+namespace {
+
+// The rotary tables of `args` as the kernels here read them, or none (no tables, or tables they cannot read).
+RotaryTables foldable_rotary(const AttentionBackwardArgs& args) {
+  if (args.rotary_cos == nullptr || args.rotary_sin == nullptr) return {};
+  const Tensor &cos = *args.rotary_cos, &sin = *args.rotary_sin;
+  const int64_t tokens = args.query.size(0), half = args.query.size(2) / 2;
+  for (const Tensor* table : {&cos, &sin})
+    if (table->dtype() != DType::float32 || table->rank() != 2 || table->size(0) != tokens ||
+        table->size(1) != half || table->device() != args.query.device() || table->stride(1) != 1 ||
+        !is_aligned(table->data(), 16) || (tokens > 1 && table->stride(0) % 4 != 0))
+      return {};
+  if (tokens > 1 && cos.stride(0) != sin.stride(0)) return {};
+  return {.cos = cos.data_as<float>(), .sin = sin.data_as<float>(), .stride = tokens > 1 ? cos.stride(0) : 0};
+}
+
+}  // namespace
+
+void attention_backward_steps(const AttentionBackwardArgs& args, BackwardMainLauncher launch_main,
+                              bool main_unrotates_key) {
   constexpr const char* op = "attention_backward";
   const Device device = args.query.device();
   check_shapes(op, args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
@@ -402,6 +448,7 @@ void attention_backward_steps(const AttentionBackwardArgs& args, BackwardMainLau
   Tensor logsumexp_log2 = Tensor::empty(Shape{heads, tokens}, DType::float32, device, scope.tensor_stream());
   Tensor grad_query_sum = Tensor::empty(Shape{tokens, heads, head_size}, DType::float32, device, scope.tensor_stream());
   FLM_CUDA_CHECK(cudaMemsetAsync(grad_query_sum.data(), 0, grad_query_sum.nbytes(), scope.stream()));
+  const RotaryTables rotary = foldable_rotary(args);
 
   const auto launch = [&]<class T, int kHeadSize>(std::type_identity<T>, std::integral_constant<int, kHeadSize>) {
     const TokenHeadTensor grad_output{args.grad_output.data(), args.grad_output.stride(0), args.grad_output.stride(1)};
@@ -434,14 +481,25 @@ void attention_backward_steps(const AttentionBackwardArgs& args, BackwardMainLau
           .softmax_scale = float(args.softmax_scale),
           .scale_log2 = float(args.softmax_scale) * kLog2e,
           .causal = args.causal || args.window_size.has_value(),
-          .window = args.window_size ? int(*args.window_size) : 0};
+          .window = args.window_size ? int(*args.window_size) : 0,
+          .rotary = rotary};
       launch_main(params, args.query.dtype(), kHeadSize, args.max_seqlen, groups, documents, scope.stream());
       scope.check_launch();
     }
-    attention_grad_query_kernel<T, kHeadSize>
-        <<<grid_for(tokens * heads * (kHeadSize / 8), kCastThreads, scope), kCastThreads, 0, scope.stream()>>>(
-            grad_query_sum.data_as<float>(), args.grad_query.data(), args.grad_query.stride(0),
-            args.grad_query.stride(1), tokens, int(heads), float(args.softmax_scale));
+    const GradQueryCast cast{.sums = grad_query_sum.data_as<float>(),
+                             .grad_query = args.grad_query.data(),
+                             .token_stride = args.grad_query.stride(0),
+                             .head_stride = args.grad_query.stride(1),
+                             .tokens = tokens,
+                             .heads = int(heads),
+                             .scale = float(args.softmax_scale),
+                             .rotary = rotary};
+    const TokenStepGrid grid =
+        token_step_grid(tokens, heads * (kHeadSize / 8) / (rotary.cos ? 2 : 1), scope, kCastThreads);
+    if (rotary.cos)
+      attention_grad_query_kernel<T, kHeadSize, true><<<grid.grid, grid.block, 0, scope.stream()>>>(cast);
+    else
+      attention_grad_query_kernel<T, kHeadSize, false><<<grid.grid, grid.block, 0, scope.stream()>>>(cast);
     scope.check_launch();
   };
   const auto for_head_size = [&]<class T>(std::type_identity<T> type) {
@@ -454,6 +512,11 @@ void attention_backward_steps(const AttentionBackwardArgs& args, BackwardMainLau
     for_head_size(std::type_identity<bfloat16>{});
   else
     for_head_size(std::type_identity<float16>{});
+  // Tables the kernels could not read, or a main kernel that leaves dK as it is.
+  if (rotary.cos == nullptr)
+    unrotate_attention_gradients(args, /*query=*/true, /*key=*/true);
+  else if (!main_unrotates_key)
+    unrotate_attention_gradients(args, /*query=*/false, /*key=*/true);
 }
 
 FLM_REGISTER_KERNEL(AttentionBackward, DeviceType::cuda, "flash", /*priority=*/100, KernelKind::optimized,

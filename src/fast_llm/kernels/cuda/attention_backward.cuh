@@ -14,6 +14,14 @@ struct TokenHeadTensor {
   int64_t token_stride, head_stride;
 };
 
+// Rotary tables whose inverse rotation the backward folds into its dQ and dK stores (kernels/attention.h): (tokens,
+// head_size / 2) fp32 rows `stride` floats apart, 16-byte aligned; cos == nullptr: none.
+struct RotaryTables {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  int64_t stride = 0;
+};
+
 // What a main kernel reads and writes.
 struct BackwardParams {
   TokenHeadTensor query, key, value, grad_output;  // T
@@ -34,6 +42,9 @@ struct BackwardParams {
   float scale_log2;  // softmax_scale * log2(e)
   bool causal;       // also true with a window
   int window;        // 0: none
+  // dK through the inverse rotation, for a main kernel that folds it in (attention_backward_steps'
+  // `main_unrotates_key`); the others ignore it.
+  RotaryTables rotary;
 };
 
 // The query blocks (of kBlockM queries) that may see some key of a CTA's keys [first_key, last_key] (positions in a
@@ -59,7 +70,10 @@ using BackwardMainLauncher = void (*)(const BackwardParams& params, DType dtype,
 // contiguous, token and head strides multiples of 8, 16-byte aligned data), or nothing.
 std::optional<std::string> backward_tiles_reason(const AttentionBackwardArgs& args);
 
-// The whole backward: checks, delta, dQ sums, `launch_main`, the cast of dQ.
-void attention_backward_steps(const AttentionBackwardArgs& args, BackwardMainLauncher launch_main);
+// The whole backward: checks, delta, dQ sums, `launch_main`, the cast of dQ. With rotary tables the cast unrotates
+// dQ, and the main kernel dK if `main_unrotates_key` (else rotary_apply does after it); tables the kernels cannot
+// read (another rotary_dims, an unaligned layout) go to rotary_apply for both.
+void attention_backward_steps(const AttentionBackwardArgs& args, BackwardMainLauncher launch_main,
+                              bool main_unrotates_key);
 
 }  // namespace fast_llm::kernels::cuda::attention

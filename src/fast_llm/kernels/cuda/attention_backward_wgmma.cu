@@ -28,7 +28,8 @@
 //                    [64 w, 64 w + 64) at head_size 64, channels [64 w, 64 w + 64) at 128; the block goes to the
 //                    reducer through shared memory.
 // Scaling: dK and dQ are the gradients of the scaled scores times softmax_scale, applied at the dK store and in the
-// dQ cast.
+// dQ cast. With rotary tables (kernels/attention.h) dK goes through the inverse rotation in registers before its
+// store, and dQ in the cast, which saves rotary_apply's two passes over them.
 //
 // Measured on the H200 (benchmarks/attention_benchmark, docs/benchmarks.md): 128-query items at head_size 64 were
 // 1.2x faster than 64; longest-first CTA order 1.2x; the one-instruction exp2 with lse log2 e precomputed cut the
@@ -400,11 +401,27 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
     }
 
     // dK = scale dS^T Q, dV = P^T dO for the thread's key rows inside the document (fragment element 4 j + i: key row
-    // key_row + 8 (i / 2), channel 8 j + 2 q + i % 2).
+    // key_row + 8 (i / 2), channel 8 j + 2 q + i % 2). With rotary tables dK goes through the inverse rotation first:
+    // channels c and c + head_size / 2 are elements 4 j + i and 4 (j + head_size / 16) + i of the same thread.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int key_index = first_key + key_row + 8 * r;
       if (key_index >= length) continue;
+      if (p.rotary.cos != nullptr) {
+        const int64_t table_row = int64_t(begin + key_index) * p.rotary.stride + quad_lane * 2;
+#pragma unroll
+        for (int j = 0; j < kHeadSize / 16; ++j) {
+          const float2 cos = *reinterpret_cast<const float2*>(p.rotary.cos + table_row + 8 * j);
+          const float2 sin = *reinterpret_cast<const float2*>(p.rotary.sin + table_row + 8 * j);
+          float& x1 = grad_key[4 * j + 2 * r];
+          float& y1 = grad_key[4 * j + 2 * r + 1];
+          float& x2 = grad_key[4 * (j + kHeadSize / 16) + 2 * r];
+          float& y2 = grad_key[4 * (j + kHeadSize / 16) + 2 * r + 1];
+          const float first_x = x1 * cos.x + x2 * sin.x, second_x = x2 * cos.x - x1 * sin.x;
+          const float first_y = y1 * cos.y + y2 * sin.y, second_y = y2 * cos.y - y1 * sin.y;
+          x1 = first_x, x2 = second_x, y1 = first_y, y2 = second_y;
+        }
+      }
       T* grad_key_row = static_cast<T*>(p.grad_key) + int64_t(begin + key_index) * p.grad_key_token_stride +
                         group * p.grad_key_head_stride + quad_lane * 2;
       T* grad_value_row = static_cast<T*>(p.grad_value) + int64_t(begin + key_index) * p.grad_value_token_stride +
@@ -454,7 +471,9 @@ void launch_wgmma_main(const BackwardParams& params, DType dtype, int64_t head_s
     for_head_size(std::type_identity<float16>{});
 }
 
-void attention_backward_wgmma(const AttentionBackwardArgs& args) { attention_backward_steps(args, &launch_wgmma_main); }
+void attention_backward_wgmma(const AttentionBackwardArgs& args) {
+  attention_backward_steps(args, &launch_wgmma_main, /*main_unrotates_key=*/true);
+}
 
 }  // namespace
 

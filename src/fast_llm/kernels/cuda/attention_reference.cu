@@ -320,6 +320,7 @@ void attention_backward_cuda_reference(const AttentionBackwardArgs& args) {
         <<<warp_blocks(tokens * groups), kReferenceThreads, 0, scope.stream()>>>(params);
     scope.check_launch();
   });
+  unrotate_attention_gradients(args, /*query=*/true, /*key=*/true);
 }
 
 }  // namespace

@@ -84,6 +84,23 @@ inline int row_threads(int64_t vectors) {
   return int(threads > 256 ? 256 : threads);
 }
 
+// Launch shape for kernels over (tokens, steps of a token) whose threads keep their step and walk the tokens, so
+// that no index is divided inside the loop: a block is (min(steps, threads), threads / that) threads, x over the
+// steps (a thread takes steps threadIdx.x, + blockDim.x, ...), y over tokens (blockIdx.x blockDim.y + threadIdx.y,
+// + gridDim.x blockDim.y, ...); grid_for's cap on the blocks.
+struct TokenStepGrid {
+  dim3 grid, block;
+};
+inline TokenStepGrid token_step_grid(int64_t tokens, int64_t steps, const LaunchScope& scope, int threads = 256) {
+  const int x = int(steps < 1 ? 1 : steps < threads ? steps : threads);
+  const int y = threads / x;
+  return {dim3(grid_for(tokens, y, scope)), dim3(unsigned(x), unsigned(y))};
+}
+
+// A token_step_grid thread's first token and the stride of its token loop.
+__device__ __forceinline__ int64_t first_token_of_thread() { return int64_t(blockIdx.x) * blockDim.y + threadIdx.y; }
+__device__ __forceinline__ int64_t token_loop_stride() { return int64_t(gridDim.x) * blockDim.y; }
+
 // ---------------------------------------------------------------------------------------------------------------------
 // Host: argument checks. `*_reason` functions tell `supports` why a variant cannot run; `check_*` throw `[op] what`
 // for arguments no variant can run.

@@ -28,49 +28,46 @@ struct RotaryParams {
   float sin_sign;  // -1 for the inverse rotation
 };
 
-// x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin  on the pairs (x[i], x[i + half]).
+// x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin  on the pairs (x[i], x[i + half]). A thread keeps its (head group,
+// vector) steps and walks the tokens (token_step_grid), so that no index is divided in the loop.
 template <class T, int kVec>
 __global__ void __launch_bounds__(kThreads) rotary_kernel(const RotaryParams p) {
   const int vectors = p.half / kVec;
   const int head_groups = (p.heads + kHeadsPerThread - 1) / kHeadsPerThread;
-  const int64_t count = p.tokens * head_groups * vectors;
-  for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < count;
-       index += int64_t(gridDim.x) * blockDim.x) {
-    const int vector = int(index % vectors);
-    const int64_t rest = index / vectors;
-    const int head_group = int(rest % head_groups);
-    const int64_t token = rest / head_groups;
-    const int column = vector * kVec;
-    float c[kVec], s[kVec];
-    load_floats<kVec>(p.cos + token * p.table_stride + column, c);
-    load_floats<kVec>(p.sin + token * p.table_stride + column, s);
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) s[i] *= p.sin_sign;
-
-    T* base = static_cast<T*>(p.data) + token * p.token_stride + column;
+  for (int step = int(threadIdx.x); step < head_groups * vectors; step += int(blockDim.x)) {
+    const int head_group = step / vectors, column = (step % vectors) * kVec;
     const int first_head = head_group * kHeadsPerThread;
-    Vector<T, kVec> first_halves[kHeadsPerThread], second_halves[kHeadsPerThread];
+    for (int64_t token = first_token_of_thread(); token < p.tokens; token += token_loop_stride()) {
+      float c[kVec], s[kVec];
+      load_floats<kVec>(p.cos + token * p.table_stride + column, c);
+      load_floats<kVec>(p.sin + token * p.table_stride + column, s);
 #pragma unroll
-    for (int h = 0; h < kHeadsPerThread; ++h) {
-      if (first_head + h >= p.heads) continue;
-      const T* x = base + int64_t(first_head + h) * p.head_stride;
-      first_halves[h] = load_pack<kVec>(x);
-      second_halves[h] = load_pack<kVec>(x + p.half);
-    }
+      for (int i = 0; i < kVec; ++i) s[i] *= p.sin_sign;
+
+      T* base = static_cast<T*>(p.data) + token * p.token_stride + column;
+      Vector<T, kVec> first_halves[kHeadsPerThread], second_halves[kHeadsPerThread];
 #pragma unroll
-    for (int h = 0; h < kHeadsPerThread; ++h) {
-      if (first_head + h >= p.heads) continue;
-      float x1[kVec], x2[kVec], y1[kVec], y2[kVec];
-      unpack_floats(first_halves[h], x1);
-      unpack_floats(second_halves[h], x2);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        y1[i] = x1[i] * c[i] - x2[i] * s[i];
-        y2[i] = x2[i] * c[i] + x1[i] * s[i];
+      for (int h = 0; h < kHeadsPerThread; ++h) {
+        if (first_head + h >= p.heads) continue;
+        const T* x = base + int64_t(first_head + h) * p.head_stride;
+        first_halves[h] = load_pack<kVec>(x);
+        second_halves[h] = load_pack<kVec>(x + p.half);
       }
-      T* x = base + int64_t(first_head + h) * p.head_stride;
-      store_floats<kVec>(x, y1);
-      store_floats<kVec>(x + p.half, y2);
+#pragma unroll
+      for (int h = 0; h < kHeadsPerThread; ++h) {
+        if (first_head + h >= p.heads) continue;
+        float x1[kVec], x2[kVec], y1[kVec], y2[kVec];
+        unpack_floats(first_halves[h], x1);
+        unpack_floats(second_halves[h], x2);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) {
+          y1[i] = x1[i] * c[i] - x2[i] * s[i];
+          y2[i] = x2[i] * c[i] + x1[i] * s[i];
+        }
+        T* x = base + int64_t(first_head + h) * p.head_stride;
+        store_floats<kVec>(x, y1);
+        store_floats<kVec>(x + p.half, y2);
+      }
     }
   }
 }
@@ -124,12 +121,11 @@ void rotary_apply_fused(const RotaryApplyArgs& args) {
                               .half = int(half),
                               .sin_sign = args.inverse ? -1.0f : 1.0f};
     const int64_t head_groups = ceil_div(heads, kHeadsPerThread);
-    const int64_t count = tokens * head_groups * (vectorized ? half / kVec : half);
-    const unsigned grid = grid_for(count, kThreads, scope);
+    const TokenStepGrid grid = token_step_grid(tokens, head_groups * (vectorized ? half / kVec : half), scope, kThreads);
     if (vectorized)
-      rotary_kernel<T, kVec><<<grid, kThreads, 0, scope.stream()>>>(params);
+      rotary_kernel<T, kVec><<<grid.grid, grid.block, 0, scope.stream()>>>(params);
     else
-      rotary_kernel<T, 1><<<grid, kThreads, 0, scope.stream()>>>(params);
+      rotary_kernel<T, 1><<<grid.grid, grid.block, 0, scope.stream()>>>(params);
     scope.check_launch();
   });
 }

@@ -144,6 +144,9 @@ Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream
   Tensor grad_query = Tensor::empty(saved.query.shape(), dtype, device, stream);
   Tensor grad_key = Tensor::empty(saved.key.shape(), dtype, device, stream);
   Tensor grad_value = Tensor::empty(saved.value.shape(), dtype, device, stream);
+  // With rotary, the kernel returns the gradients of the query and key before their rotation.
+  Rotary::Tables rotary_tables;
+  if (rotary_->enabled()) rotary_tables = rotary_->tables(tokens, device, stream);
   {
     Tensor flat_output = saved.output.reshape(Shape{tokens, int64_t(heads_) * head_size_});
     Tensor grad_attention = dense_.backward(grad_output, flat_output, stream).reshape(saved.output.shape());
@@ -161,16 +164,13 @@ Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream
                                  .softmax_scale = softmax_scale_,
                                  .causal = causal_,
                                  .window_size = window_size_,
+                                 .rotary_cos = rotary_->enabled() ? &rotary_tables.cos : nullptr,
+                                 .rotary_sin = rotary_->enabled() ? &rotary_tables.sin : nullptr,
                                  .stream = stream});
   }
   // Only the projections' input and the norms' state are read from here on (the stream-ordered allocator reuses the
   // memory of the rest for the gradients below).
   saved.query = saved.key = saved.value = saved.output = saved.logsumexp = Tensor();
-  if (rotary_->enabled()) {
-    Rotary::Tables tables = rotary_->tables(tokens, device, stream);
-    kernels::rotary_apply({.tensor = grad_query, .cos = tables.cos, .sin = tables.sin, .inverse = true, .stream = stream});
-    kernels::rotary_apply({.tensor = grad_key, .cos = tables.cos, .sin = tables.sin, .inverse = true, .stream = stream});
-  }
   if (query_norm_) {
     grad_query = query_norm_->backward(grad_query.reshape(Shape{tokens * heads_, head_size_}), saved.query_norm, stream);
   }
