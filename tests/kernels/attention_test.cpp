@@ -156,7 +156,9 @@ struct Gradients {
   Tensor query, key, value;
 };
 
-Gradients backward(const Problem& problem, const Tensor& grad_output, const Inputs& inputs, const Forward& saved) {
+// With rotary tables, the gradients before the rotation of the query and key (kernels/attention.h).
+Gradients backward(const Problem& problem, const Tensor& grad_output, const Inputs& inputs, const Forward& saved,
+                   const Tensor* rotary_cos = nullptr, const Tensor* rotary_sin = nullptr) {
   const DType dtype = inputs.query.dtype();
   Gradients gradients{Tensor::empty(problem.query_shape(), dtype), Tensor::empty(problem.key_shape(), dtype),
                       Tensor::empty(problem.key_shape(), dtype)};
@@ -174,7 +176,9 @@ Gradients backward(const Problem& problem, const Tensor& grad_output, const Inpu
                                     .grad_value = gradients.value,
                                     .softmax_scale = problem.softmax_scale,
                                     .causal = problem.causal,
-                                    .window_size = problem.window});
+                                    .window_size = problem.window,
+                                    .rotary_cos = rotary_cos,
+                                    .rotary_sin = rotary_sin});
   return gradients;
 }
 
@@ -390,25 +394,7 @@ TEST(AttentionReference, BackwardWithRotaryTablesGivesTheGradientsBeforeTheRotat
     const Inputs rotated_inputs{rotate(inputs.query), rotate(inputs.key), inputs.value};
     const Forward saved =
         forward(problem, rotated_inputs.query, rotated_inputs.key, rotated_inputs.value, DType::float64);
-    Gradients gradients{Tensor::empty(problem.query_shape(), DType::float64),
-                        Tensor::empty(problem.key_shape(), DType::float64),
-                        Tensor::empty(problem.key_shape(), DType::float64)};
-    const Tensor cu_seqlens = problem.cu_seqlens();
-    run_reference<AttentionBackward>({.grad_output = weights,
-                                      .query = rotated_inputs.query,
-                                      .key = rotated_inputs.key,
-                                      .value = rotated_inputs.value,
-                                      .output = saved.output,
-                                      .logsumexp = saved.logsumexp,
-                                      .cu_seqlens = cu_seqlens,
-                                      .max_seqlen = problem.longest(),
-                                      .grad_query = gradients.query,
-                                      .grad_key = gradients.key,
-                                      .grad_value = gradients.value,
-                                      .softmax_scale = problem.softmax_scale,
-                                      .causal = problem.causal,
-                                      .rotary_cos = &cos,
-                                      .rotary_sin = &sin});
+    const Gradients gradients = backward(problem, weights, rotated_inputs, saved, &cos, &sin);
     expect_near(gradients.query, finite_difference_gradient(inputs.query, loss), 1e-8, 1e-7, "grad_query");
     expect_near(gradients.key, finite_difference_gradient(inputs.key, loss), 1e-8, 1e-7, "grad_key");
     expect_near(gradients.value, finite_difference_gradient(inputs.value, loss), 1e-8, 1e-7, "grad_value");
@@ -420,28 +406,8 @@ TEST(AttentionReference, BackwardWithOneRotaryTableIsAnError) {
   const Inputs inputs = random_inputs(problem, DType::float32, 71);
   const Forward saved = forward(problem, inputs.query, inputs.key, inputs.value);
   const Tensor cos = random_tensor(Shape{problem.tokens(), problem.head_size / 2}, DType::float32, 72);
-  Gradients gradients{Tensor::empty(problem.query_shape(), DType::float32),
-                      Tensor::empty(problem.key_shape(), DType::float32),
-                      Tensor::empty(problem.key_shape(), DType::float32)};
-  const Tensor cu_seqlens = problem.cu_seqlens();
   const Tensor grad_output = random_tensor(problem.query_shape(), DType::float32, 73);
-  expect_error(
-      [&] {
-        run_reference<AttentionBackward>({.grad_output = grad_output,
-                                          .query = inputs.query,
-                                          .key = inputs.key,
-                                          .value = inputs.value,
-                                          .output = saved.output,
-                                          .logsumexp = saved.logsumexp,
-                                          .cu_seqlens = cu_seqlens,
-                                          .max_seqlen = problem.longest(),
-                                          .grad_query = gradients.query,
-                                          .grad_key = gradients.key,
-                                          .grad_value = gradients.value,
-                                          .softmax_scale = problem.softmax_scale,
-                                          .rotary_cos = &cos});
-      },
-      "only rotary_cos is given");
+  expect_error([&] { backward(problem, grad_output, inputs, saved, &cos, nullptr); }, "only rotary_cos is given");
 }
 
 TEST(AttentionReference, BackwardGradientsAreNotTrivial) {
