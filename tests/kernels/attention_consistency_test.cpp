@@ -8,7 +8,8 @@
 // 128-row tiles (1, 17, 63, 64, 65, 127, 128, 129, 200, 256, 383, 513), windows of 1, 7 and 100, head groups of 1 / 3 / 4 heads and MQA, head
 // sizes 64 and 128 (80 for the reference variant), bf16 / fp16 / fp32, against the CPU reference on the same rounded
 // inputs (fp32 math). Backward cases with rotary tables check the rotation of the gradients that the tile variants
-// fold into their stores (and that the others leave to rotary_apply) against the reference's rotary_apply.
+// fold into their stores (and that the others, or tables the tile variants cannot read, leave to rotary_apply)
+// against the reference's rotary_apply.
 #include "fast_llm/kernels/attention.h"
 
 #include <gtest/gtest.h>
@@ -35,6 +36,9 @@ struct AttentionCase {
   // The backward returns the gradients before a rotary rotation by tables of rotary_dims / 2 columns (0: none;
   // head_size / 2 is what the CUDA tile variants fold into their stores, fewer goes through rotary_apply).
   int64_t rotary_half = 0;
+  // The tables are views with rows of rotary_half + 1 floats: full width, but a row stride the tile kernels do not
+  // read, so that they hand both gradients to rotary_apply.
+  bool rotary_padded = false;
 
   int64_t tokens() const { return std::accumulate(document_lengths.begin(), document_lengths.end(), int64_t(0)); }
   int64_t longest() const { return *std::max_element(document_lengths.begin(), document_lengths.end()); }
@@ -42,9 +46,10 @@ struct AttentionCase {
 };
 
 std::string case_name(const AttentionCase& c) {
-  return fmt::format("{} tokens={} heads={}/{} head_size={} causal={} window={} rotary_dims={} {}",
+  return fmt::format("{} tokens={} heads={}/{} head_size={} causal={} window={} rotary_dims={}{} {}",
                      dtype_name(c.dtype), c.tokens(), c.heads, c.head_groups, c.head_size, c.causal,
-                     c.window.value_or(0), 2 * c.rotary_half, c.fused ? "fused" : "");
+                     c.window.value_or(0), 2 * c.rotary_half, c.rotary_padded ? " (padded rows)" : "",
+                     c.fused ? "fused" : "");
 }
 
 std::vector<AttentionCase> attention_cases() {
@@ -77,15 +82,17 @@ std::vector<AttentionCase> attention_cases() {
 }
 
 // cos and sin of random angles, scaled as yarn's attention factor scales them (so that a variant mixing up the two
-// tables, or the sign of the inverse, fails): (tokens, half) fp32.
-std::pair<Tensor, Tensor> rotary_tables(int64_t tokens, int64_t half, uint64_t seed) {
-  const std::vector<double> angles = values_of(random_tensor(Shape{tokens, half}, DType::float64, seed, -4, 4));
+// tables, or the sign of the inverse, fails): (tokens, width) fp32 storage, of which a test reads the first `half`
+// columns.
+std::pair<Tensor, Tensor> rotary_tables(int64_t tokens, int64_t width, uint64_t seed) {
+  const std::vector<double> angles = values_of(random_tensor(Shape{tokens, width}, DType::float64, seed, -4, 4));
   std::vector<double> cos(angles.size()), sin(angles.size());
   for (size_t i = 0; i < angles.size(); ++i) {
     cos[i] = 1.1 * std::cos(angles[i]);
     sin[i] = 1.1 * std::sin(angles[i]);
   }
-  return {make_tensor(cos, Shape{tokens, half}, DType::float32), make_tensor(sin, Shape{tokens, half}, DType::float32)};
+  return {make_tensor(cos, Shape{tokens, width}, DType::float32),
+          make_tensor(sin, Shape{tokens, width}, DType::float32)};
 }
 
 Tensor cu_seqlens_of(const AttentionCase& c) {
@@ -158,12 +165,15 @@ std::vector<AttentionCase> cuda_cases() {
         cases.push_back({.document_lengths = layout.document_lengths, .heads = layout.heads,
                          .head_groups = layout.head_groups, .head_size = layout.head_size, .causal = causal,
                          .window = window, .dtype = dtype, .fused = false});
-  // The rotary inverse folded into the tile kernels' stores, at the tile boundaries.
+  // The rotary inverse folded into the tile kernels' stores, at the tile boundaries; and full-width tables they
+  // cannot read, which go to rotary_apply.
   for (DType dtype : {DType::bfloat16, DType::float16})
     for (const Layout& layout : layouts)
-      cases.push_back({.document_lengths = layout.document_lengths, .heads = layout.heads,
-                       .head_groups = layout.head_groups, .head_size = layout.head_size, .causal = true,
-                       .window = std::nullopt, .dtype = dtype, .fused = false, .rotary_half = layout.head_size / 2});
+      for (bool padded : {false, true})
+        cases.push_back({.document_lengths = layout.document_lengths, .heads = layout.heads,
+                         .head_groups = layout.head_groups, .head_size = layout.head_size, .causal = true,
+                         .window = std::nullopt, .dtype = dtype, .fused = false,
+                         .rotary_half = layout.head_size / 2, .rotary_padded = padded});
   return cases;
 }
 
@@ -209,9 +219,12 @@ void check_all_variants(const std::vector<AttentionCase>& cases, DeviceType devi
     backward.tensors["grad_key"] = output(Tensor::empty(key_shape, c.dtype));
     backward.tensors["grad_value"] = output(Tensor::empty(key_shape, c.dtype));
     if (c.rotary_half > 0) {
-      auto [cos, sin] = rotary_tables(c.tokens(), c.rotary_half, ++seed);
-      backward.tensors["rotary_cos"] = input(cos);
-      backward.tensors["rotary_sin"] = input(sin);
+      const int64_t half = c.rotary_half;
+      auto [cos, sin] = rotary_tables(c.tokens(), c.rotary_padded ? half + 1 : half, ++seed);
+      std::function<Tensor(const Tensor&)> view;
+      if (c.rotary_padded) view = [half](const Tensor& table) { return table.slice(1, 0, half); };
+      backward.tensors["rotary_cos"] = input(cos, view);
+      backward.tensors["rotary_sin"] = input(sin, view);
     }
     backward.call = [c](TensorMap& t, const auto& run) {
       const bool rotary = c.rotary_half > 0;

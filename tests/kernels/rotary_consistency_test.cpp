@@ -72,5 +72,34 @@ TEST(RotaryConsistency, CpuAndCudaVariantsMatchTheReference) {
   }
 }
 
+// Shapes where the CUDA kernel's threads go round both of their loops (kernels/cuda/op_helpers.cuh token_step_grid):
+// more (head group, vector) steps per token than a block has threads (17 head groups of 16 or 32 vectors), and more
+// tokens than one pass of the grid covers (132 SMs x 8 blocks x 8 or 4 tokens a block, at 32 or 64 steps a token).
+TEST(RotaryConsistency, CudaThreadsGoRoundBothLoops) {
+  const std::vector<std::array<int64_t, 4>> shapes = {{3, 68, 256, 128}, {10000, 32, 64, 32}};
+  uint64_t seed = 41000;
+  for (DType dtype : {DType::float32, DType::bfloat16})
+    for (const auto& [tokens, heads, head_size, half] : shapes)
+      for (bool inverse : {false, true}) {
+        const RotaryCase c{.dtype = dtype,
+                           .tokens = tokens,
+                           .heads = heads,
+                           .head_size = head_size,
+                           .half = half,
+                           .inverse = inverse,
+                           .strided = false};
+        ConsistencyProblem<RotaryApply> problem{
+            .name = case_name(c), .dtype = dtype, .exact = false, .tensors = {}, .call = {}};
+        problem.tensors["tensor"] = accumulated_output(random_tensor(Shape{tokens, heads, head_size}, dtype, ++seed, -2, 2));
+        const uint64_t angle_seed = ++seed;
+        problem.tensors["cos"] = input(table(c, false, angle_seed));
+        problem.tensors["sin"] = input(table(c, true, angle_seed));
+        problem.call = [inverse](TensorMap& t, const auto& run) {
+          run({.tensor = t.at("tensor"), .cos = t.at("cos"), .sin = t.at("sin"), .inverse = inverse});
+        };
+        check_variants_on_all_devices(problem, /*must_support=*/true);
+      }
+}
+
 }  // namespace
 }  // namespace fast_llm::kernels

@@ -9,8 +9,9 @@
 // Gradients of q, k, v are written (=). A query row with no allowed key (cannot happen causally) outputs zeros.
 // Backward with rotary tables: q and k were rotated by rotary_apply with these tables before the forward, and
 // grad_query / grad_key are returned for the tensors before the rotation (rotary_apply's inverse of the gradients).
-// A variant may fold that rotation into its own stores (the CUDA tile variants do, saving a pass over dQ and dK);
-// the others call unrotate_attention_gradients at the end.
+// A variant may fold that rotation into its own stores, saving a pass over the gradient (the CUDA tile variants
+// into their dQ cast, "wgmma" into its dK store too); what it does not fold goes through
+// unrotate_attention_gradients at the end.
 #pragma once
 
 #include <optional>

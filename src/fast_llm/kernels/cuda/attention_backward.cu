@@ -13,7 +13,8 @@
 //      then dS^T goes through shared memory for dQ = dS K, which each warp adds for its part of the query block into
 //      an fp32 (tokens, heads, head_size) scratch with vector atomics. dK and dV need no atomics (one CTA owns a key
 //      block and every head of its group), so they are deterministic; dQ's fp32 sums depend on the atomics' order.
-//   3. grad_query = scale * dQ scratch, rounded to the input dtype.
+//   3. grad_query = scale * dQ scratch, rounded to the input dtype, through the inverse rotary rotation when the op
+//      has rotary tables (kernels/attention.h); this variant's dK then goes through rotary_apply after the kernels.
 // Masks as the forward: blocks no query may see are skipped, per-element masks only on boundary blocks. Query rows
 // past the document's end read zeros and get lse = +inf (probability 0); key rows past it are masked and not stored.
 //

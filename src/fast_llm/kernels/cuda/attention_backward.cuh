@@ -1,8 +1,9 @@
 // The steps every CUDA attention backward variant shares (attention_backward.cu): argument checks, delta =
 // rowsum(dO * O) and logsumexp * log2(e) into (heads, tokens) fp32 scratches, the zeroed (tokens, heads, head_size)
-// fp32 dQ sums, and the final grad_query = softmax_scale * sums in the input dtype. A variant supplies only its main
-// kernel (dK, dV written, dQ added to the sums), launched through `attention_backward_steps` on the op's stream:
-// "flash" (attention_backward.cu, mma.sync), "wgmma" (attention_backward_wgmma.cu, Hopper).
+// fp32 dQ sums, and the final grad_query = softmax_scale * sums in the input dtype (through the inverse rotary
+// rotation when the op has rotary tables; dK is then the main kernel's to unrotate, or rotary_apply's). A variant
+// supplies only its main kernel (dK, dV written, dQ added to the sums), launched through `attention_backward_steps`
+// on the op's stream: "flash" (attention_backward.cu, mma.sync), "wgmma" (attention_backward_wgmma.cu, Hopper).
 #pragma once
 
 #include "fast_llm/kernels/cuda/attention_tile.cuh"

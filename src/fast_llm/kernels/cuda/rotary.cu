@@ -1,13 +1,14 @@
 // Fused CUDA rotary_apply (kernels/rotary.h), variant "fused".
 //
 // In place on (tokens, heads, head_size) with any token and head strides (e.g. the query or key part of a fused qkv
-// tensor); the last dimension is contiguous. A thread owns one vector of kVec pairs of the rotate-half layout, i.e.
-// columns [i, i + kVec) and [i + half, i + half + kVec), for up to kHeadsPerThread heads, and walks the tokens with
-// it (token_step_grid: no index division in the loop; H200: 3-4% faster on the query, 7-12% on the key, than a flat
-// index split per step). Per token it loads its cos / sin once (fp32, (tokens, half) with any row stride) and
-// applies them to every head it owns, with all the heads' loads issued before the first store. kVec is 16 bytes of
-// the element type when every row start and `half` allow it, 1 otherwise. Columns from rotary_dims = 2 half to
-// head_size are left untouched. Math in fp32.
+// tensor); the last dimension is contiguous. A thread's step is one vector of kVec pairs of the rotate-half layout,
+// i.e. columns [i, i + kVec) and [i + half, i + half + kVec), for up to kHeadsPerThread heads; it keeps its steps
+// (one, or several when a token has more than a block's threads) and walks the tokens with each (token_step_grid:
+// no index division in the loop; H200: 3-4% faster on the query, 7-12% on the key, than a flat index split per
+// step). Per token it loads its cos / sin once (fp32, (tokens, half) with any row stride) and applies them to every
+// head it owns, with all the heads' loads issued before the first store. kVec is 16 bytes of the element type when
+// every row start and `half` allow it, 1 otherwise. Columns from rotary_dims = 2 half to head_size are left
+// untouched. Math in fp32.
 #include "fast_llm/kernels/cuda/op_helpers.cuh"
 #include "fast_llm/kernels/rotary.h"
 
