@@ -401,13 +401,24 @@ TEST(AttentionReference, BackwardWithRotaryTablesGivesTheGradientsBeforeTheRotat
   }
 }
 
-TEST(AttentionReference, BackwardWithOneRotaryTableIsAnError) {
+TEST(AttentionReference, BackwardRefusesBadRotaryTables) {
   const Problem problem{.document_lengths = {3}};
   const Inputs inputs = random_inputs(problem, DType::float32, 71);
   const Forward saved = forward(problem, inputs.query, inputs.key, inputs.value);
-  const Tensor cos = random_tensor(Shape{problem.tokens(), problem.head_size / 2}, DType::float32, 72);
   const Tensor grad_output = random_tensor(problem.query_shape(), DType::float32, 73);
-  expect_error([&] { backward(problem, grad_output, inputs, saved, &cos, nullptr); }, "only rotary_cos is given");
+  const int64_t tokens = problem.tokens(), half = problem.head_size / 2;
+  const Tensor table = random_tensor(Shape{tokens, half}, DType::float32, 72);
+  const Tensor narrow = random_tensor(Shape{tokens, half / 2}, DType::float32, 74);
+  const Tensor float64_table = random_tensor(Shape{tokens, half}, DType::float64, 75);
+  const Tensor short_table = random_tensor(Shape{tokens - 1, half}, DType::float32, 76);
+  const Tensor wide_table = random_tensor(Shape{tokens, half + 1}, DType::float32, 77);
+  const auto run = [&](const Tensor* cos, const Tensor* sin) { backward(problem, grad_output, inputs, saved, cos, sin); };
+  expect_error([&] { run(&table, nullptr); }, "only rotary_cos is given");
+  expect_error([&] { run(nullptr, &table); }, "only rotary_sin is given");
+  expect_error([&] { run(&float64_table, &table); }, "rotary_cos has dtype float64, expected float32");
+  expect_error([&] { run(&table, &short_table); }, "rotary_sin has shape (2, 4), expected (tokens, rotary_dims / 2)");
+  expect_error([&] { run(&wide_table, &wide_table); }, "rotary_cos has shape (3, 5)");
+  expect_error([&] { run(&table, &narrow); }, "rotary_cos has shape (3, 4), rotary_sin (3, 2)");
 }
 
 TEST(AttentionReference, BackwardGradientsAreNotTrivial) {

@@ -65,6 +65,10 @@ struct AttentionBackward {
   using Args = AttentionBackwardArgs;
 };
 
+// Throws `[attention_backward] ...` unless the rotary tables are both absent, or both (tokens, rotary_dims / 2) fp32
+// with 0 < rotary_dims <= head_size on the query's device. Every variant calls it before any work.
+void check_attention_rotary(const AttentionBackwardArgs& args);
+
 // rotary_apply's inverse on grad_query and / or grad_key when `args` has rotary tables (nothing otherwise), for the
 // variants that do not fold it into their stores.
 void unrotate_attention_gradients(const AttentionBackwardArgs& args, bool query, bool key);

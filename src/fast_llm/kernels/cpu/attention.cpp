@@ -202,6 +202,7 @@ void attention_backward_reference(const AttentionBackwardArgs& args) {
   check_shape(op, "grad_query", args.grad_query, args.query.shape());
   check_shape(op, "grad_key", args.grad_key, args.key.shape());
   check_shape(op, "grad_value", args.grad_value, args.key.shape());
+  check_attention_rotary(args);
 
   visit_floating_dtype(args.query.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;

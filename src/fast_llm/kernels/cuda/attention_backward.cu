@@ -438,6 +438,7 @@ void attention_backward_steps(const AttentionBackwardArgs& args, BackwardMainLau
   check_shape(op, "grad_query", args.grad_query, args.query.shape(), device);
   check_shape(op, "grad_key", args.grad_key, args.key.shape(), device);
   check_shape(op, "grad_value", args.grad_value, args.key.shape(), device);
+  check_attention_rotary(args);
   const int64_t tokens = args.query.size(0), heads = args.query.size(1), head_size = args.query.size(2);
   const int64_t groups = args.key.size(1), documents = args.cu_seqlens.size(0) - 1;
   if (tokens == 0) return;

@@ -300,6 +300,7 @@ void attention_backward_cuda_reference(const AttentionBackwardArgs& args) {
   check_shape(op, "grad_query", args.grad_query, args.query.shape(), device);
   check_shape(op, "grad_key", args.grad_key, args.key.shape(), device);
   check_shape(op, "grad_value", args.grad_value, args.key.shape(), device);
+  check_attention_rotary(args);
   const int64_t tokens = args.query.size(0), heads = args.query.size(1), groups = args.key.size(1);
   if (tokens == 0 || args.cu_seqlens.size(0) < 2) return;
   LaunchScope scope(op, device, args.stream);
