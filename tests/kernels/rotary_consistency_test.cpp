@@ -34,71 +34,53 @@ Tensor table(const RotaryCase& c, bool sine, uint64_t seed) {
   return make_tensor(values, Shape{c.tokens, c.half}, DType::float32);
 }
 
+// Every variant against the reference on `c`, with fresh inputs from `seed`.
+void check_case(const RotaryCase& c, uint64_t& seed, bool must_support) {
+  ConsistencyProblem<RotaryApply> problem{
+      .name = case_name(c), .dtype = c.dtype, .exact = false, .tensors = {}, .call = {}};
+  // Rotated in place: an output whose initial values are read.
+  const int64_t heads = c.heads;
+  Tensor storage = random_tensor(Shape{c.tokens, c.strided ? 3 * heads : heads, c.head_size}, c.dtype, ++seed, -2, 2);
+  std::function<Tensor(const Tensor&)> view;
+  if (c.strided) view = [heads](const Tensor& tensor) { return tensor.slice(1, heads, 2 * heads); };
+  problem.tensors["tensor"] = accumulated_output(storage, view);
+  const uint64_t angle_seed = ++seed;
+  problem.tensors["cos"] = input(table(c, false, angle_seed));
+  problem.tensors["sin"] = input(table(c, true, angle_seed));
+  problem.call = [inverse = c.inverse](TensorMap& t, const auto& run) {
+    run({.tensor = t.at("tensor"), .cos = t.at("cos"), .sin = t.at("sin"), .inverse = inverse});
+  };
+  check_variants_on_all_devices(problem, must_support);
+}
+
+// check_case for every (dtype, shape, direction, layout); shapes are (tokens, heads, head_size, half). The CUDA
+// variants must run every fp32 / bf16 / fp16 contiguous case.
+void check_cases(const std::vector<std::array<int64_t, 4>>& shapes, std::initializer_list<DType> dtypes,
+                 std::initializer_list<bool> layouts, uint64_t seed) {
+  for (DType dtype : dtypes)
+    for (const auto& [tokens, heads, head_size, half] : shapes)
+      for (bool inverse : {false, true})
+        for (bool strided : layouts)
+          check_case({.dtype = dtype,
+                      .tokens = tokens,
+                      .heads = heads,
+                      .head_size = head_size,
+                      .half = half,
+                      .inverse = inverse,
+                      .strided = strided},
+                     seed, /*must_support=*/dtype != DType::float64 && !strided);
+}
+
 TEST(RotaryConsistency, CpuAndCudaVariantsMatchTheReference) {
-  std::vector<std::array<int64_t, 4>> shapes = {{1, 1, 2, 1},
-                                                {5, 3, 8, 4},
-                                                {7, 4, 64, 32},
-                                                {9, 2, 80, 16},
-                                                {33, 8, 128, 64}};  // (tokens, heads, head_size, half)
-  uint64_t seed = 40000;
-  for (DType dtype : {DType::float32, DType::bfloat16, DType::float16, DType::float64}) {
-    for (const auto& [tokens, heads, head_size, half] : shapes) {
-      for (bool inverse : {false, true}) {
-        for (bool strided : {false, true}) {
-          const RotaryCase c{.dtype = dtype,
-                             .tokens = tokens,
-                             .heads = heads,
-                             .head_size = head_size,
-                             .half = half,
-                             .inverse = inverse,
-                             .strided = strided};
-          ConsistencyProblem<RotaryApply> problem{
-              .name = case_name(c), .dtype = dtype, .exact = false, .tensors = {}, .call = {}};
-          // Rotated in place: an output whose initial values are read.
-          Tensor storage = random_tensor(Shape{tokens, strided ? 3 * heads : heads, head_size}, dtype, ++seed, -2, 2);
-          std::function<Tensor(const Tensor&)> view;
-          if (strided) view = [heads](const Tensor& tensor) { return tensor.slice(1, heads, 2 * heads); };
-          problem.tensors["tensor"] = accumulated_output(storage, view);
-          const uint64_t angle_seed = ++seed;
-          problem.tensors["cos"] = input(table(c, false, angle_seed));
-          problem.tensors["sin"] = input(table(c, true, angle_seed));
-          problem.call = [inverse](TensorMap& t, const auto& run) {
-            run({.tensor = t.at("tensor"), .cos = t.at("cos"), .sin = t.at("sin"), .inverse = inverse});
-          };
-          check_variants_on_all_devices(problem, /*must_support=*/dtype != DType::float64 && !strided);
-        }
-      }
-    }
-  }
+  check_cases({{1, 1, 2, 1}, {5, 3, 8, 4}, {7, 4, 64, 32}, {9, 2, 80, 16}, {33, 8, 128, 64}},
+              {DType::float32, DType::bfloat16, DType::float16, DType::float64}, {false, true}, 40000);
 }
 
 // Shapes where the CUDA kernel's threads go round both of their loops (kernels/cuda/op_helpers.cuh token_step_grid):
 // more (head group, vector) steps per token than a block has threads (17 head groups of 16 or 32 vectors), and more
 // tokens than one pass of the grid covers (132 SMs x 8 blocks x 8 or 4 tokens a block, at 32 or 64 steps a token).
 TEST(RotaryConsistency, CudaThreadsGoRoundBothLoops) {
-  const std::vector<std::array<int64_t, 4>> shapes = {{3, 68, 256, 128}, {10000, 32, 64, 32}};
-  uint64_t seed = 41000;
-  for (DType dtype : {DType::float32, DType::bfloat16})
-    for (const auto& [tokens, heads, head_size, half] : shapes)
-      for (bool inverse : {false, true}) {
-        const RotaryCase c{.dtype = dtype,
-                           .tokens = tokens,
-                           .heads = heads,
-                           .head_size = head_size,
-                           .half = half,
-                           .inverse = inverse,
-                           .strided = false};
-        ConsistencyProblem<RotaryApply> problem{
-            .name = case_name(c), .dtype = dtype, .exact = false, .tensors = {}, .call = {}};
-        problem.tensors["tensor"] = accumulated_output(random_tensor(Shape{tokens, heads, head_size}, dtype, ++seed, -2, 2));
-        const uint64_t angle_seed = ++seed;
-        problem.tensors["cos"] = input(table(c, false, angle_seed));
-        problem.tensors["sin"] = input(table(c, true, angle_seed));
-        problem.call = [inverse](TensorMap& t, const auto& run) {
-          run({.tensor = t.at("tensor"), .cos = t.at("cos"), .sin = t.at("sin"), .inverse = inverse});
-        };
-        check_variants_on_all_devices(problem, /*must_support=*/true);
-      }
+  check_cases({{3, 68, 256, 128}, {10000, 32, 64, 32}}, {DType::float32, DType::bfloat16}, {false}, 41000);
 }
 
 }  // namespace
