@@ -335,17 +335,18 @@ __global__ void __launch_bounds__(kCastThreads) attention_grad_query_kernel(cons
       float x[8];
       load_floats<8>(sums, x);
       if constexpr (kRotary) {
-        float y[8], cos[8], sin[8], first[8], second[8];
+        float y[8], cos[8], sin[8];
         load_floats<8>(sums + kHalf, y);
         load_floats<8>(p.rotary.cos + token * p.rotary.stride + column, cos);
         load_floats<8>(p.rotary.sin + token * p.rotary.stride + column, sin);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          first[i] = (x[i] * cos[i] + y[i] * sin[i]) * p.scale;
-          second[i] = (y[i] * cos[i] - x[i] * sin[i]) * p.scale;
+          rotate_pair(x[i], y[i], cos[i], -sin[i]);
+          x[i] *= p.scale;
+          y[i] *= p.scale;
         }
-        store_floats<8>(grad_query, first);
-        store_floats<8>(grad_query + kHalf, second);
+        store_floats<8>(grad_query, x);
+        store_floats<8>(grad_query + kHalf, y);
       } else {
 #pragma unroll
         for (int i = 0; i < 8; ++i) x[i] *= p.scale;
@@ -411,15 +412,16 @@ std::optional<std::string> backward_tiles_reason(const AttentionBackwardArgs& ar
 
 namespace {
 
-// The rotary tables of `args` as the kernels here read them, or none (no tables, or tables they cannot read).
+// The rotary tables of `args` (checked by check_attention_rotary: fp32, (tokens, at most head_size / 2), the query's
+// device) as the kernels here read them, or none: no tables, or tables of fewer columns or of a layout they cannot
+// read (16-byte aligned contiguous rows, the same row stride for both).
 RotaryTables foldable_rotary(const AttentionBackwardArgs& args) {
-  if (args.rotary_cos == nullptr || args.rotary_sin == nullptr) return {};
+  if (args.rotary_cos == nullptr) return {};
   const Tensor &cos = *args.rotary_cos, &sin = *args.rotary_sin;
-  const int64_t tokens = args.query.size(0), half = args.query.size(2) / 2;
+  const int64_t tokens = args.query.size(0);
   for (const Tensor* table : {&cos, &sin})
-    if (table->dtype() != DType::float32 || table->rank() != 2 || table->size(0) != tokens ||
-        table->size(1) != half || table->device() != args.query.device() || table->stride(1) != 1 ||
-        !is_aligned(table->data(), 16) || (tokens > 1 && table->stride(0) % 4 != 0))
+    if (2 * table->size(1) != args.query.size(2) || table->stride(1) != 1 || !is_aligned(table->data(), 16) ||
+        (tokens > 1 && table->stride(0) % 4 != 0))
       return {};
   if (tokens > 1 && cos.stride(0) != sin.stride(0)) return {};
   return {.cos = cos.data_as<float>(), .sin = sin.data_as<float>(), .stride = tokens > 1 ? cos.stride(0) : 0};

@@ -413,13 +413,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
         for (int j = 0; j < kHeadSize / 16; ++j) {
           const float2 cos = *reinterpret_cast<const float2*>(p.rotary.cos + table_row + 8 * j);
           const float2 sin = *reinterpret_cast<const float2*>(p.rotary.sin + table_row + 8 * j);
-          float& x1 = grad_key[4 * j + 2 * r];
-          float& y1 = grad_key[4 * j + 2 * r + 1];
-          float& x2 = grad_key[4 * (j + kHeadSize / 16) + 2 * r];
-          float& y2 = grad_key[4 * (j + kHeadSize / 16) + 2 * r + 1];
-          const float first_x = x1 * cos.x + x2 * sin.x, second_x = x2 * cos.x - x1 * sin.x;
-          const float first_y = y1 * cos.y + y2 * sin.y, second_y = y2 * cos.y - y1 * sin.y;
-          x1 = first_x, x2 = second_x, y1 = first_y, y2 = second_y;
+          rotate_pair(grad_key[4 * j + 2 * r], grad_key[4 * (j + kHeadSize / 16) + 2 * r], cos.x, -sin.x);
+          rotate_pair(grad_key[4 * j + 2 * r + 1], grad_key[4 * (j + kHeadSize / 16) + 2 * r + 1], cos.y, -sin.y);
         }
       }
       T* grad_key_row = static_cast<T*>(p.grad_key) + int64_t(begin + key_index) * p.grad_key_token_stride +

@@ -187,6 +187,14 @@ decltype(auto) visit_cuda_floating(DType dtype, Function&& function) {
                                              dtype_name(dtype)));
 }
 
+// The rotary rotation of one pair (x1, x2) = (x[i], x[i + half]) of the rotate-half layout (kernels/rotary.h):
+// x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin; the inverse is the same with -sin.
+__device__ __forceinline__ void rotate_pair(float& x1, float& x2, float cos, float sin) {
+  const float first = x1 * cos - x2 * sin, second = x2 * cos + x1 * sin;
+  x1 = first;
+  x2 = second;
+}
+
 // ---------------------------------------------------------------------------------------------------------------------
 // Device: N consecutive elements as floats (common.cuh's load / store round to nearest even on store, as the CPU's
 // store_value), in accesses of one Vector of up to 16 bytes.

@@ -59,17 +59,14 @@ __global__ void __launch_bounds__(kThreads) rotary_kernel(const RotaryParams p) 
 #pragma unroll
       for (int h = 0; h < kHeadsPerThread; ++h) {
         if (first_head + h >= p.heads) continue;
-        float x1[kVec], x2[kVec], y1[kVec], y2[kVec];
+        float x1[kVec], x2[kVec];
         unpack_floats(first_halves[h], x1);
         unpack_floats(second_halves[h], x2);
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) {
-          y1[i] = x1[i] * c[i] - x2[i] * s[i];
-          y2[i] = x2[i] * c[i] + x1[i] * s[i];
-        }
+        for (int i = 0; i < kVec; ++i) rotate_pair(x1[i], x2[i], c[i], s[i]);
         T* x = base + int64_t(first_head + h) * p.head_stride;
-        store_floats<kVec>(x, y1);
-        store_floats<kVec>(x + p.half, y2);
+        store_floats<kVec>(x, x1);
+        store_floats<kVec>(x + p.half, x2);
       }
     }
   }
