@@ -93,6 +93,28 @@ def torch_results(directory):
     return results, setup, rc
 
 
+def busy_gpu(path):
+    """Median SM clock (MHz) and power (W) of the samples taken while the GPU was busy (power above half the run's
+    highest), from gpu_training_benchmark.sh's nvidia-smi log; None when there is none."""
+    samples = []
+    try:
+        for line in path.read_text().splitlines():
+            fields = [field.strip() for field in line.split(",")]
+            if len(fields) == 2:
+                try:
+                    samples.append((float(fields[0]), float(fields[1])))
+                except ValueError:
+                    pass
+    except OSError:
+        return None
+    if not samples:
+        return None
+    top = max(power for _, power in samples)
+    busy = [sample for sample in samples if sample[1] > top / 2]
+    clocks, powers = sorted(clock for clock, _ in busy), sorted(power for _, power in busy)
+    return {"sm_clock_mhz": clocks[len(clocks) // 2], "power_w": powers[len(powers) // 2], "samples": len(busy)}
+
+
 def fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
@@ -136,6 +158,11 @@ def main():
                     f"{fmt(ratio, '8.2f') + ('x' if ratio else ''):>9}")
             else:
                 lines.append(f"{shape:<14} {row['impl']:<20} FAILED: {str(row.get('error', ''))[:150]}")
+        gpu = {name: busy_gpu(directory / f"{name}_gpu.csv") for name in ("fast_llm", "torch")}
+        shown = [f"{name} {value['sm_clock_mhz']:.0f} MHz / {value['power_w']:.0f} W"
+                 for name, value in gpu.items() if value]
+        if shown:
+            lines.append(f"{shape:<14} GPU while busy (median SM clock / power): " + ", ".join(shown))
         if not torch_modes:
             lines.append(f"{shape:<14} {'torch':<20} FAILED: no result (exit {torch_rc}; "
                          f"{setup.get('error', 'see torch.err')})"[:200])
@@ -159,7 +186,7 @@ def main():
                              best["max_reserved_mib"] / GIB, memory))
         report[shape] = {"design": SHAPES[shape]["design"], "fast_llm": ours, "torch": torch_modes,
                          "torch_setup": setup, "torch_rc": torch_rc, "speedup_vs_best_torch": speedup,
-                         "best_torch_mode": best["mode"] if best else None}
+                         "best_torch_mode": best["mode"] if best else None, "gpu_while_busy": gpu}
     lines.append("")
     lines.append("DESIGN.md §8 targets (model TFLOP/s = 6 x matmul weights incl. LM head + 6 x layers x seq x heads x "
                  "head_size, per token; PyTorch counted alike):")

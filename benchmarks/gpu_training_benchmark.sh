@@ -52,6 +52,13 @@ limit() {
   if [ "$share" -lt 20 ]; then echo 0; elif [ "$share" -lt "$1" ]; then echo "$share"; else echo "$1"; fi
 }
 
+# The GPU's SM clock and power while a run goes, sampled every 200 ms into $1 (the report gives their busy-phase median:
+# a training step holds the H200 at its 700 W cap, where the clock, and so every compute-bound kernel, follows power).
+sample_gpu() {
+  nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 200 >"$1" 2>/dev/null &
+  echo $!
+}
+
 # First fast-llm on every shape (short and predictable), then PyTorch (compilation dominates), so a slow compile
 # cannot cost our numbers; each PyTorch process gets at least a fair share of what is left.
 status=0
@@ -66,10 +73,12 @@ for shape in "${shapes[@]}"; do
   index=$((index + 1))
   if [ "$seconds" -gt 0 ]; then
     echo "== $shape: fast-llm, $ours_steps steps (timeout ${seconds}s, $((SECONDS - start))s elapsed)"
+    sampler=$(sample_gpu "$work/$shape/fast_llm_gpu.csv")
     timeout -k 10 "$seconds" "$binary" train gpt -c "examples/benchmarks/$shape.yaml" \
       training.train_iters="$ours_steps" training.logs.interval=1 run.experiment_dir="$experiment" \
       ${OURS_OVERRIDES:-} >"$work/$shape/fast_llm.log" 2>&1
     rc=$?
+    kill "$sampler" 2>/dev/null
     echo "$rc" >"$work/$shape/fast_llm.rc"
     if [ "$rc" -ne 0 ]; then
       status=1
@@ -97,9 +106,11 @@ for shape in "${shapes[@]}"; do
   if [ "$seconds" -gt 0 ]; then
     echo "== $shape: PyTorch $torch_modes, $torch_warmup + $torch_steps steps each (timeout ${seconds}s," \
       "$((SECONDS - start))s elapsed)"
+    sampler=$(sample_gpu "$work/$shape/torch_gpu.csv")
     timeout -k 10 "$seconds" "$python" benchmarks/torch_gpu_llama_step.py --shape "$shape" --modes "$torch_modes" \
       --steps "$torch_steps" --warmup "$torch_warmup" >"$work/$shape/torch.jsonl" 2>"$work/$shape/torch.err"
     rc=$?
+    kill "$sampler" 2>/dev/null
     echo "$rc" >"$work/$shape/torch.rc"
     if [ "$rc" -ne 0 ]; then
       status=1

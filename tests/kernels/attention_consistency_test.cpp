@@ -19,6 +19,7 @@
 #include <map>
 #include <numeric>
 
+#include "fast_llm/kernels/op_profiler.h"
 #include "kernels/consistency.h"
 
 namespace fast_llm::kernels {
@@ -250,6 +251,63 @@ TEST(AttentionConsistency, CudaVariantsMatchTheReference) {
 TEST(AttentionConsistency, CudaVariantsMatchTheReferenceAtTileBoundaries) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
   check_all_variants(cuda_cases(), DeviceType::cuda);
+}
+
+// The consistency cases above pass whether a variant folds the rotary inverse into its stores or leaves it to
+// rotary_apply (the values are the same); what the fold saves is rotary_apply's passes. So count them: with tables a
+// tile kernel reads (full width, rows contiguous), `wgmma` folds both gradients, `flash` the query's, and the
+// reference neither; with padded rows every variant hands both to rotary_apply.
+TEST(AttentionConsistency, CudaTileVariantsFoldTheRotaryInverseIntoTheirStores) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const Device device = Device::cuda(0);
+  const std::map<std::string, int64_t> folded_passes_left{{"wgmma", 0}, {"flash", 1}, {"reference", 2}};
+  OpProfiler& profiler = OpProfiler::instance();
+  uint64_t seed = 50000;
+  for (int64_t head_size : {64, 128})
+    for (bool padded : {false, true}) {
+      const AttentionCase c{.document_lengths = {130, 67}, .heads = 4, .head_groups = 2, .head_size = head_size};
+      const Shape query_shape{c.tokens(), c.heads, c.head_size}, key_shape{c.tokens(), c.head_groups, c.head_size};
+      const auto on_device = [&](const Shape& shape, double low, double high) {
+        return random_tensor(shape, c.dtype, ++seed, low, high).to(device);
+      };
+      const Tensor query = on_device(query_shape, -2, 2), key = on_device(key_shape, -2, 2),
+                   value = on_device(key_shape, -2, 2), grad_output = on_device(query_shape, -1, 1);
+      const Tensor cu_seqlens = cu_seqlens_of(c).to(device);
+      Tensor output = Tensor::empty(query_shape, c.dtype, device);
+      Tensor logsumexp = Tensor::empty(Shape{c.heads, c.tokens()}, DType::float32, device);
+      attention_forward({.query = query, .key = key, .value = value, .cu_seqlens = cu_seqlens,
+                         .max_seqlen = c.longest(), .output = output, .logsumexp = logsumexp,
+                         .softmax_scale = c.softmax_scale(), .causal = true});
+      const int64_t half = head_size / 2;
+      auto [cos_storage, sin_storage] = rotary_tables(c.tokens(), padded ? half + 1 : half, ++seed);
+      const Tensor cos = cos_storage.to(device).slice(1, 0, half), sin = sin_storage.to(device).slice(1, 0, half);
+      for (const auto& variant : OpRegistry<AttentionBackward>::instance().variants()) {
+        if (variant.info.device != DeviceType::cuda) continue;
+        const std::string name = variant.info.variant;
+        ASSERT_TRUE(folded_passes_left.contains(name)) << name << ": a new CUDA variant; say what it folds here";
+        Tensor grad_query = Tensor::empty(query_shape, c.dtype, device);
+        Tensor grad_key = Tensor::empty(key_shape, c.dtype, device);
+        Tensor grad_value = Tensor::empty(key_shape, c.dtype, device);
+        const AttentionBackwardArgs args{.grad_output = grad_output, .query = query, .key = key, .value = value,
+                                         .output = output, .logsumexp = logsumexp, .cu_seqlens = cu_seqlens,
+                                         .max_seqlen = c.longest(), .grad_query = grad_query, .grad_key = grad_key,
+                                         .grad_value = grad_value, .softmax_scale = c.softmax_scale(),
+                                         .causal = true, .rotary_cos = &cos, .rotary_sin = &sin};
+        if (variant.supports && variant.supports(args)) continue;
+        profiler.reset();
+        profiler.configure(/*cpu=*/false, /*cuda=*/true);
+        profiler.start_recording();
+        variant.run(args);
+        profiler.stop_recording();
+        int64_t rotary_passes = 0;
+        for (const OpTiming& timing : profiler.totals())
+          if (timing.id.starts_with("rotary_apply:")) rotary_passes += timing.calls;
+        profiler.configure(false, false);
+        profiler.reset();
+        EXPECT_EQ(rotary_passes, padded ? 2 : folded_passes_left.at(name))
+            << name << " head_size=" << head_size << (padded ? " (padded rows)" : "");
+      }
+    }
 }
 
 }  // namespace
