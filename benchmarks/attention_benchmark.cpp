@@ -7,7 +7,11 @@
 //   (d) mixed lengths 4096, 2048, 1024, 512, 300, 150, 50, 10, 2 (8192 tokens), 32 heads in 8 groups, head_size 128
 //   (e) as (c) with a 1024-token window
 //
-//   attention_benchmark [iterations]
+//   attention_benchmark [iterations] [--sustained [seconds]]
+//
+// --sustained adds, per op, its time, energy, power and SM clock when run back to back for `seconds` (1) after half a
+// second of heat (benchmarks/sustained_energy.h): the rates at the power cap a training step runs at, and the energy
+// per FLOP, to set beside a gemm's (gemm_benchmark --sustained).
 //
 // Each (case, variant) is first checked on a small shape (documents 300, 77, 1; the case's heads and head_size) against
 // the CPU reference on the same inputs (forward output and logsumexp, backward dQ / dK / dV; relative error of the
@@ -33,6 +37,7 @@
 #include "fast_llm/tensor/tensor.h"
 
 #include "device_timing.h"
+#include "sustained_energy.h"
 
 namespace fast_llm {
 namespace {
@@ -185,8 +190,10 @@ bool check_backward(const Case& c, const KernelVariant<AttentionBackwardArgs>& v
 }
 
 using benchmarks::median_ms;
+using benchmarks::sustained;
+using benchmarks::SustainedResult;
 
-int run_benchmark(int iterations) {
+int run_benchmark(int iterations, double sustained_seconds) {
   if (cuda_devices().empty()) {
     std::fprintf(stderr, "attention_benchmark needs a CUDA device\n");
     return 1;
@@ -209,8 +216,16 @@ int run_benchmark(int iterations) {
       return;
     }
     const double ms = median_ms(run, 3, iterations);
-    std::printf("%-30s %-10s %-9s %10.3f %10.1f\n", c.name.c_str(), variant.c_str(), direction, ms,
+    std::printf("%-30s %-10s %-9s %10.3f %10.1f", c.name.c_str(), variant.c_str(), direction, ms,
                 flops / (ms * 1e-3) / 1e12);
+    if (sustained_seconds > 0) {
+      const SustainedResult held = sustained(run, ms, sustained_seconds);
+      std::printf(" | sustained %8.3f ms %7.1f TF/s %8.4f J %6.0f W %6.0f MHz %6.2f pJ/FLOP%s%s",
+                  held.ms_per_run, flops / (held.ms_per_run * 1e-3) / 1e12, held.joules_per_run, held.watts,
+                  held.sm_clock_mhz, held.joules_per_run / flops * 1e12, held.note.empty() ? "" : " ",
+                  held.note.c_str());
+    }
+    std::printf("\n");
     std::fflush(stdout);
   };
   for (const Case& c : cases) {
@@ -233,9 +248,22 @@ int run_benchmark(int iterations) {
 }  // namespace fast_llm
 
 int main(int argc, char** argv) {
-  const int iterations = argc > 1 ? std::atoi(argv[1]) : 20;
+  int iterations = 20;
+  double sustained_seconds = 0;
+  for (int index = 1; index < argc; ++index) {
+    const std::string argument = argv[index];
+    if (argument == "--sustained") {
+      sustained_seconds = 1.0;
+      if (index + 1 < argc && std::atof(argv[index + 1]) > 0) sustained_seconds = std::atof(argv[++index]);
+    } else if (std::atoi(argv[index]) > 0) {
+      iterations = std::atoi(argv[index]);
+    } else {
+      std::fprintf(stderr, "usage: attention_benchmark [iterations] [--sustained [seconds]]\n");
+      return 2;
+    }
+  }
   try {
-    return fast_llm::run_benchmark(iterations);
+    return fast_llm::run_benchmark(iterations, sustained_seconds);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "attention_benchmark: %s\n", error.what());
     return 1;

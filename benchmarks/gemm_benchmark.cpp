@@ -3,6 +3,10 @@
 //
 //   gemm_benchmark [m n k [iterations]]
 //   gemm_benchmark --candidates m n k [m n k ...]
+//   gemm_benchmark --sustained [m n k [seconds]]
+//
+// --sustained times our gemm back to back for `seconds` (1) after half a second of heat, with its energy, power and SM
+// clock (benchmarks/sustained_energy.h): the rate at the power cap a training step runs at, and the energy per FLOP.
 //
 // --candidates times, for each shape, every algorithm cuBLASLt's heuristic proposes (up to 16, in its order) and
 // prints each one's TFLOP/s against the first (the one our gemm uses): how much choosing by measurement would win.
@@ -29,6 +33,9 @@
 #include "fast_llm/kernels/cuda/gemm.cuh"
 #include "fast_llm/kernels/gemm.h"
 #include "fast_llm/tensor/tensor.h"
+
+#include "device_timing.h"
+#include "sustained_energy.h"
 
 namespace fast_llm {
 namespace {
@@ -257,10 +264,55 @@ int run_candidates(const std::vector<std::array<int64_t, 3>>& shapes) {
   return 0;
 }
 
+// Our gemm on one shape under sustained load.
+int run_sustained(int64_t m, int64_t n, int64_t k, double seconds) {
+  if (cuda_devices().empty()) {
+    std::fprintf(stderr, "gemm_benchmark: no CUDA device\n");
+    return 1;
+  }
+  const Device device = Device::cuda(0);
+  const Tensor a = random_matrix(m, k, 1, device), b = random_matrix(k, n, 2, device);
+  Tensor out = Tensor::empty(Shape{m, n}, DType::bfloat16, device);
+  const kernels::GemmArgs args{.a = a, .b = b, .out = out, .stream = compute_stream(device)};
+  const auto run = [&] { kernels::gemm(args); };
+  run();  // autotuning
+  const double flops = 2.0 * double(m) * double(n) * double(k);
+  const double ms = benchmarks::median_ms(run, 10, 20);
+  const benchmarks::SustainedResult held = benchmarks::sustained(run, ms, seconds);
+  fmt::print("device: {}\nrow-major bf16 ({} x {}) @ ({} x {}), fp32 compute, bf16 out\n", device_info(device).name, m, k,
+             k, n);
+  fmt::print("burst median {:.3f} ms {:.1f} TF/s | sustained {:.3f} ms {:.1f} TF/s, {:.4f} J, {:.0f} W, {:.0f} MHz, "
+             "{:.3f} pJ/FLOP ({} runs){}{}\n",
+             ms, flops / (ms * 1e-3) / 1e12, held.ms_per_run, flops / (held.ms_per_run * 1e-3) / 1e12,
+             held.joules_per_run, held.watts, held.sm_clock_mhz, held.joules_per_run / flops * 1e12, held.runs,
+             held.note.empty() ? "" : " ", held.note);
+  return 0;
+}
+
 }  // namespace
 }  // namespace fast_llm
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "--sustained") {
+    int64_t m = 8192, n = 8192, k = 8192;
+    double seconds = 1.0;
+    if (argc >= 5) {
+      m = std::atoll(argv[2]);
+      n = std::atoll(argv[3]);
+      k = std::atoll(argv[4]);
+    }
+    if (argc >= 6) seconds = std::atof(argv[5]);
+    if (m <= 0 || n <= 0 || k <= 0 || seconds <= 0 || argc == 3 || argc == 4 || argc > 6) {
+      std::fprintf(stderr, "usage: gemm_benchmark --sustained [m n k [seconds]]\n");
+      return 2;
+    }
+    try {
+      return fast_llm::run_sustained(m, n, k, seconds);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "gemm_benchmark: %s\n", error.what());
+      return 1;
+    }
+  }
   if (argc >= 2 && std::string(argv[1]) == "--candidates") {
     std::vector<std::array<int64_t, 3>> shapes;
     for (int index = 2; index + 2 < argc; index += 3)
