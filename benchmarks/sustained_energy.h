@@ -6,7 +6,8 @@
 // then for `seconds`, and reports the time per run, the energy per run from NVML's energy counter (the driver's
 // total since it loaded, in mJ), the mean power, and the SM clock sampled while the runs drain. NVML is opened at run
 // time (libnvidia-ml.so.1 comes with the driver, not the toolkit): without it the energy fields are NaN and `note`
-// says why.
+// says why. Work shorter than the host's time to queue it (tens of microseconds for a multi-kernel op) measures the
+// host instead: the GPU idles between runs, so use this on ops of a millisecond or more.
 #pragma once
 
 #include <cuda_runtime.h>
