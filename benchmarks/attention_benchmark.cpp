@@ -220,10 +220,10 @@ int run_benchmark(int iterations, double sustained_seconds) {
                 flops / (ms * 1e-3) / 1e12);
     if (sustained_seconds > 0) {
       const SustainedResult held = sustained(run, ms, sustained_seconds);
-      std::printf(" | sustained %8.3f ms %7.1f TF/s %8.4f J %6.0f W %6.0f MHz %6.2f pJ/FLOP%s%s",
+      std::printf(" | sustained %8.3f ms %7.1f TF/s %8.4f J %6.0f W %6.0f MHz %6.2f pJ/FLOP (%lld runs)%s%s",
                   held.ms_per_run, flops / (held.ms_per_run * 1e-3) / 1e12, held.joules_per_run, held.watts,
-                  held.sm_clock_mhz, held.joules_per_run / flops * 1e12, held.note.empty() ? "" : " ",
-                  held.note.c_str());
+                  held.sm_clock_mhz, held.joules_per_run / flops * 1e12, static_cast<long long>(held.runs),
+                  held.note.empty() ? "" : " ", held.note.c_str());
     }
     std::printf("\n");
     std::fflush(stdout);
@@ -255,6 +255,10 @@ int main(int argc, char** argv) {
     if (argument == "--sustained") {
       sustained_seconds = 1.0;
       if (index + 1 < argc && std::atof(argv[index + 1]) > 0) sustained_seconds = std::atof(argv[++index]);
+      if (!std::isfinite(sustained_seconds) || sustained_seconds > 600) {
+        std::fprintf(stderr, "attention_benchmark: --sustained takes seconds in (0, 600]\n");
+        return 2;
+      }
     } else if (std::atoi(argv[index]) > 0) {
       iterations = std::atoi(argv[index]);
     } else {

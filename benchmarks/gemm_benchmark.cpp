@@ -279,8 +279,8 @@ int run_sustained(int64_t m, int64_t n, int64_t k, double seconds) {
   const double flops = 2.0 * double(m) * double(n) * double(k);
   const double ms = benchmarks::median_ms(run, 10, 20);
   const benchmarks::SustainedResult held = benchmarks::sustained(run, ms, seconds);
-  fmt::print("device: {}\nrow-major bf16 ({} x {}) @ ({} x {}), fp32 compute, bf16 out\n", device_info(device).name, m, k,
-             k, n);
+  fmt::print("device: {}\nrow-major bf16 ({} x {}) @ ({} x {}), fp32 compute, bf16 out\n", device_info(device).name,
+             m, k, k, n);
   fmt::print("burst median {:.3f} ms {:.1f} TF/s | sustained {:.3f} ms {:.1f} TF/s, {:.4f} J, {:.0f} W, {:.0f} MHz, "
              "{:.3f} pJ/FLOP ({} runs){}{}\n",
              ms, flops / (ms * 1e-3) / 1e12, held.ms_per_run, flops / (held.ms_per_run * 1e-3) / 1e12,
@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
       k = std::atoll(argv[4]);
     }
     if (argc >= 6) seconds = std::atof(argv[5]);
-    if (m <= 0 || n <= 0 || k <= 0 || seconds <= 0 || argc == 3 || argc == 4 || argc > 6) {
+    if (m <= 0 || n <= 0 || k <= 0 || !(seconds > 0 && seconds <= 600) || argc == 3 || argc == 4 || argc > 6) {
       std::fprintf(stderr, "usage: gemm_benchmark --sustained [m n k [seconds]]\n");
       return 2;
     }

@@ -53,9 +53,15 @@ limit() {
 }
 
 # The GPU's SM clock and power while a run goes, sampled every 200 ms into $1 (the report gives their busy-phase median:
-# a training step holds the H200 at its 700 W cap, where the clock, and so every compute-bound kernel, follows power).
+# a training step holds the H200 at its 700 W cap, where the clock of compute-bound kernels follows power). The GPU is
+# the first of CUDA_VISIBLE_DEVICES, or 0; the sampler of an interrupted run is stopped on exit.
+gpu_index=${CUDA_VISIBLE_DEVICES:-0}
+gpu_index=${gpu_index%%,*}
+sampler=""
+trap '[ -n "$sampler" ] && kill "$sampler" 2>/dev/null' EXIT
 sample_gpu() {
-  nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 200 >"$1" 2>/dev/null &
+  nvidia-smi -i "$gpu_index" --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 200 >"$1" \
+    2>/dev/null &
   echo $!
 }
 
@@ -79,6 +85,7 @@ for shape in "${shapes[@]}"; do
       ${OURS_OVERRIDES:-} >"$work/$shape/fast_llm.log" 2>&1
     rc=$?
     kill "$sampler" 2>/dev/null
+    sampler=""
     echo "$rc" >"$work/$shape/fast_llm.rc"
     if [ "$rc" -ne 0 ]; then
       status=1
@@ -111,6 +118,7 @@ for shape in "${shapes[@]}"; do
       --steps "$torch_steps" --warmup "$torch_warmup" >"$work/$shape/torch.jsonl" 2>"$work/$shape/torch.err"
     rc=$?
     kill "$sampler" 2>/dev/null
+    sampler=""
     echo "$rc" >"$work/$shape/torch.rc"
     if [ "$rc" -ne 0 ]; then
       status=1

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <string>
@@ -27,7 +28,8 @@
 namespace fast_llm::benchmarks {
 
 // The few NVML entry points used, by their documented C signatures (nvmlReturn_t is an int, 0 for success;
-// nvmlDevice_t an opaque pointer; clock type 1 is NVML_CLOCK_SM).
+// nvmlDevice_t an opaque pointer; clock type 1 is NVML_CLOCK_SM). The device is cuda:0's, found by its PCI bus id:
+// NVML numbers GPUs in its own order and ignores CUDA_VISIBLE_DEVICES.
 class Nvml {
  public:
   static const Nvml& instance() {
@@ -49,7 +51,7 @@ class Nvml {
 
  private:
   using Init = int (*)();
-  using HandleByIndex = int (*)(unsigned, void**);
+  using HandleByPciBusId = int (*)(const char*, void**);
   using TotalEnergy = int (*)(void*, unsigned long long*);
   using ClockInfo = int (*)(void*, int, unsigned*);
 
@@ -60,17 +62,21 @@ class Nvml {
       return;
     }
     const auto init = reinterpret_cast<Init>(dlsym(library, "nvmlInit_v2"));
-    const auto handle_by_index = reinterpret_cast<HandleByIndex>(dlsym(library, "nvmlDeviceGetHandleByIndex_v2"));
+    const auto handle_by_bus = reinterpret_cast<HandleByPciBusId>(dlsym(library, "nvmlDeviceGetHandleByPciBusId_v2"));
     get_energy_ = reinterpret_cast<TotalEnergy>(dlsym(library, "nvmlDeviceGetTotalEnergyConsumption"));
     get_clock_ = reinterpret_cast<ClockInfo>(dlsym(library, "nvmlDeviceGetClockInfo"));
-    if (!init || !handle_by_index || !get_energy_ || !get_clock_) {
+    if (!init || !handle_by_bus || !get_energy_ || !get_clock_) {
       failure_ = "libnvidia-ml.so.1 lacks an entry point";
       return;
     }
-    // NVML numbers devices as the driver does; the benchmarks run on cuda:0 with CUDA_VISIBLE_DEVICES unset.
+    char bus_id[32] = {};
+    if (cudaDeviceGetPCIBusId(bus_id, int(sizeof(bus_id)), 0) != cudaSuccess) {
+      failure_ = "cuda:0 has no PCI bus id";
+      return;
+    }
     void* device = nullptr;
-    if (init() != 0 || handle_by_index(0, &device) != 0) {
-      failure_ = "nvmlInit or the device handle failed";
+    if (init() != 0 || handle_by_bus(bus_id, &device) != 0) {
+      failure_ = std::string("nvmlInit or the handle of the GPU at ") + bus_id + " failed";
       return;
     }
     unsigned long long probe = 0;
@@ -93,21 +99,24 @@ struct SustainedResult {
   double joules_per_run = std::numeric_limits<double>::quiet_NaN();
   double watts = std::numeric_limits<double>::quiet_NaN();
   double sm_clock_mhz = std::numeric_limits<double>::quiet_NaN();  // median of the samples taken while draining
-  std::string note;                                                 // why the energy is missing, when it is
+  int64_t clock_samples = 0;
+  std::string note;  // why the energy is missing, when it is
 };
 
-// `estimate_ms`: one run's time (a median from median_ms), to size the batches.
+// `estimate_ms`: one run's time (a median from median_ms), to size the batches. `seconds` and `heat_s` must be finite.
 inline SustainedResult sustained(const std::function<void()>& run, double estimate_ms, double seconds = 1.0,
                                  double heat_s = 0.5) {
   const Device device = Device::cuda(0);
   const Stream stream = compute_stream(device);
-  const auto runs_for = [&](double s) { return std::max<int64_t>(1, int64_t(std::ceil(s * 1e3 / estimate_ms))); };
+  estimate_ms = std::max(estimate_ms, 1e-3);  // an event pair around almost nothing can read 0
+  const auto runs_for = [&](double s) {
+    return std::clamp<int64_t>(int64_t(std::ceil(s * 1e3 / estimate_ms)), 1, int64_t(1) << 24);
+  };
   for (int64_t i = 0, heat = runs_for(heat_s); i < heat; ++i) run();
   const Nvml& nvml = Nvml::instance();
   Event start(device), stop(device);
   synchronize(device, stream);  // the energy read below must not count the heat runs
   const double energy_before = nvml.energy_mj();
-  const auto wall_start = std::chrono::steady_clock::now();
   start.record(stream);
   SustainedResult result;
   result.runs = runs_for(seconds);
@@ -116,12 +125,13 @@ inline SustainedResult sustained(const std::function<void()>& run, double estima
   std::vector<double> clocks;
   while (cudaStreamQuery(static_cast<cudaStream_t>(stream.handle)) == cudaErrorNotReady) {
     if (const double clock = nvml.sm_clock_mhz(); clock > 0) clocks.push_back(clock);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   stop.synchronize();
   const double energy_after = nvml.energy_mj();
-  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  result.ms_per_run = double(start.elapsed_ms(stop)) / double(result.runs);
+  const double device_ms = double(start.elapsed_ms(stop));
+  result.ms_per_run = device_ms / double(result.runs);
+  result.clock_samples = int64_t(clocks.size());
   if (!clocks.empty()) {
     std::sort(clocks.begin(), clocks.end());
     result.sm_clock_mhz = clocks[clocks.size() / 2];
@@ -129,10 +139,10 @@ inline SustainedResult sustained(const std::function<void()>& run, double estima
   if (energy_before < 0 || energy_after < 0) {
     result.note = nvml.available() ? "the energy counter could not be read" : nvml.failure();
   } else {
-    // The counter covers the whole interval between the reads (the runs plus the host's few ms around them).
+    // The counter covers the interval between the reads: the runs, plus up to a poll's 5 ms of idle GPU after them.
     const double joules = (energy_after - energy_before) * 1e-3;
     result.joules_per_run = joules / double(result.runs);
-    result.watts = joules / wall_s;
+    result.watts = joules / (device_ms * 1e-3);
   }
   return result;
 }
