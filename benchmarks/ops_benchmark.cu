@@ -7,7 +7,10 @@
 // priority first: the first is what dispatch runs), so that one run compares them, at the Llama head above and at
 // SmolLM2's (2 x tokens, vocab 49152).
 //
-//   ops_benchmark [tokens [iterations [hidden]]]
+//   ops_benchmark [tokens [iterations [hidden]]] [--sustained [seconds]]
+//
+// --sustained adds, per op, its time, energy and power when run back to back for `seconds` (1) after half a second of
+// heat (benchmarks/sustained_energy.h): what a memory-bound op costs at the power cap a training step runs at.
 //
 // `hidden` replaces the hidden size alone (576: SmolLM2-135M's, with tokens 32768; 3072: Llama-3.2-3B's, with 8192),
 // for the ops over (tokens, hidden) activations: the norms, the embedding, the residual adds and dropout.
@@ -54,6 +57,7 @@
 #include "fast_llm/tensor/tensor.h"
 
 #include "device_timing.h"
+#include "sustained_energy.h"
 
 namespace fast_llm {
 namespace {
@@ -480,7 +484,7 @@ bool check_against_reference(const OpCase& op, const Dims& small) {
 
 using benchmarks::median_ms;
 
-int run_benchmark(int64_t tokens, int iterations, int64_t hidden) {
+int run_benchmark(int64_t tokens, int iterations, int64_t hidden, double sustained_seconds) {
   if (cuda_devices().empty()) {
     std::fprintf(stderr, "ops_benchmark needs a CUDA device\n");
     return 1;
@@ -508,7 +512,14 @@ int run_benchmark(int64_t tokens, int iterations, int64_t hidden) {
     TensorMap tensors = op.create(full);
     const double bytes = op.bytes(full, tensors);
     const double ms = median_ms([&] { op.run(tensors); }, 3, iterations);
-    std::printf("%-32s %12.1f %12.1f %10.0f\n", op.name.c_str(), ms * 1e3, bytes / 1e6, bytes / (ms * 1e-3) / 1e9);
+    std::printf("%-32s %12.1f %12.1f %10.0f", op.name.c_str(), ms * 1e3, bytes / 1e6, bytes / (ms * 1e-3) / 1e9);
+    if (sustained_seconds > 0) {
+      const benchmarks::SustainedResult held = benchmarks::sustained([&] { op.run(tensors); }, ms, sustained_seconds);
+      std::printf(" | sustained %10.1f us %7.0f GB/s %9.5f J %5.0f W %5.0f MHz (%lld runs)%s%s", held.ms_per_run * 1e3,
+                  bytes / (held.ms_per_run * 1e-3) / 1e9, held.joules_per_run, held.watts, held.sm_clock_mhz,
+                  static_cast<long long>(held.runs), held.note.empty() ? "" : " ", held.note.c_str());
+    }
+    std::printf("\n");
     std::fflush(stdout);
   }
   return all_agree ? 0 : 1;
@@ -518,11 +529,25 @@ int run_benchmark(int64_t tokens, int iterations, int64_t hidden) {
 }  // namespace fast_llm
 
 int main(int argc, char** argv) {
-  const int64_t tokens = argc > 1 ? std::atoll(argv[1]) : 16384;
-  const int iterations = argc > 2 ? std::atoi(argv[2]) : 20;
-  const int64_t hidden = argc > 3 ? std::atoll(argv[3]) : 2048;
+  std::vector<std::string> positional;
+  double sustained_seconds = 0;
+  for (int index = 1; index < argc; ++index) {
+    if (std::string(argv[index]) != "--sustained") {
+      positional.push_back(argv[index]);
+      continue;
+    }
+    sustained_seconds = 1.0;
+    if (index + 1 < argc && std::atof(argv[index + 1]) > 0) sustained_seconds = std::atof(argv[++index]);
+  }
+  const int64_t tokens = positional.size() > 0 ? std::atoll(positional[0].c_str()) : 16384;
+  const int iterations = positional.size() > 1 ? std::atoi(positional[1].c_str()) : 20;
+  const int64_t hidden = positional.size() > 2 ? std::atoll(positional[2].c_str()) : 2048;
+  if (tokens <= 0 || iterations <= 0 || hidden <= 0 || positional.size() > 3 || !(sustained_seconds <= 600)) {
+    std::fprintf(stderr, "usage: ops_benchmark [tokens [iterations [hidden]]] [--sustained [seconds (at most 600)]]\n");
+    return 2;
+  }
   try {
-    return fast_llm::run_benchmark(tokens, iterations, hidden);
+    return fast_llm::run_benchmark(tokens, iterations, hidden, sustained_seconds);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "ops_benchmark: %s\n", error.what());
     return 1;
