@@ -83,20 +83,6 @@ std::vector<AttentionCase> attention_cases() {
   return cases;
 }
 
-// cos and sin of random angles, scaled as yarn's attention factor scales them (so that a variant mixing up the two
-// tables, or the sign of the inverse, fails): (tokens, width) fp32 storage, of which a test reads the first `half`
-// columns.
-std::pair<Tensor, Tensor> rotary_tables(int64_t tokens, int64_t width, uint64_t seed) {
-  const std::vector<double> angles = values_of(random_tensor(Shape{tokens, width}, DType::float64, seed, -4, 4));
-  std::vector<double> cos(angles.size()), sin(angles.size());
-  for (size_t i = 0; i < angles.size(); ++i) {
-    cos[i] = 1.1 * std::cos(angles[i]);
-    sin[i] = 1.1 * std::sin(angles[i]);
-  }
-  return {make_tensor(cos, Shape{tokens, width}, DType::float32),
-          make_tensor(sin, Shape{tokens, width}, DType::float32)};
-}
-
 Tensor cu_seqlens_of(const AttentionCase& c) {
   std::vector<double> offsets{0};
   for (int64_t length : c.document_lengths) offsets.push_back(offsets.back() + double(length));
@@ -222,7 +208,8 @@ void check_all_variants(const std::vector<AttentionCase>& cases, DeviceType devi
     backward.tensors["grad_value"] = output(Tensor::empty(key_shape, c.dtype));
     if (c.rotary_half > 0) {
       const int64_t half = c.rotary_half;
-      auto [cos, sin] = rotary_tables(c.tokens(), c.rotary_padded ? half + 1 : half, ++seed);
+      auto [cos, sin] =
+          random_rotary_tables(c.tokens(), c.rotary_padded ? half + 1 : half, DType::float32, ++seed, 1.1);
       std::function<Tensor(const Tensor&)> view;
       if (c.rotary_padded) view = [half](const Tensor& table) { return table.slice(1, 0, half); };
       backward.tensors["rotary_cos"] = input(cos, view);
@@ -297,7 +284,8 @@ TEST(AttentionConsistency, CudaTileVariantsFoldTheRotaryInverseIntoTheirStores) 
                          .max_seqlen = c.longest(), .output = output, .logsumexp = logsumexp,
                          .softmax_scale = c.softmax_scale(), .causal = true, .window_size = std::nullopt});
       const int64_t half = head_size / 2;
-      auto [cos_storage, sin_storage] = rotary_tables(c.tokens(), padded ? half + 1 : half, ++seed);
+      auto [cos_storage, sin_storage] =
+          random_rotary_tables(c.tokens(), padded ? half + 1 : half, DType::float32, ++seed, 1.1);
       const Tensor cos = cos_storage.to(device).slice(1, 0, half), sin = sin_storage.to(device).slice(1, 0, half);
       for (const auto& variant : OpRegistry<AttentionBackward>::instance().variants()) {
         if (variant.info.device != DeviceType::cuda) continue;

@@ -4,6 +4,7 @@
 // attention on explicitly repeated keys and values; backward against central finite differences of the dense
 // implementation in fp64; 16-bit and fp32 inputs against fp64; strided inputs; errors.
 #include "fast_llm/kernels/attention.h"
+#include "fast_llm/kernels/rotary.h"
 
 #include <gtest/gtest.h>
 
@@ -352,22 +353,6 @@ TEST(AttentionReference, BackwardMatchesFiniteDifferences) {
   }
 }
 
-// x (tokens, heads, head_size) rotated by rotary_apply's forward rotation with (tokens, half) tables.
-std::vector<double> rotated(const std::vector<double>& x, const Shape& shape, const std::vector<double>& cos,
-                            const std::vector<double>& sin, int64_t half) {
-  std::vector<double> result = x;
-  const int64_t heads = shape[1], head_size = shape[2];
-  for (int64_t token = 0; token < shape[0]; ++token)
-    for (int64_t head = 0; head < heads; ++head)
-      for (int64_t i = 0; i < half; ++i) {
-        const size_t first = size_t((token * heads + head) * head_size + i), second = first + size_t(half);
-        const double c = cos[size_t(token * half + i)], s = sin[size_t(token * half + i)];
-        result[first] = x[first] * c - x[second] * s;
-        result[second] = x[second] * c + x[first] * s;
-      }
-  return result;
-}
-
 TEST(AttentionReference, BackwardWithRotaryTablesGivesTheGradientsBeforeTheRotation) {
   // Loss = sum(attention(rotate(q), rotate(k), v) * W) as a function of the unrotated q and k, over the whole head and
   // over half of it (partial rotary); the backward gets the rotated q and k and the tables.
@@ -376,16 +361,12 @@ TEST(AttentionReference, BackwardWithRotaryTablesGivesTheGradientsBeforeTheRotat
     SCOPED_TRACE(fmt::format("rotary_dims={}", 2 * half));
     const Inputs inputs = random_inputs(problem, DType::float64, 61);
     const Tensor weights = random_tensor(problem.query_shape(), DType::float64, 64);
-    const Tensor angles = random_tensor(Shape{problem.tokens(), half}, DType::float64, 65, -3, 3);
-    std::vector<double> cos_values, sin_values;
-    for (double angle : values_of(angles)) {
-      cos_values.push_back(double(float(1.1 * std::cos(angle))));
-      sin_values.push_back(double(float(1.1 * std::sin(angle))));
-    }
-    const Tensor cos = make_tensor(cos_values, Shape{problem.tokens(), half}, DType::float32);
-    const Tensor sin = make_tensor(sin_values, Shape{problem.tokens(), half}, DType::float32);
+    const auto [cos, sin] = random_rotary_tables(problem.tokens(), half, DType::float32, 65, 1.1);
+    // The forward rotation, by the CPU reference rotary_apply (kernels/rotary_test.cpp checks it by hand), on a copy.
     const auto rotate = [&](const Tensor& x) {
-      return make_tensor(rotated(values_of(x), x.shape(), cos_values, sin_values, half), x.shape(), DType::float64);
+      Tensor result = make_tensor(values_of(x), x.shape(), DType::float64);
+      run_reference<RotaryApply>({.tensor = result, .cos = cos, .sin = sin, .inverse = false});
+      return result;
     };
     const auto loss = [&] {
       return dot(dense_grouped_attention(problem, rotate(inputs.query), rotate(inputs.key), inputs.value).output,

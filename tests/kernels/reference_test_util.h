@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numbers>
 #include <functional>
 #include <optional>
 #include <span>
@@ -86,6 +87,20 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, doub
 }
 
 // Every element, row-major, as double (any strides).
+// cos / sin tables (tokens, width) of random angles in [-pi, pi], both times `scale` (as yarn's attention factor scales
+// them: a variant that mixes up the two tables, or the sign of the inverse, then fails), for rotary_apply and the
+// attention backward's rotary tables.
+inline std::pair<Tensor, Tensor> random_rotary_tables(int64_t tokens, int64_t width, DType dtype, uint64_t seed,
+                                                      double scale = 1.0) {
+  std::vector<double> angles = uniform_values(tokens * width, seed, -std::numbers::pi, std::numbers::pi),
+                      cos(angles.size()), sin(angles.size());
+  for (size_t index = 0; index < angles.size(); ++index) {
+    cos[index] = scale * std::cos(angles[index]);
+    sin[index] = scale * std::sin(angles[index]);
+  }
+  return {make_tensor(cos, Shape{tokens, width}, dtype), make_tensor(sin, Shape{tokens, width}, dtype)};
+}
+
 inline std::vector<double> values_of(const Tensor& tensor) {
   std::vector<double> values;
   values.reserve(size_t(tensor.numel()));

@@ -27,13 +27,6 @@ std::string case_name(const RotaryCase& c) {
                      c.half, c.inverse, c.strided ? " strided" : "");
 }
 
-// cos or sin (tokens, half) of random angles, fp32 as the header asks.
-Tensor table(const RotaryCase& c, bool sine, uint64_t seed) {
-  std::vector<double> values = uniform_values(c.tokens * c.half, seed, -std::numbers::pi, std::numbers::pi);
-  for (double& value : values) value = sine ? std::sin(value) : std::cos(value);
-  return make_tensor(values, Shape{c.tokens, c.half}, DType::float32);
-}
-
 // Every variant against the reference on `c`, with fresh inputs from `seed`.
 void check_case(const RotaryCase& c, uint64_t& seed, bool must_support) {
   ConsistencyProblem<RotaryApply> problem{
@@ -44,9 +37,10 @@ void check_case(const RotaryCase& c, uint64_t& seed, bool must_support) {
   std::function<Tensor(const Tensor&)> view;
   if (c.strided) view = [heads](const Tensor& tensor) { return tensor.slice(1, heads, 2 * heads); };
   problem.tensors["tensor"] = accumulated_output(storage, view);
-  const uint64_t angle_seed = ++seed;
-  problem.tensors["cos"] = input(table(c, false, angle_seed));
-  problem.tensors["sin"] = input(table(c, true, angle_seed));
+  // fp32, as the header asks.
+  auto [cos, sin] = random_rotary_tables(c.tokens, c.half, DType::float32, ++seed);
+  problem.tensors["cos"] = input(cos);
+  problem.tensors["sin"] = input(sin);
   problem.call = [inverse = c.inverse](TensorMap& t, const auto& run) {
     run({.tensor = t.at("tensor"), .cos = t.at("cos"), .sin = t.at("sin"), .inverse = inverse});
   };

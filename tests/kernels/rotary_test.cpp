@@ -20,17 +20,6 @@ void rotate(const Tensor& tensor, const Tensor& cos, const Tensor& sin, bool inv
   run_reference<RotaryApply>({.tensor = handle, .cos = cos, .sin = sin, .inverse = inverse});
 }
 
-// cos / sin tables (tokens, half) of random angles in [-pi, pi].
-std::pair<Tensor, Tensor> random_tables(int64_t tokens, int64_t half, DType dtype, uint64_t seed) {
-  std::vector<double> angles = uniform_values(tokens * half, seed, -std::numbers::pi, std::numbers::pi),
-                      cos(angles.size()), sin(angles.size());
-  for (size_t index = 0; index < angles.size(); ++index) {
-    cos[index] = std::cos(angles[index]);
-    sin[index] = std::sin(angles[index]);
-  }
-  return {make_tensor(cos, Shape{tokens, half}, dtype), make_tensor(sin, Shape{tokens, half}, dtype)};
-}
-
 TEST(RotaryReference, ForwardHandChecked) {
   // One token, one head, head_size 4, half 2: the pairs are (x0, x2) and (x1, x3).
   // Pair 0 by cos 0.6, sin 0.8: (1, 3) -> (1 * 0.6 - 3 * 0.8, 3 * 0.6 + 1 * 0.8) = (-1.8, 2.6).
@@ -80,7 +69,7 @@ TEST(RotaryReference, StridedViewMatchesFormula) {
   const std::vector<double> before = values_of(fused);
   Tensor keys = fused.slice(1, heads, 2 * heads);
   ASSERT_FALSE(keys.is_contiguous());
-  auto [cos, sin] = random_tables(tokens, half, DType::float64, 102);
+  auto [cos, sin] = random_rotary_tables(tokens, half, DType::float64, 102);
   rotate(keys, cos, sin, false);
 
   std::vector<double> expected = before;
@@ -104,7 +93,7 @@ TEST(RotaryReference, InverseIsTransposeAndInverse) {
   for (int64_t half : {5, 3}) {
     for (DType table_dtype : {DType::float64, DType::float32}) {
       SCOPED_TRACE(fmt::format("half {}, tables {}", half, dtype_name(table_dtype)));
-      auto [cos, sin] = random_tables(tokens, half, table_dtype, 111);
+      auto [cos, sin] = random_rotary_tables(tokens, half, table_dtype, 111);
       Tensor x = random_tensor(Shape{tokens, heads, head_size}, DType::float64, 112);
       Tensor y = random_tensor(Shape{tokens, heads, head_size}, DType::float64, 113);
       const std::vector<double> x_values = values_of(x), y_values = values_of(y);
@@ -126,7 +115,7 @@ TEST(RotaryReference, InverseIsTransposeAndInverse) {
 TEST(RotaryReference, InverseIsGradientByFiniteDifferences) {
   // loss = <R x, probe>: its gradient with respect to x is R^T probe, the inverse rotation of the probe.
   const int64_t tokens = 3, heads = 2, head_size = 6, half = 2;
-  auto [cos, sin] = random_tables(tokens, half, DType::float64, 121);
+  auto [cos, sin] = random_rotary_tables(tokens, half, DType::float64, 121);
   Tensor x = random_tensor(Shape{tokens, heads, head_size}, DType::float64, 122);
   Tensor probe = random_tensor(Shape{tokens, heads, head_size}, DType::float64, 123);
   auto loss = [&] {
@@ -141,7 +130,7 @@ TEST(RotaryReference, InverseIsGradientByFiniteDifferences) {
 
 TEST(RotaryReference, LowPrecisionMatchesFloat64) {
   const int64_t tokens = 7, heads = 4, head_size = 16;
-  auto [cos, sin] = random_tables(tokens, head_size / 2, DType::float32, 131);
+  auto [cos, sin] = random_rotary_tables(tokens, head_size / 2, DType::float32, 131);
   for (DType dtype : kLowPrecisionDTypes) {
     for (bool inverse : {false, true}) {
       SCOPED_TRACE(fmt::format("{}, inverse {}", dtype_name(dtype), inverse));
