@@ -248,26 +248,15 @@ int run_benchmark(int iterations, double sustained_seconds) {
 }  // namespace fast_llm
 
 int main(int argc, char** argv) {
-  int iterations = 20;
-  double sustained_seconds = 0;
-  for (int index = 1; index < argc; ++index) {
-    const std::string argument = argv[index];
-    if (argument == "--sustained") {
-      sustained_seconds = 1.0;
-      if (index + 1 < argc && std::atof(argv[index + 1]) > 0) sustained_seconds = std::atof(argv[++index]);
-      if (!std::isfinite(sustained_seconds) || sustained_seconds > 600) {
-        std::fprintf(stderr, "attention_benchmark: --sustained takes seconds in (0, 600]\n");
-        return 2;
-      }
-    } else if (std::atoi(argv[index]) > 0) {
-      iterations = std::atoi(argv[index]);
-    } else {
-      std::fprintf(stderr, "usage: attention_benchmark [iterations] [--sustained [seconds]]\n");
-      return 2;
-    }
+  const fast_llm::benchmarks::SustainedCommandLine command =
+      fast_llm::benchmarks::parse_sustained_command_line(argc, argv);
+  const int iterations = command.positional.empty() ? 20 : std::atoi(command.positional[0].c_str());
+  if (iterations <= 0 || command.positional.size() > 1 || std::isnan(command.seconds)) {
+    std::fprintf(stderr, "usage: attention_benchmark [iterations] [--sustained [seconds, at most 600]]\n");
+    return 2;
   }
   try {
-    return fast_llm::run_benchmark(iterations, sustained_seconds);
+    return fast_llm::run_benchmark(iterations, command.seconds);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "attention_benchmark: %s\n", error.what());
     return 1;

@@ -292,7 +292,11 @@ int run_sustained(int64_t m, int64_t n, int64_t k, double seconds) {
 }  // namespace
 }  // namespace fast_llm
 
-int main(int argc, char** argv) {
+namespace {
+
+// Parses the command line (usage and 2 on a bad one) and runs the mode it names.
+int run_command_line(int argc, char** argv) {
+  using namespace fast_llm;
   if (argc >= 2 && std::string(argv[1]) == "--sustained") {
     int64_t m = 8192, n = 8192, k = 8192;
     double seconds = 1.0;
@@ -306,12 +310,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: gemm_benchmark --sustained [m n k [seconds]]\n");
       return 2;
     }
-    try {
-      return fast_llm::run_sustained(m, n, k, seconds);
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "gemm_benchmark: %s\n", error.what());
-      return 1;
-    }
+    return run_sustained(m, n, k, seconds);
   }
   if (argc >= 2 && std::string(argv[1]) == "--candidates") {
     std::vector<std::array<int64_t, 3>> shapes;
@@ -322,12 +321,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: gemm_benchmark --candidates m n k [m n k ...]\n");
       return 2;
     }
-    try {
-      return fast_llm::run_candidates(shapes);
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "gemm_benchmark: %s\n", error.what());
-      return 1;
-    }
+    return run_candidates(shapes);
   }
   int64_t m = 8192, n = 8192, k = 8192;
   int iterations = 50;
@@ -341,8 +335,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: gemm_benchmark [m n k [iterations]]\n");
     return 2;
   }
+  return run_benchmark(m, n, k, iterations);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
   try {
-    return fast_llm::run_benchmark(m, n, k, iterations);
+    return run_command_line(argc, argv);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "gemm_benchmark: %s\n", error.what());
     return 1;

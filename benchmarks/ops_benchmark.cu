@@ -529,25 +529,18 @@ int run_benchmark(int64_t tokens, int iterations, int64_t hidden, double sustain
 }  // namespace fast_llm
 
 int main(int argc, char** argv) {
-  std::vector<std::string> positional;
-  double sustained_seconds = 0;
-  for (int index = 1; index < argc; ++index) {
-    if (std::string(argv[index]) != "--sustained") {
-      positional.push_back(argv[index]);
-      continue;
-    }
-    sustained_seconds = 1.0;
-    if (index + 1 < argc && std::atof(argv[index + 1]) > 0) sustained_seconds = std::atof(argv[++index]);
-  }
+  const fast_llm::benchmarks::SustainedCommandLine command =
+      fast_llm::benchmarks::parse_sustained_command_line(argc, argv);
+  const std::vector<std::string>& positional = command.positional;
   const int64_t tokens = positional.size() > 0 ? std::atoll(positional[0].c_str()) : 16384;
   const int iterations = positional.size() > 1 ? std::atoi(positional[1].c_str()) : 20;
   const int64_t hidden = positional.size() > 2 ? std::atoll(positional[2].c_str()) : 2048;
-  if (tokens <= 0 || iterations <= 0 || hidden <= 0 || positional.size() > 3 || !(sustained_seconds <= 600)) {
-    std::fprintf(stderr, "usage: ops_benchmark [tokens [iterations [hidden]]] [--sustained [seconds (at most 600)]]\n");
+  if (tokens <= 0 || iterations <= 0 || hidden <= 0 || positional.size() > 3 || std::isnan(command.seconds)) {
+    std::fprintf(stderr, "usage: ops_benchmark [tokens [iterations [hidden]]] [--sustained [seconds, at most 600]]\n");
     return 2;
   }
   try {
-    return fast_llm::run_benchmark(tokens, iterations, hidden, sustained_seconds);
+    return fast_llm::run_benchmark(tokens, iterations, hidden, command.seconds);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "ops_benchmark: %s\n", error.what());
     return 1;

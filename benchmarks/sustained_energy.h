@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <string>
@@ -143,6 +144,26 @@ inline SustainedResult sustained(const std::function<void()>& run, double estima
     const double joules = (energy_after - energy_before) * 1e-3;
     result.joules_per_run = joules / double(result.runs);
     result.watts = joules / (device_ms * 1e-3);
+  }
+  return result;
+}
+
+// The command line of a benchmark with a --sustained mode: `--sustained [seconds]` anywhere (1 s when no number
+// follows; `seconds` 0 without the flag, NaN when the number is outside (0, 600]), the other arguments in order.
+struct SustainedCommandLine {
+  double seconds = 0;
+  std::vector<std::string> positional;
+};
+inline SustainedCommandLine parse_sustained_command_line(int argc, char** argv) {
+  SustainedCommandLine result;
+  for (int index = 1; index < argc; ++index) {
+    if (std::string(argv[index]) != "--sustained") {
+      result.positional.push_back(argv[index]);
+      continue;
+    }
+    result.seconds = 1.0;
+    if (index + 1 < argc && std::atof(argv[index + 1]) > 0) result.seconds = std::atof(argv[++index]);
+    if (!(result.seconds <= 600)) result.seconds = std::numeric_limits<double>::quiet_NaN();
   }
   return result;
 }
