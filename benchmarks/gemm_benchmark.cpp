@@ -297,16 +297,18 @@ namespace {
 // Parses the command line (usage and 2 on a bad one) and runs the mode it names.
 int run_command_line(int argc, char** argv) {
   using namespace fast_llm;
+  // m, n, k from argv[first...] when they are there, else 8192 each.
+  const auto shape_at = [&](int first) {
+    std::array<int64_t, 3> shape{8192, 8192, 8192};
+    if (argc >= first + 3)
+      for (int i = 0; i < 3; ++i) shape[size_t(i)] = std::atoll(argv[first + i]);
+    return shape;
+  };
+  const auto positive = [](const std::array<int64_t, 3>& s) { return s[0] > 0 && s[1] > 0 && s[2] > 0; };
   if (argc >= 2 && std::string(argv[1]) == "--sustained") {
-    int64_t m = 8192, n = 8192, k = 8192;
-    double seconds = 1.0;
-    if (argc >= 5) {
-      m = std::atoll(argv[2]);
-      n = std::atoll(argv[3]);
-      k = std::atoll(argv[4]);
-    }
-    if (argc >= 6) seconds = std::atof(argv[5]);
-    if (m <= 0 || n <= 0 || k <= 0 || !(seconds > 0 && seconds <= 600) || argc == 3 || argc == 4 || argc > 6) {
+    const auto [m, n, k] = shape_at(2);
+    const double seconds = argc >= 6 ? std::atof(argv[5]) : 1.0;
+    if (!positive({m, n, k}) || !(seconds > 0 && seconds <= 600) || argc == 3 || argc == 4 || argc > 6) {
       std::fprintf(stderr, "usage: gemm_benchmark --sustained [m n k [seconds]]\n");
       return 2;
     }
@@ -317,21 +319,15 @@ int run_command_line(int argc, char** argv) {
     for (int index = 2; index + 2 < argc; index += 3)
       shapes.push_back({std::atoll(argv[index]), std::atoll(argv[index + 1]), std::atoll(argv[index + 2])});
     if (shapes.empty() || (argc - 2) % 3 != 0 ||
-        std::any_of(shapes.begin(), shapes.end(), [](const auto& s) { return s[0] <= 0 || s[1] <= 0 || s[2] <= 0; })) {
+        !std::all_of(shapes.begin(), shapes.end(), positive)) {
       std::fprintf(stderr, "usage: gemm_benchmark --candidates m n k [m n k ...]\n");
       return 2;
     }
     return run_candidates(shapes);
   }
-  int64_t m = 8192, n = 8192, k = 8192;
-  int iterations = 50;
-  if (argc >= 4) {
-    m = std::atoll(argv[1]);
-    n = std::atoll(argv[2]);
-    k = std::atoll(argv[3]);
-  }
-  if (argc >= 5) iterations = std::atoi(argv[4]);
-  if (m <= 0 || n <= 0 || k <= 0 || iterations <= 0) {
+  const auto [m, n, k] = shape_at(1);
+  const int iterations = argc >= 5 ? std::atoi(argv[4]) : 50;
+  if (!positive({m, n, k}) || iterations <= 0) {
     std::fprintf(stderr, "usage: gemm_benchmark [m n k [iterations]]\n");
     return 2;
   }
