@@ -31,55 +31,94 @@ static __device__ __forceinline__ C hyperbolic_tangent(C x) {
     return tanh(x);
 }
 
-// kFast (16-bit storage types, whose results keep 8 or 11 bits): exp and the reciprocal on the special-function unit
-// (__expf: 2 + 1.17 |x| ulp at most, about 1e-5 relative at the |x| of 88 where exp overflows; __frcp_rn
-// rounds correctly) instead of IEEE expf and division, which cost several times the instructions in these
-// memory-bound passes. fp32 and fp64 tensors keep the exact forms.
+// kFast (16-bit storage types, whose results keep 8 or 11 bits): the sigmoid's exp and reciprocal on the
+// special-function unit, one instruction each (__expf: 2 + 1.17 |x| ulp at most, about 1e-5 relative at the |x| of 88
+// where exp overflows; rcp.approx.ftz: 1 ulp, and 1 + exp(-x) >= 1, so nothing it flushes is a result), instead of
+// IEEE expf and division, which cost several times the instructions in these memory-bound passes. fp32 and fp64
+// tensors keep the exact forms.
+static __device__ __forceinline__ float approximate_reciprocal(float x) {
+  float result;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(x));
+  return result;
+}
+
 template <bool kFast, class C>
 static __device__ __forceinline__ C sigmoid(C x) {
   if constexpr (kFast && std::is_same_v<C, float>)
-    return __frcp_rn(1.0f + __expf(-x));
+    return approximate_reciprocal(1.0f + __expf(-x));
   else
     return C(1) / (C(1) + exponential(-x));
 }
 
-template <bool kFast, class C>
-static __device__ __forceinline__ C activation_value(ActivationType type, C x) {
-  switch (type) {
-    case ActivationType::gelu:
-      return C(0.5) * x * (C(1) + hyperbolic_tangent(C(kGeluScale) * (x + C(kGeluCubic) * x * x * x)));
-    case ActivationType::silu: return x * sigmoid<kFast>(x);
-    case ActivationType::relu: return x > C(0) ? x : C(0);
-    case ActivationType::squared_relu: return x > C(0) ? x * x : C(0);
-    case ActivationType::sigmoid: return sigmoid<kFast>(x);
-    case ActivationType::identity: return x;
-  }
-  return x;
+// The activation is a template argument, so that a kernel's loop holds its arithmetic alone, not a switch over
+// every activation per element (which doubled the instructions of the SwiGLU backward).
+template <ActivationType kType, bool kFast, class C>
+static __device__ __forceinline__ C activation_value(C x) {
+  if constexpr (kType == ActivationType::gelu)
+    return C(0.5) * x * (C(1) + hyperbolic_tangent(C(kGeluScale) * (x + C(kGeluCubic) * x * x * x)));
+  else if constexpr (kType == ActivationType::silu)
+    return x * sigmoid<kFast>(x);
+  else if constexpr (kType == ActivationType::relu)
+    return x > C(0) ? x : C(0);
+  else if constexpr (kType == ActivationType::squared_relu)
+    return x > C(0) ? x * x : C(0);
+  else if constexpr (kType == ActivationType::sigmoid)
+    return sigmoid<kFast>(x);
+  else
+    return x;
 }
 
 // d act / dx.
-template <bool kFast, class C>
-static __device__ __forceinline__ C activation_derivative(ActivationType type, C x) {
-  switch (type) {
-    case ActivationType::gelu: {
-      // t = tanh(u), u = k (x + c x^3):  0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)
-      const C t = hyperbolic_tangent(C(kGeluScale) * (x + C(kGeluCubic) * x * x * x));
-      return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * C(kGeluScale) * (C(1) + C(3 * kGeluCubic) * x * x);
-    }
-    case ActivationType::silu: {
-      // (x s(x))' = s (1 + x (1 - s))
-      const C s = sigmoid<kFast>(x);
-      return s * (C(1) + x * (C(1) - s));
-    }
-    case ActivationType::relu: return x > C(0) ? C(1) : C(0);
-    case ActivationType::squared_relu: return x > C(0) ? C(2) * x : C(0);
-    case ActivationType::sigmoid: {
-      const C s = sigmoid<kFast>(x);
-      return s * (C(1) - s);
-    }
-    case ActivationType::identity: return C(1);
+template <ActivationType kType, bool kFast, class C>
+static __device__ __forceinline__ C activation_derivative(C x) {
+  if constexpr (kType == ActivationType::gelu) {
+    // t = tanh(u), u = k (x + c x^3):  0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)
+    const C t = hyperbolic_tangent(C(kGeluScale) * (x + C(kGeluCubic) * x * x * x));
+    return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * C(kGeluScale) * (C(1) + C(3 * kGeluCubic) * x * x);
+  } else if constexpr (kType == ActivationType::silu) {
+    // (x s(x))' = s (1 + x (1 - s))
+    const C s = sigmoid<kFast>(x);
+    return s * (C(1) + x * (C(1) - s));
+  } else if constexpr (kType == ActivationType::relu) {
+    return x > C(0) ? C(1) : C(0);
+  } else if constexpr (kType == ActivationType::squared_relu) {
+    return x > C(0) ? C(2) * x : C(0);
+  } else if constexpr (kType == ActivationType::sigmoid) {
+    const C s = sigmoid<kFast>(x);
+    return s * (C(1) - s);
+  } else {
+    return C(1);
   }
-  return C(1);
+}
+
+// act(x) and act'(x) together, the sigmoid of silu computed once for both (inline asm is not merged by the compiler).
+template <ActivationType kType, bool kFast, class C>
+struct ValueAndDerivative {
+  C value, derivative;
+  __device__ __forceinline__ explicit ValueAndDerivative(C x) {
+    if constexpr (kType == ActivationType::silu) {
+      const C s = sigmoid<kFast>(x);
+      value = x * s;
+      derivative = s * (C(1) + x * (C(1) - s));
+    } else {
+      value = activation_value<kType, kFast>(x);
+      derivative = activation_derivative<kType, kFast>(x);
+    }
+  }
+};
+
+// Calls f.template operator()<kType>() for the run-time activation type.
+template <class F>
+static void visit_activation(ActivationType type, F&& f) {
+  switch (type) {
+    case ActivationType::gelu: return f.template operator()<ActivationType::gelu>();
+    case ActivationType::silu: return f.template operator()<ActivationType::silu>();
+    case ActivationType::relu: return f.template operator()<ActivationType::relu>();
+    case ActivationType::squared_relu: return f.template operator()<ActivationType::squared_relu>();
+    case ActivationType::sigmoid: return f.template operator()<ActivationType::sigmoid>();
+    case ActivationType::identity: return f.template operator()<ActivationType::identity>();
+  }
+  FLM_CHECK(false, "activation", "unknown activation type {}", int(type));
 }
 
 // N consecutive elements of a row: one 16-byte access when N > 1 (then the column stride is 1), else one element at
@@ -126,8 +165,8 @@ template <class T>
 constexpr bool kFastMath = sizeof(T) == 2;
 
 // output (tokens, I) = act(input[:, :I]) (* input[:, I:2I] when gated), N columns per step.
-template <class T, bool kGated, int N>
-static __global__ void activation_forward_kernel(ActivationType type, const T* __restrict__ input, RowStrides input_strides,
+template <class T, ActivationType kType, bool kGated, int N>
+static __global__ void activation_forward_kernel(const T* __restrict__ input, RowStrides input_strides,
                                                  T* __restrict__ output, RowStrides output_strides, int64_t tokens,
                                                  int64_t size) {
   using C = Compute<T>;
@@ -140,7 +179,7 @@ static __global__ void activation_forward_kernel(ActivationType type, const T* _
     Vector<T, N> result;
 #pragma unroll
     for (int lane = 0; lane < N; ++lane) {
-      C y = activation_value<kFastMath<T>>(type, C(load(gate.values[lane])));
+      C y = activation_value<kType, kFastMath<T>>(C(load(gate.values[lane])));
       if constexpr (kGated) y *= C(load(up.values[lane]));
       result.values[lane] = store<T>(y);
     }
@@ -150,8 +189,8 @@ static __global__ void activation_forward_kernel(ActivationType type, const T* _
 
 // grad_input = d/d input of sum(grad_output * output): for gated rows [gate | up],
 //   grad_gate = g up act'(gate), grad_up = g act(gate); otherwise grad_x = g act'(x).
-template <class T, bool kGated, int N>
-static __global__ void activation_backward_kernel(ActivationType type, const T* __restrict__ grad_output,
+template <class T, ActivationType kType, bool kGated, int N>
+static __global__ void activation_backward_kernel(const T* __restrict__ grad_output,
                                                   RowStrides grad_output_strides, const T* __restrict__ input,
                                                   RowStrides input_strides, T* __restrict__ grad_input,
                                                   RowStrides grad_input_strides, int64_t tokens, int64_t size) {
@@ -168,11 +207,10 @@ static __global__ void activation_backward_kernel(ActivationType type, const T* 
       Vector<T, N> grad_gate, grad_up;
 #pragma unroll
       for (int lane = 0; lane < N; ++lane) {
-        const C gate_value = C(load(x.values[lane]));
+        const ValueAndDerivative<kType, kFastMath<T>, C> activation(C(load(x.values[lane])));
         const C g_value = C(load(g.values[lane]));
-        grad_gate.values[lane] =
-            store<T>(g_value * C(load(up.values[lane])) * activation_derivative<kFastMath<T>>(type, gate_value));
-        grad_up.values[lane] = store<T>(g_value * activation_value<kFastMath<T>>(type, gate_value));
+        grad_gate.values[lane] = store<T>(g_value * C(load(up.values[lane])) * activation.derivative);
+        grad_up.values[lane] = store<T>(g_value * activation.value);
       }
       store_row<T, N>(grad_pointer, grad_gate);
       store_row<T, N>(grad_pointer + size * grad_input_strides.column, grad_up);
@@ -181,7 +219,7 @@ static __global__ void activation_backward_kernel(ActivationType type, const T* 
 #pragma unroll
       for (int lane = 0; lane < N; ++lane)
         grad_x.values[lane] =
-            store<T>(C(load(g.values[lane])) * activation_derivative<kFastMath<T>>(type, C(load(x.values[lane]))));
+            store<T>(C(load(g.values[lane])) * activation_derivative<kType, kFastMath<T>>(C(load(x.values[lane]))));
       store_row<T, N>(grad_pointer, grad_x);
     }
   }
@@ -242,14 +280,17 @@ void activation_forward_cuda(const ActivationForwardArgs& args) {
     const T* input = static_cast<const T*>(args.input.data());
     T* output = static_cast<T*>(args.output.data());
     const bool vectorized = size % N == 0 && vectorizable<T, N>(args.input) && vectorizable<T, N>(args.output);
-    auto launch = [&]<bool kGated, int kWidth>() {
-      activation_forward_kernel<T, kGated, kWidth><<<grid_size(device, tokens * (size / kWidth)), kBlockSize, 0, stream>>>(
-          args.type, input, strides_of(args.input), output, strides_of(args.output), tokens, size);
-    };
-    if (args.gated)
-      vectorized ? launch.template operator()<true, N>() : launch.template operator()<true, 1>();
-    else
-      vectorized ? launch.template operator()<false, N>() : launch.template operator()<false, 1>();
+    visit_activation(args.type, [&]<ActivationType kType>() {
+      auto launch = [&]<bool kGated, int kWidth>() {
+        activation_forward_kernel<T, kType, kGated, kWidth>
+            <<<grid_size(device, tokens * (size / kWidth)), kBlockSize, 0, stream>>>(
+                input, strides_of(args.input), output, strides_of(args.output), tokens, size);
+      };
+      if (args.gated)
+        vectorized ? launch.template operator()<true, N>() : launch.template operator()<true, 1>();
+      else
+        vectorized ? launch.template operator()<false, N>() : launch.template operator()<false, 1>();
+    });
     FLM_CUDA_CHECK(cudaGetLastError());
   });
 }
@@ -276,16 +317,18 @@ void activation_backward_cuda(const ActivationBackwardArgs& args) {
     T* grad_input = static_cast<T*>(args.grad_input.data());
     const bool vectorized = size % N == 0 && vectorizable<T, N>(args.grad_output) && vectorizable<T, N>(args.input) &&
                             vectorizable<T, N>(args.grad_input);
-    auto launch = [&]<bool kGated, int kWidth>() {
-      activation_backward_kernel<T, kGated, kWidth>
-          <<<grid_size(device, tokens * (size / kWidth)), kBlockSize, 0, stream>>>(
-              args.type, grad_output, strides_of(args.grad_output), input, strides_of(args.input), grad_input,
-              strides_of(args.grad_input), tokens, size);
-    };
-    if (args.gated)
-      vectorized ? launch.template operator()<true, N>() : launch.template operator()<true, 1>();
-    else
-      vectorized ? launch.template operator()<false, N>() : launch.template operator()<false, 1>();
+    visit_activation(args.type, [&]<ActivationType kType>() {
+      auto launch = [&]<bool kGated, int kWidth>() {
+        activation_backward_kernel<T, kType, kGated, kWidth>
+            <<<grid_size(device, tokens * (size / kWidth)), kBlockSize, 0, stream>>>(
+                grad_output, strides_of(args.grad_output), input, strides_of(args.input), grad_input,
+                strides_of(args.grad_input), tokens, size);
+      };
+      if (args.gated)
+        vectorized ? launch.template operator()<true, N>() : launch.template operator()<true, 1>();
+      else
+        vectorized ? launch.template operator()<false, N>() : launch.template operator()<false, 1>();
+    });
     FLM_CUDA_CHECK(cudaGetLastError());
   });
 }
