@@ -210,6 +210,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
     const int warp_row = (int(threadIdx.x) % 128) / 32 * 16;  // the warp's first row in a warpgroup's 64-row fragment
     // This thread's key rows in the block: key_row and key_row + 8 (rows of the S^T, dP^T, dK, dV fragments).
     const int key_row = warpgroup * 64 + warp_row + quad_row;
+    // The dS^T row this lane names in the stmatrix stores: row lane % 8 of matrix lane / 8 (rows + 8 (r % 2)).
+    const int score_store_row = warpgroup * 64 + warp_row + lane % 8 + 8 * ((lane / 8) % 2);
 
     const T* key = static_cast<const T*>(p.key.data) + int64_t(begin) * p.key.token_stride + group * p.key.head_stride;
     const T* value =
@@ -346,17 +348,14 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
       // The other consumer warpgroup's dQ product of the previous item, which read the dS^T tile, is done.
       named_barrier_sync(kConsumersOnly, kConsumerThreads);
       // dS^T to shared memory, rows = keys, kBlockM / 8 chunks per row (column blocks of 64 queries): register r of
-      // k-step j is row
-      // key_row + 8 (r % 2), chunk 2 j + r / 2, bytes 4 q .. 4 q + 3 of the chunk. Stored before the products that read
-      // the fragments are issued (their registers are the products' operands until the wait).
+      // k-step j is row key_row + 8 (r % 2), chunk 2 j + r / 2, bytes 4 q .. 4 q + 3 of the chunk, i.e. the four 8 x 8
+      // matrices of one stmatrix.x4, whose row k of matrix r lane 8 r + k names (one instruction per k-step instead
+      // of four 4-byte stores). Stored before the products that read the fragments are issued (their registers are
+      // the products' operands until the wait).
 #pragma unroll
       for (int j = 0; j < kQuerySteps; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const uint32_t address =
-              score_tile + wgmma::swizzled_offset<kBlockN>(key_row + 8 * (r % 2), 2 * j + r / 2) + quad_lane * 4;
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(grad_score_a[j][r]) : "memory");
-        }
+        store_matrix_x4(score_tile + wgmma::swizzled_offset<kBlockN>(score_store_row, 2 * j + lane / 16),
+                        grad_score_a[j]);
       wgmma::proxy_fence();
 
       // dK += dS^T Q.

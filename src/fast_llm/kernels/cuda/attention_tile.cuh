@@ -83,6 +83,15 @@ __device__ __forceinline__ void load_matrix_x4_transposed(uint32_t (&fragment)[4
                : "r"(address));
 }
 
+// The inverse of load_matrix_x4: stores four 8 x 8 matrices of 16-bit elements, lanes 8i..8i+7 naming the eight
+// 16-byte rows of matrix i, register i of lane t holding elements 2 (t % 4), + 1 of matrix i's row t / 4 (the layout
+// of an mma / wgmma accumulator's 8 x 8 tiles once packed to 16 bits).
+__device__ __forceinline__ void store_matrix_x4(uint32_t address, const uint32_t (&fragment)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address),
+               "r"(fragment[0]), "r"(fragment[1]), "r"(fragment[2]), "r"(fragment[3])
+               : "memory");
+}
+
 // c += a b for a 16 x 16 A, a 16 x 8 B and a 16 x 8 fp32 C.
 template <class T>
 __device__ __forceinline__ void mma_16x8x16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
