@@ -22,11 +22,11 @@
 //   dK += dS^T Q     queries = the contraction, channels contiguous: MN-major; dV is issued as soon as P^T is
 //                    there and runs while dS^T = P^T (dP^T - delta) is computed in registers (P^T as rounded), dK
 //                    once dS^T is;
-//   dQ = dS K        dS^T is also stored to shared memory (rows = keys, queries contiguous), and once both halves are
-//                    there m64n64k16 x 8 over all 128 keys, A = dS read transposed (MN-major: queries contiguous),
-//                    B = K (rows = keys = the contraction, channels contiguous: MN-major). Warpgroup w takes queries
-//                    [64 w, 64 w + 64) at head_size 64, channels [64 w, 64 w + 64) at 128; the block goes to the
-//                    reducer through shared memory.
+//   dQ = dS K        dS^T is also stored to shared memory (stmatrix; rows = keys, queries contiguous), and once both
+//                    halves are there m64n64k16 x 8 over all 128 keys, A = dS read transposed (MN-major: queries
+//                    contiguous), B = K (rows = keys = the contraction, channels contiguous: MN-major). Warpgroup w
+//                    takes queries [64 w, 64 w + 64) at head_size 64, channels [64 w, 64 w + 64) at 128; the block
+//                    goes to the reducer through shared memory.
 // Scaling: dK and dQ are the gradients of the scaled scores times softmax_scale, applied at the dK store and in the
 // dQ cast. With rotary tables (kernels/attention.h) dK goes through the inverse rotation in registers before its
 // store, and dQ in the cast, which saves rotary_apply's two passes over them.
@@ -40,9 +40,11 @@
 // consumers never tied to each other (each warpgroup a dQ partial over its own 64 keys, warpgroup 1 adding it to
 // warpgroup 0's in shared memory, so that only the loader and the reducer pace them): 8-10% slower ((b) 296.8, (c)
 // 350.5 against 322.5 / 387.5), with 25% more instructions issued (ncu) and twice the dQ staging traffic in shared
-// memory.
+// memory. Session 8: P^T computed by a loop without mask tests on the items off the boundaries, 1.13x at head_size 64
+// ((b): 332.5 -> 374.5), 1.02x at 128 (the tests were if-converted into every item's loop before).
 //
-// Masks as "flash": query blocks no key of the CTA may see are skipped; per-element masks only on boundary items.
+// Masks as "flash": query blocks no key of the CTA may see are skipped; per-element masks only on boundary items, in
+// their own copy of the P^T loop.
 // Query rows past the document's end read zeros (Q, dO, lse, delta): their probabilities are 1, but their dP^T and
 // delta are 0, so their dS^T, and their dV and dK contributions, are 0; their dQ rows are not added. Key rows past the
 // end are zero, masked and not stored. A warpgroup whose 64 keys a query block cannot see at all still runs (P = 0
