@@ -110,9 +110,9 @@ def busy_gpu(path):
     if not samples:
         return None
     top = max(power for _, power in samples)
-    busy = [sample for sample in samples if sample[1] >= top / 2]
     if top <= 0:
         return None
+    busy = [sample for sample in samples if sample[1] >= top / 2]
     clocks, powers = sorted(clock for clock, _ in busy), sorted(power for _, power in busy)
     return {"sm_clock_mhz": clocks[len(clocks) // 2], "power_w": powers[len(powers) // 2], "samples": len(busy)}
 

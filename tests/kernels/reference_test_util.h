@@ -5,12 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <numbers>
 #include <functional>
+#include <numbers>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "fast_llm/core/error.h"
@@ -86,7 +87,6 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, doub
   return make_tensor(uniform_values(shape.numel(), seed, low, high), shape, dtype);
 }
 
-// Every element, row-major, as double (any strides).
 // cos / sin tables (tokens, width) of random angles in [-pi, pi], both times `scale` (as yarn's attention factor scales
 // them: a variant that mixes up the two tables, or the sign of the inverse, then fails), for rotary_apply and the
 // attention backward's rotary tables.
@@ -101,6 +101,7 @@ inline std::pair<Tensor, Tensor> random_rotary_tables(int64_t tokens, int64_t wi
   return {make_tensor(cos, Shape{tokens, width}, dtype), make_tensor(sin, Shape{tokens, width}, dtype)};
 }
 
+// Every element, row-major, as double (any strides).
 inline std::vector<double> values_of(const Tensor& tensor) {
   std::vector<double> values;
   values.reserve(size_t(tensor.numel()));

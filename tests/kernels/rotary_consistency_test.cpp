@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <numbers>
 
 #include "fast_llm/kernels/rotary.h"
 #include "kernels/reference_consistency.h"

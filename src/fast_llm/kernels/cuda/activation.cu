@@ -69,6 +69,12 @@ static __device__ __forceinline__ C activation_value(C x) {
     return x;
 }
 
+// (x s(x))' = s (1 + x (1 - s)), from x and its sigmoid s.
+template <class C>
+static __device__ __forceinline__ C silu_derivative(C x, C s) {
+  return s * (C(1) + x * (C(1) - s));
+}
+
 // d act / dx.
 template <ActivationType kType, bool kFast, class C>
 static __device__ __forceinline__ C activation_derivative(C x) {
@@ -77,9 +83,7 @@ static __device__ __forceinline__ C activation_derivative(C x) {
     const C t = hyperbolic_tangent(C(kGeluScale) * (x + C(kGeluCubic) * x * x * x));
     return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * C(kGeluScale) * (C(1) + C(3 * kGeluCubic) * x * x);
   } else if constexpr (kType == ActivationType::silu) {
-    // (x s(x))' = s (1 + x (1 - s))
-    const C s = sigmoid<kFast>(x);
-    return s * (C(1) + x * (C(1) - s));
+    return silu_derivative(x, sigmoid<kFast>(x));
   } else if constexpr (kType == ActivationType::relu) {
     return x > C(0) ? C(1) : C(0);
   } else if constexpr (kType == ActivationType::squared_relu) {
@@ -100,7 +104,7 @@ struct ValueAndDerivative {
     if constexpr (kType == ActivationType::silu) {
       const C s = sigmoid<kFast>(x);
       value = x * s;
-      derivative = s * (C(1) + x * (C(1) - s));
+      derivative = silu_derivative(x, s);
     } else {
       value = activation_value<kType, kFast>(x);
       derivative = activation_derivative<kType, kFast>(x);
