@@ -3,13 +3,16 @@
 //
 //   gemm_benchmark [m n k [iterations]]
 //   gemm_benchmark --candidates m n k [m n k ...]
+//   gemm_benchmark --candidates [--sustained [seconds]] MxNxK[+ta][+tb][+f32] ...
 //   gemm_benchmark --sustained [m n k [seconds]]
 //
 // --sustained times our gemm back to back for `seconds` (1) after half a second of heat, with its energy, power and SM
 // clock (benchmarks/sustained_energy.h): the rate at the power cap a training step runs at, and the energy per FLOP.
 //
 // --candidates times, for each shape, every algorithm cuBLASLt's heuristic proposes (up to 16, in its order) and
-// prints each one's TFLOP/s against the first (the one our gemm uses): how much choosing by measurement would win.
+// prints the first's TFLOP/s (the heuristic's choice) and the best's: how much choosing by measurement would win.
+// Shapes written MxNxK take "+ta" / "+tb" (a or b stored transposed, as a linear layer's gemms have them) and "+f32"
+// (fp32 out, as its weight gradient); with --sustained each candidate also runs at the power cap, with its energy.
 //
 // The three results are compared with each other, and a sample of elements with products computed on the host in
 // fp64, before anything is timed. Runs are timed with CUDA events on the compute stream, after a warm-up, in rounds
@@ -24,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -220,20 +224,70 @@ int run_benchmark(int64_t m, int64_t n, int64_t k, int iterations) {
   return 0;
 }
 
-// The heuristic's candidates for row-major (m x k) @ (k x n), bf16 in and out, fp32 compute, each timed.
-int run_candidates(const std::vector<std::array<int64_t, 3>>& shapes) {
+// One product of the --candidates mode: row-major out (m x n) = op(a) (m x k) op(b) (k x n), bf16 inputs, fp32
+// compute, bf16 or fp32 out. A linear layer's forward is (tokens, out, in) with transpose_b, its input gradient
+// (tokens, in, out), its weight gradient (out, in, tokens) with transpose_a and fp32 out.
+struct CandidateProblem {
+  int64_t m = 0, n = 0, k = 0;
+  bool transpose_a = false, transpose_b = false, float32_out = false;
+
+  std::string str() const {
+    return fmt::format("{}x{}x{}{}{}{}", m, n, k, transpose_a ? "+ta" : "", transpose_b ? "+tb" : "",
+                       float32_out ? "+f32" : "");
+  }
+};
+
+// "MxNxK" with any of the suffixes "+ta", "+tb", "+f32", or nothing when the text is not one.
+std::optional<CandidateProblem> parse_candidate_problem(const std::string& text) {
+  CandidateProblem problem;
+  int consumed = 0;
+  long long m = 0, n = 0, k = 0;
+  if (std::sscanf(text.c_str(), "%lldx%lldx%lld%n", &m, &n, &k, &consumed) != 3 || m <= 0 || n <= 0 || k <= 0)
+    return std::nullopt;
+  problem.m = m, problem.n = n, problem.k = k;
+  std::string rest = text.substr(size_t(consumed));
+  for (const auto& [suffix, flag] : {std::pair<std::string, bool*>{"+ta", &problem.transpose_a},
+                                     {"+tb", &problem.transpose_b}, {"+f32", &problem.float32_out}})
+    if (const size_t at = rest.find(suffix); at != std::string::npos) {
+      *flag = true;
+      rest.erase(at, suffix.size());
+    }
+  if (!rest.empty()) return std::nullopt;
+  return problem;
+}
+
+// Every algorithm cuBLASLt's heuristic proposes for each problem (up to 16, in its order), timed: the median of 20
+// runs in rounds, and with `sustained_seconds` > 0 each one also back to back at the power cap, with its energy per
+// FLOP (a training step runs at the cap, where the fastest algorithm in a burst need not be the cheapest).
+int run_candidates(const std::vector<CandidateProblem>& problems, double sustained_seconds) {
   const Device device = Device::cuda(0);
   const Stream stream = compute_stream(device);
   const cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream.handle);
   cublasLtHandle_t handle = nullptr;
   FLM_CUBLAS_CHECK(cublasLtCreate(&handle));
   Tensor workspace = Tensor::empty(Shape{int64_t(kernels::cuda::kCublasLtWorkspaceBytes)}, DType::uint8, device);
-  fmt::print("device: {}\n{:>7} {:>7} {:>7} {:>9} {:>10} {:>10} {:>8}\n", device_info(device).name, "m", "n", "k",
-             "candidates", "first TF/s", "best TF/s", "best/first");
-  for (const auto& [m, n, k] : shapes) {
-    const Tensor a = random_matrix(m, k, 1, device), b = random_matrix(k, n, 2, device);
-    Tensor out = Tensor::empty(Shape{m, n}, DType::bfloat16, device);
-    const RowMajorProduct product(m, n, k);
+  fmt::print("device: {}\n", device_info(device).name);
+  for (const CandidateProblem& problem : problems) {
+    const auto [m, n, k, transpose_a, transpose_b, float32_out] = problem;
+    const Tensor a = transpose_a ? random_matrix(k, m, 1, device) : random_matrix(m, k, 1, device);
+    const Tensor b = transpose_b ? random_matrix(n, k, 2, device) : random_matrix(k, n, 2, device);
+    const cudaDataType_t out_type = float32_out ? CUDA_R_32F : CUDA_R_16BF;
+    Tensor out = Tensor::empty(Shape{m, n}, float32_out ? DType::float32 : DType::bfloat16, device);
+    // cuBLASLt's A is our b, its B our a (column-major views of the same bytes), D is (n, m).
+    cublasLtMatmulDesc_t description = nullptr;
+    FLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&description, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t operation_a = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t operation_b = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(description, CUBLASLT_MATMUL_DESC_TRANSA, &operation_a,
+                                                    sizeof(operation_a)));
+    FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(description, CUBLASLT_MATMUL_DESC_TRANSB, &operation_b,
+                                                    sizeof(operation_b)));
+    cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_out = nullptr;
+    FLM_CUBLAS_CHECK(transpose_b ? cublasLtMatrixLayoutCreate(&layout_a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k)
+                                 : cublasLtMatrixLayoutCreate(&layout_a, CUDA_R_16BF, uint64_t(n), uint64_t(k), n));
+    FLM_CUBLAS_CHECK(transpose_a ? cublasLtMatrixLayoutCreate(&layout_b, CUDA_R_16BF, uint64_t(m), uint64_t(k), m)
+                                 : cublasLtMatrixLayoutCreate(&layout_b, CUDA_R_16BF, uint64_t(k), uint64_t(m), k));
+    FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_out, out_type, uint64_t(n), uint64_t(m), n));
     cublasLtMatmulPreference_t preference = nullptr;
     FLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
     const uint64_t workspace_bytes = kernels::cuda::kCublasLtWorkspaceBytes;
@@ -241,24 +295,36 @@ int run_candidates(const std::vector<std::array<int64_t, 3>>& shapes) {
                                                           &workspace_bytes, sizeof(workspace_bytes)));
     std::array<cublasLtMatmulHeuristicResult_t, 16> results{};
     int found = 0;
-    FLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, product.description, product.layout_a, product.layout_b,
-                                                    product.layout_out, product.layout_out, preference,
-                                                    int(results.size()), results.data(), &found));
+    FLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, description, layout_a, layout_b, layout_out, layout_out,
+                                                    preference, int(results.size()), results.data(), &found));
     const float alpha = 1, beta = 0;
     std::vector<std::function<void()>> runs;
     for (int index = 0; index < found; ++index)
       runs.push_back([&, index] {
-        FLM_CUBLAS_CHECK(cublasLtMatmul(handle, product.description, &alpha, b.data(), product.layout_a, a.data(),
-                                        product.layout_b, &beta, out.data(), product.layout_out, out.data(),
-                                        product.layout_out, &results[index].algo,
+        FLM_CUBLAS_CHECK(cublasLtMatmul(handle, description, &alpha, b.data(), layout_a, a.data(), layout_b, &beta,
+                                        out.data(), layout_out, out.data(), layout_out, &results[index].algo,
                                         workspace.data(), workspace_bytes, cuda_stream));
       });
     const std::vector<double> medians = median_ms(runs, device, stream, 3, 20);
     const double flops = 2.0 * double(m) * double(n) * double(k);
-    const double first = flops / (medians[0] * 1e-3) / 1e12;
-    const double best = flops / (*std::min_element(medians.begin(), medians.end()) * 1e-3) / 1e12;
-    fmt::print("{:>7} {:>7} {:>7} {:>9} {:>10.1f} {:>10.1f} {:>8.3f}\n", m, n, k, found, first, best, best / first);
+    const auto tflops = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
+    fmt::print("{} ({} candidates): burst first {:.1f} TF/s, best {:.1f} TF/s ({:.3f}x)\n", problem.str(), found,
+               tflops(medians[0]), tflops(*std::min_element(medians.begin(), medians.end())),
+               medians[0] / *std::min_element(medians.begin(), medians.end()));
+    if (sustained_seconds > 0)
+      for (int index = 0; index < found; ++index) {
+        const benchmarks::SustainedResult held = benchmarks::sustained(runs[size_t(index)], medians[size_t(index)],
+                                                                       sustained_seconds);
+        fmt::print("  candidate {:>2}: burst {:7.1f} TF/s | sustained {:7.1f} TF/s, {:.3f} pJ/FLOP, {:.0f} W, "
+                   "{:.0f} MHz{}{}\n",
+                   index, tflops(medians[size_t(index)]), tflops(held.ms_per_run), held.joules_per_run / flops * 1e12,
+                   held.watts, held.sm_clock_mhz, held.note.empty() ? "" : " ", held.note);
+      }
     cublasLtMatmulPreferenceDestroy(preference);
+    cublasLtMatrixLayoutDestroy(layout_a);
+    cublasLtMatrixLayoutDestroy(layout_b);
+    cublasLtMatrixLayoutDestroy(layout_out);
+    cublasLtMatmulDescDestroy(description);
   }
   cublasLtDestroy(handle);
   return 0;
@@ -315,15 +381,34 @@ int run_command_line(int argc, char** argv) {
     return run_sustained(m, n, k, seconds);
   }
   if (argc >= 2 && std::string(argv[1]) == "--candidates") {
-    std::vector<std::array<int64_t, 3>> shapes;
-    for (int index = 2; index + 2 < argc; index += 3)
-      shapes.push_back({std::atoll(argv[index]), std::atoll(argv[index + 1]), std::atoll(argv[index + 2])});
-    if (shapes.empty() || (argc - 2) % 3 != 0 ||
-        !std::all_of(shapes.begin(), shapes.end(), positive)) {
-      std::fprintf(stderr, "usage: gemm_benchmark --candidates m n k [m n k ...]\n");
+    // `--candidates [--sustained [seconds]] MxNxK[+ta][+tb][+f32] ...`, or the older `m n k` triples.
+    const benchmarks::SustainedCommandLine line = benchmarks::parse_sustained_command_line(argc - 1, argv + 1);
+    std::vector<CandidateProblem> problems;
+    bool valid = !std::isnan(line.seconds) && !line.positional.empty();
+    const bool triples = valid && !parse_candidate_problem(line.positional[0]);
+    if (triples) {
+      valid = line.positional.size() % 3 == 0;
+      for (size_t index = 0; valid && index + 2 < line.positional.size(); index += 3) {
+        const CandidateProblem problem{std::atoll(line.positional[index].c_str()),
+                                       std::atoll(line.positional[index + 1].c_str()),
+                                       std::atoll(line.positional[index + 2].c_str())};
+        valid = problem.m > 0 && problem.n > 0 && problem.k > 0;
+        problems.push_back(problem);
+      }
+    } else {
+      for (size_t index = 0; valid && index < line.positional.size(); ++index) {
+        const std::optional<CandidateProblem> problem = parse_candidate_problem(line.positional[index]);
+        valid = problem.has_value();
+        if (valid) problems.push_back(*problem);
+      }
+    }
+    if (!valid) {
+      std::fprintf(stderr,
+                   "usage: gemm_benchmark --candidates [--sustained [seconds]] MxNxK[+ta][+tb][+f32] ...\n"
+                   "       gemm_benchmark --candidates m n k [m n k ...]\n");
       return 2;
     }
-    return run_candidates(shapes);
+    return run_candidates(problems, line.seconds);
   }
   const auto [m, n, k] = shape_at(1);
   const int iterations = argc >= 5 ? std::atoi(argv[4]) : 50;

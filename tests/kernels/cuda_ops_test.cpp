@@ -249,6 +249,8 @@ std::vector<NormCase> norm_cases() {
       {.dtype = bf16, .parameter_dtype = bf16, .rows = 9001, .hidden = 576, .residual = true},
       {.dtype = bf16, .parameter_dtype = fp32, .rows = 67, .hidden = 264, .residual = true},
       {.dtype = bf16, .parameter_dtype = bf16, .rows = 1001, .hidden = 3072, .residual = true},
+      // Row groups of several warps that each walk several rows (their barrier's scratch halves alternate per row).
+      {.dtype = bf16, .parameter_dtype = bf16, .rows = 7001, .hidden = 2048, .residual = true},
       {.dtype = fp16, .parameter_dtype = fp32, .rows = 35, .hidden = 2048, .zero_centered = true, .residual = true},
       {.dtype = fp32, .parameter_dtype = fp32, .rows = 513, .hidden = 576, .residual = true},
       {.dtype = bf16, .parameter_dtype = bf16, .rows = 3, .hidden = 1001, .residual = true},
@@ -277,6 +279,8 @@ TEST(CudaOps, NormalizationBackwardIsDeterministic) {
   for (const NormCase& c : std::vector<NormCase>{
            {.dtype = DType::float32, .parameter_dtype = DType::float32, .rows = 20000, .hidden = 64},
            {.dtype = DType::bfloat16, .parameter_dtype = DType::bfloat16, .rows = 1000, .hidden = 2048},
+           {.dtype = DType::bfloat16, .parameter_dtype = DType::bfloat16, .rows = 7001, .hidden = 3072,
+            .residual = true},
            {.dtype = DType::bfloat16, .parameter_dtype = DType::bfloat16, .rows = 9001, .hidden = 576},
            {.dtype = DType::bfloat16, .parameter_dtype = DType::bfloat16, .rows = 9001, .hidden = 576,
             .residual = true},

@@ -15,9 +15,11 @@
 // vectors in registers between the passes over the row, so every activation is read from memory once. The group is
 // the smallest that fits: one warp per row up to 128 vectors (hidden 1024 in bf16; SmolLM2's 576 is 72 vectors, two or
 // three per lane), whose row sums are warp butterflies without a barrier; longer rows take several warps (Llama-3.2's
-// 2048 and 3072: 2 and 3 warps of 4 vectors a lane), whose warp sums meet in shared memory in a fixed order. Short
-// rows share blocks of 256 threads (8 rows of one warp). Every thread issues the loads of all its vectors before it
-// uses any, so a warp has its whole row (of x and of grad_output, in the backward) in flight.
+// 2048 and 3072: 2 and 3 warps of 4 vectors a lane), whose warp sums meet in shared memory in a fixed order (in the
+// backward behind a named barrier of the group's own warps, so that the block's other row groups, which walk rows of
+// their own, do not wait). Short rows share blocks of 256 threads (8 rows of one warp). Every thread issues the loads
+// of all its vectors before it uses any, so a warp has its whole row (of x and of grad_output, in the backward) in
+// flight.
 //
 // Forward: one row per group, a block per `groups_per_block` rows. Statistics in fp32; layer_norm takes the mean first,
 // then the centred variance, as the reference.
@@ -424,9 +426,13 @@ struct ColumnSums {
 // x and grad_output stay in registers between the row sums and the gradients. In the residual form those of
 // grad_residual are loaded with them, so that one memory latency covers the row. Dynamic shared memory: the column
 // sums of grad_weight, then those of grad_bias, one `hidden` slice per row group, for the gradients that are wanted.
+// rms_norm's kernels are held to 80 registers (ptxas chose 86 and 104, the residual form spills 4 bytes at 80): three
+// blocks of 256 threads then fit on a multiprocessor instead of two. With the named barriers, at the Llama-3.2-1B
+// shape (16384 x 2048, bf16) the backward went 82.4 -> 71.2 us, 90.9 -> 86.2 in the residual form; at the 3B shape
+// (8192 x 3072) 64.2 -> 61.4 and 75.9 -> 72.6 (ops_benchmark, session 9). layer_norm keeps the limit of 512 threads.
 template <class T, int kVec, int kVectors, bool kLayerNorm, bool kResidual>
-__global__ void __launch_bounds__(kMaxThreadsPerRow) norm_backward_kernel(const NormBackwardParams p) {
-  __shared__ float2 scratch[32];
+__global__ void __maxnreg__(kLayerNorm ? 128 : 80) norm_backward_kernel(const NormBackwardParams p) {
+  __shared__ float2 scratch[2][32];
   extern __shared__ float4 dynamic_shared[];
   const RowLayout& layout = p.layout;
   const int threads_per_row = layout.threads_per_row;
@@ -453,9 +459,10 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_backward_kernel(const 
     if (bias_sums.base != nullptr) bias_sums.zero(v);
   }
 
-  // Every thread of a block runs the same number of iterations (the row sums may synchronise the block).
+  // Every thread of a group runs the same number of iterations (the row sums synchronise the group).
+  int parity = 0;  // of the row sums' scratch half (group_sum2)
   for (int64_t first_row = int64_t(blockIdx.x) * groups_per_block; first_row < layout.rows;
-       first_row += group_count) {
+       first_row += group_count, parity ^= 1) {
     const int64_t row = first_row + group;
     const bool active = row < layout.rows;
     const T* input = static_cast<const T*>(p.input) + (active ? row * p.input_stride : 0);
@@ -486,7 +493,7 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_backward_kernel(const 
       load_weight<T>(p.parameters, int64_t(member + k * threads_per_row) * kVec, w);
       math.add_sums(x, g, w, sums);
     }
-    sums = group_sum2(sums, scratch, warps_per_group);
+    sums = group_sum2(sums, scratch, warps_per_group, parity);
     const float2 means = make_float2(sums.x / hidden, sums.y / hidden);
 #pragma unroll
     for (int k = 0; k < kVectors; ++k) {
@@ -532,7 +539,7 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_backward_kernel(const 
 // (zeroed) workspace row, whose columns each belong to one thread.
 template <class T, int kVec, bool kLayerNorm>
 __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_backward_long_row_kernel(const NormBackwardParams p) {
-  __shared__ float2 scratch[32];
+  __shared__ float2 scratch[2][32];
   const RowLayout& layout = p.layout;
   const int threads_per_row = layout.threads_per_row;
   const int warps_per_group = threads_per_row / 32;
@@ -544,8 +551,9 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_backward_long_row_kern
   float* weight_row = p.weight_partials != nullptr ? p.weight_partials + group_index * layout.hidden : nullptr;
   float* bias_row = kLayerNorm && p.bias_partials != nullptr ? p.bias_partials + group_index * layout.hidden : nullptr;
 
+  int parity = 0;  // of the row sums' scratch half (group_sum2)
   for (int64_t first_row = int64_t(blockIdx.x) * groups_per_block; first_row < layout.rows;
-       first_row += group_count) {
+       first_row += group_count, parity ^= 1) {
     const int64_t row = first_row + group;
     const bool active = row < layout.rows;
     const int vectors = active ? layout.vectors : 0;
@@ -566,7 +574,7 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow) norm_backward_long_row_kern
       load_weight<T>(p.parameters, int64_t(v) * kVec, w);
       math.add_sums(x, g, w, sums);
     }
-    sums = group_sum2(sums, scratch, warps_per_group);
+    sums = group_sum2(sums, scratch, warps_per_group, parity);
     const float2 means = make_float2(sums.x / hidden, sums.y / hidden);
     for (int v = member; v < vectors; v += threads_per_row) {
       float x[kVec], g[kVec], w[kVec], result[kVec], weight_term[kVec], bias_term[kVec];

@@ -269,20 +269,24 @@ __device__ __forceinline__ float group_sum(float value, float* scratch, int warp
   return total;
 }
 
-// The same for two sums at once (one pair of barriers); `scratch` holds two floats per warp.
-__device__ __forceinline__ float2 group_sum2(float2 value, float2* scratch, int warps_per_group) {
+// Two sums over a row group at once, for groups that walk many rows each: the warps of a group synchronise among
+// themselves only, on named barrier 1 + group, so the groups of a block go through their rows independently (a
+// block-wide barrier per row made every group wait for the slowest one's loads). `scratch` holds two float2 per warp of the block, in halves selected by `parity`, which successive calls
+// of a group must alternate: one barrier per call then suffices, because a warp that writes a half again has passed
+// the barrier of the call between, which its group's warps reach only after reading that half. Every thread of a
+// group must make the same calls.
+__device__ __forceinline__ float2 group_sum2(float2 value, float2 (*scratch)[32], int warps_per_group, int parity) {
   value.x = warp_sum(value.x);
   value.y = warp_sum(value.y);
   if (warps_per_group == 1) return value;
   const int warp = int(threadIdx.x) / 32;
-  __syncthreads();
-  if (threadIdx.x % 32 == 0) scratch[warp] = value;
-  __syncthreads();
+  if (threadIdx.x % 32 == 0) scratch[parity][warp] = value;
+  asm volatile("bar.sync %0, %1;" : : "r"(1 + warp / warps_per_group), "r"(32 * warps_per_group) : "memory");
   const int first = warp - warp % warps_per_group;
   float2 total = make_float2(0.0f, 0.0f);
   for (int i = 0; i < warps_per_group; ++i) {
-    total.x += scratch[first + i].x;
-    total.y += scratch[first + i].y;
+    total.x += scratch[parity][first + i].x;
+    total.y += scratch[parity][first + i].y;
   }
   return total;
 }
