@@ -271,10 +271,11 @@ __device__ __forceinline__ float group_sum(float value, float* scratch, int warp
 
 // Two sums over a row group at once, for groups that walk many rows each: the warps of a group synchronise among
 // themselves only, on named barrier 1 + group, so the groups of a block go through their rows independently (a
-// block-wide barrier per row made every group wait for the slowest one's loads). `scratch` holds two float2 per warp of the block, in halves selected by `parity`, which successive calls
-// of a group must alternate: one barrier per call then suffices, because a warp that writes a half again has passed
-// the barrier of the call between, which its group's warps reach only after reading that half. Every thread of a
-// group must make the same calls.
+// block-wide barrier per row made every group wait for the slowest one's loads). `scratch` holds two float2 per warp
+// of the block, in halves selected by `parity`, which successive calls of a group must alternate: one barrier per
+// call then suffices, because a warp that writes a half again has passed the barrier of the call between, which its
+// group's warps reach only after reading that half. Every thread of a group must make the same calls. Barrier 0 stays
+// the block's (__syncthreads); a block has 16, so at most 15 groups of several warps.
 __device__ __forceinline__ float2 group_sum2(float2 value, float2 (*scratch)[32], int warps_per_group, int parity) {
   value.x = warp_sum(value.x);
   value.y = warp_sum(value.y);
