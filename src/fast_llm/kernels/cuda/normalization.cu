@@ -45,6 +45,8 @@ namespace {
 
 constexpr int kMaxVectorsPerThread = 4;  // vectors of a row a thread holds in registers
 constexpr int kBlockThreads = 256;       // threads per block when several rows share one
+// Row groups of several warps (64 threads or more) synchronise on named barriers 1 to 15, one each (group_sum2).
+static_assert(kBlockThreads / 64 <= 15, "more row groups of several warps in a block than named barriers");
 constexpr int kMaxThreadsPerRow = 512;   // longer rows are read once per pass
 constexpr int kColumnSumThreads = 512;
 constexpr int kColumnSumColumns = 8;  // columns per block of the reduction of the partial sums
