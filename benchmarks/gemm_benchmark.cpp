@@ -297,6 +297,7 @@ int run_candidates(const std::vector<CandidateProblem>& problems, double sustain
     int found = 0;
     FLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, description, layout_a, layout_b, layout_out, layout_out,
                                                     preference, int(results.size()), results.data(), &found));
+    if (found == 0) fmt::print("{}: cuBLASLt's heuristic has no algorithm\n", problem.str());
     const float alpha = 1, beta = 0;
     std::vector<std::function<void()>> runs;
     for (int index = 0; index < found; ++index)
@@ -308,9 +309,10 @@ int run_candidates(const std::vector<CandidateProblem>& problems, double sustain
     const std::vector<double> medians = median_ms(runs, device, stream, 3, 20);
     const double flops = 2.0 * double(m) * double(n) * double(k);
     const auto tflops = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
-    fmt::print("{} ({} candidates): burst first {:.1f} TF/s, best {:.1f} TF/s ({:.3f}x)\n", problem.str(), found,
-               tflops(medians[0]), tflops(*std::min_element(medians.begin(), medians.end())),
-               medians[0] / *std::min_element(medians.begin(), medians.end()));
+    if (found > 0)
+      fmt::print("{} ({} candidates): burst first {:.1f} TF/s, best {:.1f} TF/s ({:.3f}x)\n", problem.str(), found,
+                 tflops(medians[0]), tflops(*std::min_element(medians.begin(), medians.end())),
+                 medians[0] / *std::min_element(medians.begin(), medians.end()));
     if (sustained_seconds > 0)
       for (int index = 0; index < found; ++index) {
         const benchmarks::SustainedResult held = benchmarks::sustained(runs[size_t(index)], medians[size_t(index)],
