@@ -101,18 +101,41 @@ std::vector<double> median_ms(const std::vector<std::function<void()>>& runs, De
   return medians;
 }
 
-// cuBLASLt's description of row-major bf16 out (m x n) = a (m x k) b (k x n) with fp32 compute. Row-major out = a b
-// is column-major out^T = b^T a^T: cuBLASLt's A is b viewed column-major (n, k), its B is a viewed column-major
-// (k, m), D is (n, m).
+// One product: row-major out (m x n) = op(a) (m x k) op(b) (k x n), bf16 inputs, fp32
+// compute, bf16 or fp32 out. A linear layer's forward is (tokens, out, in) with transpose_b, its input gradient
+// (tokens, in, out), its weight gradient (out, in, tokens) with transpose_a and fp32 out.
+struct ProductShape {
+  int64_t m = 0, n = 0, k = 0;
+  bool transpose_a = false, transpose_b = false, float32_out = false;
+
+  std::string str() const {
+    return fmt::format("{}x{}x{}{}{}{}", m, n, k, transpose_a ? "+ta" : "", transpose_b ? "+tb" : "",
+                       float32_out ? "+f32" : "");
+  }
+};
+
+// cuBLASLt's description of a ProductShape. Row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T:
+// cuBLASLt's A is b viewed column-major ((n, k), or (k, n) transposed), its B is a ((k, m), or (m, k) transposed), D is
+// (n, m).
 struct RowMajorProduct {
   cublasLtMatmulDesc_t description = nullptr;
   cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_out = nullptr;
 
-  RowMajorProduct(int64_t m, int64_t n, int64_t k) {
+  explicit RowMajorProduct(const ProductShape& shape) {
+    const auto [m, n, k, transpose_a, transpose_b, float32_out] = shape;
     FLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&description, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_a, CUDA_R_16BF, uint64_t(n), uint64_t(k), n));
-    FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_b, CUDA_R_16BF, uint64_t(k), uint64_t(m), k));
-    FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_out, CUDA_R_16BF, uint64_t(n), uint64_t(m), n));
+    const cublasOperation_t operation_a = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t operation_b = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(description, CUBLASLT_MATMUL_DESC_TRANSA, &operation_a,
+                                                    sizeof(operation_a)));
+    FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(description, CUBLASLT_MATMUL_DESC_TRANSB, &operation_b,
+                                                    sizeof(operation_b)));
+    FLM_CUBLAS_CHECK(transpose_b ? cublasLtMatrixLayoutCreate(&layout_a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k)
+                                 : cublasLtMatrixLayoutCreate(&layout_a, CUDA_R_16BF, uint64_t(n), uint64_t(k), n));
+    FLM_CUBLAS_CHECK(transpose_a ? cublasLtMatrixLayoutCreate(&layout_b, CUDA_R_16BF, uint64_t(m), uint64_t(k), m)
+                                 : cublasLtMatrixLayoutCreate(&layout_b, CUDA_R_16BF, uint64_t(k), uint64_t(m), k));
+    FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_out, float32_out ? CUDA_R_32F : CUDA_R_16BF, uint64_t(n),
+                                                uint64_t(m), n));
   }
   RowMajorProduct(const RowMajorProduct&) = delete;
   RowMajorProduct& operator=(const RowMajorProduct&) = delete;
@@ -151,7 +174,7 @@ int run_benchmark(int64_t m, int64_t n, int64_t k, int iterations) {
   const cublasLtMatmulAlgo_t algorithm = kernels::cuda::gemm_cublaslt_algorithm(args);
   cublasLtHandle_t lt_handle = nullptr;
   FLM_CUBLAS_CHECK(cublasLtCreate(&lt_handle));
-  const RowMajorProduct product(m, n, k);
+  const RowMajorProduct product(ProductShape{m, n, k});
   Tensor lt_workspace = Tensor::empty(Shape{int64_t(kernels::cuda::kCublasLtWorkspaceBytes)}, DType::uint8, device);
   auto run_lt = [&] {
     FLM_CUBLAS_CHECK(cublasLtMatmul(lt_handle, product.description, &alpha, b.data(), product.layout_a, a.data(),
@@ -224,22 +247,9 @@ int run_benchmark(int64_t m, int64_t n, int64_t k, int iterations) {
   return 0;
 }
 
-// One product of the --candidates mode: row-major out (m x n) = op(a) (m x k) op(b) (k x n), bf16 inputs, fp32
-// compute, bf16 or fp32 out. A linear layer's forward is (tokens, out, in) with transpose_b, its input gradient
-// (tokens, in, out), its weight gradient (out, in, tokens) with transpose_a and fp32 out.
-struct CandidateProblem {
-  int64_t m = 0, n = 0, k = 0;
-  bool transpose_a = false, transpose_b = false, float32_out = false;
-
-  std::string str() const {
-    return fmt::format("{}x{}x{}{}{}{}", m, n, k, transpose_a ? "+ta" : "", transpose_b ? "+tb" : "",
-                       float32_out ? "+f32" : "");
-  }
-};
-
 // "MxNxK" with any of the suffixes "+ta", "+tb", "+f32", or nothing when the text is not one.
-std::optional<CandidateProblem> parse_candidate_problem(const std::string& text) {
-  CandidateProblem problem;
+std::optional<ProductShape> parse_candidate_problem(const std::string& text) {
+  ProductShape problem;
   int consumed = 0;
   long long m = 0, n = 0, k = 0;
   if (std::sscanf(text.c_str(), "%lldx%lldx%lld%n", &m, &n, &k, &consumed) != 3 || m <= 0 || n <= 0 || k <= 0)
@@ -259,7 +269,7 @@ std::optional<CandidateProblem> parse_candidate_problem(const std::string& text)
 // Every algorithm cuBLASLt's heuristic proposes for each problem (up to 16, in its order), timed: the median of 20
 // runs in rounds, and with `sustained_seconds` > 0 each one also back to back at the power cap, with its energy per
 // FLOP (a training step runs at the cap, where the fastest algorithm in a burst need not be the cheapest).
-int run_candidates(const std::vector<CandidateProblem>& problems, double sustained_seconds) {
+int run_candidates(const std::vector<ProductShape>& problems, double sustained_seconds) {
   const Device device = Device::cuda(0);
   const Stream stream = compute_stream(device);
   const cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream.handle);
@@ -267,27 +277,12 @@ int run_candidates(const std::vector<CandidateProblem>& problems, double sustain
   FLM_CUBLAS_CHECK(cublasLtCreate(&handle));
   Tensor workspace = Tensor::empty(Shape{int64_t(kernels::cuda::kCublasLtWorkspaceBytes)}, DType::uint8, device);
   fmt::print("device: {}\n", device_info(device).name);
-  for (const CandidateProblem& problem : problems) {
+  for (const ProductShape& problem : problems) {
     const auto [m, n, k, transpose_a, transpose_b, float32_out] = problem;
     const Tensor a = transpose_a ? random_matrix(k, m, 1, device) : random_matrix(m, k, 1, device);
     const Tensor b = transpose_b ? random_matrix(n, k, 2, device) : random_matrix(k, n, 2, device);
-    const cudaDataType_t out_type = float32_out ? CUDA_R_32F : CUDA_R_16BF;
     Tensor out = Tensor::empty(Shape{m, n}, float32_out ? DType::float32 : DType::bfloat16, device);
-    // cuBLASLt's A is our b, its B our a (column-major views of the same bytes), D is (n, m).
-    cublasLtMatmulDesc_t description = nullptr;
-    FLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&description, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t operation_a = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t operation_b = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(description, CUBLASLT_MATMUL_DESC_TRANSA, &operation_a,
-                                                    sizeof(operation_a)));
-    FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(description, CUBLASLT_MATMUL_DESC_TRANSB, &operation_b,
-                                                    sizeof(operation_b)));
-    cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_out = nullptr;
-    FLM_CUBLAS_CHECK(transpose_b ? cublasLtMatrixLayoutCreate(&layout_a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k)
-                                 : cublasLtMatrixLayoutCreate(&layout_a, CUDA_R_16BF, uint64_t(n), uint64_t(k), n));
-    FLM_CUBLAS_CHECK(transpose_a ? cublasLtMatrixLayoutCreate(&layout_b, CUDA_R_16BF, uint64_t(m), uint64_t(k), m)
-                                 : cublasLtMatrixLayoutCreate(&layout_b, CUDA_R_16BF, uint64_t(k), uint64_t(m), k));
-    FLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_out, out_type, uint64_t(n), uint64_t(m), n));
+    const RowMajorProduct product(problem);
     cublasLtMatmulPreference_t preference = nullptr;
     FLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
     const uint64_t workspace_bytes = kernels::cuda::kCublasLtWorkspaceBytes;
@@ -295,16 +290,18 @@ int run_candidates(const std::vector<CandidateProblem>& problems, double sustain
                                                           &workspace_bytes, sizeof(workspace_bytes)));
     std::array<cublasLtMatmulHeuristicResult_t, 16> results{};
     int found = 0;
-    FLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, description, layout_a, layout_b, layout_out, layout_out,
-                                                    preference, int(results.size()), results.data(), &found));
+    FLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, product.description, product.layout_a, product.layout_b,
+                                                    product.layout_out, product.layout_out, preference,
+                                                    int(results.size()), results.data(), &found));
     if (found == 0) fmt::print("{}: cuBLASLt's heuristic has no algorithm\n", problem.str());
     const float alpha = 1, beta = 0;
     std::vector<std::function<void()>> runs;
     for (int index = 0; index < found; ++index)
       runs.push_back([&, index] {
-        FLM_CUBLAS_CHECK(cublasLtMatmul(handle, description, &alpha, b.data(), layout_a, a.data(), layout_b, &beta,
-                                        out.data(), layout_out, out.data(), layout_out, &results[index].algo,
-                                        workspace.data(), workspace_bytes, cuda_stream));
+        FLM_CUBLAS_CHECK(cublasLtMatmul(handle, product.description, &alpha, b.data(), product.layout_a, a.data(),
+                                        product.layout_b, &beta, out.data(), product.layout_out, out.data(),
+                                        product.layout_out, &results[index].algo, workspace.data(), workspace_bytes,
+                                        cuda_stream));
       });
     const std::vector<double> medians = median_ms(runs, device, stream, 3, 20);
     const double flops = 2.0 * double(m) * double(n) * double(k);
@@ -323,10 +320,6 @@ int run_candidates(const std::vector<CandidateProblem>& problems, double sustain
                    held.watts, held.sm_clock_mhz, held.note.empty() ? "" : " ", held.note);
       }
     cublasLtMatmulPreferenceDestroy(preference);
-    cublasLtMatrixLayoutDestroy(layout_a);
-    cublasLtMatrixLayoutDestroy(layout_b);
-    cublasLtMatrixLayoutDestroy(layout_out);
-    cublasLtMatmulDescDestroy(description);
   }
   cublasLtDestroy(handle);
   return 0;
@@ -385,13 +378,13 @@ int run_command_line(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--candidates") {
     // `--candidates [--sustained [seconds]] MxNxK[+ta][+tb][+f32] ...`, or the older `m n k` triples.
     const benchmarks::SustainedCommandLine line = benchmarks::parse_sustained_command_line(argc - 1, argv + 1);
-    std::vector<CandidateProblem> problems;
+    std::vector<ProductShape> problems;
     bool valid = !std::isnan(line.seconds) && !line.positional.empty();
     const bool triples = valid && !parse_candidate_problem(line.positional[0]);
     if (triples) {
       valid = line.positional.size() % 3 == 0;
       for (size_t index = 0; valid && index + 2 < line.positional.size(); index += 3) {
-        const CandidateProblem problem{std::atoll(line.positional[index].c_str()),
+        const ProductShape problem{std::atoll(line.positional[index].c_str()),
                                        std::atoll(line.positional[index + 1].c_str()),
                                        std::atoll(line.positional[index + 2].c_str())};
         valid = problem.m > 0 && problem.n > 0 && problem.k > 0;
@@ -399,7 +392,7 @@ int run_command_line(int argc, char** argv) {
       }
     } else {
       for (size_t index = 0; valid && index < line.positional.size(); ++index) {
-        const std::optional<CandidateProblem> problem = parse_candidate_problem(line.positional[index]);
+        const std::optional<ProductShape> problem = parse_candidate_problem(line.positional[index]);
         valid = problem.has_value();
         if (valid) problems.push_back(*problem);
       }

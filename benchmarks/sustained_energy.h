@@ -100,7 +100,6 @@ struct SustainedResult {
   double joules_per_run = std::numeric_limits<double>::quiet_NaN();
   double watts = std::numeric_limits<double>::quiet_NaN();
   double sm_clock_mhz = std::numeric_limits<double>::quiet_NaN();  // median of the samples taken while draining
-  int64_t clock_samples = 0;
   std::string note;  // why the energy is missing, when it is
 };
 
@@ -132,7 +131,6 @@ inline SustainedResult sustained(const std::function<void()>& run, double estima
   const double energy_after = nvml.energy_mj();
   const double device_ms = double(start.elapsed_ms(stop));
   result.ms_per_run = device_ms / double(result.runs);
-  result.clock_samples = int64_t(clocks.size());
   if (!clocks.empty()) {
     std::sort(clocks.begin(), clocks.end());
     result.sm_clock_mhz = clocks[clocks.size() / 2];

@@ -431,7 +431,8 @@ struct ColumnSums {
 // rms_norm's kernels are held to 80 registers (ptxas chose 86 and 104, the residual form spills 4 bytes at 80): three
 // blocks of 256 threads then fit on a multiprocessor instead of two. With the named barriers, at the Llama-3.2-1B
 // shape (16384 x 2048, bf16) the backward went 82.4 -> 71.2 us, 90.9 -> 86.2 in the residual form; at the 3B shape
-// (8192 x 3072) 64.2 -> 61.4 and 75.9 -> 72.6 (ops_benchmark, session 9). layer_norm keeps the limit of 512 threads.
+// (8192 x 3072) 64.2 -> 61.4 and 75.9 -> 72.6 (ops_benchmark, session 9). layer_norm keeps 128, what 512-thread
+// blocks allow.
 template <class T, int kVec, int kVectors, bool kLayerNorm, bool kResidual>
 __global__ void __maxnreg__(kLayerNorm ? 128 : 80) norm_backward_kernel(const NormBackwardParams p) {
   __shared__ float2 scratch[2][32];
