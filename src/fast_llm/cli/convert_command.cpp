@@ -72,13 +72,13 @@ void add_model_outputs(CLI::App& command, CommandAction& action) {
 void add_convert_command(CLI::App& app, CommandAction& action) {
   auto* convert = app.add_subcommand("convert", "Convert checkpoints between formats (distributed, fast_llm, llama, "
                                                 "mistral, qwen2).");
-  convert->require_subcommand(1);
+  convert->require_subcommand(0, 1);
   add_gpt_conversion(*convert->add_subcommand("gpt", "Convert a GPT checkpoint."), action);
   // Hidden (an empty group): a debugging tool for reference checks, not part of the user contract.
   auto* outputs = app.add_subcommand("model_outputs", "Logits, loss and gradients of a checkpoint's model on given "
                                                       "tokens (reference checks).");
   outputs->group("");
-  outputs->require_subcommand(1);
+  outputs->require_subcommand(0, 1);
   add_model_outputs(*outputs->add_subcommand("gpt", "A GPT checkpoint."), action);
 }
 

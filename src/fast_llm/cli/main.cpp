@@ -1,6 +1,7 @@
 // fast-llm: the command line. This is the only place that catches errors: it prints them (with the rank in a
 // distributed run) and exits 1.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <cstdlib>
 #include <exception>
@@ -17,13 +18,27 @@ void set_rank_from_environment() {
   if (rank && world_size) fast_llm::set_log_rank(std::atoi(rank), std::atoi(world_size));
 }
 
+// Command groups (`fast-llm`, `train`, `convert`, ...) take at most one subcommand rather than requiring one, so that a
+// misspelt subcommand is reported by name (CLI11 checks a required subcommand before unexpected arguments); a group
+// chosen without one is refused here.
+void require_leaf_command(CLI::App& app) {
+  CLI::App* chosen = &app;
+  std::string path = app.get_name();
+  while (!chosen->get_subcommands().empty()) {
+    chosen = chosen->get_subcommands().front();
+    path += " " + chosen->get_name();
+  }
+  if (!chosen->get_subcommands([](CLI::App*) { return true; }).empty())
+    throw CLI::RequiredError(fmt::format("A subcommand of `{}`", path));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace fast_llm;
   set_rank_from_environment();
   CLI::App app{"fast-llm: train GPT-style language models from one YAML file, on CPU or CUDA GPUs.", "fast-llm"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
   app.set_version_flag("--version", "fast-llm 0.1.0");
   bool debug = false;
   app.add_flag("--debug", debug, "Log debug lines (kernel choices, allocator and loader details).");
@@ -38,6 +53,7 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+    require_leaf_command(app);
   } catch (const CLI::ParseError& error) {
     return app.exit(error);
   }

@@ -23,7 +23,7 @@ struct ByteCorpusOptions {
 
 void add_prepare_command(CLI::App& app, CommandAction& action) {
   auto* prepare = app.add_subcommand("prepare", "Prepare a dataset in Fast-LLM's memory-mapped format.");
-  prepare->require_subcommand(1);
+  prepare->require_subcommand(0, 1);
 
   auto* corpus = prepare->add_subcommand("byte_corpus", "Byte-level dataset from text files on this machine.");
   auto options = std::make_shared<ByteCorpusOptions>();
@@ -49,17 +49,9 @@ void add_prepare_command(CLI::App& app, CommandAction& action) {
     };
   });
 
-  auto* memmap = prepare->add_subcommand("gpt_memmap", "Tokenize a Hugging Face dataset into memmap shards.");
-  auto config = std::make_shared<std::string>();
-  auto overrides = std::make_shared<std::vector<std::string>>();
-  memmap->add_option("-c,--config", *config, "YAML configuration file.");
-  memmap->add_option("overrides", *overrides, "Overrides `a.b.c=value`.");
-  memmap->callback([&action] {
-    action = []() -> int {
-      throw NotSupportedError("prepare", "gpt_memmap needs Hugging Face datasets and tokenizers, which are not "
-                                         "available yet; `prepare byte_corpus` makes a byte-level dataset");
-    };
-  });
+  add_refused_command(*prepare, action, "gpt_memmap", "Tokenize a Hugging Face dataset into memmap shards.", "prepare",
+                      "gpt_memmap needs Hugging Face datasets and tokenizers, which are not available yet; "
+                      "`prepare byte_corpus` makes a byte-level dataset");
 }
 
 }  // namespace fast_llm::cli

@@ -44,7 +44,7 @@ void add_gpt_training(CLI::App& command, CommandAction& action) {
 
 void add_train_command(CLI::App& app, CommandAction& action) {
   auto* train = app.add_subcommand("train", "Train a model.");
-  train->require_subcommand(1);
+  train->require_subcommand(0, 1);
   add_gpt_training(*train->add_subcommand("gpt", "Train a GPT-style decoder (Llama, Mistral, Qwen2, ...)."), action);
   add_gpt_training(*app.add_subcommand("train_gpt", "Same as `train gpt`."), action);
 }

@@ -13,24 +13,23 @@ struct CommonOptions {
   std::vector<std::string> overrides;
 };
 
-CLI::App* add_refused_command(CLI::App& parent, CommandAction& action, const std::string& name,
-                              const std::string& description, const std::string& component,
-                              const std::string& reason) {
+}  // namespace
+
+void add_refused_command(CLI::App& parent, CommandAction& action, const std::string& name,
+                         const std::string& description, const std::string& component, const std::string& reason) {
   auto* command = parent.add_subcommand(name, description);
   auto options = std::make_shared<CommonOptions>();
   command->add_option("-c,--config", options->config, "YAML configuration file.");
   command->add_option("overrides", options->overrides, "Overrides `a.b.c=value`.");
-  command->callback([&action, component, reason] {
+  // The callback owns the options: CLI11 writes into them while parsing, after this function has returned.
+  command->callback([&action, options, component, reason] {
     action = [component, reason]() -> int { throw NotSupportedError(component, reason); };
   });
-  return command;
 }
-
-}  // namespace
 
 void add_evaluate_command(CLI::App& app, CommandAction& action) {
   auto* evaluate = app.add_subcommand("evaluate", "Run the evaluators of a training config on a pretrained model.");
-  evaluate->require_subcommand(1);
+  evaluate->require_subcommand(0, 1);
   add_refused_command(*evaluate, action, "gpt", "Evaluate a GPT model.", "evaluate",
                       "stand-alone evaluation needs loading a pretrained checkpoint, which is not available yet; "
                       "evaluators of type `loss` run inside `train gpt`");

@@ -1,0 +1,224 @@
+// The `fast-llm` command line, run as a user runs it: every subcommand and option with a valid config file, with
+// overrides, and with nonsense. Whatever the input, the program exits with a status (never a signal, never a hang)
+// and a user's mistake is reported as such, never as "[internal] ... this is a bug". In the sanitizer build
+// (`asan` preset) the same test runs the sanitized binary, so memory errors on these paths fail it too.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  bool exited = false;  // false: killed by a signal (or by the time limit)
+  int status = -1;      // the exit status when `exited`
+  std::string output;   // stdout and stderr together
+};
+
+// Runs the fast-llm binary with `arguments` in `directory`, for at most `limit`.
+Outcome run_fast_llm(const std::vector<std::string>& arguments, const fs::path& directory,
+                     std::chrono::seconds limit = std::chrono::seconds(120)) {
+  const fs::path log = directory / "output.log";
+  const pid_t child = fork();
+  if (child == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    if (chdir(directory.c_str()) != 0) _exit(126);
+    std::vector<char*> argv;
+    std::string binary = FAST_LLM_BINARY;
+    argv.push_back(binary.data());
+    std::vector<std::string> copies = arguments;
+    for (auto& argument : copies) argv.push_back(argument.data());
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  Outcome outcome;
+  int wait_status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (waitpid(child, &wait_status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(child, SIGKILL);
+      waitpid(child, &wait_status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  outcome.exited = WIFEXITED(wait_status);
+  outcome.status = outcome.exited ? WEXITSTATUS(wait_status) : -1;
+  std::ifstream stream(log);
+  std::stringstream text;
+  text << stream.rdbuf();
+  outcome.output = text.str();
+  return outcome;
+}
+
+std::string join(const std::vector<std::string>& arguments) {
+  std::string line = "fast-llm";
+  for (const auto& argument : arguments) line += " " + argument;
+  return line;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    directory_ = fs::temp_directory_path() /
+                 ("fast_llm_cli_test_" + std::to_string(getpid()) + "_" +
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(directory_);
+    fs::create_directories(directory_);
+  }
+  void TearDown() override { fs::remove_all(directory_); }
+
+  fs::path write(const std::string& name, const std::string& text) {
+    fs::path path = directory_ / name;
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  // Runs the command and checks it ended by itself with `status`, printing `expected` and no internal error.
+  Outcome expect(const std::vector<std::string>& arguments, int status, const std::string& expected = "") {
+    Outcome outcome = run_fast_llm(arguments, directory_);
+    EXPECT_TRUE(outcome.exited) << join(arguments) << " did not exit by itself (signal or hang):\n" << outcome.output;
+    EXPECT_EQ(outcome.status, status) << join(arguments) << ":\n" << outcome.output;
+    EXPECT_NE(outcome.output.find(expected), std::string::npos)
+        << join(arguments) << ": expected \"" << expected << "\" in:\n" << outcome.output;
+    EXPECT_EQ(outcome.output.find("[internal]"), std::string::npos) << join(arguments) << ":\n" << outcome.output;
+    EXPECT_EQ(outcome.output.find("AddressSanitizer"), std::string::npos) << join(arguments) << ":\n"
+                                                                          << outcome.output;
+    EXPECT_EQ(outcome.output.find("runtime error:"), std::string::npos) << join(arguments) << ":\n" << outcome.output;
+    return outcome;
+  }
+
+  fs::path directory_;
+};
+
+// A complete training config, small enough to run in a second on the CPU.
+constexpr const char* kTrainConfig = R"(
+training: {train_iters: 2, logs: {interval: 1}}
+data:
+  datasets: {training: {type: random}}
+  micro_batch_size: 16
+optimizer: {learning_rate: {base: 1.0e-3}}
+model:
+  base_model:
+    embeddings: {vocab_size: 32}
+    decoder:
+      block:
+        mixer: {type: attention, heads: 2, head_groups: 1, head_size: 4}
+        mlp: {intermediate_size: 16, gated: true}
+        normalization: {type: rms_norm}
+      num_blocks: 1
+    hidden_size: 8
+  distributed: {compute_dtype: fp32}
+run: {experiment_dir: experiment}
+)";
+
+TEST_F(CliTest, TopLevel) {
+  expect({"--help"}, 0, "train");
+  expect({"--version"}, 0, "fast-llm");
+  expect({}, 106, "A subcommand of `fast-llm` is required");
+  expect({"frobnicate"}, 109, "frobnicate");
+  expect({"--debug", "kernels", "--device", "cpu"}, 0, "rms_norm_forward");
+  expect({"train"}, 106, "A subcommand of `fast-llm train` is required");
+  expect({"train", "bert"}, 109, "bert");
+  expect({"prepare"}, 106, "A subcommand of `fast-llm prepare` is required");
+}
+
+TEST_F(CliTest, TrainGpt) {
+  const fs::path config = write("train.yaml", kTrainConfig);
+  for (const std::string command : {"train gpt", "train_gpt"}) {
+    std::vector<std::string> prefix;
+    std::istringstream words(command);
+    for (std::string word; words >> word;) prefix.push_back(word);
+    auto with = [&](std::vector<std::string> rest) {
+      std::vector<std::string> arguments = prefix;
+      arguments.insert(arguments.end(), rest.begin(), rest.end());
+      return arguments;
+    };
+    expect(with({"--help"}), 0, "--validate");
+    expect(with({"-c", config.string(), "--validate"}), 0, "hidden_size: 8");
+    expect(with({"-c", config.string(), "model.base_model.hidden_size=12", "-v"}), 0, "hidden_size: 12");
+    expect(with({"-c", config.string(), "model.base_model.hiden_size=12"}), 1, "hiden_size");
+    expect(with({"-c", config.string(), "model.base_model.hidden_size=twelve"}), 1, "model.base_model.hidden_size");
+    expect(with({"-c", config.string(), "no_equals_sign"}), 1, "no_equals_sign");
+    expect(with({"-c", (directory_ / "missing.yaml").string()}), 1, "missing.yaml");
+    expect(with({"-c", write("broken.yaml", "training: {train_iters: [").string()}), 1, "broken.yaml");
+    expect(with({"-c"}), 114, "--config");
+    expect(with({"--frobnicate"}), 109, "--frobnicate");
+  }
+  const Outcome trained = expect({"train", "gpt", "-c", config.string()}, 0);
+  EXPECT_TRUE(fs::exists(directory_ / "experiment" / "config.yaml")) << trained.output;
+}
+
+TEST_F(CliTest, ConvertGpt) {
+  const fs::path checkpoint = directory_ / "missing_checkpoint";
+  expect({"convert", "gpt", "--help"}, 0, "--validate");
+  expect({"convert", "gpt", "input.format=llama", "input.path=" + checkpoint.string(), "output.format=fast_llm",
+          "output.path=out", "--validate"},
+         0, "format: fast_llm");
+  expect({"convert", "gpt", "-c", write("convert.yaml", "input: {format: llama}\noutput: {format: fast_llm}\n").string(),
+          "input.path=" + checkpoint.string(), "output.path=out"},
+         1, "missing_checkpoint");
+  expect({"convert", "gpt", "input.format=nonsense"}, 1, "input.format");
+  expect({"convert", "gpt"}, 1, "input.path is required");
+  expect({"convert"}, 106, "A subcommand of `fast-llm convert` is required");
+  expect({"convert", "frobnicate"}, 109, "frobnicate");
+  expect({"model_outputs", "gpt", "pretrained.format=nonsense"}, 1, "pretrained.format");
+}
+
+TEST_F(CliTest, Prepare) {
+  const fs::path text = write("text/a.txt", "Some text to make a byte-level dataset from.\n");
+  expect({"prepare", "byte_corpus", "--output", "corpus", "--source", text.string(), "--max-bytes", "1000"}, 0,
+         "wrote 1 documents");
+  EXPECT_TRUE(fs::exists(directory_ / "corpus" / "fast_llm_config.yaml"));
+  expect({"prepare", "byte_corpus", "--output", "corpus2", "--max-bytes", "-5"}, 105, "--max-bytes");
+  expect({"prepare", "byte_corpus"}, 106, "--output");
+  expect({"prepare", "byte_corpus", "--output", "corpus3", "--source", (directory_ / "nothing").string()}, 1,
+         "no files found");
+  const fs::path config = write("prepare.yaml", "output_path: out\n");
+  expect({"prepare", "gpt_memmap", "-c", config.string()}, 1, "not available yet");
+  expect({"prepare", "gpt_memmap", "-c", config.string(), "dataset.path=x"}, 1, "not available yet");
+  expect({"prepare", "gpt_memmap", "--nonsense"}, 109, "--nonsense");
+}
+
+TEST_F(CliTest, RefusedCommands) {
+  const fs::path config = write("any.yaml", "x: 1\n");
+  for (const std::vector<std::string>& command :
+       std::vector<std::vector<std::string>>{{"generate"}, {"evaluate", "gpt"}}) {
+    auto with = [&](std::vector<std::string> rest) {
+      std::vector<std::string> arguments = command;
+      arguments.insert(arguments.end(), rest.begin(), rest.end());
+      return arguments;
+    };
+    expect(with({"-c", config.string()}), 1, "not available yet");
+    expect(with({"-c", config.string(), "a.b=1", "c=2"}), 1, "not available yet");
+    expect(with({"--config", config.string()}), 1, "not available yet");
+    expect(with({"--nonsense"}), 109, "--nonsense");
+    expect(with({"--help"}), 0, "--config");
+  }
+  expect({"evaluate"}, 106, "A subcommand of `fast-llm evaluate` is required");
+}
+
+TEST_F(CliTest, Kernels) {
+  expect({"kernels"}, 0, "gemm");
+  expect({"kernels", "--device", "cuda"}, 0, "CUDA devices");
+  expect({"kernels", "--device", "tpu"}, 105, "tpu");
+  expect({"kernels", "--plugin", (directory_ / "missing.so").string()}, 1, "missing.so");
+  expect({"kernels", "--plugin", write("not_a_library.so", "text").string()}, 1, "not_a_library.so");
+}
+
+}  // namespace
