@@ -4,6 +4,7 @@
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
+#include "fast_llm/data/legacy_memmap.h"
 #include "fast_llm/data/memmap.h"
 #include "fast_llm/data/sampling.h"
 
