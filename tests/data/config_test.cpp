@@ -217,5 +217,75 @@ TEST(DatasetFile, RefusesEscapingPathsAndUnknownEntries) {
             std::string::npos);
 }
 
+TEST(DatasetFile, IncludeCyclesAreErrorsNamingTheChain) {
+  TemporaryFolder folder;
+  auto build_error = [&](const std::string& file) {
+    DatasetFromFileConfig config;
+    config.path = folder / file;
+    return error_message([&] { config.build(); });
+  };
+  // A file that includes itself.
+  write_file(folder / "self.yaml", "{type: file, path: self.yaml}\n");
+  std::string message = build_error("self.yaml");
+  EXPECT_NE(message.find(fmt::format("{0} -> {0}", (folder / "self.yaml").string())), std::string::npos) << message;
+  EXPECT_NE(message.find("include each other"), std::string::npos) << message;
+
+  // Two files that include each other, the second through a concatenation.
+  write_file(folder / "a.yaml", "{config: {type: file, path: b.yaml}}\n");
+  write_file(folder / "b.yaml", "{type: concatenated, datasets: [{type: file, path: a.yaml}]}\n");
+  message = build_error("a.yaml");
+  EXPECT_NE(message.find(fmt::format("{0} -> {1} -> {0}", (folder / "a.yaml").string(), (folder / "b.yaml").string())),
+            std::string::npos)
+      << message;
+  // The error names where the repeated include sits in the file that makes it.
+  EXPECT_NE(message.find("b.yaml: dataset.datasets[0].path"), std::string::npos) << message;
+
+  // A blended dataset listing itself (through its file), as the trainer samples it.
+  write_file(folder / "blend.yaml",
+             "{type: blended, datasets: [{type: random}, {type: file, path: blend.yaml}], weights: [1, 1]}\n");
+  GPTDataConfig data = load(fmt::format("{{datasets: {{training: {{type: file, path: {}}}}}}}",
+                                        (folder / "blend.yaml").string()));
+  SamplingParameters parameters;
+  parameters.vocab_size = 100;
+  message = error_message([&] { data.datasets.at("training")->build_and_sample(parameters, 10, 0); });
+  EXPECT_NE(message.find(fmt::format("{0} -> {0}", (folder / "blend.yaml").string())), std::string::npos) << message;
+
+  // The same file twice side by side is no cycle.
+  testing::write_dataset(folder / "data.fast_llm_dataset", testing::tagged_documents({3, 4}));
+  write_file(folder / "leaf.yaml", "{type: memmap, path: data.fast_llm_dataset}\n");
+  write_file(folder / "twice.yaml",
+             "{type: concatenated, datasets: [{type: file, path: leaf.yaml}, {type: file, path: ./leaf.yaml}]}\n");
+  DatasetFromFileConfig twice;
+  twice.path = folder / "twice.yaml";
+  EXPECT_EQ(twice.build()->num_documents(), 4);
+}
+
+TEST(DatasetFile, NestingIsBounded) {
+  TemporaryFolder folder;
+  testing::write_dataset(folder / "data.fast_llm_dataset", testing::tagged_documents({3, 4}));
+  // A chain of files, each a slice of the next: acyclic, legitimate while short, refused when absurdly deep.
+  auto write_chain = [&](int length) {
+    for (int index = 0; index < length; ++index)
+      write_file(folder / fmt::format("chain_{}.yaml", index),
+                 index + 1 < length
+                     ? fmt::format("{{type: slice, dataset: {{type: file, path: chain_{}.yaml}}}}\n", index + 1)
+                     : std::string("{type: memmap, path: data.fast_llm_dataset}\n"));
+    DatasetFromFileConfig config;
+    config.path = folder / "chain_0.yaml";
+    return config;
+  };
+  EXPECT_EQ(write_chain(10).build()->num_documents(), 2);
+  std::string message = error_message([&] { write_chain(1000).build(); });
+  EXPECT_NE(message.find("datasets nest more than 64 deep"), std::string::npos) << message;
+  EXPECT_NE(message.find("chain_31.yaml: dataset.dataset"), std::string::npos) << message;
+
+  // Nesting written inline in the trainer's config counts the same.
+  std::string nested = "{type: memmap, path: x}";
+  for (int level = 0; level < 70; ++level) nested = fmt::format("{{type: slice, dataset: {}}}", nested);
+  message = load_error(fmt::format("{{datasets: {{training: {}}}}}", nested));
+  EXPECT_NE(message.find("datasets nest more than 64 deep"), std::string::npos) << message;
+  EXPECT_NE(message.find("data.datasets.training.dataset.dataset"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace fast_llm::data

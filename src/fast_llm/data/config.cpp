@@ -45,6 +45,46 @@ const IndexedDatasetConfig& as_indexed(const config::Dynamic<DatasetConfig>& dat
   return *indexed;
 }
 
+// Calls `function(child_path, child)` for each dataset config held directly by `parent`, whose path is `parent_path`.
+// (Paths are passed along because configs learn theirs only when validated.)
+template <class Function>
+void for_each_child_dataset(config::Config& parent, const std::string& parent_path, const Function& function) {
+  struct Fields final : config::Visitor {
+    const std::string& parent_path;
+    const Function& function;
+    Fields(const std::string& path, const Function& body) : parent_path(path), function(body) {}
+    void on_field(const config::FieldInfo& info, config::FieldHandle& field) override {
+      const std::string path =
+          parent_path.empty() ? std::string(info.name) : fmt::format("{}.{}", parent_path, info.name);
+      field.for_each_config(path, [&](const std::string& child_path, config::Config& child) {
+        if (auto* dataset = dynamic_cast<DatasetConfig*>(&child)) function(child_path, *dataset);
+      });
+    }
+  } fields(parent_path, function);
+  fields.owner = &parent;
+  parent.visit(fields);
+}
+
+// Places `dataset` (at `path`) at `depth` among nested datasets, read through `files`: refuses it past
+// kMaxDatasetNesting, gives a `file` dataset its nesting, and places the datasets inside any other. `file` datasets are
+// not followed: their files are read when they are built, and place their own datasets then.
+void place_dataset(DatasetConfig& dataset, const std::string& path, const std::vector<std::filesystem::path>& files,
+                   int depth) {
+  if (depth > kMaxDatasetNesting) {
+    std::vector<std::string> names;
+    for (const auto& file : files) names.push_back(file.string());
+    const std::string through = names.empty() ? "" : fmt::format(" (read through {})", fmt::join(names, " -> "));
+    throw ConfigError(path, fmt::format("datasets nest more than {} deep{}", kMaxDatasetNesting, through));
+  }
+  if (auto* file = dynamic_cast<DatasetFromFileConfig*>(&dataset)) {
+    file->nesting = {.files = files, .depth = depth};
+    return;
+  }
+  for_each_child_dataset(dataset, path, [&](const std::string& child_path, DatasetConfig& child) {
+    place_dataset(child, child_path, files, depth + 1);
+  });
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -180,6 +220,13 @@ void GPTDataConfig::visit(config::Visitor& v) {
   v(seed, "seed", "Seed for random sampling.", Hint::feature);
 }
 
+void GPTDataConfig::derive() {
+  // Before the datasets are validated, so a pathologically deep tree is refused before it is walked any further.
+  for_each_child_dataset(*this, path(), [](const std::string& child_path, DatasetConfig& dataset) {
+    place_dataset(dataset, child_path, {}, 1);
+  });
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Building
 
@@ -215,14 +262,26 @@ std::shared_ptr<IndexedDataset> MemmapDatasetConfig::build() const {
                                   legacy_memmap_path(path, ".idx").string()));
 }
 
+config::Dynamic<DatasetConfig> DatasetFromFileConfig::load() const {
+  for (size_t index = 0; index < nesting.files.size(); ++index) {
+    std::error_code error;
+    if (!std::filesystem::equivalent(nesting.files[index], path, error)) continue;
+    std::vector<std::string> chain;
+    for (size_t link = index; link < nesting.files.size(); ++link) chain.push_back(nesting.files[link].string());
+    chain.push_back(path.string());
+    fail("path", fmt::format("dataset config files include each other: {}", fmt::join(chain, " -> ")));
+  }
+  return load_dataset_config_file(path, nesting);
+}
+
 std::shared_ptr<IndexedDataset> DatasetFromFileConfig::build() const {
-  config::Dynamic<DatasetConfig> loaded = load_dataset_config_file(path);
+  config::Dynamic<DatasetConfig> loaded = load();
   return as_indexed(loaded, path.string()).build();
 }
 
 std::shared_ptr<SampledDataset> DatasetFromFileConfig::build_and_sample(const SamplingParameters& parameters,
                                                                         int64_t num_samples, uint64_t seed) const {
-  return load_dataset_config_file(path)->build_and_sample(parameters, num_samples, seed);
+  return load()->build_and_sample(parameters, num_samples, seed);
 }
 
 std::shared_ptr<IndexedDataset> ConcatenatedDatasetConfig::build() const {
@@ -291,7 +350,8 @@ void resolve_paths(YAML::Node node, const std::filesystem::path& folder, const s
 
 }  // namespace
 
-config::Dynamic<DatasetConfig> load_dataset_config_file(const std::filesystem::path& path) {
+config::Dynamic<DatasetConfig> load_dataset_config_file(const std::filesystem::path& path,
+                                                        const DatasetNesting& reader) {
   FLM_CHECK(std::filesystem::is_regular_file(path), "data", "{}: dataset config file does not exist", path.string());
   YAML::Node root = config::load_yaml_file(path);  // a mapping, or an error naming the file
   YAML::Node dataset = root;
@@ -321,6 +381,9 @@ config::Dynamic<DatasetConfig> load_dataset_config_file(const std::filesystem::p
   config::Dynamic<DatasetConfig> result;
   config::Codec<config::Dynamic<DatasetConfig>>::read(result, dataset, label);
   if (!result.has_value()) throw ConfigError(label, "a dataset config is required");
+  std::vector<std::filesystem::path> files = reader.files;
+  files.push_back(path);
+  place_dataset(*result, label, files, reader.depth + 1);
   result->validate(label);
   return result;
 }
