@@ -125,6 +125,60 @@ TEST(DataConfig, ErrorsNameTheFullPath) {
             std::string::npos);
 }
 
+TEST(DataConfig, NumericErrorsSayWhatIsWrongWithTheValue) {
+  auto blended_error = [](const std::string& weights) {
+    return load_error(fmt::format(
+        "{{datasets: {{training: {{type: blended, datasets: [{{type: random}}, {{type: random}}], weights: {}}}}}}}",
+        weights));
+  };
+  std::string message = blended_error("[.inf, 1]");
+  EXPECT_NE(message.find("data.datasets.training.weights: element 0: must be at least 0 and finite, got inf"),
+            std::string::npos)
+      << message;
+  message = blended_error("[1, .nan]");
+  EXPECT_NE(message.find("data.datasets.training.weights: element 1: must be at least 0 and finite, got nan"),
+            std::string::npos)
+      << message;
+  message = blended_error("[1e308, 1e308]");
+  EXPECT_NE(message.find("data.datasets.training.weights: the weights must have a finite sum, got inf for "
+                         "[1e+308, 1e+308]"),
+            std::string::npos)
+      << message;
+  message = blended_error("[0, 0]");
+  EXPECT_NE(message.find("data.datasets.training.weights: the weights must not all be zero, got [0, 0]"),
+            std::string::npos)
+      << message;
+  // Huge weights whose sum is finite are proportions like any others.
+  GPTDataConfig config = load(
+      "{datasets: {training: {type: blended, datasets: [{type: random}, {type: random}], weights: [1e307, 3e307]}}}");
+  const auto* blended = config.datasets.at("training").as<BlendedDatasetConfig>();
+  EXPECT_NEAR(blended->weights[0], 0.25, 1e-15);
+  EXPECT_NEAR(blended->weights[1], 0.75, 1e-15);
+
+  // Cumulative sequence lengths and span bounds within a sample are 32-bit.
+  message = load_error("{micro_batch_size: 3000000000}");
+  EXPECT_NE(message.find("data.micro_batch_size: must be at most 1073741824, got 3000000000"), std::string::npos)
+      << message;
+  // Slice fractions and fim rates refuse what is not a fraction, nan and inf included.
+  message = load_error("{datasets: {v: {type: slice, dataset: {type: memmap, path: x}, begin: .nan}}}");
+  EXPECT_NE(message.find("data.datasets.v.begin: must be in [0, 1], got nan"), std::string::npos) << message;
+  message = load_error("{datasets: {v: {type: fim, dataset: {type: memmap, path: x}, spm_rate: .inf}}}");
+  EXPECT_NE(message.find("data.datasets.v.spm_rate: must be in [0, 1], got inf"), std::string::npos) << message;
+}
+
+TEST(DataConfig, SliceSelectingNoDocumentNamesTheConfig) {
+  TemporaryFolder folder;
+  testing::write_dataset(folder / "data.fast_llm_dataset", testing::tagged_documents({3, 4}));
+  // 0.5 and 0.6 of 2 documents both round to document 1.
+  GPTDataConfig config = load(fmt::format(
+      "{{datasets: {{v: {{type: slice, dataset: {{type: memmap, path: {}}}, begin: 0.5, end: 0.6}}}}}}",
+      (folder / "data.fast_llm_dataset").string()));
+  std::string message = error_message([&] { config.datasets.at("v").as<DatasetSliceConfig>()->build(); });
+  EXPECT_NE(message.find("data.datasets.v: [begin, end) = [0.5, 0.6) selects no document of the 2"),
+            std::string::npos)
+      << message;
+}
+
 TEST(DataConfig, FimIsAcceptedButRefused) {
   GPTDataConfig config = load(R"(
 datasets:

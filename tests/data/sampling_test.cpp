@@ -5,6 +5,7 @@
 // position they come from, and checks need no knowledge of the sampler's internals.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -335,6 +336,14 @@ TEST(Sampling, BlendingFollowsTheWeights) {
   std::vector<std::shared_ptr<SampledDataset>> short_parts{
       std::make_shared<SampledIndexedDataset>(first, parameters(8), 600, 10), parts[1]};
   EXPECT_NE(error_message([&] { BlendedDataset("short", short_parts, weights, num_samples); }).find("which has 600"),
+            std::string::npos);
+  // Weights that cannot be normalised are refused by name, not turned into nan proportions.
+  const double infinity = std::numeric_limits<double>::infinity();
+  EXPECT_NE(error_message([&] { BlendedDataset("inf", parts, {infinity, 1.0}, num_samples); })
+                .find("inf: blending weight inf is negative or not finite"),
+            std::string::npos);
+  EXPECT_NE(error_message([&] { BlendedDataset("huge", parts, {1e308, 1e308}, num_samples); })
+                .find("huge: blending weights sum to inf, not a positive number"),
             std::string::npos);
 }
 

@@ -10,8 +10,8 @@
 
 namespace fast_llm::data {
 
-using config::check::ge;
 using config::check::gt;
+using config::check::le;
 using config::check::in_range;
 using config::Hint;
 
@@ -33,6 +33,12 @@ std::optional<std::string> required_path(const std::filesystem::path& path) {
 // Whether a dataset config can be used where documents are needed (concatenated, slice).
 bool is_indexed(const config::Dynamic<DatasetConfig>& dataset) {
   return !dataset.has_value() || dataset.is<IndexedDatasetConfig>();
+}
+
+// A blending weight: inf or nan would make every normalised weight nan.
+std::optional<std::string> finite_non_negative(const double& value) {
+  if (std::isfinite(value) && value >= 0) return std::nullopt;
+  return fmt::format("must be at least 0 and finite, got {}", value);
 }
 
 // Python's round(): halves go to the even neighbour (how Fast-LLM turns slice fractions into document indices).
@@ -141,18 +147,18 @@ void BlendedDatasetConfig::visit(config::Visitor& v) {
   v(name, "name", "The name of the dataset.", Hint::core);
   v(datasets, "datasets", "The datasets to blend.", Hint::core);
   v(weights, "weights", "The blending weight of each dataset (normalised to sum to 1).", Hint::core,
-    config::check::each<double>(ge(0.0)));
+    config::check::each<double>(finite_non_negative));
 }
 
 void BlendedDatasetConfig::derive() {
-  // Normalised here, as Fast-LLM does, so the resolved config shows the proportions; invalid weights are left to
-  // the checks.
+  // Normalised here, as Fast-LLM does, so the resolved config shows the proportions. Weights the checks refuse (not
+  // finite, negative, or summing to zero or past the largest double) are left as given, so the error shows them.
   double total = 0;
   for (double weight : weights) {
-    if (!(weight >= 0)) return;
+    if (!(std::isfinite(weight) && weight >= 0)) return;
     total += weight;
   }
-  if (total > 0)
+  if (total > 0 && std::isfinite(total))
     for (double& weight : weights) weight /= total;
 }
 
@@ -163,7 +169,11 @@ void BlendedDatasetConfig::check() const {
                                 datasets.size()));
   double total = 0;
   for (double weight : weights) total += weight;
-  if (!(total > 0)) fail("weights", "the weights must not all be zero");
+  if (!std::isfinite(total))
+    fail("weights", fmt::format("the weights must have a finite sum, got {} for [{}]; scale them down", total,
+                                fmt::join(weights, ", ")));
+  if (!(total > 0))
+    fail("weights", fmt::format("the weights must not all be zero, got [{}]", fmt::join(weights, ", ")));
 }
 
 void TokenizerConfig::visit(config::Visitor& v) {
@@ -201,7 +211,7 @@ void GPTDataConfig::visit(config::Visitor& v) {
   v(datasets, "datasets",
     "Configuration for the dataset(s): `training` is the train set, other names are evaluator datasets.", Hint::core);
   v(micro_batch_size, "micro_batch_size", "Tokens in each micro-batch sample (documents packed together).",
-    Hint::core, gt<int64_t>(0));
+    Hint::core, gt<int64_t>(0), le(kMaxMicroBatchSize));
   v(maximum_document_length, "maximum_document_length",
     "Maximum number of tokens in a document. Longer documents are split (truncate_documents) or skipped.", Hint::core,
     gt<int64_t>(0));
@@ -294,8 +304,12 @@ std::shared_ptr<IndexedDataset> ConcatenatedDatasetConfig::build() const {
 std::shared_ptr<IndexedDataset> DatasetSliceConfig::build() const {
   std::shared_ptr<IndexedDataset> inner = as_indexed(dataset, field_path("dataset")).build();
   const double size = double(inner->num_documents());
-  return std::make_shared<DatasetSlice>(fmt::format("{}_{}_{}", inner->name(), begin, end), inner,
-                                        round_half_even(begin * size), round_half_even(end * size));
+  const int64_t first = round_half_even(begin * size), last = round_half_even(end * size);
+  // Which documents the fractions select is only known once the dataset is read.
+  if (last <= first)
+    throw ConfigError(path(), fmt::format("[begin, end) = [{}, {}) selects no document of the {} in dataset {}", begin,
+                                          end, inner->num_documents(), inner->name()));
+  return std::make_shared<DatasetSlice>(fmt::format("{}_{}_{}", inner->name(), begin, end), inner, first, last);
 }
 
 std::shared_ptr<SampledDataset> BlendedDatasetConfig::build_and_sample(const SamplingParameters& parameters,

@@ -184,6 +184,9 @@ struct FimDatasetConfig : DatasetConfig {
                                                    uint64_t seed) const override;
 };
 
+// The largest `micro_batch_size`: attention segment offsets and span bounds within a sample are 32-bit.
+inline constexpr int64_t kMaxMicroBatchSize = int64_t(1) << 30;
+
 // The `data:` section.
 struct GPTDataConfig : config::Config {
   std::map<std::string, config::Dynamic<DatasetConfig>> datasets;

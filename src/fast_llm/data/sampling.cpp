@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -438,10 +439,12 @@ BlendedDataset::BlendedDataset(std::string name, std::vector<std::shared_ptr<Sam
             "{}: {} datasets and {} weights", name_, datasets_.size(), weights.size());
   double total = 0;
   for (double weight : weights) {
-    FLM_CHECK(weight >= 0, kComponent, "{}: negative blending weight {}", name_, weight);
+    FLM_CHECK(std::isfinite(weight) && weight >= 0, kComponent, "{}: blending weight {} is negative or not finite",
+              name_, weight);
     total += weight;
   }
-  FLM_CHECK(total > 0, kComponent, "{}: blending weights sum to zero", name_);
+  FLM_CHECK(total > 0 && std::isfinite(total), kComponent, "{}: blending weights sum to {}, not a positive number",
+            name_, total);
   for (double& weight : weights) weight /= total;
 
   dataset_index_.resize(size_t(num_samples_));
