@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/full_disk.h"
 #include "data_test_util.h"
 #include "fast_llm/data/config.h"
 #include "fast_llm/data/memmap.h"
@@ -125,6 +126,20 @@ TEST(Memmap, WriterOutputFollowsTheFormat) {
   for (const char* key : {"loss_masking_spans", "chosen_spans", "rejected_spans", "image_patches", "advantages",
                           "old_log_probabilities"})
     EXPECT_EQ(config[key]["type"], "none") << key;
+}
+
+TEST(Memmap, WriterOnAFullDiskIsAnErrorAndLeavesNoFile) {
+  TemporaryFolder folder;
+  const std::filesystem::path path = folder / "full.fast_llm_dataset";
+  std::string message;
+  {
+    fast_llm::testing::FileSizeLimit limit(1000);  // the dataset takes about 3000 bytes
+    message = error_message([&] { testing::write_dataset(path, testing::tagged_documents({300, 400})); });
+  }
+  EXPECT_NE(message.find(fmt::format("[memmap] {}: write failed after 1000 bytes (File too large)", path.string())),
+            std::string::npos)
+      << message;
+  EXPECT_TRUE(std::filesystem::is_empty(folder.path()));
 }
 
 // ---------------------------------------------------------------------------------------------------------------

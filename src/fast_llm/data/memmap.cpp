@@ -1,7 +1,5 @@
 #include "fast_llm/data/memmap.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <limits>
 
@@ -345,42 +343,23 @@ void check_spans(const std::vector<Range>& spans, int64_t size, std::string_view
 }
 }  // namespace
 
-MemmapWriter::MemmapWriter(std::filesystem::path path, Options options)
-    : path_(std::move(path)), options_(options) {
-  if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path());
-  temporary_path_ = path_;
-  temporary_path_ += fmt::format(".tmp.{}", ::getpid());
-  stream_.open(temporary_path_, std::ios::binary | std::ios::trunc);
-  FLM_CHECK(stream_.is_open(), kComponent, "{}: cannot open for writing", temporary_path_.string());
-  write_bytes(kMemmapFileHeader.data(), kMemmapFileHeader.size());
+MemmapWriter::MemmapWriter(const std::filesystem::path& path, Options options)
+    : options_(options), file_(path, {.component = kComponent, .sync = true}) {
+  file_.write(kMemmapFileHeader);
   const uint64_t placeholder = 0;  // config_offset, patched by finish()
-  write_bytes(&placeholder, sizeof(placeholder));
-  write_bytes(kLmHeader.data(), kLmHeader.size());
-  write_bytes(kTokenHeader.data(), kTokenHeader.size());
-  tokens_begin_ = offset_ - kTokenHeader.size();
-}
-
-MemmapWriter::~MemmapWriter() {
-  if (!finished_) {
-    stream_.close();
-    std::error_code ignored;
-    std::filesystem::remove(temporary_path_, ignored);
-  }
-}
-
-void MemmapWriter::write_bytes(const void* data, size_t size) {
-  stream_.write(static_cast<const char*>(data), std::streamsize(size));
-  FLM_CHECK(stream_.good(), kComponent, "{}: write failed after {} bytes", temporary_path_.string(), offset_);
-  offset_ += size;
+  file_.write(&placeholder, sizeof(placeholder));
+  file_.write(kLmHeader);
+  tokens_begin_ = file_.size();
+  file_.write(kTokenHeader);
 }
 
 void MemmapWriter::add_document(const Document& document) {
-  FLM_CHECK(!finished_, kComponent, "{}: add_document after finish", path_.string());
+  FLM_CHECK(!finished_, kComponent, "{}: add_document after finish", file_.path().string());
   std::string buffer;
   buffer.reserve(document.tokens.size() * token_data_type_size(options_.data_type));
   for (int64_t token : document.tokens) {
     FLM_CHECK(token_fits(token, options_.data_type), kComponent, "{}: token {} of document {} does not fit {}",
-              path_.string(), token, num_documents(), token_data_type_name(options_.data_type));
+              file_.path().string(), token, num_documents(), token_data_type_name(options_.data_type));
     switch (options_.data_type) {
       case TokenDataType::uint8: append_scalar(buffer, uint8_t(token)); break;
       case TokenDataType::int8: append_scalar(buffer, int8_t(token)); break;
@@ -394,13 +373,13 @@ void MemmapWriter::add_document(const Document& document) {
   }
   const int64_t size = document.size();
   auto append_ranges = [&](RangeBuffer& target, const std::vector<Range>& spans, std::string_view what) {
-    check_spans(spans, size, what, path_);
+    check_spans(spans, size, what, file_.path());
     for (const Range& span : spans) {
       target.pairs.push_back(span.begin);
       target.pairs.push_back(span.end);
     }
     FLM_CHECK(target.pairs.size() / 2 < size_t(std::numeric_limits<int32_t>::max()), kComponent,
-              "{}: too many {}", path_.string(), what);
+              "{}: too many {}", file_.path().string(), what);
     target.count_cumsum.push_back(int32_t(target.pairs.size() / 2));
   };
   if (options_.loss_masking_spans) append_ranges(loss_masking_spans_, document.loss_masking_spans, "loss-masking span");
@@ -408,32 +387,32 @@ void MemmapWriter::add_document(const Document& document) {
     append_ranges(chosen_spans_, document.chosen_spans, "chosen span");
     append_ranges(rejected_spans_, document.rejected_spans, "rejected span");
   }
-  write_bytes(buffer.data(), buffer.size());
+  file_.write(buffer);
   size_cumsum_.push_back(size_cumsum_.back() + size);
 }
 
 nlohmann::ordered_json MemmapWriter::write_range_section(const RangeBuffer& buffer) {
-  uint64_t begin = offset_;
-  write_bytes(kRangeHeader.data(), kRangeHeader.size());
-  write_bytes(buffer.pairs.data(), buffer.pairs.size() * sizeof(int32_t));
-  write_bytes(buffer.count_cumsum.data(), buffer.count_cumsum.size() * sizeof(int32_t));
-  write_bytes(kRangeFooter.data(), kRangeFooter.size());
+  uint64_t begin = file_.size();
+  file_.write(kRangeHeader);
+  file_.write(buffer.pairs.data(), buffer.pairs.size() * sizeof(int32_t));
+  file_.write(buffer.count_cumsum.data(), buffer.count_cumsum.size() * sizeof(int32_t));
+  file_.write(kRangeFooter);
   return {{"type", "range"},
           {"begin", begin},
-          {"end", offset_},
+          {"end", file_.size()},
           {"num_documents", num_documents()},
           {"num_ranges", buffer.pairs.size() / 2}};
 }
 
 void MemmapWriter::finish() {
-  FLM_CHECK(!finished_, kComponent, "{}: finish called twice", path_.string());
-  write_bytes(size_cumsum_.data(), size_cumsum_.size() * sizeof(int64_t));
-  write_bytes(kTokenFooter.data(), kTokenFooter.size());
+  FLM_CHECK(!finished_, kComponent, "{}: finish called twice", file_.path().string());
+  file_.write(size_cumsum_.data(), size_cumsum_.size() * sizeof(int64_t));
+  file_.write(kTokenFooter);
   // Keys in Fast-LLM's order, which is also the order of the sections in the file.
   nlohmann::ordered_json reader_config = {{"type", "language_model"}, {"begin", kDataStart}, {"end", 0}};
   reader_config["tokens"] = {{"type", "token"},
                              {"begin", tokens_begin_},
-                             {"end", offset_},
+                             {"end", file_.size()},
                              {"num_documents", num_documents()},
                              {"num_tokens", num_tokens()},
                              {"data_type", token_data_type_name(options_.data_type)}};
@@ -444,27 +423,22 @@ void MemmapWriter::finish() {
   reader_config["image_patches"] = none;
   reader_config["advantages"] = none;
   reader_config["old_log_probabilities"] = none;
-  write_bytes(kLmFooter.data(), kLmFooter.size());
-  reader_config["end"] = offset_;
+  file_.write(kLmFooter);
+  reader_config["end"] = file_.size();
   const std::string json_text = reader_config.dump();
 
-  const uint64_t config_offset = offset_;
+  const uint64_t config_offset = file_.size();
   FLM_CHECK(json_text.size() <= std::numeric_limits<uint32_t>::max(), kComponent, "{}: reader config too large",
-            path_.string());
+            file_.path().string());
   const uint32_t config_size = uint32_t(json_text.size());
   unsigned char size_bytes[4];
   for (int index = 0; index < 4; ++index) size_bytes[index] = uint8_t(config_size >> (8 * (3 - index)));
-  write_bytes(size_bytes, 4);
-  write_bytes(json_text.data(), json_text.size());
+  file_.write(size_bytes, 4);
+  file_.write(json_text);
   unsigned char offset_bytes[8];
   for (int index = 0; index < 8; ++index) offset_bytes[index] = uint8_t(config_offset >> (8 * (7 - index)));
-  stream_.seekp(std::streamoff(kConfigOffsetPosition));
-  stream_.write(reinterpret_cast<const char*>(offset_bytes), 8);
-  stream_.close();
-  FLM_CHECK(!stream_.fail(), kComponent, "{}: write failed while closing", temporary_path_.string());
-  std::error_code error;
-  std::filesystem::rename(temporary_path_, path_, error);
-  FLM_CHECK(!error, kComponent, "{}: cannot move the finished file into place ({})", path_.string(), error.message());
+  file_.write_at(kConfigOffsetPosition, offset_bytes, 8);
+  file_.commit();
   finished_ = true;
 }
 

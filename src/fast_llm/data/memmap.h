@@ -27,7 +27,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <span>
 #include <string>
@@ -36,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fast_llm/core/file_writer.h"
 #include "fast_llm/data/dataset.h"
 #include "fast_llm/data/mapped_file.h"
 #include "fast_llm/data/token_data_type.h"
@@ -80,8 +80,8 @@ class MemmapDataset final : public IndexedDataset {
 };
 
 // Writes a `.fast_llm_dataset` file, streaming the tokens and holding the per-document sizes and spans in memory until
-// `finish`. The file is written under a temporary name and renamed into place by `finish`, so an interrupted writer
-// never leaves a file that looks complete.
+// `finish`. The file is written under a temporary name, flushed to disk and renamed into place by `finish`, so an
+// interrupted or failed writer (a full disk: an Error naming the file) leaves no file, never one that looks complete.
 class MemmapWriter {
  public:
   struct Options {
@@ -89,10 +89,7 @@ class MemmapWriter {
     bool loss_masking_spans = false;  // write the loss_masking_spans section (each document's spans)
     bool preference_spans = false;    // write chosen_spans and rejected_spans
   };
-  MemmapWriter(std::filesystem::path path, Options options);
-  ~MemmapWriter();
-  MemmapWriter(const MemmapWriter&) = delete;
-  MemmapWriter& operator=(const MemmapWriter&) = delete;
+  MemmapWriter(const std::filesystem::path& path, Options options);
 
   // Appends a document; every token must fit the data type and every span lie within the document.
   void add_document(const Document& document);
@@ -107,15 +104,11 @@ class MemmapWriter {
     std::vector<int32_t> pairs;                 // begin, end, begin, end, ...
     std::vector<int32_t> count_cumsum{0};
   };
-  void write_bytes(const void* data, size_t size);
   // Writes one `range` section at the current offset and returns its reader config.
   nlohmann::ordered_json write_range_section(const RangeBuffer& buffer);
 
-  std::filesystem::path path_;
-  std::filesystem::path temporary_path_;
   Options options_;
-  std::ofstream stream_;
-  uint64_t offset_ = 0;  // bytes written so far
+  FileWriter file_;
   uint64_t tokens_begin_ = 0;
   std::vector<int64_t> size_cumsum_{0};
   RangeBuffer loss_masking_spans_, chosen_spans_, rejected_spans_;
