@@ -11,8 +11,8 @@
 namespace fast_llm::data {
 
 using config::check::gt;
-using config::check::le;
 using config::check::in_range;
+using config::check::le;
 using config::Hint;
 
 FLM_REGISTER_CONFIG(DatasetConfig, RandomDatasetConfig, "random");

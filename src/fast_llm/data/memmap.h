@@ -27,8 +27,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
