@@ -54,7 +54,6 @@ FileWriter::FileWriter(std::filesystem::path path, Options options) : path_(std:
   descriptor_ = ::open(target->c_str(), flags, 0666);
   if (descriptor_ < 0) {
     const int error = errno;
-    temporary_path_.clear();  // not created: nothing to remove
     fail(options_.mode == Mode::replace ? fmt::format("cannot create {}", target->string())
                                         : std::string("cannot open for writing"),
          error);
