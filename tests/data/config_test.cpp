@@ -125,6 +125,60 @@ TEST(DataConfig, ErrorsNameTheFullPath) {
             std::string::npos);
 }
 
+TEST(DataConfig, NumericErrorsSayWhatIsWrongWithTheValue) {
+  auto blended_error = [](const std::string& weights) {
+    return load_error(fmt::format(
+        "{{datasets: {{training: {{type: blended, datasets: [{{type: random}}, {{type: random}}], weights: {}}}}}}}",
+        weights));
+  };
+  std::string message = blended_error("[.inf, 1]");
+  EXPECT_NE(message.find("data.datasets.training.weights: element 0: must be at least 0 and finite, got inf"),
+            std::string::npos)
+      << message;
+  message = blended_error("[1, .nan]");
+  EXPECT_NE(message.find("data.datasets.training.weights: element 1: must be at least 0 and finite, got nan"),
+            std::string::npos)
+      << message;
+  message = blended_error("[1e308, 1e308]");
+  EXPECT_NE(message.find("data.datasets.training.weights: the weights must have a finite sum, got inf for "
+                         "[1e+308, 1e+308]"),
+            std::string::npos)
+      << message;
+  message = blended_error("[0, 0]");
+  EXPECT_NE(message.find("data.datasets.training.weights: the weights must not all be zero, got [0, 0]"),
+            std::string::npos)
+      << message;
+  // Huge weights whose sum is finite are proportions like any others.
+  GPTDataConfig config = load(
+      "{datasets: {training: {type: blended, datasets: [{type: random}, {type: random}], weights: [1e307, 3e307]}}}");
+  const auto* blended = config.datasets.at("training").as<BlendedDatasetConfig>();
+  EXPECT_NEAR(blended->weights[0], 0.25, 1e-15);
+  EXPECT_NEAR(blended->weights[1], 0.75, 1e-15);
+
+  // Cumulative sequence lengths and span bounds within a sample are 32-bit.
+  message = load_error("{micro_batch_size: 3000000000}");
+  EXPECT_NE(message.find("data.micro_batch_size: must be at most 1073741824, got 3000000000"), std::string::npos)
+      << message;
+  // Slice fractions and fim rates refuse what is not a fraction, nan and inf included.
+  message = load_error("{datasets: {v: {type: slice, dataset: {type: memmap, path: x}, begin: .nan}}}");
+  EXPECT_NE(message.find("data.datasets.v.begin: must be in [0, 1], got nan"), std::string::npos) << message;
+  message = load_error("{datasets: {v: {type: fim, dataset: {type: memmap, path: x}, spm_rate: .inf}}}");
+  EXPECT_NE(message.find("data.datasets.v.spm_rate: must be in [0, 1], got inf"), std::string::npos) << message;
+}
+
+TEST(DataConfig, SliceSelectingNoDocumentNamesTheConfig) {
+  TemporaryFolder folder;
+  testing::write_dataset(folder / "data.fast_llm_dataset", testing::tagged_documents({3, 4}));
+  // 0.5 and 0.6 of 2 documents both round to document 1.
+  GPTDataConfig config = load(fmt::format(
+      "{{datasets: {{v: {{type: slice, dataset: {{type: memmap, path: {}}}, begin: 0.5, end: 0.6}}}}}}",
+      (folder / "data.fast_llm_dataset").string()));
+  std::string message = error_message([&] { config.datasets.at("v").as<DatasetSliceConfig>()->build(); });
+  EXPECT_NE(message.find("data.datasets.v: [begin, end) = [0.5, 0.6) selects no document of the 2"),
+            std::string::npos)
+      << message;
+}
+
 TEST(DataConfig, FimIsAcceptedButRefused) {
   GPTDataConfig config = load(R"(
 datasets:
@@ -215,6 +269,76 @@ TEST(DatasetFile, RefusesEscapingPathsAndUnknownEntries) {
   EXPECT_NE(list_error.find("must be a mapping"), std::string::npos) << list_error;
   EXPECT_NE(error_message([&] { load_dataset_config_file(folder / "absent.yaml"); }).find("does not exist"),
             std::string::npos);
+}
+
+TEST(DatasetFile, IncludeCyclesAreErrorsNamingTheChain) {
+  TemporaryFolder folder;
+  auto build_error = [&](const std::string& file) {
+    DatasetFromFileConfig config;
+    config.path = folder / file;
+    return error_message([&] { config.build(); });
+  };
+  // A file that includes itself.
+  write_file(folder / "self.yaml", "{type: file, path: self.yaml}\n");
+  std::string message = build_error("self.yaml");
+  EXPECT_NE(message.find(fmt::format("{0} -> {0}", (folder / "self.yaml").string())), std::string::npos) << message;
+  EXPECT_NE(message.find("include each other"), std::string::npos) << message;
+
+  // Two files that include each other, the second through a concatenation.
+  write_file(folder / "a.yaml", "{config: {type: file, path: b.yaml}}\n");
+  write_file(folder / "b.yaml", "{type: concatenated, datasets: [{type: file, path: a.yaml}]}\n");
+  message = build_error("a.yaml");
+  EXPECT_NE(message.find(fmt::format("{0} -> {1} -> {0}", (folder / "a.yaml").string(), (folder / "b.yaml").string())),
+            std::string::npos)
+      << message;
+  // The error names where the repeated include sits in the file that makes it.
+  EXPECT_NE(message.find("b.yaml: dataset.datasets[0].path"), std::string::npos) << message;
+
+  // A blended dataset listing itself (through its file), as the trainer samples it.
+  write_file(folder / "blend.yaml",
+             "{type: blended, datasets: [{type: random}, {type: file, path: blend.yaml}], weights: [1, 1]}\n");
+  GPTDataConfig data = load(fmt::format("{{datasets: {{training: {{type: file, path: {}}}}}}}",
+                                        (folder / "blend.yaml").string()));
+  SamplingParameters parameters;
+  parameters.vocab_size = 100;
+  message = error_message([&] { data.datasets.at("training")->build_and_sample(parameters, 10, 0); });
+  EXPECT_NE(message.find(fmt::format("{0} -> {0}", (folder / "blend.yaml").string())), std::string::npos) << message;
+
+  // The same file twice side by side is no cycle.
+  testing::write_dataset(folder / "data.fast_llm_dataset", testing::tagged_documents({3, 4}));
+  write_file(folder / "leaf.yaml", "{type: memmap, path: data.fast_llm_dataset}\n");
+  write_file(folder / "twice.yaml",
+             "{type: concatenated, datasets: [{type: file, path: leaf.yaml}, {type: file, path: ./leaf.yaml}]}\n");
+  DatasetFromFileConfig twice;
+  twice.path = folder / "twice.yaml";
+  EXPECT_EQ(twice.build()->num_documents(), 4);
+}
+
+TEST(DatasetFile, NestingIsBounded) {
+  TemporaryFolder folder;
+  testing::write_dataset(folder / "data.fast_llm_dataset", testing::tagged_documents({3, 4}));
+  // A chain of files, each a slice of the next: acyclic, legitimate while short, refused when absurdly deep.
+  auto write_chain = [&](int length) {
+    for (int index = 0; index < length; ++index)
+      write_file(folder / fmt::format("chain_{}.yaml", index),
+                 index + 1 < length
+                     ? fmt::format("{{type: slice, dataset: {{type: file, path: chain_{}.yaml}}}}\n", index + 1)
+                     : std::string("{type: memmap, path: data.fast_llm_dataset}\n"));
+    DatasetFromFileConfig config;
+    config.path = folder / "chain_0.yaml";
+    return config;
+  };
+  EXPECT_EQ(write_chain(10).build()->num_documents(), 2);
+  std::string message = error_message([&] { write_chain(1000).build(); });
+  EXPECT_NE(message.find("datasets nest more than 64 deep"), std::string::npos) << message;
+  EXPECT_NE(message.find("chain_31.yaml: dataset.dataset"), std::string::npos) << message;
+
+  // Nesting written inline in the trainer's config counts the same.
+  std::string nested = "{type: memmap, path: x}";
+  for (int level = 0; level < 70; ++level) nested = fmt::format("{{type: slice, dataset: {}}}", nested);
+  message = load_error(fmt::format("{{datasets: {{training: {}}}}}", nested));
+  EXPECT_NE(message.find("datasets nest more than 64 deep"), std::string::npos) << message;
+  EXPECT_NE(message.find("data.datasets.training.dataset.dataset"), std::string::npos) << message;
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // that reads back (through a `file` dataset config, as a trainer would) to the files' bytes.
 #include <gtest/gtest.h>
 
+#include "core/full_disk.h"
 #include "data_test_util.h"
 #include "fast_llm/data/config.h"
 #include "fast_llm/data/corpus.h"
@@ -84,6 +85,24 @@ TEST(Corpus, BuildsADatasetThatReadsBackThroughItsConfigFile) {
   EXPECT_EQ(written["metadata"]["num_tokens"].as<int64_t>(), tokens);
   EXPECT_EQ(written["metadata"]["tokens"]["num_documents"].as<int64_t>(), 3);
   EXPECT_EQ(written["metadata"]["tokens"]["data_type"].as<std::string>(), "uint16");
+}
+
+TEST(Corpus, AFullDiskIsAnErrorNamingTheFileAndLeavesNoOutput) {
+  TemporaryFolder folder;
+  std::filesystem::create_directories(folder / "source");
+  write_file(folder / "source/text.txt", std::string(3000, 'a'));
+  CorpusOptions options;
+  options.sources = {(folder / "source").string()};
+  std::string message;
+  {
+    fast_llm::testing::FileSizeLimit limit(1000);  // the shard takes about 6 kB
+    message = testing::error_message([&] { build_byte_corpus(folder / "out", options); });
+  }
+  EXPECT_NE(message.find(fmt::format("[memmap] {}: write failed after 1000 bytes (File too large)",
+                                     (folder / "out" / "shard_0_0.fast_llm_dataset").string())),
+            std::string::npos)
+      << message;
+  EXPECT_TRUE(std::filesystem::is_empty(folder / "out"));
 }
 
 TEST(Corpus, WildcardSourcesAndLimits) {

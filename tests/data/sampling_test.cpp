@@ -5,10 +5,12 @@
 // position they come from, and checks need no knowledge of the sampler's internals.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
 
+#include "core/full_disk.h"
 #include "data_test_util.h"
 #include "fast_llm/data/config.h"
 #include "fast_llm/data/data.h"
@@ -336,6 +338,14 @@ TEST(Sampling, BlendingFollowsTheWeights) {
       std::make_shared<SampledIndexedDataset>(first, parameters(8), 600, 10), parts[1]};
   EXPECT_NE(error_message([&] { BlendedDataset("short", short_parts, weights, num_samples); }).find("which has 600"),
             std::string::npos);
+  // Weights that cannot be normalised are refused by name, not turned into nan proportions.
+  const double infinity = std::numeric_limits<double>::infinity();
+  EXPECT_NE(error_message([&] { BlendedDataset("inf", parts, {infinity, 1.0}, num_samples); })
+                .find("inf: blending weight inf is negative or not finite"),
+            std::string::npos);
+  EXPECT_NE(error_message([&] { BlendedDataset("huge", parts, {1e308, 1e308}, num_samples); })
+                .find("huge: blending weights sum to inf, not a positive number"),
+            std::string::npos);
 }
 
 TEST(Sampling, RandomDataset) {
@@ -440,6 +450,26 @@ TEST(SamplingCache, ReusedWhenValidRebuiltOtherwise) {
   SampledIndexedDataset after_change(rewritten, cached, 50, 42);
   EXPECT_FALSE(after_change.loaded_from_cache());
   EXPECT_EQ(token_stream(after_change, 8), token_stream(SampledIndexedDataset(rewritten, parameters(8), 50, 42), 8));
+}
+
+TEST(SamplingCache, AFullDiskIsAnErrorNamingTheFileAndLeavesNoPartialCache) {
+  TemporaryFolder folder;
+  auto dataset = tagged_dataset(folder, document_sizes());
+  SamplingParameters cached = parameters(8);
+  cached.cache_directory = folder / "dataset_cache";
+  std::string message;
+  {
+    fast_llm::testing::FileSizeLimit limit(256);  // the index takes about 1.5 kB
+    message = error_message([&] { SampledIndexedDataset(dataset, cached, 50, 42); });
+  }
+  EXPECT_NE(message.find(fmt::format("[sampling] {}: write failed after 256 bytes (File too large)",
+                                     (folder / "dataset_cache" / "tagged_ns_50_sl_8_s_42_index.bin").string())),
+            std::string::npos)
+      << message;
+  EXPECT_TRUE(std::filesystem::is_empty(folder / "dataset_cache"));
+  // With room again, the cache is written, then used.
+  EXPECT_FALSE(SampledIndexedDataset(dataset, cached, 50, 42).loaded_from_cache());
+  EXPECT_TRUE(SampledIndexedDataset(dataset, cached, 50, 42).loaded_from_cache());
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -4,14 +4,15 @@
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
+#include "fast_llm/data/legacy_memmap.h"
 #include "fast_llm/data/memmap.h"
 #include "fast_llm/data/sampling.h"
 
 namespace fast_llm::data {
 
-using config::check::ge;
 using config::check::gt;
 using config::check::in_range;
+using config::check::le;
 using config::Hint;
 
 FLM_REGISTER_CONFIG(DatasetConfig, RandomDatasetConfig, "random");
@@ -34,6 +35,12 @@ bool is_indexed(const config::Dynamic<DatasetConfig>& dataset) {
   return !dataset.has_value() || dataset.is<IndexedDatasetConfig>();
 }
 
+// A blending weight: inf or nan would make every normalised weight nan.
+std::optional<std::string> finite_non_negative(const double& value) {
+  if (std::isfinite(value) && value >= 0) return std::nullopt;
+  return fmt::format("must be at least 0 and finite, got {}", value);
+}
+
 // Python's round(): halves go to the even neighbour (how Fast-LLM turns slice fractions into document indices).
 int64_t round_half_even(double value) { return int64_t(std::nearbyint(value)); }
 
@@ -42,6 +49,46 @@ const IndexedDatasetConfig& as_indexed(const config::Dynamic<DatasetConfig>& dat
   FLM_CHECK(indexed != nullptr, "data", "{}: a `{}` dataset cannot be used here, it needs documents (memmap, file, "
             "concatenated or slice)", where, dataset.type());
   return *indexed;
+}
+
+// Calls `function(child_path, child)` for each dataset config held directly by `parent`, whose path is `parent_path`.
+// (Paths are passed along because configs learn theirs only when validated.)
+template <class Function>
+void for_each_child_dataset(config::Config& parent, const std::string& parent_path, const Function& function) {
+  struct Fields final : config::Visitor {
+    const std::string& parent_path;
+    const Function& function;
+    Fields(const std::string& path, const Function& body) : parent_path(path), function(body) {}
+    void on_field(const config::FieldInfo& info, config::FieldHandle& field) override {
+      const std::string path =
+          parent_path.empty() ? std::string(info.name) : fmt::format("{}.{}", parent_path, info.name);
+      field.for_each_config(path, [&](const std::string& child_path, config::Config& child) {
+        if (auto* dataset = dynamic_cast<DatasetConfig*>(&child)) function(child_path, *dataset);
+      });
+    }
+  } fields(parent_path, function);
+  fields.owner = &parent;
+  parent.visit(fields);
+}
+
+// Places `dataset` (at `path`) at `depth` among nested datasets, read through `files`: refuses it past
+// kMaxDatasetNesting, gives a `file` dataset its nesting, and places the datasets inside any other. `file` datasets are
+// not followed: their files are read when they are built, and place their own datasets then.
+void place_dataset(DatasetConfig& dataset, const std::string& path, const std::vector<std::filesystem::path>& files,
+                   int depth) {
+  if (depth > kMaxDatasetNesting) {
+    std::vector<std::string> names;
+    for (const auto& file : files) names.push_back(file.string());
+    const std::string through = names.empty() ? "" : fmt::format(" (read through {})", fmt::join(names, " -> "));
+    throw ConfigError(path, fmt::format("datasets nest more than {} deep{}", kMaxDatasetNesting, through));
+  }
+  if (auto* file = dynamic_cast<DatasetFromFileConfig*>(&dataset)) {
+    file->nesting = {.files = files, .depth = depth};
+    return;
+  }
+  for_each_child_dataset(dataset, path, [&](const std::string& child_path, DatasetConfig& child) {
+    place_dataset(child, child_path, files, depth + 1);
+  });
 }
 
 }  // namespace
@@ -100,18 +147,18 @@ void BlendedDatasetConfig::visit(config::Visitor& v) {
   v(name, "name", "The name of the dataset.", Hint::core);
   v(datasets, "datasets", "The datasets to blend.", Hint::core);
   v(weights, "weights", "The blending weight of each dataset (normalised to sum to 1).", Hint::core,
-    config::check::each<double>(ge(0.0)));
+    config::check::each<double>(finite_non_negative));
 }
 
 void BlendedDatasetConfig::derive() {
-  // Normalised here, as Fast-LLM does, so the resolved config shows the proportions; invalid weights are left to
-  // the checks.
+  // Normalised here, as Fast-LLM does, so the resolved config shows the proportions. Weights the checks refuse (not
+  // finite, negative, or summing to zero or past the largest double) are left as given, so the error shows them.
   double total = 0;
   for (double weight : weights) {
-    if (!(weight >= 0)) return;
+    if (!(std::isfinite(weight) && weight >= 0)) return;
     total += weight;
   }
-  if (total > 0)
+  if (total > 0 && std::isfinite(total))
     for (double& weight : weights) weight /= total;
 }
 
@@ -122,7 +169,11 @@ void BlendedDatasetConfig::check() const {
                                 datasets.size()));
   double total = 0;
   for (double weight : weights) total += weight;
-  if (!(total > 0)) fail("weights", "the weights must not all be zero");
+  if (!std::isfinite(total))
+    fail("weights", fmt::format("the weights must have a finite sum, got {} for [{}]; scale them down", total,
+                                fmt::join(weights, ", ")));
+  if (!(total > 0))
+    fail("weights", fmt::format("the weights must not all be zero, got [{}]", fmt::join(weights, ", ")));
 }
 
 void TokenizerConfig::visit(config::Visitor& v) {
@@ -160,7 +211,7 @@ void GPTDataConfig::visit(config::Visitor& v) {
   v(datasets, "datasets",
     "Configuration for the dataset(s): `training` is the train set, other names are evaluator datasets.", Hint::core);
   v(micro_batch_size, "micro_batch_size", "Tokens in each micro-batch sample (documents packed together).",
-    Hint::core, gt<int64_t>(0));
+    Hint::core, gt<int64_t>(0), le(kMaxMicroBatchSize));
   v(maximum_document_length, "maximum_document_length",
     "Maximum number of tokens in a document. Longer documents are split (truncate_documents) or skipped.", Hint::core,
     gt<int64_t>(0));
@@ -177,6 +228,13 @@ void GPTDataConfig::visit(config::Visitor& v) {
   v(multiprocessing_context, "multiprocessing_context",
     "Fast-LLM's data-loader process start method. Loading here uses threads, so it has no effect.", Hint::expert);
   v(seed, "seed", "Seed for random sampling.", Hint::feature);
+}
+
+void GPTDataConfig::derive() {
+  // Before the datasets are validated, so a pathologically deep tree is refused before it is walked any further.
+  for_each_child_dataset(*this, path(), [](const std::string& child_path, DatasetConfig& dataset) {
+    place_dataset(dataset, child_path, {}, 1);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -214,14 +272,26 @@ std::shared_ptr<IndexedDataset> MemmapDatasetConfig::build() const {
                                   legacy_memmap_path(path, ".idx").string()));
 }
 
+config::Dynamic<DatasetConfig> DatasetFromFileConfig::load() const {
+  for (size_t index = 0; index < nesting.files.size(); ++index) {
+    std::error_code error;
+    if (!std::filesystem::equivalent(nesting.files[index], path, error)) continue;
+    std::vector<std::string> chain;
+    for (size_t link = index; link < nesting.files.size(); ++link) chain.push_back(nesting.files[link].string());
+    chain.push_back(path.string());
+    fail("path", fmt::format("dataset config files include each other: {}", fmt::join(chain, " -> ")));
+  }
+  return load_dataset_config_file(path, nesting);
+}
+
 std::shared_ptr<IndexedDataset> DatasetFromFileConfig::build() const {
-  config::Dynamic<DatasetConfig> loaded = load_dataset_config_file(path);
+  config::Dynamic<DatasetConfig> loaded = load();
   return as_indexed(loaded, path.string()).build();
 }
 
 std::shared_ptr<SampledDataset> DatasetFromFileConfig::build_and_sample(const SamplingParameters& parameters,
                                                                         int64_t num_samples, uint64_t seed) const {
-  return load_dataset_config_file(path)->build_and_sample(parameters, num_samples, seed);
+  return load()->build_and_sample(parameters, num_samples, seed);
 }
 
 std::shared_ptr<IndexedDataset> ConcatenatedDatasetConfig::build() const {
@@ -234,8 +304,12 @@ std::shared_ptr<IndexedDataset> ConcatenatedDatasetConfig::build() const {
 std::shared_ptr<IndexedDataset> DatasetSliceConfig::build() const {
   std::shared_ptr<IndexedDataset> inner = as_indexed(dataset, field_path("dataset")).build();
   const double size = double(inner->num_documents());
-  return std::make_shared<DatasetSlice>(fmt::format("{}_{}_{}", inner->name(), begin, end), inner,
-                                        round_half_even(begin * size), round_half_even(end * size));
+  const int64_t first = round_half_even(begin * size), last = round_half_even(end * size);
+  // Which documents the fractions select is only known once the dataset is read.
+  if (last <= first)
+    throw ConfigError(path(), fmt::format("[begin, end) = [{}, {}) selects no document of the {} in dataset {}", begin,
+                                          end, inner->num_documents(), inner->name()));
+  return std::make_shared<DatasetSlice>(fmt::format("{}_{}_{}", inner->name(), begin, end), inner, first, last);
 }
 
 std::shared_ptr<SampledDataset> BlendedDatasetConfig::build_and_sample(const SamplingParameters& parameters,
@@ -290,7 +364,8 @@ void resolve_paths(YAML::Node node, const std::filesystem::path& folder, const s
 
 }  // namespace
 
-config::Dynamic<DatasetConfig> load_dataset_config_file(const std::filesystem::path& path) {
+config::Dynamic<DatasetConfig> load_dataset_config_file(const std::filesystem::path& path,
+                                                        const DatasetNesting& reader) {
   FLM_CHECK(std::filesystem::is_regular_file(path), "data", "{}: dataset config file does not exist", path.string());
   YAML::Node root = config::load_yaml_file(path);  // a mapping, or an error naming the file
   YAML::Node dataset = root;
@@ -320,6 +395,9 @@ config::Dynamic<DatasetConfig> load_dataset_config_file(const std::filesystem::p
   config::Dynamic<DatasetConfig> result;
   config::Codec<config::Dynamic<DatasetConfig>>::read(result, dataset, label);
   if (!result.has_value()) throw ConfigError(label, "a dataset config is required");
+  std::vector<std::filesystem::path> files = reader.files;
+  files.push_back(path);
+  place_dataset(*result, label, files, reader.depth + 1);
   result->validate(label);
   return result;
 }

@@ -93,14 +93,32 @@ struct MemmapDatasetConfig : IndexedDatasetConfig {
   std::shared_ptr<IndexedDataset> build() const override;
 };
 
+// Datasets nest (blended, concatenated, slice and fim hold datasets; `file` holds the dataset of its file) at most this
+// deep, counting from `data.datasets.<name>` through every file: deeper is a configuration error, not a stack overflow.
+inline constexpr int kMaxDatasetNesting = 64;
+
+// Where a dataset config sits: the dataset config files it was read from, outermost first (empty for one written in
+// the trainer's config), and its depth among nested datasets (1 for `data.datasets.<name>`).
+struct DatasetNesting {
+  std::vector<std::filesystem::path> files;
+  int depth = 1;
+};
+
 // `file`: a YAML dataset config written by `prepare` (`fast_llm_config*.yaml`). Paths inside it are relative to its
-// folder; absolute paths and `..` are refused so a dataset config cannot reach outside its folder.
+// folder; absolute paths and `..` are refused so a dataset config cannot reach outside its folder. The file is read
+// when the dataset is built; a file that includes itself, directly or through others, is an error naming the chain.
 struct DatasetFromFileConfig : IndexedDatasetConfig {
   std::filesystem::path path;
+  // Not a field: set when this config is read from a file or validated inside the `data:` section.
+  DatasetNesting nesting;
   void visit(config::Visitor& v) override;
   std::shared_ptr<IndexedDataset> build() const override;
   std::shared_ptr<SampledDataset> build_and_sample(const SamplingParameters& parameters, int64_t num_samples,
                                                    uint64_t seed) const override;
+
+ private:
+  // The dataset config of `path`, after checking this file is not already in `nesting.files`.
+  config::Dynamic<DatasetConfig> load() const;
 };
 
 // `concatenated`: indexed datasets joined end to end, as one.
@@ -166,6 +184,9 @@ struct FimDatasetConfig : DatasetConfig {
                                                    uint64_t seed) const override;
 };
 
+// The largest `micro_batch_size`: attention segment offsets and span bounds within a sample are 32-bit.
+inline constexpr int64_t kMaxMicroBatchSize = int64_t(1) << 30;
+
 // The `data:` section.
 struct GPTDataConfig : config::Config {
   std::map<std::string, config::Dynamic<DatasetConfig>> datasets;
@@ -178,11 +199,16 @@ struct GPTDataConfig : config::Config {
   MultiprocessingContext multiprocessing_context = MultiprocessingContext::spawn;
   int64_t seed = 784569;
   void visit(config::Visitor& v) override;
+
+ protected:
+  void derive() override;
 };
 
 // Reads a `file` dataset config (`fast_llm_config*.yaml`): either `{config: <dataset>, metadata: {...}}` as current
 // `prepare` writes it, or a bare dataset config as older versions did. Every `path` key is made relative to the file's
-// folder. The result is validated; errors name the file.
-config::Dynamic<DatasetConfig> load_dataset_config_file(const std::filesystem::path& path);
+// folder. The result is validated; errors name the file. `reader` is the nesting of the `file` dataset reading it: the
+// datasets inside get theirs from it, and nesting deeper than kMaxDatasetNesting is an error.
+config::Dynamic<DatasetConfig> load_dataset_config_file(const std::filesystem::path& path,
+                                                        const DatasetNesting& reader = {});
 
 }  // namespace fast_llm::data

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/core/file_writer.h"
 #include "fast_llm/core/logging.h"
 #include "fast_llm/data/memmap.h"
 
@@ -193,11 +194,7 @@ CorpusStats build_byte_corpus(const std::filesystem::path& output_directory, con
   out << YAML::Key << "num_documents" << YAML::Value << stats.documents;
   out << YAML::Key << "data_type" << YAML::Value << std::string(token_data_type_name(data_type));
   out << YAML::EndMap << YAML::EndMap << YAML::EndMap;
-  std::ofstream stream(stats.config_path, std::ios::trunc);
-  FLM_CHECK(stream.is_open(), kComponent, "{}: cannot write", stats.config_path.string());
-  stream << out.c_str() << "\n";
-  stream.close();
-  FLM_CHECK(!stream.fail(), kComponent, "{}: write failed", stats.config_path.string());
+  write_file(stats.config_path, fmt::format("{}\n", out.c_str()), {.component = kComponent, .sync = true});
   log_main("Byte corpus: {} documents, {} tokens from {} files ({} not text, {} empty or too large) in {}",
            stats.documents, stats.tokens, stats.files_considered, stats.skipped_binary, stats.skipped_size,
            output_directory.string());

@@ -1,15 +1,8 @@
 #include "fast_llm/data/memmap.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <bit>
-#include <cerrno>
-#include <cstring>
 #include <limits>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -17,13 +10,9 @@
 
 namespace fast_llm::data {
 
-// Array payloads are read by reinterpreting little-endian bytes.
-static_assert(std::endian::native == std::endian::little, "fast-llm data files are little-endian");
-
 namespace {
 
 constexpr std::string_view kComponent = "memmap";
-constexpr std::string_view kLegacyComponent = "legacy_memmap";
 constexpr std::string_view kLmHeader = "lm begin", kLmFooter = "lm end";
 constexpr std::string_view kTokenHeader = "token begin", kTokenFooter = "token end";
 constexpr std::string_view kRangeHeader = "range begin", kRangeFooter = "range end";
@@ -31,61 +20,18 @@ constexpr std::string_view kTokenDataHeader = "token data begin", kTokenDataFoot
 constexpr size_t kConfigOffsetPosition = kMemmapFileHeader.size();          // 25
 constexpr size_t kDataStart = kConfigOffsetPosition + sizeof(uint64_t);     // 33
 
-template <class T>
-T load(const std::byte* pointer) {
-  T value;
-  std::memcpy(&value, pointer, sizeof(T));
-  return value;
-}
-
 uint64_t load_big_endian(const std::byte* pointer, size_t bytes) {
   uint64_t value = 0;
   for (size_t index = 0; index < bytes; ++index) value = (value << 8) | uint64_t(std::to_integer<uint8_t>(pointer[index]));
   return value;
 }
 
-// Throws an Error for one file: `[component] path: message`.
-struct FileError {
-  std::string_view component;
-  std::string label;
-  [[noreturn]] void operator()(std::string_view message) const {
-    throw Error(component, fmt::format("{}: {}", label, message));
-  }
-};
-
-bool bytes_equal(const MappedFile& file, uint64_t offset, std::string_view expected) {
-  return offset <= file.size() && expected.size() <= file.size() - offset &&
-         std::memcmp(file.data() + offset, expected.data(), expected.size()) == 0;
-}
-
-int64_t read_token(const std::byte* pointer, TokenDataType type) {
-  switch (type) {
-    case TokenDataType::uint8: return load<uint8_t>(pointer);
-    case TokenDataType::int8: return load<int8_t>(pointer);
-    case TokenDataType::uint16: return load<uint16_t>(pointer);
-    case TokenDataType::int16: return load<int16_t>(pointer);
-    case TokenDataType::uint32: return load<uint32_t>(pointer);
-    case TokenDataType::int32: return load<int32_t>(pointer);
-    case TokenDataType::int64: return load<int64_t>(pointer);
-    case TokenDataType::uint64: return int64_t(load<uint64_t>(pointer));
-  }
-  return 0;
-}
-
-void read_tokens(const std::byte* pointer, TokenDataType type, int64_t count, std::vector<int64_t>& out) {
-  size_t item = token_data_type_size(type);
-  out.resize(size_t(count));
-  for (int64_t index = 0; index < count; ++index) out[size_t(index)] = read_token(pointer + size_t(index) * item, type);
-}
-
 // Reads the JSON reader config with errors that name the file.
 class JsonFields {
  public:
-  explicit JsonFields(const std::filesystem::path& file) : file_(file) {}
+  explicit JsonFields(const MappedFile& file) : file_(file) {}
 
-  [[noreturn]] void fail(std::string_view message) const {
-    throw Error(kComponent, fmt::format("{}: {}", file_.string(), message));
-  }
+  [[noreturn]] void fail(std::string_view message) const { file_.fail(message); }
   const nlohmann::json& object(const nlohmann::json& parent, std::string_view key, std::string_view where) const {
     auto found = parent.find(key);
     if (found == parent.end()) fail(fmt::format("reader config: {} has no '{}'", where, key));
@@ -116,7 +62,7 @@ class JsonFields {
   }
 
  private:
-  const std::filesystem::path& file_;
+  const MappedFile& file_;
 };
 
 // Size in bytes of the element types a `token_data` section may hold.
@@ -131,106 +77,17 @@ std::optional<size_t> token_data_item_size(std::string_view name) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------------
-// Token data types
-
-std::string_view token_data_type_name(TokenDataType type) {
-  switch (type) {
-    case TokenDataType::uint8: return "uint8";
-    case TokenDataType::int8: return "int8";
-    case TokenDataType::uint16: return "uint16";
-    case TokenDataType::int16: return "int16";
-    case TokenDataType::uint32: return "uint32";
-    case TokenDataType::int32: return "int32";
-    case TokenDataType::int64: return "int64";
-    case TokenDataType::uint64: return "uint64";
-  }
-  return "?";
-}
-
-size_t token_data_type_size(TokenDataType type) {
-  switch (type) {
-    case TokenDataType::uint8:
-    case TokenDataType::int8: return 1;
-    case TokenDataType::uint16:
-    case TokenDataType::int16: return 2;
-    case TokenDataType::uint32:
-    case TokenDataType::int32: return 4;
-    case TokenDataType::int64:
-    case TokenDataType::uint64: return 8;
-  }
-  return 0;
-}
-
-std::optional<TokenDataType> parse_token_data_type(std::string_view name) {
-  for (TokenDataType type : {TokenDataType::uint8, TokenDataType::int8, TokenDataType::uint16, TokenDataType::int16,
-                             TokenDataType::uint32, TokenDataType::int32, TokenDataType::int64, TokenDataType::uint64})
-    if (token_data_type_name(type) == name) return type;
-  return std::nullopt;
-}
-
-TokenDataType token_data_type_for_vocab(int64_t vocab_size) {
-  if (vocab_size <= (int64_t(1) << 8)) return TokenDataType::uint8;
-  if (vocab_size <= (int64_t(1) << 16)) return TokenDataType::uint16;
-  if (vocab_size <= (int64_t(1) << 32)) return TokenDataType::uint32;
-  return TokenDataType::int64;
-}
-
-namespace {
-bool token_fits(int64_t token, TokenDataType type) {
-  switch (type) {
-    case TokenDataType::uint8: return token >= 0 && token <= 0xFF;
-    case TokenDataType::int8: return token >= -128 && token <= 127;
-    case TokenDataType::uint16: return token >= 0 && token <= 0xFFFF;
-    case TokenDataType::int16: return token >= -32768 && token <= 32767;
-    case TokenDataType::uint32: return token >= 0 && token <= int64_t(0xFFFFFFFFu);
-    case TokenDataType::int32: return token >= std::numeric_limits<int32_t>::min() && token <= std::numeric_limits<int32_t>::max();
-    case TokenDataType::int64: return true;
-    case TokenDataType::uint64: return token >= 0;
-  }
-  return false;
-}
-}  // namespace
-
-// ---------------------------------------------------------------------------------------------------------------
-// MappedFile
-
-MappedFile::MappedFile(const std::filesystem::path& path, std::string_view component) : path_(path) {
-  int descriptor = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (descriptor < 0) throw Error(component, fmt::format("{}: cannot open ({})", path.string(), std::strerror(errno)));
-  struct stat status {};
-  if (::fstat(descriptor, &status) != 0 || !S_ISREG(status.st_mode)) {
-    ::close(descriptor);
-    throw Error(component, fmt::format("{}: not a regular file", path.string()));
-  }
-  size_ = size_t(status.st_size);
-  if (size_ > 0) {
-    void* mapping = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, descriptor, 0);
-    int mmap_errno = errno;
-    ::close(descriptor);
-    if (mapping == MAP_FAILED)
-      throw Error(component, fmt::format("{}: cannot map into memory ({})", path.string(), std::strerror(mmap_errno)));
-    data_ = static_cast<const std::byte*>(mapping);
-  } else {
-    ::close(descriptor);
-  }
-}
-
-MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
-}
-
-// ---------------------------------------------------------------------------------------------------------------
 // MemmapDataset
 
 MemmapDataset::MemmapDataset(std::string name, const std::filesystem::path& path)
     : name_(std::move(name)), file_(path, kComponent) {
   const std::string label = path.string();
-  const FileError fail{kComponent, label};
+  const auto fail = [this](std::string_view message) { file_.fail(message); };
   const uint64_t file_size = file_.size();
 
   if (file_size < kDataStart)
     fail(fmt::format("file has {} bytes, too short for the {}-byte file header", file_size, kDataStart));
-  if (!bytes_equal(file_, 0, kMemmapFileHeader))
+  if (!file_.matches(0, kMemmapFileHeader))
     fail(fmt::format("not a Fast-LLM dataset file (it does not start with '{}')", kMemmapFileHeader));
 
   const uint64_t config_offset = load_big_endian(file_.data() + kConfigOffsetPosition, 8);
@@ -248,7 +105,7 @@ MemmapDataset::MemmapDataset(std::string name, const std::filesystem::path& path
   } catch (const nlohmann::json::exception& error) {
     fail(fmt::format("reader config is not valid JSON ({})", error.what()));
   }
-  JsonFields json(path);
+  JsonFields json(file_);
   if (!reader_config.is_object()) fail("reader config is not a JSON object");
   std::string type = json.string(reader_config, "type", "the reader config");
   if (type != "language_model")
@@ -267,7 +124,7 @@ MemmapDataset::MemmapDataset(std::string name, const std::filesystem::path& path
     fail(fmt::format("language_model section [{}, {}) is not between the file header ({} bytes) and the reader "
                      "config (offset {})",
                      lm_begin, lm_end, kDataStart, config_offset));
-  if (!bytes_equal(file_, lm_begin, kLmHeader))
+  if (!file_.matches(lm_begin, kLmHeader))
     fail(fmt::format("missing '{}' at byte {} (corrupt file)", kLmHeader, lm_begin));
   uint64_t cursor = lm_begin + kLmHeader.size();
 
@@ -286,9 +143,9 @@ MemmapDataset::MemmapDataset(std::string name, const std::filesystem::path& path
                        expected > std::numeric_limits<uint64_t>::max() ? std::string("more than 2^64")
                                                                        : std::to_string(uint64_t(expected)),
                        what));
-    if (!bytes_equal(file_, begin, header))
+    if (!file_.matches(begin, header))
       fail(fmt::format("{} section: missing '{}' at byte {} (corrupt file)", name, header, begin));
-    if (!bytes_equal(file_, end - footer.size(), footer))
+    if (!file_.matches(end - footer.size(), footer))
       fail(fmt::format("{} section: missing '{}' at byte {} (corrupt file)", name, footer, end - footer.size()));
     cursor = end;
     return begin + header.size();
@@ -352,10 +209,10 @@ MemmapDataset::MemmapDataset(std::string name, const std::filesystem::path& path
                                       (unsigned __int128)num_ranges * 8 + (unsigned __int128)(num_documents + 1) * 4,
                                       fmt::format("{} ranges and {} documents", num_ranges, num_documents));
     out.counts_offset = out.ranges_offset + size_t(num_ranges) * 8;
-    int32_t previous_count = load<int32_t>(file_.data() + out.counts_offset);
+    int32_t previous_count = load_unaligned<int32_t>(file_.data() + out.counts_offset);
     if (previous_count != 0) fail(fmt::format("{}: range count cumsum starts at {}, expected 0", key, previous_count));
     for (int64_t document = 0; document < num_documents_; ++document) {
-      int32_t count = load<int32_t>(file_.data() + out.counts_offset + size_t(document + 1) * 4);
+      int32_t count = load_unaligned<int32_t>(file_.data() + out.counts_offset + size_t(document + 1) * 4);
       if (count < previous_count)
         fail(fmt::format("{}: range count cumsum decreases at document {} ({} after {})", key, document, count,
                          previous_count));
@@ -363,8 +220,8 @@ MemmapDataset::MemmapDataset(std::string name, const std::filesystem::path& path
         fail(fmt::format("{}: range count cumsum reaches {}, more than num_ranges = {}", key, count, num_ranges));
       int64_t size = document_size(document);
       for (int32_t range = previous_count; range < count; ++range) {
-        int32_t begin = load<int32_t>(file_.data() + out.ranges_offset + size_t(range) * 8);
-        int32_t end = load<int32_t>(file_.data() + out.ranges_offset + size_t(range) * 8 + 4);
+        int32_t begin = load_unaligned<int32_t>(file_.data() + out.ranges_offset + size_t(range) * 8);
+        int32_t end = load_unaligned<int32_t>(file_.data() + out.ranges_offset + size_t(range) * 8 + 4);
         if (begin < 0 || end < begin || end > size)
           fail(fmt::format("{}: span [{}, {}) of document {} is out of range (document has {} tokens)", key, begin,
                            end, document, size));
@@ -421,12 +278,12 @@ MemmapDataset::MemmapDataset(std::string name, const std::filesystem::path& path
   if (cursor + kLmFooter.size() != lm_end)
     fail(fmt::format("language_model section ends at {}, but its sections end at {} (+{} footer bytes)", lm_end,
                      cursor, kLmFooter.size()));
-  if (!bytes_equal(file_, cursor, kLmFooter))
+  if (!file_.matches(cursor, kLmFooter))
     fail(fmt::format("missing '{}' at byte {} (corrupt file)", kLmFooter, cursor));
 }
 
 int64_t MemmapDataset::size_cumsum(int64_t index) const {
-  return load<int64_t>(file_.data() + cumsum_offset_ + size_t(index) * 8);
+  return load_unaligned<int64_t>(file_.data() + cumsum_offset_ + size_t(index) * 8);
 }
 
 int64_t MemmapDataset::document_size(int64_t index) const {
@@ -448,13 +305,13 @@ std::vector<int64_t> MemmapDataset::document_sizes() const {
 std::vector<Range> MemmapDataset::read_ranges(const RangeSection& section, int64_t index, int64_t begin,
                                               int64_t end) const {
   if (!section.present) return {};
-  int32_t first = load<int32_t>(file_.data() + section.counts_offset + size_t(index) * 4);
-  int32_t last = load<int32_t>(file_.data() + section.counts_offset + size_t(index + 1) * 4);
+  int32_t first = load_unaligned<int32_t>(file_.data() + section.counts_offset + size_t(index) * 4);
+  int32_t last = load_unaligned<int32_t>(file_.data() + section.counts_offset + size_t(index + 1) * 4);
   std::vector<Range> ranges;
   ranges.reserve(size_t(last - first));
   for (int32_t range = first; range < last; ++range)
-    ranges.push_back({load<int32_t>(file_.data() + section.ranges_offset + size_t(range) * 8),
-                      load<int32_t>(file_.data() + section.ranges_offset + size_t(range) * 8 + 4)});
+    ranges.push_back({load_unaligned<int32_t>(file_.data() + section.ranges_offset + size_t(range) * 8),
+                      load_unaligned<int32_t>(file_.data() + section.ranges_offset + size_t(range) * 8 + 4)});
   return crop_ranges(ranges, begin, end);
 }
 
@@ -487,42 +344,23 @@ void check_spans(const std::vector<Range>& spans, int64_t size, std::string_view
 }
 }  // namespace
 
-MemmapWriter::MemmapWriter(std::filesystem::path path, Options options)
-    : path_(std::move(path)), options_(options) {
-  if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path());
-  temporary_path_ = path_;
-  temporary_path_ += fmt::format(".tmp.{}", ::getpid());
-  stream_.open(temporary_path_, std::ios::binary | std::ios::trunc);
-  FLM_CHECK(stream_.is_open(), kComponent, "{}: cannot open for writing", temporary_path_.string());
-  write_bytes(kMemmapFileHeader.data(), kMemmapFileHeader.size());
+MemmapWriter::MemmapWriter(const std::filesystem::path& path, Options options)
+    : options_(options), file_(path, {.component = kComponent, .sync = true}) {
+  file_.write(kMemmapFileHeader);
   const uint64_t placeholder = 0;  // config_offset, patched by finish()
-  write_bytes(&placeholder, sizeof(placeholder));
-  write_bytes(kLmHeader.data(), kLmHeader.size());
-  write_bytes(kTokenHeader.data(), kTokenHeader.size());
-  tokens_begin_ = offset_ - kTokenHeader.size();
-}
-
-MemmapWriter::~MemmapWriter() {
-  if (!finished_) {
-    stream_.close();
-    std::error_code ignored;
-    std::filesystem::remove(temporary_path_, ignored);
-  }
-}
-
-void MemmapWriter::write_bytes(const void* data, size_t size) {
-  stream_.write(static_cast<const char*>(data), std::streamsize(size));
-  FLM_CHECK(stream_.good(), kComponent, "{}: write failed after {} bytes", temporary_path_.string(), offset_);
-  offset_ += size;
+  file_.write(&placeholder, sizeof(placeholder));
+  file_.write(kLmHeader);
+  tokens_begin_ = file_.size();
+  file_.write(kTokenHeader);
 }
 
 void MemmapWriter::add_document(const Document& document) {
-  FLM_CHECK(!finished_, kComponent, "{}: add_document after finish", path_.string());
+  FLM_CHECK(!finished_, kComponent, "{}: add_document after finish", file_.path().string());
   std::string buffer;
   buffer.reserve(document.tokens.size() * token_data_type_size(options_.data_type));
   for (int64_t token : document.tokens) {
     FLM_CHECK(token_fits(token, options_.data_type), kComponent, "{}: token {} of document {} does not fit {}",
-              path_.string(), token, num_documents(), token_data_type_name(options_.data_type));
+              file_.path().string(), token, num_documents(), token_data_type_name(options_.data_type));
     switch (options_.data_type) {
       case TokenDataType::uint8: append_scalar(buffer, uint8_t(token)); break;
       case TokenDataType::int8: append_scalar(buffer, int8_t(token)); break;
@@ -536,13 +374,13 @@ void MemmapWriter::add_document(const Document& document) {
   }
   const int64_t size = document.size();
   auto append_ranges = [&](RangeBuffer& target, const std::vector<Range>& spans, std::string_view what) {
-    check_spans(spans, size, what, path_);
+    check_spans(spans, size, what, file_.path());
     for (const Range& span : spans) {
       target.pairs.push_back(span.begin);
       target.pairs.push_back(span.end);
     }
     FLM_CHECK(target.pairs.size() / 2 < size_t(std::numeric_limits<int32_t>::max()), kComponent,
-              "{}: too many {}", path_.string(), what);
+              "{}: too many {}", file_.path().string(), what);
     target.count_cumsum.push_back(int32_t(target.pairs.size() / 2));
   };
   if (options_.loss_masking_spans) append_ranges(loss_masking_spans_, document.loss_masking_spans, "loss-masking span");
@@ -550,32 +388,32 @@ void MemmapWriter::add_document(const Document& document) {
     append_ranges(chosen_spans_, document.chosen_spans, "chosen span");
     append_ranges(rejected_spans_, document.rejected_spans, "rejected span");
   }
-  write_bytes(buffer.data(), buffer.size());
+  file_.write(buffer);
   size_cumsum_.push_back(size_cumsum_.back() + size);
 }
 
 nlohmann::ordered_json MemmapWriter::write_range_section(const RangeBuffer& buffer) {
-  uint64_t begin = offset_;
-  write_bytes(kRangeHeader.data(), kRangeHeader.size());
-  write_bytes(buffer.pairs.data(), buffer.pairs.size() * sizeof(int32_t));
-  write_bytes(buffer.count_cumsum.data(), buffer.count_cumsum.size() * sizeof(int32_t));
-  write_bytes(kRangeFooter.data(), kRangeFooter.size());
+  uint64_t begin = file_.size();
+  file_.write(kRangeHeader);
+  file_.write(buffer.pairs.data(), buffer.pairs.size() * sizeof(int32_t));
+  file_.write(buffer.count_cumsum.data(), buffer.count_cumsum.size() * sizeof(int32_t));
+  file_.write(kRangeFooter);
   return {{"type", "range"},
           {"begin", begin},
-          {"end", offset_},
+          {"end", file_.size()},
           {"num_documents", num_documents()},
           {"num_ranges", buffer.pairs.size() / 2}};
 }
 
 void MemmapWriter::finish() {
-  FLM_CHECK(!finished_, kComponent, "{}: finish called twice", path_.string());
-  write_bytes(size_cumsum_.data(), size_cumsum_.size() * sizeof(int64_t));
-  write_bytes(kTokenFooter.data(), kTokenFooter.size());
+  FLM_CHECK(!finished_, kComponent, "{}: finish called twice", file_.path().string());
+  file_.write(size_cumsum_.data(), size_cumsum_.size() * sizeof(int64_t));
+  file_.write(kTokenFooter);
   // Keys in Fast-LLM's order, which is also the order of the sections in the file.
   nlohmann::ordered_json reader_config = {{"type", "language_model"}, {"begin", kDataStart}, {"end", 0}};
   reader_config["tokens"] = {{"type", "token"},
                              {"begin", tokens_begin_},
-                             {"end", offset_},
+                             {"end", file_.size()},
                              {"num_documents", num_documents()},
                              {"num_tokens", num_tokens()},
                              {"data_type", token_data_type_name(options_.data_type)}};
@@ -586,169 +424,23 @@ void MemmapWriter::finish() {
   reader_config["image_patches"] = none;
   reader_config["advantages"] = none;
   reader_config["old_log_probabilities"] = none;
-  write_bytes(kLmFooter.data(), kLmFooter.size());
-  reader_config["end"] = offset_;
+  file_.write(kLmFooter);
+  reader_config["end"] = file_.size();
   const std::string json_text = reader_config.dump();
 
-  const uint64_t config_offset = offset_;
+  const uint64_t config_offset = file_.size();
   FLM_CHECK(json_text.size() <= std::numeric_limits<uint32_t>::max(), kComponent, "{}: reader config too large",
-            path_.string());
+            file_.path().string());
   const uint32_t config_size = uint32_t(json_text.size());
   unsigned char size_bytes[4];
   for (int index = 0; index < 4; ++index) size_bytes[index] = uint8_t(config_size >> (8 * (3 - index)));
-  write_bytes(size_bytes, 4);
-  write_bytes(json_text.data(), json_text.size());
+  file_.write(size_bytes, 4);
+  file_.write(json_text);
   unsigned char offset_bytes[8];
   for (int index = 0; index < 8; ++index) offset_bytes[index] = uint8_t(config_offset >> (8 * (7 - index)));
-  stream_.seekp(std::streamoff(kConfigOffsetPosition));
-  stream_.write(reinterpret_cast<const char*>(offset_bytes), 8);
-  stream_.close();
-  FLM_CHECK(!stream_.fail(), kComponent, "{}: write failed while closing", temporary_path_.string());
-  std::error_code error;
-  std::filesystem::rename(temporary_path_, path_, error);
-  FLM_CHECK(!error, kComponent, "{}: cannot move the finished file into place ({})", path_.string(), error.message());
+  file_.write_at(kConfigOffsetPosition, offset_bytes, 8);
+  file_.commit();
   finished_ = true;
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// LegacyMemmapDataset
-
-std::filesystem::path legacy_memmap_path(const std::filesystem::path& prefix, std::string_view suffix) {
-  std::filesystem::path path = prefix;
-  path.replace_extension(suffix);
-  return path;
-}
-
-namespace {
-// Sequential reads from the index file, each bounds-checked.
-class IndexCursor {
- public:
-  explicit IndexCursor(const MappedFile& file) : file_(file) {}
-  template <class T>
-  T read(std::string_view what) {
-    require(sizeof(T), what);
-    T value = load<T>(file_.data() + offset_);
-    offset_ += sizeof(T);
-    return value;
-  }
-  void require(uint64_t bytes, std::string_view what) const {
-    if (bytes > file_.size() - offset_)
-      throw Error(kLegacyComponent, fmt::format("{}: file ends at byte {} while reading {} ({} more bytes needed)",
-                                                file_.path().string(), file_.size(), what, bytes));
-  }
-  size_t offset() const { return offset_; }
-  void skip(size_t bytes) { offset_ += bytes; }
-
- private:
-  const MappedFile& file_;
-  size_t offset_ = 0;
-};
-}  // namespace
-
-LegacyMemmapDataset::LegacyMemmapDataset(std::string name, const std::filesystem::path& prefix)
-    : name_(std::move(name)), bin_(legacy_memmap_path(prefix, ".bin"), kLegacyComponent) {
-  const MappedFile index(legacy_memmap_path(prefix, ".idx"), kLegacyComponent);
-  const FileError fail{kLegacyComponent, index.path().string()};
-  static constexpr std::string_view kIndexHeader{"MMIDIDX\0\0", 9};
-  if (!bytes_equal(index, 0, kIndexHeader)) fail("not a Megatron index file (it does not start with 'MMIDIDX')");
-  IndexCursor cursor(index);
-  cursor.skip(kIndexHeader.size());
-  uint64_t version = cursor.read<uint64_t>("the version");
-  if (version < 1 || version > 3) fail(fmt::format("unsupported version {} (1 to 3 are known)", version));
-  if (version >= 2) has_spans_ = cursor.read<uint8_t>("the span flag") != 0;
-  if (version >= 3) has_preference_spans_ = cursor.read<uint8_t>("the preference span flag") != 0;
-  uint8_t dtype_code = cursor.read<uint8_t>("the data type code");
-  switch (dtype_code) {
-    case 1: data_type_ = TokenDataType::uint8; break;
-    case 2: data_type_ = TokenDataType::int8; break;
-    case 3: data_type_ = TokenDataType::int16; break;
-    case 4: data_type_ = TokenDataType::int32; break;
-    case 5: data_type_ = TokenDataType::int64; break;
-    case 8: data_type_ = TokenDataType::uint16; break;
-    case 6:
-    case 7: fail(fmt::format("data type code {} is a floating-point type, not token ids", dtype_code));
-    default: fail(fmt::format("unknown data type code {}", dtype_code));
-  }
-  const uint64_t num_documents = cursor.read<uint64_t>("the document count");
-  cursor.read<uint64_t>("the document index count");  // Megatron's document index is not used
-  // Each document takes at least 12 bytes (size and pointer), which bounds a corrupt count before allocating.
-  if (num_documents > (index.size() - cursor.offset()) / 12)
-    fail(fmt::format("document count {} does not fit in the {}-byte file", num_documents, index.size()));
-
-  const size_t item = token_data_type_size(data_type_);
-  if (bin_.size() % item != 0)
-    fail(fmt::format("{} has {} bytes, not a whole number of {}-byte tokens", bin_.path().string(), bin_.size(), item));
-  num_tokens_ = int64_t(bin_.size() / item);
-
-  sizes_.resize(num_documents);
-  pointers_.resize(num_documents);
-  for (auto& size : sizes_) size = cursor.read<int32_t>("the document sizes");
-  for (auto& pointer : pointers_) pointer = cursor.read<int64_t>("the document pointers");
-  for (uint64_t document = 0; document < num_documents; ++document) {
-    int64_t size = sizes_[document], pointer = pointers_[document];
-    if (size < 0) fail(fmt::format("document {} has negative size {}", document, size));
-    if (pointer < 0 || uint64_t(pointer) > bin_.size() || uint64_t(size) * item > bin_.size() - uint64_t(pointer))
-      fail(fmt::format("document {} ({} tokens at byte {}) runs past the end of {} ({} bytes)", document, size,
-                       pointer, bin_.path().string(), bin_.size()));
-  }
-
-  // Converts an inclusive (begin, last) pair to [begin, last + 1), checking it lies in its document.
-  auto read_span = [&](uint64_t document, std::string_view what) -> Range {
-    int32_t begin = cursor.read<int32_t>(what);
-    int32_t last = cursor.read<int32_t>(what);
-    if (begin < 0 || last < begin - 1 || last >= sizes_[document])
-      fail(fmt::format("{} [{}, {}] (inclusive) of document {} is out of range (document has {} tokens)", what, begin,
-                       last, document, sizes_[document]));
-    return {begin, last + 1};
-  };
-  if (has_spans_) {
-    std::vector<int32_t> counts(num_documents);
-    for (auto& count : counts) count = cursor.read<int32_t>("the span counts");
-    span_offsets_.assign(1, 0);
-    for (uint64_t document = 0; document < num_documents; ++document) {
-      if (counts[document] < 0) fail(fmt::format("document {} has a negative span count {}", document, counts[document]));
-      span_offsets_.push_back(span_offsets_.back() + counts[document]);
-    }
-    cursor.require(uint64_t(span_offsets_.back()) * 8, "the loss-masking spans");
-    spans_.reserve(size_t(span_offsets_.back()));
-    for (uint64_t document = 0; document < num_documents; ++document)
-      for (int32_t span = 0; span < counts[document]; ++span) spans_.push_back(read_span(document, "loss-masking span"));
-  }
-  if (has_preference_spans_) {
-    // One chosen and one rejected span per document, after the loss-masking spans (as Fast-LLM's writer lays them).
-    cursor.require(num_documents * 16, "the preference spans");
-    for (uint64_t document = 0; document < num_documents; ++document)
-      chosen_spans_.push_back(read_span(document, "chosen span"));
-    for (uint64_t document = 0; document < num_documents; ++document)
-      rejected_spans_.push_back(read_span(document, "rejected span"));
-  }
-}
-
-int64_t LegacyMemmapDataset::document_size(int64_t index) const {
-  FLM_ASSERT(index >= 0 && index < num_documents(), "document {} of {}", index, num_documents());
-  return sizes_[size_t(index)];
-}
-
-std::vector<int64_t> LegacyMemmapDataset::document_sizes() const { return {sizes_.begin(), sizes_.end()}; }
-
-Document LegacyMemmapDataset::get_document(int64_t index, int64_t begin, int64_t end) const {
-  int64_t size = document_size(index);
-  if (end < 0) end = size;
-  FLM_ASSERT(0 <= begin && begin <= end && end <= size, "window [{}, {}) of a {}-token document", begin, end, size);
-  Document document;
-  size_t item = token_data_type_size(data_type_);
-  read_tokens(bin_.data() + size_t(pointers_[size_t(index)]) + size_t(begin) * item, data_type_, end - begin,
-              document.tokens);
-  if (has_spans_) {
-    std::vector<Range> spans(spans_.begin() + span_offsets_[size_t(index)],
-                             spans_.begin() + span_offsets_[size_t(index) + 1]);
-    document.loss_masking_spans = crop_ranges(spans, begin, end);
-  }
-  if (has_preference_spans_) {
-    document.chosen_spans = crop_ranges({chosen_spans_[size_t(index)]}, begin, end);
-    document.rejected_spans = crop_ranges({rejected_spans_[size_t(index)]}, begin, end);
-  }
-  return document;
 }
 
 }  // namespace fast_llm::data

@@ -1,7 +1,8 @@
-// Fast-LLM's `.fast_llm_dataset` file (reader and writer) and the legacy Megatron `.bin` / `.idx` pair (reader).
+// Fast-LLM's current dataset file format, `.fast_llm_dataset` (reader and writer); the legacy Megatron `.bin` / `.idx`
+// pair is legacy_memmap.h.
 //
-// `.fast_llm_dataset` layout (reference/fast-llm.md §5.1). Arrays are little-endian; the two header integers are
-// big-endian, because Fast-LLM writes them with Python's `int.to_bytes`, whose default order is big:
+// Layout (reference/fast-llm.md §5.1). Arrays are little-endian; the two header integers are big-endian, because
+// Fast-LLM writes them with Python's `int.to_bytes`, whose default order is big:
 //
 //   0              "fast_llm_prepared_dataset"                     (25 bytes)
 //   25             uint64 BE config_offset
@@ -26,47 +27,20 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "fast_llm/core/file_writer.h"
 #include "fast_llm/data/dataset.h"
+#include "fast_llm/data/mapped_file.h"
+#include "fast_llm/data/token_data_type.h"
 
 namespace fast_llm::data {
 
-// Integer types a token section may hold (Fast-LLM's DataType names).
-enum class TokenDataType { uint8, int8, uint16, int16, uint32, int32, int64, uint64 };
-
-std::string_view token_data_type_name(TokenDataType type);
-size_t token_data_type_size(TokenDataType type);
-std::optional<TokenDataType> parse_token_data_type(std::string_view name);
-// The smallest unsigned type holding every token id below `vocab_size`, as Fast-LLM's prepare chooses.
-TokenDataType token_data_type_for_vocab(int64_t vocab_size);
-
 inline constexpr std::string_view kMemmapFileHeader = "fast_llm_prepared_dataset";
-
-// A whole file mapped read-only. Errors name the file under `component`.
-class MappedFile {
- public:
-  MappedFile(const std::filesystem::path& path, std::string_view component);
-  ~MappedFile();
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  size_t size() const { return size_; }
-  const std::byte* data() const { return data_; }
-
- private:
-  std::filesystem::path path_;
-  const std::byte* data_ = nullptr;
-  size_t size_ = 0;
-};
 
 class MemmapDataset final : public IndexedDataset {
  public:
@@ -104,8 +78,8 @@ class MemmapDataset final : public IndexedDataset {
 };
 
 // Writes a `.fast_llm_dataset` file, streaming the tokens and holding the per-document sizes and spans in memory until
-// `finish`. The file is written under a temporary name and renamed into place by `finish`, so an interrupted writer
-// never leaves a file that looks complete.
+// `finish`. The file is written under a temporary name, flushed to disk and renamed into place by `finish`, so an
+// interrupted or failed writer (a full disk: an Error naming the file) leaves no file, never one that looks complete.
 class MemmapWriter {
  public:
   struct Options {
@@ -113,10 +87,7 @@ class MemmapWriter {
     bool loss_masking_spans = false;  // write the loss_masking_spans section (each document's spans)
     bool preference_spans = false;    // write chosen_spans and rejected_spans
   };
-  MemmapWriter(std::filesystem::path path, Options options);
-  ~MemmapWriter();
-  MemmapWriter(const MemmapWriter&) = delete;
-  MemmapWriter& operator=(const MemmapWriter&) = delete;
+  MemmapWriter(const std::filesystem::path& path, Options options);
 
   // Appends a document; every token must fit the data type and every span lie within the document.
   void add_document(const Document& document);
@@ -131,57 +102,15 @@ class MemmapWriter {
     std::vector<int32_t> pairs;                 // begin, end, begin, end, ...
     std::vector<int32_t> count_cumsum{0};
   };
-  void write_bytes(const void* data, size_t size);
   // Writes one `range` section at the current offset and returns its reader config.
   nlohmann::ordered_json write_range_section(const RangeBuffer& buffer);
 
-  std::filesystem::path path_;
-  std::filesystem::path temporary_path_;
   Options options_;
-  std::ofstream stream_;
-  uint64_t offset_ = 0;  // bytes written so far
+  FileWriter file_;
   uint64_t tokens_begin_ = 0;
   std::vector<int64_t> size_cumsum_{0};
   RangeBuffer loss_masking_spans_, chosen_spans_, rejected_spans_;
   bool finished_ = false;
 };
-
-// Megatron-LM's indexed dataset as Fast-LLM reads it: `prefix.idx` = "MMIDIDX\0\0", uint64 version (1-3),
-// [uint8 has_spans (v >= 2)], [uint8 has_preference_spans (v >= 3)], uint8 dtype code {1: uint8, 2: int8, 3: int16,
-// 4: int32, 5: int64, 6: float32, 7: float64, 8: uint16}, uint64 num_documents, uint64 document-index count,
-// int32 sizes[n], int64 byte pointers into the .bin[n], [int32 span counts[n], int32 (begin, last) pairs with an
-// INCLUSIVE last], [int32 (begin, last) chosen[n], int32 (begin, last) rejected[n]], then the unused document index;
-// all little-endian. `prefix.bin` holds the tokens. Spans are converted to exclusive ends.
-class LegacyMemmapDataset final : public IndexedDataset {
- public:
-  LegacyMemmapDataset(std::string name, const std::filesystem::path& prefix);
-
-  const std::string& name() const override { return name_; }
-  int64_t num_documents() const override { return int64_t(sizes_.size()); }
-  int64_t num_tokens() const override { return num_tokens_; }
-  int64_t document_size(int64_t index) const override;
-  std::vector<int64_t> document_sizes() const override;
-  Document get_document(int64_t index, int64_t begin = 0, int64_t end = -1) const override;
-
-  TokenDataType token_data_type() const { return data_type_; }
-  bool has_loss_masking_spans() const { return has_spans_; }
-  bool has_preference_spans() const { return has_preference_spans_; }
-
- private:
-  std::string name_;
-  MappedFile bin_;
-  TokenDataType data_type_ = TokenDataType::uint16;
-  int64_t num_tokens_ = 0;
-  bool has_spans_ = false;
-  bool has_preference_spans_ = false;
-  std::vector<int32_t> sizes_;
-  std::vector<int64_t> pointers_;                 // byte offsets into the .bin
-  std::vector<int64_t> span_offsets_;             // (documents + 1) cumulative span counts
-  std::vector<Range> spans_;                      // exclusive ends
-  std::vector<Range> chosen_spans_, rejected_spans_;  // one per document
-};
-
-// The `.bin` / `.idx` suffix replacement Fast-LLM applies to a legacy prefix (`with_suffix`: replaces an extension).
-std::filesystem::path legacy_memmap_path(const std::filesystem::path& prefix, std::string_view suffix);
 
 }  // namespace fast_llm::data

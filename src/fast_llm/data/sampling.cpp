@@ -1,13 +1,14 @@
 #include "fast_llm/data/sampling.h"
 
-#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <fstream>
 #include <numeric>
 #include <sstream>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/core/file_writer.h"
 #include "fast_llm/core/logging.h"
 #include "fast_llm/core/random.h"
 
@@ -84,22 +85,6 @@ std::string sanitize(const std::string& name) {
       result += character;
   }
   return result;
-}
-
-// Writes `content` to `path` through a temporary file and a rename, so readers never see a partial file.
-void write_atomically(const std::filesystem::path& path, const char* data, size_t size) {
-  std::filesystem::path temporary = path;
-  temporary += fmt::format(".tmp.{}", ::getpid());
-  {
-    std::ofstream stream(temporary, std::ios::binary | std::ios::trunc);
-    FLM_CHECK(stream.is_open(), kComponent, "{}: cannot write the sampling cache", temporary.string());
-    stream.write(data, std::streamsize(size));
-    stream.close();
-    FLM_CHECK(!stream.fail(), kComponent, "{}: write failed", temporary.string());
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  FLM_CHECK(!error, kComponent, "{}: cannot move the sampling cache into place ({})", path.string(), error.message());
 }
 
 int64_t ceil_div(int64_t numerator, int64_t denominator) { return (numerator + denominator - 1) / denominator; }
@@ -410,7 +395,6 @@ bool SampledIndexedDataset::load_cache(const std::string& descriptor_text) {
 }
 
 void SampledIndexedDataset::save_cache(const std::string& descriptor_text) const {
-  std::filesystem::create_directories(*parameters_.cache_directory);
   const std::filesystem::path base = cache_base();
   std::filesystem::path yaml_path = base, bin_path = base;
   yaml_path += "_index.yaml";
@@ -420,12 +404,15 @@ void SampledIndexedDataset::save_cache(const std::string& descriptor_text) const
   words.insert(words.end(), order_.begin(), order_.end());
   words.insert(words.end(), sample_positions_.begin(), sample_positions_.end());
   words.insert(words.end(), sample_offsets_.begin(), sample_offsets_.end());
-  // The binary file first: a descriptor never points to an index that is not there yet.
-  write_atomically(bin_path, reinterpret_cast<const char*>(words.data()), words.size() * sizeof(int64_t));
+  // Each file replaced atomically, the binary one first: a descriptor never points to an index that is not there yet.
+  // No fsync: a cache lost in a crash is rebuilt, and one damaged is caught by its checksum.
+  write_file(bin_path,
+             std::string_view(reinterpret_cast<const char*>(words.data()), words.size() * sizeof(int64_t)),
+             {.component = kComponent});
   std::string text = descriptor_text + fmt::format("index:\n  positions: {}\n  bytes: {}\n  checksum: \"{}\"\n",
                                                    order_.size(), words.size() * sizeof(int64_t),
                                                    hex(hash_words(words.data(), words.size())));
-  write_atomically(yaml_path, text.data(), text.size());
+  write_file(yaml_path, text, {.component = kComponent});
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -438,10 +425,12 @@ BlendedDataset::BlendedDataset(std::string name, std::vector<std::shared_ptr<Sam
             "{}: {} datasets and {} weights", name_, datasets_.size(), weights.size());
   double total = 0;
   for (double weight : weights) {
-    FLM_CHECK(weight >= 0, kComponent, "{}: negative blending weight {}", name_, weight);
+    FLM_CHECK(std::isfinite(weight) && weight >= 0, kComponent, "{}: blending weight {} is negative or not finite",
+              name_, weight);
     total += weight;
   }
-  FLM_CHECK(total > 0, kComponent, "{}: blending weights sum to zero", name_);
+  FLM_CHECK(total > 0 && std::isfinite(total), kComponent, "{}: blending weights sum to {}, not a positive number",
+            name_, total);
   for (double& weight : weights) weight /= total;
 
   dataset_index_.resize(size_t(num_samples_));
