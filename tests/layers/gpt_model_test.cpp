@@ -150,12 +150,16 @@ std::vector<double> loss_and_gradients(DType dtype, DType grad_dtype) {
   Tensor activation;
   for (Layer* layer : layers) {
     activation = layer->forward(context, activation);
-    if (activation.defined()) EXPECT_EQ(activation.dtype(), dtype);
+    if (activation.defined()) {
+      EXPECT_EQ(activation.dtype(), dtype);
+    }
   }
   Tensor grad;
   for (auto layer = layers.rbegin(); layer != layers.rend(); ++layer) {
     grad = (*layer)->backward(context, grad);
-    if (grad.defined()) EXPECT_EQ(grad.dtype(), dtype);
+    if (grad.defined()) {
+      EXPECT_EQ(grad.dtype(), dtype);
+    }
   }
   std::vector<double> result{losses.all().at("lm_head_loss").item() / 14.0};
   for (Layer* layer : layers)

@@ -1,0 +1,55 @@
+// Field lists of the normalization configs.
+#include "fast_llm/layers/common/normalization_config.h"
+#include "fast_llm/layers/common/unsupported_type.h"
+
+namespace fast_llm::layers {
+
+using config::Hint;
+using config::Visitor;
+namespace check = config::check;
+
+FLM_REGISTER_CONFIG(NormalizationConfig, NoNormalizationConfig, "none");
+FLM_REGISTER_CONFIG(NormalizationConfig, LayerNormalizationConfig, "layer_norm");
+FLM_REGISTER_CONFIG(NormalizationConfig, RmsNormalizationConfig, "rms_norm");
+FLM_REGISTER_CONFIG(NormalizationConfig, FixedRmsNormalizationConfig, "fixed_rms_norm");
+FLM_REGISTER_CONFIG(NormalizationConfig, GatedRmsNormalizationConfig, "gated_rms_norm");
+
+void NormalizationConfig::visit(Visitor& v) {
+  v(lr_scale, "lr_scale", "Learning-rate multiplier for the layer.", Hint::feature, check::ge(0.0));
+}
+
+void LayerNormalizationBaseConfig::visit(Visitor& v) {
+  NormalizationConfig::visit(v);
+  v(weight, "weight", "Settings of the scale weight.", Hint::architecture);
+  v(epsilon, "epsilon", "Added to the variance before the square root.", Hint::architecture, check::gt(0.0));
+  v(zero_centered, "zero_centered",
+    "Store the weight as w - 1 (applied as 1 + w), which keeps precision when the weight stays close to one.",
+    Hint::architecture);
+  v(implementation, "implementation", "Kernel choice; `auto` picks the best one available on the device.",
+    Hint::performance);
+}
+
+void LayerNormalizationConfig::visit(Visitor& v) {
+  LayerNormalizationBaseConfig::visit(v);
+  v(bias, "bias", "Settings of the bias.", Hint::architecture);
+}
+
+void FixedRmsNormalizationConfig::visit(Visitor& v) {
+  visit_unsupported_type(v, type, "RMS norm without weight");
+  NormalizationConfig::visit(v);
+  v(epsilon, "epsilon", "Added to the mean square before the square root.", Hint::architecture, check::gt(0.0));
+}
+
+void GatedRmsNormalizationConfig::visit(Visitor& v) {
+  visit_unsupported_type(v, type, "gated RMS norm");
+  RmsNormalizationConfig::visit(v);
+  v(activation, "activation", "Activation applied to the gate input.", Hint::core);
+}
+
+bool operator==(const config::Dynamic<NormalizationConfig>& a, const config::Dynamic<NormalizationConfig>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  if (!a.has_value()) return true;
+  return a.type() == b.type() && a->to_yaml_string() == b->to_yaml_string();
+}
+
+}  // namespace fast_llm::layers
