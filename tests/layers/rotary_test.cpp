@@ -21,7 +21,7 @@ struct RotaryHolder : config::Config {
 
 RotaryFrequencies frequencies_of(const std::string& yaml, int64_t head_size) {
   RotaryHolder holder = load_config<RotaryHolder>("rotary: " + yaml);
-  return rotary_frequencies(holder.rotary.get(), head_size);
+  return holder.rotary->frequencies(head_size);
 }
 
 void expect_near_relative(const std::vector<double>& actual, const std::vector<double>& expected) {

@@ -1,4 +1,7 @@
-// Field lists of the normalization configs.
+// Field lists and specs of the normalization configs.
+#include <fmt/format.h>
+
+#include "fast_llm/core/error.h"
 #include "fast_llm/layers/common/normalization_config.h"
 #include "fast_llm/layers/common/unsupported_type.h"
 
@@ -29,10 +32,22 @@ void LayerNormalizationBaseConfig::visit(Visitor& v) {
     Hint::performance);
 }
 
+NormalizationSpec LayerNormalizationBaseConfig::weighted_spec(NormalizationSpec::Kernel kernel) const {
+  return {.kernel = kernel, .epsilon = epsilon, .zero_centered = zero_centered, .weight = &weight, .bias = nullptr};
+}
+
 void LayerNormalizationConfig::visit(Visitor& v) {
   LayerNormalizationBaseConfig::visit(v);
   v(bias, "bias", "Settings of the bias.", Hint::architecture);
 }
+
+NormalizationSpec LayerNormalizationConfig::spec() const {
+  NormalizationSpec result = weighted_spec(NormalizationSpec::Kernel::layer_norm);
+  result.bias = &bias;
+  return result;
+}
+
+NormalizationSpec RmsNormalizationConfig::spec() const { return weighted_spec(NormalizationSpec::Kernel::rms_norm); }
 
 void FixedRmsNormalizationConfig::visit(Visitor& v) {
   visit_unsupported_type(v, type, "RMS norm without weight");
@@ -40,10 +55,19 @@ void FixedRmsNormalizationConfig::visit(Visitor& v) {
   v(epsilon, "epsilon", "Added to the mean square before the square root.", Hint::architecture, check::gt(0.0));
 }
 
+NormalizationSpec FixedRmsNormalizationConfig::spec() const {
+  return {.kernel = NormalizationSpec::Kernel::rms_norm, .epsilon = epsilon, .zero_centered = false, .weight = nullptr,
+          .bias = nullptr};
+}
+
 void GatedRmsNormalizationConfig::visit(Visitor& v) {
   visit_unsupported_type(v, type, "gated RMS norm");
   RmsNormalizationConfig::visit(v);
   v(activation, "activation", "Activation applied to the gate input.", Hint::core);
+}
+
+NormalizationSpec GatedRmsNormalizationConfig::spec() const {
+  throw NotSupportedError("layers", fmt::format("{}: gated_rms_norm is only for SSM mixers", path()));
 }
 
 bool operator==(const config::Dynamic<NormalizationConfig>& a, const config::Dynamic<NormalizationConfig>& b) {

@@ -34,7 +34,7 @@ GPTModel::GPTModel(const GPTBaseModelConfig& config) {
       throw NotSupportedError("gpt", fmt::format("{}: block {} is not a decoder block", decoder.path(), index));
     std::shared_ptr<layers::Rotary> rotary;
     if (const auto* attention = block->mixer.as<layers::AttentionConfig>()) {
-      layers::RotaryFrequencies frequencies = layers::rotary_frequencies(attention->rotary.get(), attention->head_size);
+      layers::RotaryFrequencies frequencies = attention->rotary->frequencies(attention->head_size);
       for (const auto& candidate : rotaries)
         if (candidate->frequencies() == frequencies) rotary = candidate;
       if (!rotary) rotary = rotaries.emplace_back(std::make_shared<layers::Rotary>(std::move(frequencies)));
