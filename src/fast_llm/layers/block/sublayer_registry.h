@@ -1,6 +1,6 @@
 // How a decoder block builds its mixer and its MLP from their configs: a registry per interface (Mixer, MlpBase), keyed
-// by the config's `type:` name (what config::Dynamic::type() returns). Each implementation registers itself with one
-// line in its own .cpp, next to its config's FLM_REGISTER_CONFIG:
+// by the config's `type:` name (what config::Dynamic::type() returns, the name its FLM_REGISTER_CONFIG gave). Each
+// implementation registers itself with one line in its own .cpp:
 //   FLM_REGISTER_SUBLAYER(MlpBase, Mlp, MlpConfig, "mlp");
 // which builds `Mlp(const MlpConfig&, const SublayerArguments&)` for `type: mlp`. A new mixer or MLP type is then its
 // own files, with no edit of the block. A type whose config is registered but whose layer is not (accepted for
@@ -14,6 +14,7 @@
 #include <string_view>
 #include <type_traits>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include "fast_llm/config/config.h"
