@@ -1,6 +1,7 @@
 // Decoder block: names, forward as residual composition of its modules, backward against finite differences (with
 // and without dropout), both for each normalization type (the norms fold the skip connections into their own passes,
-// the identity falls back to axpys), saved state per micro-batch, refused settings.
+// the identity falls back to axpys), saved state per micro-batch (consumed by backward; several micro-batches in
+// flight), refused settings.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -65,13 +66,13 @@ TEST(DecoderBlock, ForwardIsResidualComposition) {
 
     Normalization norm("n", config.mixer_normalization(), kHidden, 1.0);
     share_norm_parameters(norm, block, "block.norm_1");
-    Tensor mixed = block.mixer().forward(norm.forward(input, nullptr, {}), data.batch, nullptr, {});
+    Tensor mixed = block.mixer().forward(context, norm.forward(input, nullptr, {}));
     auto x = values_of(input), m = values_of(mixed);
     std::vector<double> hidden(x.size());
     for (size_t i = 0; i < x.size(); ++i) hidden[i] = x[i] + m[i];
     Tensor hidden_tensor = tensor_from(hidden, input.shape());
     share_norm_parameters(norm, block, "block.norm_2");
-    auto f = values_of(block.mlp().forward(norm.forward(hidden_tensor, nullptr, {}), nullptr, {}));
+    auto f = values_of(block.mlp().forward(context, norm.forward(hidden_tensor, nullptr, {})));
     for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(output[i], hidden[i] + f[i], 1e-12);
   }
 }
@@ -115,13 +116,57 @@ TEST_P(DecoderBlockTest, BackwardMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(DropoutAndNormalization, DecoderBlockTest,
                          ::testing::Combine(::testing::Values(0.0, 0.25), ::testing::ValuesIn(kNormalizations)));
 
+// Breadth-first schedules run several forwards before their backwards: the block, its mixer and its MLP each keep
+// every micro-batch's state, so forward 0, forward 1, backward 1, backward 0 gives each micro-batch's input gradient and
+// the sum of the parameter gradients of running them one after the other.
+TEST(DecoderBlock, MicroBatchesInFlightKeepTheirOwnState) {
+  DecoderBlockConfig config = load_config<DecoderBlockConfig>(kBlock + ", dropout: 0.25}");
+  DecoderBlock block("decoder.0", config, kHidden, 1.0);
+  bind_parameters(block, 31);
+  std::vector<BatchData> batches{make_batch({3, 5}, 10, 32, /*index=*/0), make_batch({2, 7, 1}, 10, 33, /*index=*/1)};
+  std::vector<LayerContext> contexts;
+  for (size_t index = 0; index < 2; ++index)
+    contexts.push_back(make_context(batches[index].batch, true, nullptr, 1.0, /*dropout_seed=*/40 + index));
+  const std::vector<Tensor> inputs{random_tensor(Shape{8, kHidden}, 34), random_tensor(Shape{10, kHidden}, 35)};
+  const std::vector<Tensor> grad_outputs{random_tensor(Shape{8, kHidden}, 36), random_tensor(Shape{10, kHidden}, 37)};
+  auto gradients = [&] {
+    std::vector<std::vector<double>> result;
+    for (Parameter* parameter : block.parameters()) result.push_back(values_of(parameter->grad));
+    return result;
+  };
+
+  std::vector<std::vector<double>> one_at_a_time_inputs;
+  for (size_t index = 0; index < 2; ++index) {
+    block.forward(contexts[index], inputs[index]);
+    one_at_a_time_inputs.push_back(values_of(block.backward(contexts[index], grad_outputs[index])));
+  }
+  const std::vector<std::vector<double>> one_at_a_time = gradients();
+  zero_gradients(block);
+
+  block.forward(contexts[0], inputs[0]);
+  block.forward(contexts[1], inputs[1]);
+  EXPECT_EQ(values_of(block.backward(contexts[1], grad_outputs[1])), one_at_a_time_inputs[1]);
+  EXPECT_EQ(values_of(block.backward(contexts[0], grad_outputs[0])), one_at_a_time_inputs[0]);
+  const std::vector<std::vector<double>> interleaved = gradients();
+  for (size_t p = 0; p < interleaved.size(); ++p)
+    for (size_t i = 0; i < interleaved[p].size(); ++i) EXPECT_NEAR(interleaved[p][i], one_at_a_time[p][i], 1e-12);
+}
+
 TEST(DecoderBlock, RefusesUnsupportedSettings) {
-  EXPECT_THROW(DecoderBlock("b",
-                            load_config<DecoderBlockConfig>("{mixer: {type: stochastic, mixers: {a: {heads: 2}}}}"),
-                            kHidden, 1.0),
-               NotSupportedError);
-  EXPECT_THROW(DecoderBlock("b", load_config<DecoderBlockConfig>("{mlp: {type: moe}}"), kHidden, 1.0),
-               NotSupportedError);
+  auto refusal = [](const std::string& yaml) -> std::string {
+    try {
+      DecoderBlock("b", load_config<DecoderBlockConfig>(yaml), kHidden, 1.0);
+    } catch (const NotSupportedError& error) {
+      return error.what();
+    }
+    return "built";
+  };
+  // Types whose config is accepted but that have no layer: the path and the type are named.
+  const std::string mixer = refusal("{mixer: {type: stochastic, mixers: {a: {heads: 2}}}}");
+  EXPECT_NE(mixer.find("mixer: mixer type 'stochastic' is not supported (supported: attention)"), std::string::npos)
+      << mixer;
+  const std::string mlp = refusal("{mlp: {type: moe}}");
+  EXPECT_NE(mlp.find("mlp: MLP type 'moe' is not supported (supported: mlp)"), std::string::npos) << mlp;
   EXPECT_THROW(DecoderBlock("b", load_config<DecoderBlockConfig>("{post_mixer_normalization: {type: rms_norm}}"),
                             kHidden, 1.0),
                NotSupportedError);

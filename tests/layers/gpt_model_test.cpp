@@ -6,6 +6,7 @@
 #include <set>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/layers/attention/attention.h"
 #include "fast_llm/models/gpt/model.h"
 #include "layer_test_util.h"
 
@@ -76,9 +77,12 @@ decoder:
     sliding: {mixer: {heads: 2, head_size: 4, window_size: 3, lr_scale: 3}, mlp: {intermediate_size: 6}}
 )"));
   ASSERT_EQ(model.block_count(), 3);
-  EXPECT_FALSE(model.block(0).mixer().window_size().has_value());
-  EXPECT_EQ(model.block(1).mixer().window_size(), 3);
-  EXPECT_FALSE(model.block(2).mixer().window_size().has_value());
+  auto window_size = [&](int block) {
+    return dynamic_cast<layers::Attention&>(model.block(block).mixer()).window_size();
+  };
+  EXPECT_FALSE(window_size(0).has_value());
+  EXPECT_EQ(window_size(1), 3);
+  EXPECT_FALSE(window_size(2).has_value());
   Parameter* sliding_query = find_parameter(model.block(1), "decoder.1.mixer.query.weight");
   Parameter* full_query = find_parameter(model.block(2), "decoder.2.mixer.query.weight");
   EXPECT_DOUBLE_EQ(sliding_query->meta.lr_scale, 0.5 * 2 * 3);
@@ -150,12 +154,16 @@ std::vector<double> loss_and_gradients(DType dtype, DType grad_dtype) {
   Tensor activation;
   for (Layer* layer : layers) {
     activation = layer->forward(context, activation);
-    if (activation.defined()) EXPECT_EQ(activation.dtype(), dtype);
+    if (activation.defined()) {
+      EXPECT_EQ(activation.dtype(), dtype);
+    }
   }
   Tensor grad;
   for (auto layer = layers.rbegin(); layer != layers.rend(); ++layer) {
     grad = (*layer)->backward(context, grad);
-    if (grad.defined()) EXPECT_EQ(grad.dtype(), dtype);
+    if (grad.defined()) {
+      EXPECT_EQ(grad.dtype(), dtype);
+    }
   }
   std::vector<double> result{losses.all().at("lm_head_loss").item() / 14.0};
   for (Layer* layer : layers)

@@ -1,5 +1,5 @@
 // Rotary frequencies against values computed from Hugging Face's formulas (written out in a separate script, the
-// numbers pasted here), and the cos / sin tables.
+// numbers pasted here), the cos / sin tables, and their sharing between layers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +7,7 @@
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/layers/attention/rotary.h"
+#include "fast_llm/layers/block/shared_resources.h"
 #include "layer_test_util.h"
 
 namespace fast_llm::layers {
@@ -21,7 +22,7 @@ struct RotaryHolder : config::Config {
 
 RotaryFrequencies frequencies_of(const std::string& yaml, int64_t head_size) {
   RotaryHolder holder = load_config<RotaryHolder>("rotary: " + yaml);
-  return rotary_frequencies(holder.rotary.get(), head_size);
+  return holder.rotary->frequencies(head_size);
 }
 
 void expect_near_relative(const std::vector<double>& actual, const std::vector<double>& expected) {
@@ -100,6 +101,19 @@ TEST(RotaryTables, CosSinOfPositionTimesFrequencyScaledByAttentionFactor) {
   EXPECT_NEAR(longer.cos.item_as_double(index), cos5[3], 2e-7);
   const int64_t last[2] = {9, 0};
   EXPECT_NEAR(longer.sin.item_as_double(last), std::sin(9.0) * 1.1386294361119891, 2e-7);
+}
+
+// Layers with equal frequencies get one Rotary (one table); other frequencies, or another head size, another.
+TEST(SharedResources, EqualFrequenciesShareOneRotary) {
+  RotaryHolder default_theta = load_config<RotaryHolder>("rotary: {type: default, theta: 100}");
+  RotaryHolder same = load_config<RotaryHolder>("rotary: {type: default, theta: 100}");
+  RotaryHolder other_theta = load_config<RotaryHolder>("rotary: {type: default, theta: 1000}");
+  SharedResources shared;
+  std::shared_ptr<Rotary> first = shared.rotary(default_theta.rotary.get(), 8);
+  EXPECT_EQ(shared.rotary(same.rotary.get(), 8), first);
+  EXPECT_NE(shared.rotary(other_theta.rotary.get(), 8), first);
+  EXPECT_NE(shared.rotary(default_theta.rotary.get(), 4), first);
+  EXPECT_EQ(first->frequencies(), default_theta.rotary->frequencies(8));
 }
 
 TEST(RotaryFrequencies, RefusesUnsupportedTypes) {

@@ -52,7 +52,7 @@ std::unique_ptr<Normalization> optional_norm(std::string name, const std::option
 
 Attention::Attention(std::string name, const AttentionConfig& config, int64_t hidden_size, double lr_scale,
                      std::shared_ptr<Rotary> rotary)
-    : Module(std::move(name)),
+    : Mixer(std::move(name)),
       heads_(checked(config).heads),
       head_groups_(config.head_groups),
       head_size_(config.head_size),
@@ -80,6 +80,20 @@ Attention::Attention(std::string name, const AttentionConfig& config, int64_t hi
   if (!rotary_) rotary_ = std::make_shared<Rotary>(config.rotary.get(), head_size_);
   FLM_ASSERT(!rotary_->enabled() || int64_t(rotary_->frequencies().inverse_frequencies.size()) * 2 == head_size_,
              "{}: rotary frequencies for another head size", this->name());
+}
+
+Attention::Attention(const AttentionConfig& config, const SublayerArguments& arguments)
+    : Attention(arguments.name, config, arguments.hidden_size, arguments.lr_scale,
+                arguments.shared.rotary(config.rotary.get(), config.head_size)) {}
+
+FLM_REGISTER_SUBLAYER(Mixer, Attention, AttentionConfig, "attention");
+
+Tensor Attention::forward(LayerContext& context, const Tensor& input) {
+  return saved_.keep(context, [&](Saved* saved) { return forward(input, context.batch, saved, context.stream); });
+}
+
+Tensor Attention::backward(LayerContext& context, const Tensor& grad_output) {
+  return backward(grad_output, saved_.take(context.batch.index, name()), context.stream);
 }
 
 Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream) {
@@ -210,6 +224,14 @@ double Attention::flops(const MicroBatch& batch) const {
   }
   result += 12.0 * double(heads_) * double(head_size_) * double(attention_pair_count(lengths, causal_, window_size_));
   return result;
+}
+
+double Attention::mixing_flops_per_token(int64_t sequence_length) const {
+  const double width = double(heads_) * double(head_size_);
+  if (causal_ && !window_size_) return 6.0 * double(sequence_length) * width;
+  // Same accounting as flops(): 12 * width per attended pair, per token of the sequence.
+  return 12.0 * width *
+         double(attention_pair_count(std::span(&sequence_length, 1), causal_, window_size_)) / double(sequence_length);
 }
 
 int64_t attention_pair_count(std::span<const int64_t> document_lengths, bool causal, std::optional<int64_t> window_size) {

@@ -1,5 +1,6 @@
-// Attention mixer (Fast-LLM's `type: attention`): multi-head, grouped-query or multi-query attention over the packed
-// documents of a micro-batch, with optional per-head query/key norms, rotary embeddings and a sliding window.
+// Attention mixer (Fast-LLM's `type: attention`, the registered `attention` Mixer): multi-head, grouped-query or
+// multi-query attention over the packed documents of a micro-batch, with optional per-head query/key norms, rotary
+// embeddings and a sliding window.
 //
 // Parameters (Fast-LLM names under the mixer's name, e.g. `decoder.3.mixer`):
 //   query.weight      [heads * head_size, hidden]            (+ query.bias)
@@ -11,9 +12,9 @@
 //   q, k = norm(q), norm(k) per head; rotary(q), rotary(k) in place
 //   o = attention(q, k, v) per document (cu_seqlens), causal, window, scale head_size^-softmax_scale_power, GQA
 //   y = o Wd^T
-// The module keeps no per-micro-batch state: forward fills a Saved the decoder block keeps until backward.
-// Backward returns grad_input (=) and accumulates parameter gradients (+=); it takes the Saved by value so that a
-// caller that moves it in has q, k, v, the attention output and logsumexp freed once the attention backward has run,
+// As a Mixer (forward / backward with a LayerContext) it keeps each micro-batch's Saved itself; the explicit forms fill
+// and take a Saved the caller holds. Backward returns grad_input (=) and accumulates parameter gradients (+=); it takes
+// the Saved by value, so q, k, v, the attention output and logsumexp are freed once the attention backward has run,
 // before the projections' gradients are allocated. Attention dropout is refused.
 #pragma once
 
@@ -24,18 +25,21 @@
 
 #include "fast_llm/layers/attention/config.h"
 #include "fast_llm/layers/attention/rotary.h"
+#include "fast_llm/layers/block/mixer.h"
 #include "fast_llm/layers/common/linear.h"
 #include "fast_llm/layers/common/normalization.h"
-#include "fast_llm/layers/layer.h"
+#include "fast_llm/layers/saved_per_micro_batch.h"
 
 namespace fast_llm::layers {
 
-class Attention : public Module {
+class Attention : public Mixer {
  public:
   // `rotary` may be shared between layers with the same rotary settings (the cos/sin tables are then built once); null
   // builds this layer's own from the config.
   Attention(std::string name, const AttentionConfig& config, int64_t hidden_size, double lr_scale,
             std::shared_ptr<Rotary> rotary = nullptr);
+  // As the block's mixer: the rotary tables from `arguments.shared`.
+  Attention(const AttentionConfig& config, const SublayerArguments& arguments);
 
   struct Saved {
     Tensor input;      // (tokens, hidden)
@@ -50,14 +54,19 @@ class Attention : public Module {
     Normalization::Saved key_norm;
   };
 
+  Tensor forward(LayerContext& context, const Tensor& input) override;
+  Tensor backward(LayerContext& context, const Tensor& grad_output) override;
   // (tokens, hidden) -> (tokens, hidden). `saved` may be null (validation: nothing kept).
   Tensor forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream);
   Tensor backward(const Tensor& grad_output, Saved saved, Stream stream) const;
 
   // Matmuls (6 * tokens * weights) plus attention (12 * heads * head_size per attended query-key pair, counted from
   // the batch's host sequence_lengths, or from cu_seqlens when they are not given and it is on the CPU).
-  double flops(const MicroBatch& batch) const;
-  int64_t matmul_weight_count() const;
+  double flops(const MicroBatch& batch) const override;
+  int64_t matmul_weight_count() const override;
+  // 12 * heads * head_size per attended pair, per token of one document of `sequence_length` tokens (6 * length *
+  // heads * head_size for plain causal attention).
+  double mixing_flops_per_token(int64_t sequence_length) const override;
 
   int heads() const { return heads_; }
   int head_groups() const { return head_groups_; }
@@ -83,6 +92,7 @@ class Attention : public Module {
   std::unique_ptr<Normalization> query_norm_;
   std::unique_ptr<Normalization> key_norm_;
   std::shared_ptr<Rotary> rotary_;
+  SavedPerMicroBatch<Saved> saved_;
 };
 
 // Number of (query, key) pairs attention computes for documents of the given lengths (causal and window as the

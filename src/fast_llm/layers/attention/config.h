@@ -1,6 +1,5 @@
-// Mixers: the token-mixing half of a decoder block (`mixer:`), selected by `type:` (default `attention`), and Fast-LLM's
-// AttentionConfig (multi-head / grouped-query / multi-query attention, optional sliding window, rotary, per-head
-// query/key norms).
+// Fast-LLM's AttentionConfig (`mixer: {type: attention}`, the default mixer): multi-head / grouped-query / multi-query
+// attention, optional sliding window, rotary, per-head query/key norms.
 //
 // Layout (as Fast-LLM): the query projection is [heads * head_size, hidden]; keys and values are one projection
 // [2 * head_groups * head_size, hidden] built from `key_layer`'s settings; the dense projection maps back to hidden.
@@ -13,15 +12,11 @@
 
 #include "fast_llm/config/config.h"
 #include "fast_llm/layers/attention/rotary_config.h"
-#include "fast_llm/layers/block/base_config.h"
+#include "fast_llm/layers/block/mixer_config.h"
 #include "fast_llm/layers/common/linear_config.h"
 #include "fast_llm/layers/common/normalization_config.h"
 
 namespace fast_llm::layers {
-
-struct MixerConfig : BlockConfig {
-  static constexpr std::string_view kDefaultType = "attention";
-};
 
 // Which attention kernel to use; `auto` lets the kernel registry choose. The other names are Fast-LLM's PyTorch
 // paths (flash-attention, the SDPA variants, a plain fallback), mapped to our kernels by the registry.

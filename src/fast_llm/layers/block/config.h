@@ -18,7 +18,7 @@
 
 #include "fast_llm/config/config.h"
 #include "fast_llm/layers/attention/config.h"
-#include "fast_llm/layers/block/base_config.h"
+#include "fast_llm/layers/block_config.h"
 #include "fast_llm/layers/common/normalization_config.h"
 #include "fast_llm/layers/common/parameter_config.h"
 #include "fast_llm/layers/mlp/config.h"

@@ -25,9 +25,6 @@ const DecoderBlockConfig& checked(const DecoderBlockConfig& config) {
   if (config.distillation_model)
     throw NotSupportedError("layers", fmt::format("{}: activation distillation is not supported",
                                                   config.field_path("distillation_model")));
-  if (!config.mixer.is<AttentionConfig>())
-    throw NotSupportedError("layers", fmt::format("{}: mixer type '{}' is not supported (only attention)",
-                                                  config.field_path("mixer"), config.mixer.type()));
   return config;
 }
 
@@ -49,17 +46,22 @@ Tensor dropout_copy(const Tensor& tensor, double probability, uint64_t seed, Str
 }  // namespace
 
 DecoderBlock::DecoderBlock(std::string name, const DecoderBlockConfig& config, int64_t hidden_size, double lr_scale,
-                           std::shared_ptr<Rotary> rotary)
+                           SharedResources* shared)
     : Layer(std::move(name)),
       dropout_(checked(config).dropout),
       norm_1_(child_name("norm_1"), config.mixer_normalization(), hidden_size,
               combine_lr_scales(lr_scale, config.lr_scale)),
       norm_2_(child_name("norm_2"), config.mlp_normalization(), hidden_size,
               combine_lr_scales(lr_scale, config.lr_scale)) {
+  SharedResources own;
+  SharedResources& resources = shared != nullptr ? *shared : own;
   const double block_lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
-  mixer_ = std::make_unique<Attention>(child_name("mixer"), *config.mixer.as<AttentionConfig>(), hidden_size,
-                                       block_lr_scale, std::move(rotary));
-  mlp_ = std::make_unique<Mlp>(child_name("mlp"), config.mlp.get(), hidden_size, block_lr_scale);
+  mixer_ = SublayerRegistry<Mixer>::instance().build(
+      config.mixer, config.field_path("mixer"),
+      {.name = child_name("mixer"), .hidden_size = hidden_size, .lr_scale = block_lr_scale, .shared = resources});
+  mlp_ = SublayerRegistry<MlpBase>::instance().build(
+      config.mlp, config.field_path("mlp"),
+      {.name = child_name("mlp"), .hidden_size = hidden_size, .lr_scale = block_lr_scale, .shared = resources});
   add_child(norm_1_);
   add_child(*mixer_);
   add_child(norm_2_);
@@ -75,32 +77,29 @@ Tensor DecoderBlock::forward(LayerContext& context, const Tensor& input) {
 
   Tensor normalized = norm_1_.forward(input, keep ? &saved.norm_1 : nullptr, stream);
   // (tokens, hidden): the mixer output, then the residual stream after the mixer.
-  Tensor hidden = mixer_->forward(normalized, context.batch, keep ? &saved.mixer : nullptr, stream);
+  Tensor hidden = mixer_->forward(context, normalized);
   apply_dropout(hidden, dropout, dropout_seed(saved.dropout_seed, name(), kMixerDropout), stream);
   // hidden += input, in the same pass as norm_2.
   normalized = norm_2_.add_and_forward(hidden, input, keep ? &saved.norm_2 : nullptr, stream);
   // (tokens, hidden): the MLP output, then the block output.
-  Tensor output = mlp_->forward(normalized, keep ? &saved.mlp : nullptr, stream);
+  Tensor output = mlp_->forward(context, normalized);
   apply_dropout(output, dropout, dropout_seed(saved.dropout_seed, name(), kMlpDropout), stream);
   kernels::axpy({.input = hidden, .output = output, .alpha = 1.0, .stream = stream});
 
-  if (keep) saved_.insert_or_assign(context.batch.index, std::move(saved));
+  if (keep) saved_.put(context.batch.index, std::move(saved));
   return output;
 }
 
 Tensor DecoderBlock::backward(LayerContext& context, const Tensor& grad_output) {
-  auto found = saved_.find(context.batch.index);
-  FLM_ASSERT(found != saved_.end(), "{}: backward of micro-batch {} without its forward", name(), context.batch.index);
-  Saved saved = std::move(found->second);
-  saved_.erase(found);
+  Saved saved = saved_.take(context.batch.index, name());
   const Stream stream = context.stream;
 
   // MLP branch: grad of the residual stream after the mixer = grad_output + norm_2'(mlp'(dropout'(grad_output))), the
   // skip connection's term added by norm_2's backward in its own pass.
-  // Each part of the saved state is moved into (or dropped after) the backward that reads it last, so its memory is
-  // free for the rest of this backward.
+  // Each part of the saved state is dropped after the backward that reads it last (the mixer's and the MLP's are
+  // taken out by their backward), so its memory is free for the rest of this backward.
   Tensor grad_mlp = dropout_copy(grad_output, dropout_, dropout_seed(saved.dropout_seed, name(), kMlpDropout), stream);
-  Tensor grad_hidden = norm_2_.backward(mlp_->backward(grad_mlp, std::move(saved.mlp), stream), saved.norm_2, stream,
+  Tensor grad_hidden = norm_2_.backward(mlp_->backward(context, grad_mlp), saved.norm_2, stream,
                                         /*grad_residual=*/&grad_output);
   grad_mlp = Tensor();
   saved.norm_2 = Normalization::Saved();
@@ -108,12 +107,12 @@ Tensor DecoderBlock::backward(LayerContext& context, const Tensor& grad_output) 
   // Mixer branch: grad_input = grad_hidden + norm_1'(mixer'(dropout'(grad_hidden))), in the same way.
   Tensor grad_mixer =
       dropout_copy(grad_hidden, dropout_, dropout_seed(saved.dropout_seed, name(), kMixerDropout), stream);
-  return norm_1_.backward(mixer_->backward(grad_mixer, std::move(saved.mixer), stream), saved.norm_1, stream,
+  return norm_1_.backward(mixer_->backward(context, grad_mixer), saved.norm_1, stream,
                           /*grad_residual=*/&grad_hidden);
 }
 
 double DecoderBlock::flops(const MicroBatch& batch) const {
-  return mixer_->flops(batch) + mlp_->flops(batch.num_tokens());
+  return mixer_->flops(batch) + mlp_->flops(batch);
 }
 
 }  // namespace fast_llm::layers

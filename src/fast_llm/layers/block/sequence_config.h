@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fast_llm/config/config.h"
-#include "fast_llm/layers/block/base_config.h"
+#include "fast_llm/layers/block_config.h"
 
 namespace fast_llm::layers {
 

@@ -1,7 +1,5 @@
 #include "fast_llm/layers/common/normalization.h"
 
-#include <fmt/format.h>
-
 #include "fast_llm/core/error.h"
 #include "fast_llm/kernels/copy.h"
 #include "fast_llm/kernels/normalization.h"
@@ -22,34 +20,25 @@ Tensor* gradient_of(Parameter* parameter, Stream stream) {
 Normalization::Normalization(std::string name, const NormalizationConfig& config, int64_t hidden_size, double lr_scale)
     : Module(std::move(name)), hidden_size_(hidden_size) {
   lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
-  if (dynamic_cast<const GatedRmsNormalizationConfig*>(&config) != nullptr)
-    throw NotSupportedError("layers", fmt::format("{}: gated_rms_norm is only for SSM mixers", config.path()));
-  if (const auto* norm = dynamic_cast<const LayerNormalizationBaseConfig*>(&config)) {
-    const auto* layer_norm = dynamic_cast<const LayerNormalizationConfig*>(&config);
-    kind_ = layer_norm != nullptr ? Kind::layer_norm : Kind::rms_norm;
-    epsilon_ = norm->epsilon;
-    zero_centered_ = norm->zero_centered;
-    auto weight = parameter_settings(norm->weight, Initialization::fill(zero_centered_ ? 0.0 : 1.0), lr_scale,
+  const NormalizationSpec spec = config.spec();
+  kernel_ = spec.kernel;
+  epsilon_ = spec.epsilon;
+  zero_centered_ = spec.zero_centered;
+  if (spec.weight != nullptr) {
+    auto weight = parameter_settings(*spec.weight, Initialization::fill(zero_centered_ ? 0.0 : 1.0), lr_scale,
                                      /*default_weight_decay=*/false);
     weight_ = &declare("weight", Shape{hidden_size}, weight.initialization, weight.weight_decay, weight.lr_scale);
     weight_->tracks_grad_start = true;
-    if (layer_norm != nullptr) {
-      auto bias = parameter_settings(layer_norm->bias, default_bias_initialization(), lr_scale, false);
-      bias_ = &declare("bias", Shape{hidden_size}, bias.initialization, bias.weight_decay, bias.lr_scale);
-      bias_->tracks_grad_start = true;
-    }
-  } else if (const auto* fixed = dynamic_cast<const FixedRmsNormalizationConfig*>(&config)) {
-    kind_ = Kind::fixed_rms_norm;
-    epsilon_ = fixed->epsilon;
-  } else {
-    FLM_ASSERT(dynamic_cast<const NoNormalizationConfig*>(&config) != nullptr, "unknown normalization config at {}",
-               config.path());
-    kind_ = Kind::none;
+  }
+  if (spec.bias != nullptr) {
+    auto bias = parameter_settings(*spec.bias, default_bias_initialization(), lr_scale, false);
+    bias_ = &declare("bias", Shape{hidden_size}, bias.initialization, bias.weight_decay, bias.lr_scale);
+    bias_->tracks_grad_start = true;
   }
 }
 
 Tensor Normalization::forward(const Tensor& input, Saved* saved, Stream stream) const {
-  if (kind_ == Kind::none) {
+  if (is_identity()) {
     if (saved != nullptr) *saved = Saved{};
     return input;
   }
@@ -57,7 +46,7 @@ Tensor Normalization::forward(const Tensor& input, Saved* saved, Stream stream) 
 }
 
 Tensor Normalization::add_and_forward(Tensor& input, const Tensor& residual, Saved* saved, Stream stream) const {
-  if (kind_ == Kind::none) {
+  if (is_identity()) {
     kernels::axpy({.input = residual, .output = input, .alpha = 1.0, .stream = stream});
     if (saved != nullptr) *saved = Saved{};
     return input;
@@ -75,7 +64,7 @@ Tensor Normalization::normalize(const Tensor& input, const Tensor* residual, Ten
   Tensor statistic = Tensor::empty(Shape{rows}, DType::float32, device, stream);
   Tensor inverse_std;
   const Tensor* weight = weight_ != nullptr ? &weight_->weight : nullptr;
-  if (kind_ == Kind::layer_norm) {
+  if (kernel_ == NormalizationSpec::Kernel::layer_norm) {
     inverse_std = Tensor::empty(Shape{rows}, DType::float32, device, stream);
     kernels::layer_norm_forward({.input = input,
                                  .weight = weight,
@@ -105,7 +94,7 @@ Tensor Normalization::normalize(const Tensor& input, const Tensor* residual, Ten
 
 Tensor Normalization::backward(const Tensor& grad_output, const Saved& saved, Stream stream,
                                const Tensor* grad_residual) const {
-  if (kind_ == Kind::none) {
+  if (is_identity()) {
     if (grad_residual == nullptr) return grad_output;
     Tensor grad_input = Tensor::empty(grad_output.shape(), grad_output.dtype(), grad_output.device(), stream);
     kernels::copy({.source = grad_output, .destination = grad_input, .stream = stream});
@@ -115,7 +104,7 @@ Tensor Normalization::backward(const Tensor& grad_output, const Saved& saved, St
   FLM_ASSERT(saved.input.defined(), "{}: backward without a saved forward", name());
   Tensor grad_input = Tensor::empty(saved.input.shape(), saved.input.dtype(), saved.input.device(), stream);
   const Tensor* weight = weight_ != nullptr ? &weight_->weight : nullptr;
-  if (kind_ == Kind::layer_norm) {
+  if (kernel_ == NormalizationSpec::Kernel::layer_norm) {
     kernels::layer_norm_backward({.grad_output = grad_output,
                                   .input = saved.input,
                                   .weight = weight,

@@ -1,8 +1,9 @@
-// Normalization module: layer_norm, rms_norm, fixed_rms_norm (no weight) or none (identity), over the last dimension
-// of (rows, hidden) activations, through the kernels/normalization.h ops.
+// Normalization module: the norm its config specifies (NormalizationConfig::spec: layer_norm or rms_norm, with or
+// without learned weight, or the identity), over the last dimension of (rows, hidden) activations, through the
+// kernels/normalization.h ops.
 //
-// Parameters (Fast-LLM): `<name>.weight` (hidden), ones or zeros when zero-centred (applied as 1 + weight);
-// `<name>.bias` (hidden, layer_norm only), zeros; neither has weight decay. A module keeps no per-micro-batch state:
+// Parameters (Fast-LLM): `<name>.weight` (hidden) when the spec has one, ones or zeros when zero-centred (applied as
+// 1 + weight); `<name>.bias` (hidden) when the spec has one (layer_norm), zeros; neither has weight decay. A module keeps no per-micro-batch state:
 // forward fills a Saved that its owning layer keeps until backward.
 // Backward: grad_input (=) returned, grad_weight / grad_bias (+=) into the bound gradient views.
 // Residual form, for a norm that follows a skip connection (a decoder block's norm_2, and the gradient of its norm_1):
@@ -19,8 +20,6 @@ namespace fast_llm::layers {
 
 class Normalization : public Module {
  public:
-  enum class Kind { none, layer_norm, rms_norm, fixed_rms_norm };
-
   // `lr_scale` is the product of the enclosing scales; the config's own lr_scale multiplies it. gated_rms_norm is
   // refused (SSM mixers only).
   Normalization(std::string name, const NormalizationConfig& config, int64_t hidden_size, double lr_scale);
@@ -31,8 +30,7 @@ class Normalization : public Module {
     Tensor inverse_std; // (rows) fp32, layer_norm only
   };
 
-  Kind kind() const { return kind_; }
-  bool is_identity() const { return kind_ == Kind::none; }
+  bool is_identity() const { return kernel_ == NormalizationSpec::Kernel::none; }
   int64_t hidden_size() const { return hidden_size_; }
 
   // (rows, hidden) -> (rows, hidden) in the dtype of the input; `saved` (may be null: nothing kept) is filled for
@@ -51,7 +49,7 @@ class Normalization : public Module {
   // The norm's kernel, of `input` or in the residual form of input + residual (written into `sum`).
   Tensor normalize(const Tensor& input, const Tensor* residual, Tensor* sum, Saved* saved, Stream stream) const;
 
-  Kind kind_ = Kind::none;
+  NormalizationSpec::Kernel kernel_ = NormalizationSpec::Kernel::none;
   int64_t hidden_size_ = 0;
   double epsilon_ = 1e-5;
   bool zero_centered_ = false;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "fast_llm/config/config.h"
-#include "fast_llm/layers/block/base_config.h"
+#include "fast_llm/layers/block_config.h"
 #include "fast_llm/layers/block/sequence_config.h"
 #include "fast_llm/layers/common/normalization_config.h"
 #include "fast_llm/layers/common/parameter_config.h"

@@ -67,16 +67,13 @@ Tensor LanguageModelEmbedding::forward(LayerContext& context, const Tensor& inpu
                       .stream = stream});
   }
   if (context.training)
-    saved_.insert_or_assign(batch.index,
-                            Saved{.tokens = batch.tokens, .positions = batch.positions, .dropout_seed = context.dropout_seed});
+    saved_.put(batch.index,
+               Saved{.tokens = batch.tokens, .positions = batch.positions, .dropout_seed = context.dropout_seed});
   return output;
 }
 
 Tensor LanguageModelEmbedding::backward(LayerContext& context, const Tensor& grad_output) {
-  auto found = saved_.find(context.batch.index);
-  FLM_ASSERT(found != saved_.end(), "{}: backward of micro-batch {} without its forward", name(), context.batch.index);
-  Saved saved = std::move(found->second);
-  saved_.erase(found);
+  Saved saved = saved_.take(context.batch.index, name());
   const Stream stream = context.stream;
   Tensor grad = grad_output;
   if (dropout_ > 0.0) {

@@ -8,11 +8,11 @@
 // Backward scatters the gradient into the tables (+=) and returns an empty tensor (the input has no gradient).
 #pragma once
 
-#include <map>
 #include <string>
 
 #include "fast_llm/layers/language_model/config.h"
 #include "fast_llm/layers/layer.h"
+#include "fast_llm/layers/saved_per_micro_batch.h"
 
 namespace fast_llm::layers {
 
@@ -41,7 +41,7 @@ class LanguageModelEmbedding : public Layer {
   double embedding_scale_;
   Parameter* word_embeddings_ = nullptr;
   Parameter* position_embeddings_ = nullptr;
-  std::map<int64_t, Saved> saved_;
+  SavedPerMicroBatch<Saved> saved_;
 };
 
 }  // namespace fast_llm::layers

@@ -138,15 +138,12 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
     if (label_loss_) add(label_sum, *label_loss_);
     if (z_loss_) add(z_loss_sum, *z_loss_);
   }
-  if (training) saved_.insert_or_assign(batch.index, std::move(saved));
+  if (training) saved_.put(batch.index, std::move(saved));
   return Tensor();
 }
 
 Tensor LanguageModelHead::backward(LayerContext& context, const Tensor& grad_output) {
-  auto found = saved_.find(context.batch.index);
-  FLM_ASSERT(found != saved_.end(), "{}: backward of micro-batch {} without its forward", name(), context.batch.index);
-  Saved saved = std::move(found->second);
-  saved_.erase(found);
+  Saved saved = saved_.take(context.batch.index, name());
   return final_norm_.backward(saved.grad_normalized, saved.final_norm, context.stream);
 }
 

@@ -16,7 +16,6 @@
 // logits_scale_factor; other loss types (distillation, dpo, grpo, gspo) are refused.
 #pragma once
 
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +23,7 @@
 #include "fast_llm/layers/common/normalization.h"
 #include "fast_llm/layers/language_model/config.h"
 #include "fast_llm/layers/layer.h"
+#include "fast_llm/layers/saved_per_micro_batch.h"
 
 namespace fast_llm::layers {
 
@@ -61,7 +61,7 @@ class LanguageModelHead : public Layer {
   std::optional<Loss> z_loss_;
   Normalization final_norm_;
   Parameter* output_weights_ = nullptr;
-  std::map<int64_t, Saved> saved_;
+  SavedPerMicroBatch<Saved> saved_;
 };
 
 }  // namespace fast_llm::layers

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "fast_llm/config/config.h"
-#include "fast_llm/layers/block/base_config.h"
+#include "fast_llm/layers/block_config.h"
 #include "fast_llm/layers/common/activation.h"
 #include "fast_llm/layers/common/linear_config.h"
 #include "fast_llm/layers/common/normalization_config.h"

@@ -48,7 +48,7 @@ kernels::ActivationType kernel_activation(ActivationType type) {
 }
 
 Mlp::Mlp(std::string name, const MlpBaseConfig& base_config, int64_t hidden_size, double lr_scale)
-    : Module(std::move(name)),
+    : MlpBase(std::move(name)),
       intermediate_size_(dense_config(base_config).intermediate_size),
       gated_(dense_config(base_config).gated),
       activation_(kernel_activation(*dense_config(base_config).activation)),
@@ -62,6 +62,19 @@ Mlp::Mlp(std::string name, const MlpBaseConfig& base_config, int64_t hidden_size
                              /*transposed_weight=*/true, hidden_size, combine_lr_scales(lr_scale, base_config.lr_scale))) {
   add_child(layer_1_);
   add_child(layer_2_);
+}
+
+Mlp::Mlp(const MlpConfig& config, const SublayerArguments& arguments)
+    : Mlp(arguments.name, config, arguments.hidden_size, arguments.lr_scale) {}
+
+FLM_REGISTER_SUBLAYER(MlpBase, Mlp, MlpConfig, "mlp");
+
+Tensor Mlp::forward(LayerContext& context, const Tensor& input) {
+  return saved_.keep(context, [&](Saved* saved) { return forward(input, saved, context.stream); });
+}
+
+Tensor Mlp::backward(LayerContext& context, const Tensor& grad_output) {
+  return backward(grad_output, saved_.take(context.batch.index, name()), context.stream);
 }
 
 Tensor Mlp::forward(const Tensor& input, Saved* saved, Stream stream) const {

@@ -1,29 +1,32 @@
-// Dense MLP (Fast-LLM's `type: mlp`): y = act(x W1^T + b1) W2 + b2, or for gated MLPs act(gate) * up with
-// [gate; up] = x W1^T + b1.
+// Dense MLP (Fast-LLM's `type: mlp`, the registered `mlp` MlpBase): y = act(x W1^T + b1) W2 + b2, or for gated MLPs
+// act(gate) * up with [gate; up] = x W1^T + b1.
 //
 // Parameters (Fast-LLM names under the MLP's name, e.g. `decoder.3.mlp`):
 //   layer_1.weight  [2 * intermediate, hidden] gated (gate rows first) or [intermediate, hidden]   (+ layer_1.bias)
 //   layer_2.weight  [intermediate, hidden]: stored TRANSPOSED, y = a W2                             (+ layer_2.bias)
-// The module keeps no per-micro-batch state: forward fills a Saved the decoder block keeps until backward. With
-// `recompute_level` backward recomputes what forward did not keep (the same kernels on the same inputs: the same
-// values): the activation output (`activation`, `activation_and_input`), and the first projection (`full`).
-// Backward returns grad_input (=) and accumulates parameter gradients (+=); it takes the Saved by value so that a
-// caller that moves it in has each tensor freed as soon as backward is done with it.
+// As an MlpBase (forward / backward with a LayerContext) it keeps each micro-batch's Saved itself; the explicit forms
+// fill and take a Saved the caller holds. With `recompute_level` backward recomputes what forward did not keep (the
+// same kernels on the same inputs: the same values): the activation output (`activation`, `activation_and_input`),
+// and the first projection (`full`). Backward returns grad_input (=) and accumulates parameter gradients (+=); it
+// takes the Saved by value, so each tensor is freed as soon as backward is done with it.
 #pragma once
 
 #include <string>
 
 #include "fast_llm/kernels/activation.h"
 #include "fast_llm/layers/common/linear.h"
-#include "fast_llm/layers/layer.h"
 #include "fast_llm/layers/mlp/config.h"
+#include "fast_llm/layers/mlp/mlp_base.h"
+#include "fast_llm/layers/saved_per_micro_batch.h"
 
 namespace fast_llm::layers {
 
-class Mlp : public Module {
+class Mlp : public MlpBase {
  public:
   // The dense MLP only: moe and hybrid_moe and the MLP's own pre/post norms are refused.
   Mlp(std::string name, const MlpBaseConfig& config, int64_t hidden_size, double lr_scale);
+  // As the block's MLP.
+  Mlp(const MlpConfig& config, const SublayerArguments& arguments);
 
   struct Saved {
     Tensor input;      // (tokens, hidden)
@@ -32,14 +35,17 @@ class Mlp : public Module {
     Tensor activated;  // (tokens, intermediate): activation output, layer_2 input; kept with recompute_level none only
   };
 
+  Tensor forward(LayerContext& context, const Tensor& input) override;
+  Tensor backward(LayerContext& context, const Tensor& grad_output) override;
   // (tokens, hidden) -> (tokens, hidden); `saved` may be null (validation: nothing kept).
   Tensor forward(const Tensor& input, Saved* saved, Stream stream) const;
   Tensor backward(const Tensor& grad_output, Saved saved, Stream stream) const;
 
   // Model FLOPs of forward + backward (recomputation excluded).
   double flops(int64_t tokens) const { return layer_1_.flops(tokens) + layer_2_.flops(tokens); }
+  double flops(const MicroBatch& batch) const override { return flops(batch.num_tokens()); }
   MlpRecomputeLevel recompute_level() const { return recompute_level_; }
-  int64_t matmul_weight_count() const {
+  int64_t matmul_weight_count() const override {
     return layer_1_.input_size() * layer_1_.output_size() + layer_2_.input_size() * layer_2_.output_size();
   }
 
@@ -53,6 +59,7 @@ class Mlp : public Module {
   MlpRecomputeLevel recompute_level_;
   Linear layer_1_;
   Linear layer_2_;
+  SavedPerMicroBatch<Saved> saved_;
 };
 
 kernels::ActivationType kernel_activation(ActivationType type);

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "fast_llm/config/config.h"
-#include "fast_llm/layers/attention/config.h"
+#include "fast_llm/layers/block/mixer_config.h"
 #include "fast_llm/layers/common/linear_config.h"
 #include "fast_llm/layers/common/normalization_config.h"
 #include "fast_llm/layers/common/parameter_config.h"

@@ -5,8 +5,8 @@
 // layers; it sees this class only through engine::BaseModel.
 //
 // Refused at construction (NotSupportedError naming the config path): any field the config marks as not supported
-// yet, PEFT (LoRA), mixers other than attention, MLPs other than the dense one, attention dropout, loss types other
-// than label and z_loss.
+// yet, PEFT (LoRA), mixer and MLP types without a registered layer (today: attention and the dense MLP have one),
+// attention dropout, loss types other than label and z_loss.
 #pragma once
 
 #include <cstdint>
@@ -33,11 +33,11 @@ class GPTModel : public engine::BaseModel {
   int block_count() const { return int(blocks_.size()); }
   layers::LanguageModelHead& head() { return *head_; }
 
-  // Weights that take part in matmuls: attention and MLP projections of every block and the output projection (counted
+  // Weights that take part in matmuls: the mixer and MLP weights of every block and the output projection (counted
   // even when tied to the embeddings); embedding lookups are not matmuls.
   int64_t matmul_weight_count() const;
-  // Model FLOPs per token for sequences of `sequence_length` tokens (DESIGN.md §8): 6 * matmul weights +
-  // 6 * blocks * sequence_length * heads * head_size (causal attention, forward and backward).
+  // Model FLOPs per token for sequences of `sequence_length` tokens (DESIGN.md §8): 6 * matmul weights + each mixer's
+  // own (causal attention, forward and backward: 6 * sequence_length * heads * head_size).
   double flops_per_token(int64_t sequence_length) const;
 
  private:
