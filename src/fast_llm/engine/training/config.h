@@ -8,7 +8,6 @@
 
 #include "fast_llm/config/config.h"
 #include "fast_llm/engine/checkpoint/config.h"
-#include "fast_llm/engine/config_utils/interval_config.h"
 #include "fast_llm/engine/evaluation/config.h"
 
 namespace fast_llm::engine {
