@@ -23,6 +23,11 @@ struct TrainingCheckpointBaseConfig : IntervalConfig {
   std::optional<int> keep;
   std::optional<int> keep_every;
 
+  // What prune_checkpoints keeps of these saves.
+  CheckpointRetention retention() const {
+    return {.keep = keep, .keep_every = keep_every, .interval = interval, .offset = offset};
+  }
+
  protected:
   void visit_keep(config::Visitor& v);
 };
