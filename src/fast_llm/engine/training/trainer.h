@@ -61,7 +61,8 @@
 
 namespace fast_llm::engine {
 
-// The validated sections of the trainer config the engine reads (the lead composes the full config type).
+// The validated sections of the trainer config the engine reads (a model type's trainer config composes them, e.g.
+// models/gpt/trainer_config.h).
 struct TrainerSections {
   const TrainingConfig& training;
   const ScheduleConfig& schedule;
