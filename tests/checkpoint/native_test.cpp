@@ -128,7 +128,10 @@ TEST(DistributedCheckpoint, LoadsIntoAnotherLayoutParameterByParameter) {
   Model saved;
   saved.fill();
   save_distributed_checkpoint(root / "3", saved.multi_stage,
-                              {.state = kState, .consumed_samples = 0, .model = "gpt", .model_config = saved.model_yaml()});
+                              {.state = kState,
+                               .consumed_samples = 0,
+                               .model = "gpt",
+                               .model_config = saved.model_yaml()});
   const CheckpointMetadata metadata = read_checkpoint_metadata(root / "3");
   Model regrouped("{layers_per_stage: 2}");
   ASSERT_NE(regrouped.multi_stage.stages().size(), saved.multi_stage.stages().size());

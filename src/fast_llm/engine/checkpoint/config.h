@@ -76,8 +76,8 @@ struct CheckpointStateSaveOptions {
   void check_save_options(const config::Config& owner) const;
 };
 
-// Which of the saves in one folder prune_checkpoints keeps: the newest `keep` (all when unset), and for ever the save at
-// step s when (s - offset) is a multiple of keep_every * interval. The training loop takes these from the `keep`,
+// Which saves of a folder prune_checkpoints keeps: the newest `keep` (all when unset), and for ever the save at step s
+// when (s - offset) is a multiple of keep_every * interval. The training loop takes these from the `keep`,
 // `keep_every`, `interval` and `offset` of `training.checkpoint` and `training.export`.
 struct CheckpointRetention {
   std::optional<int> keep;

@@ -55,8 +55,8 @@ std::filesystem::path training_checkpoint_folder(const std::filesystem::path& ex
 // Saves under `root` (`<experiment_dir>/checkpoint` or `<experiment_dir>/export/<format>`) are directories named by
 // their step. The newest complete one, or nothing.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& root);
-// Deletes what `retention` no longer keeps: complete saves beyond the newest `keep` (not counting those kept for ever by
-// `keep_every`), and leftovers of interrupted writes (directories without `ok`, temporary directories).
+// Deletes what `retention` no longer keeps: complete saves beyond the newest `keep` (not counting those kept for ever
+// by `keep_every`), and leftovers of interrupted writes (directories without `ok`, temporary directories).
 void prune_checkpoints(const std::filesystem::path& root, const CheckpointRetention& retention);
 
 }  // namespace fast_llm::engine

@@ -158,9 +158,11 @@ PretrainedState open_pretrained_state(const CheckpointLoadConfig& pretrained, co
       result.has_optimizer_state = checkpoint.metadata.shards.size() > 1;
       break;
     }
-    default:
-      result.state = model.model_type().external_handler(pretrained.format).open_weights(path, model.base_model_config());
+    default: {
+      const ExternalCheckpointHandler& handler = model.model_type().external_handler(pretrained.format);
+      result.state = handler.open_weights(path, model.base_model_config());
       break;
+    }
   }
   if (pretrained.optimizer_state && !result.has_optimizer_state)
     throw Error(kComponent, fmt::format("{} is true but {} holds no optimizer state",

@@ -50,8 +50,9 @@ struct PretrainedState {
 PretrainedState open_pretrained_state(const CheckpointLoadConfig& pretrained, const ModelConfig& model);
 
 // Loads the weights of `pretrained` (which must name a checkpoint and ask for its weights) into `multi_stage`, and with
-// `optimizer_state` (and `pretrained.optimizer_state`) Adam's moments. Returns the stored optimizer state to continue from when Adam's moments were loaded and the
-// checkpoint has one; nothing else of its training state carries over (the run counts its own steps from 0).
+// `optimizer_state` (and `pretrained.optimizer_state`) Adam's moments. Returns the stored optimizer state to continue
+// from when Adam's moments were loaded and the checkpoint has one; nothing else of its training state carries over
+// (the run counts its own steps from 0).
 std::optional<OptimizerState> load_pretrained(const CheckpointLoadConfig& pretrained, const ModelConfig& model,
                                               MultiStage& multi_stage, bool optimizer_state);
 

@@ -155,7 +155,8 @@ CheckpointMetadata read_checkpoint_metadata(const std::filesystem::path& directo
 void check_checkpoint_model(const std::filesystem::path& directory, const CheckpointMetadata& metadata,
                             std::string_view model) {
   if (metadata.model != model)
-    fail(directory / kMetadataFile, "model", fmt::format("is '{}'; only {} models are supported", metadata.model, model));
+    fail(directory / kMetadataFile, "model",
+         fmt::format("is '{}'; only {} models are supported", metadata.model, model));
 }
 
 bool checkpoint_complete(const std::filesystem::path& directory) {

@@ -40,8 +40,8 @@ void check_saves(const TrainerSections& sections) {
   const TrainingConfig& training = sections.training;
   const RunConfig& run = sections.run;
   if (!run.experiment_dir && training.checkpoint.enabled())
-    throw ConfigError(run.field_path("experiment_dir"),
-                      fmt::format("is needed to save checkpoints ({} is set)", training.checkpoint.field_path("interval")));
+    throw ConfigError(run.field_path("experiment_dir"), fmt::format("is needed to save checkpoints ({} is set)",
+                                                                    training.checkpoint.field_path("interval")));
   if (!run.experiment_dir && training.export_.enabled())
     throw ConfigError(run.field_path("experiment_dir"),
                       fmt::format("is needed to save exports ({} is set)", training.export_.field_path("interval")));
