@@ -14,14 +14,17 @@
 #include <string_view>
 
 #include "fast_llm/config/config.h"
-#include "fast_llm/engine/base_model.h"
 #include "fast_llm/engine/checkpoint/config.h"
 #include "fast_llm/engine/distributed/config.h"
 #include "fast_llm/engine/multi_stage/config.h"
 
 namespace fast_llm::engine {
 
+// Defined in base_model.h and checkpoint/external.h; declared only here, so that this header, which model configs
+// include, stays a config header (no layers, no tensors).
+class BaseModel;
 class ExternalCheckpointHandler;
+
 class ModelType;
 
 struct ModelConfig : config::Config {

@@ -1,8 +1,7 @@
-// A checkpoint format only a model type can read and write: Hugging Face's, one per model family (for GPT: llama,
-// mistral, qwen2, and `auto`, which picks one from config.json). The checkpoint engine reaches it through
-// ModelType::external_handler and sees what it needs of any format: the stored model config as a YAML tree, the
-// weights as a TensorSource of `P/weights` (state.h), and a writer. Such formats hold no optimizer state and no
-// training state.
+// A checkpoint format only a model type can read and write: Hugging Face's, one per model family (GPT's are in
+// models/gpt/conversion/huggingface.h). The checkpoint engine reaches it through ModelType::external_handler and sees
+// what it needs of any format: the stored model config as a YAML tree, the weights as a TensorSource of `P/weights`
+// (state.h), and a writer. Such formats hold no optimizer state and no training state.
 #pragma once
 
 #include <yaml-cpp/yaml.h>

@@ -66,11 +66,11 @@ void export_checkpoint(const std::filesystem::path& directory, const CheckpointS
       const std::unique_ptr<BaseModel> built = model.model_type().make_model(model);
       MultiStage multi_stage(*built, model.multi_stage, model.distributed, Device::cpu(), /*training=*/true);
       load_multi_stage_state(multi_stage, *state, optimizer_state);
-      write_distributed_checkpoint(directory, multi_stage,
-                                   distributed_contents({.model = model,
-                                                         .state = training.value_or(TrainingState{}),
-                                                         .consumed_samples = consumed_samples,
-                                                         .trainer_config = ""}));
+      const TrainingSave save{.model = model,
+                              .state = training.value_or(TrainingState{}),
+                              .consumed_samples = consumed_samples,
+                              .trainer_config = ""};
+      write_distributed_checkpoint(directory, multi_stage, distributed_contents(save));
       return;
     }
     default: {

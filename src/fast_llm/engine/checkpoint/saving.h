@@ -43,7 +43,7 @@ struct TrainingSave {
   const ModelConfig& model;
   TrainingState state;
   int64_t consumed_samples = 0;
-  std::string_view trainer_config;  // the run's resolved config (YAML text)
+  std::string_view trainer_config;  // the run's resolved config (YAML text); empty: not stored
 };
 
 // `training.checkpoint` at `step`: `<experiment_dir>/checkpoint/<step>`, then pruned by `retention`. Returns the
