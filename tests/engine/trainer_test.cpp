@@ -251,6 +251,31 @@ TEST(Trainer, EvaluationOnlyNeedsWeightsToLoad) {
   std::filesystem::remove_all(source);
 }
 
+TEST(Trainer, ACheckpointOfAnotherModelTypeIsRefused) {
+  auto source = fresh_directory("other_type_source");
+  TrainerRun training(source, 1, "{train_iters: 1, export: {interval: 1, format: fast_llm}}");
+  training.make_trainer()->run();
+  const std::filesystem::path exported = source / "export" / "fast_llm" / "1";
+  YAML::Node metadata = YAML::LoadFile((exported / "metadata.yaml").string());
+  EXPECT_EQ(metadata["model"].as<std::string>(), "test");
+  metadata["model"] = "gpt";
+  std::ofstream(exported / "metadata.yaml") << YAML::Dump(metadata);
+  auto directory = fresh_directory("other_type");
+  TrainerRun loaded(directory, 1, "{train_iters: 1}");
+  loaded.pretrained = load_config<CheckpointLoadConfig>("{format: fast_llm, path: '" + exported.string() + "'}",
+                                                        "pretrained");
+  std::string message;
+  try {
+    loaded.make_trainer()->run();
+  } catch (const Error& error) {
+    message = error.what();
+  }
+  EXPECT_NE(message.find("metadata.yaml: `model` is 'gpt'; only test models are supported"), std::string::npos)
+      << message;
+  std::filesystem::remove_all(directory);
+  std::filesystem::remove_all(source);
+}
+
 TEST(Trainer, ProfilingWritesTheKernelTableOfEachCycle) {
   auto directory = fresh_directory("profiling");
   TrainerRun run(directory, 5, "{train_iters: 6, logs: {interval: 3}}");
