@@ -9,20 +9,26 @@
 #include "checkpoint/checkpoint_test_util.h"
 #include "fast_llm/config/config.h"
 #include "fast_llm/layers/block/config.h"
-#include "fast_llm/models/gpt/conversion/checkpoint.h"
+#include "fast_llm/engine/checkpoint/convert.h"
+#include "fast_llm/engine/checkpoint/loading.h"
 #include "fast_llm/models/gpt/conversion/huggingface.h"
 #include "fast_llm/models/gpt/conversion/reference_outputs.h"
+#include "fast_llm/models/gpt/model_type.h"
 #include "models/config_test_util.h"
 
 namespace fast_llm::models::gpt {
 namespace {
 
 using engine::CheckpointFormat;
+using engine::ConvertConfig;
 using nlohmann::json;
 using testing::error_of;
 using testing::same_bytes;
 
 std::filesystem::path directory(const std::string& name) { return testing::fresh_directory("hf_test", name); }
+
+// `fast-llm convert gpt`.
+void convert(const ConvertConfig& config) { engine::convert(config, gpt_model_type()); }
 
 json llama_config() {
   return {{"architectures", {"LlamaForCausalLM"}},
@@ -503,12 +509,13 @@ TEST(ModelOutputs, LossMatchesTheLogitsAndGradientsMatchFiniteDifferences) {
   auto run = [&](const std::filesystem::path& model, const std::string& output, bool gradients) {
     ModelOutputsConfig config;
     testing::ScopedEnvironment environment(testing::single_process());
-    load_model_outputs_config(
+    engine::load_config_with_pretrained(
         config, YAML::Load("{pretrained: {format: llama, path: '" + model.string() + "'}, tokens: '" +
                            (root / "tokens.safetensors").string() + "', output: '" + (root / output).string() +
                            "', gradients: " + (gradients ? "true" : "false") +
                            ", model: {distributed: {compute_dtype: float64, optimization_dtype: float64, use_cuda: "
-                           "false}}}"));
+                           "false}}}"),
+        gpt_model_type());
     write_model_outputs(config);
     return std::make_unique<engine::SafetensorsFile>(root / output);
   };

@@ -9,6 +9,7 @@
 #include "fast_llm/engine/checkpoint/distributed.h"
 #include "fast_llm/engine/checkpoint/fast_llm_format.h"
 #include "fast_llm/engine/checkpoint/metadata.h"
+#include "fast_llm/engine/training/config.h"
 #include "fast_llm/models/gpt/model.h"
 #include "models/config_test_util.h"
 
@@ -89,7 +90,10 @@ TEST(DistributedCheckpoint, SavesAndLoadsTheShardsExactly) {
   Model saved;
   saved.fill();
   save_distributed_checkpoint(root / "7", saved.multi_stage,
-                              {.state = kState, .consumed_samples = 56, .model_config = saved.model_yaml(),
+                              {.state = kState,
+                               .consumed_samples = 56,
+                               .model = "gpt",
+                               .model_config = saved.model_yaml(),
                                .trainer_config = "training: {train_iters: 10}\n"});
   EXPECT_TRUE(checkpoint_complete(root / "7"));
   EXPECT_TRUE(std::filesystem::exists(root / "7" / "rank_0.safetensors"));
@@ -124,7 +128,10 @@ TEST(DistributedCheckpoint, LoadsIntoAnotherLayoutParameterByParameter) {
   Model saved;
   saved.fill();
   save_distributed_checkpoint(root / "3", saved.multi_stage,
-                              {.state = kState, .consumed_samples = 0, .model_config = saved.model_yaml()});
+                              {.state = kState,
+                               .consumed_samples = 0,
+                               .model = "gpt",
+                               .model_config = saved.model_yaml()});
   const CheckpointMetadata metadata = read_checkpoint_metadata(root / "3");
   Model regrouped("{layers_per_stage: 2}");
   ASSERT_NE(regrouped.multi_stage.stages().size(), saved.multi_stage.stages().size());
@@ -139,7 +146,7 @@ TEST(FastLLMCheckpoint, RoundTripsWeightsAndOptimizerState) {
   const auto path = directory("fast_llm");
   Model saved;
   saved.fill();
-  CheckpointMetadata metadata{.format = CheckpointFormat::fast_llm, .config = saved.model_yaml(),
+  CheckpointMetadata metadata{.format = CheckpointFormat::fast_llm, .model = "gpt", .config = saved.model_yaml(),
                               .shards = state_shards(true), .state = kState, .consumed_samples = 9};
   // Small files: several of them.
   write_fast_llm_checkpoint(path, *multi_stage_source(saved.multi_stage, true), metadata, 100);
@@ -196,7 +203,7 @@ TEST(Checkpoints, LoadErrorsNameTheTensorAndTheCheckpoint) {
   saved.fill();
   std::filesystem::create_directories(root / "weights_only");
   write_fast_llm_checkpoint(root / "weights_only", *multi_stage_source(saved.multi_stage, false),
-                            {.format = CheckpointFormat::fast_llm, .config = saved.model_yaml(),
+                            {.format = CheckpointFormat::fast_llm, .model = "gpt", .config = saved.model_yaml(),
                              .shards = state_shards(false)},
                             1 << 20);
   message = error_of([&] {
@@ -230,7 +237,7 @@ TEST(Checkpoints, InterruptedWritesAreIgnoredAndPruned) {
   const auto root = directory("interrupted");
   Model model;
   model.fill();
-  const DistributedCheckpointContents contents{.state = kState, .consumed_samples = 0,
+  const DistributedCheckpointContents contents{.state = kState, .consumed_samples = 0, .model = "gpt",
                                                .model_config = model.model_yaml()};
   save_distributed_checkpoint(root / "3", model.multi_stage, contents);
   save_distributed_checkpoint(root / "5", model.multi_stage, contents);
@@ -249,7 +256,7 @@ TEST(Checkpoints, InterruptedWritesAreIgnoredAndPruned) {
   EXPECT_EQ(latest_checkpoint(root), root / "5");
 
   TrainingCheckpointConfig config = testing::load_config<TrainingCheckpointConfig>("{interval: 2, keep: 1}", "c");
-  prune_checkpoints(root, config);
+  prune_checkpoints(root, config.retention());
   std::vector<std::string> left;
   for (const auto& entry : std::filesystem::directory_iterator(root)) left.push_back(entry.path().filename());
   EXPECT_EQ(left, std::vector<std::string>{"5"});
@@ -262,11 +269,12 @@ TEST(Checkpoints, PruningKeepsTheLastAndEveryNth) {
     std::ofstream(root / std::to_string(step) / "ok");
   }
   // Saves 1..6; keep_every 2 keeps saves 2, 4, 6 (steps 4, 8, 12) for ever, outside the count of the last 2.
-  prune_checkpoints(root, testing::load_config<TrainingCheckpointConfig>("{interval: 2, keep: 2, keep_every: 2}", "c"));
+  prune_checkpoints(root, testing::load_config<TrainingCheckpointConfig>("{interval: 2, keep: 2, keep_every: 2}", "c")
+                              .retention());
   std::set<std::string> left;
   for (const auto& entry : std::filesystem::directory_iterator(root)) left.insert(entry.path().filename());
   EXPECT_EQ(left, (std::set<std::string>{"4", "6", "8", "10", "12"}));
-  prune_checkpoints(root, testing::load_config<TrainingCheckpointConfig>("{interval: 2, keep: 1}", "c"));
+  prune_checkpoints(root, testing::load_config<TrainingCheckpointConfig>("{interval: 2, keep: 1}", "c").retention());
   left.clear();
   for (const auto& entry : std::filesystem::directory_iterator(root)) left.insert(entry.path().filename());
   EXPECT_EQ(left, (std::set<std::string>{"12"}));

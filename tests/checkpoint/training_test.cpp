@@ -8,15 +8,18 @@
 #include <gtest/gtest.h>
 
 #include "checkpoint/checkpoint_test_util.h"
+#include "fast_llm/config/merge.h"
+#include "fast_llm/engine/checkpoint/loading.h"
 #include "fast_llm/engine/checkpoint/metadata.h"
 #include "fast_llm/layers/block/config.h"
-#include "fast_llm/models/gpt/conversion/checkpoint.h"
+#include "fast_llm/models/gpt/model_type.h"
 #include "fast_llm/models/gpt/training.h"
 #include "models/config_test_util.h"
 
 namespace fast_llm::models::gpt {
 namespace {
 
+using config::merge_config_trees;
 using testing::error_of;
 
 std::filesystem::path directory(const std::string& name) { return testing::fresh_directory("training_test", name); }
@@ -38,6 +41,11 @@ data: {datasets: {training: {type: random}}, micro_batch_size: 24}
 optimizer: {learning_rate: {base: 0.01, warmup_iterations: 2}}
 schedule: {depth_first_micro_batches: 2}
 )";
+
+// What `train gpt` does with its YAML tree.
+void load_trainer_config(GPTTrainerConfig& config, const YAML::Node& tree) {
+  engine::load_config_with_pretrained(config, tree, gpt_model_type());
+}
 
 // Runs `train gpt` with kModel + `extra` (YAML, merged) + `overrides`, in `experiment`.
 void train_run(const std::filesystem::path& experiment, const std::string& extra,

@@ -1,5 +1,6 @@
 // The trainer end to end on the test model and the `random` dataset: reproducible losses for a seed, the metrics
-// file and its records, the run directory, evaluators, refusals; and the formatting of the metric line.
+// file and its records, the run directory, evaluators, refusals, checkpoints and `pretrained` through the checkpoint
+// engine on a model that is not GPT; and the formatting of the metric line.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -10,7 +11,9 @@
 #include <unistd.h>
 
 #include "engine/engine_test_util.h"
+#include "engine/test_model_type.h"
 #include "fast_llm/data/data.h"
+#include "fast_llm/engine/checkpoint/metadata.h"
 #include "fast_llm/engine/training/trainer.h"
 
 namespace fast_llm::engine {
@@ -27,30 +30,34 @@ std::filesystem::path fresh_directory(const std::string& name) {
 
 struct TrainerRun {
   TrainerRun(const std::filesystem::path& directory, int seed, const std::string& training_yaml)
-      : distributed(testing::cpu_distributed(seed)),
-        multi_stage_config(testing::multi_stage_config("{layers_per_stage: 2}")),
+      : model_config(load_config<testing::TestModelConfig>(
+            "{base_model: {vocab_size: 20, hidden_size: 4, num_linear: 2}, multi_stage: {layers_per_stage: 2}, "
+            "distributed: " + testing::cpu_distributed_yaml(seed) + "}",
+            "model")),
+        pretrained(load_config<CheckpointLoadConfig>("{}", "pretrained")),
         training(load_config<TrainingConfig>(training_yaml, "training")),
         schedule(load_config<ScheduleConfig>("{depth_first_micro_batches: 2}", "schedule")),
         optimizer(load_config<OptimizerConfig>("{learning_rate: {base: 0.01, warmup_iterations: 2}}", "optimizer")),
         run(load_config<RunConfig>("{experiment_dir: '" + directory.string() + "'}", "run")),
         data_config(load_config<data::GPTDataConfig>(
             "{datasets: {training: {type: random}, validation: {type: random}}, micro_batch_size: 16}", "data")),
-        model(20, 4, 2),
+        model(model_config.base_model.vocab_size, model_config.base_model.hidden_size,
+              model_config.base_model.num_linear),
         data(data_config, {.experiment_directory = directory, .vocab_size = 20}) {}
 
-  std::unique_ptr<Trainer> make_trainer(TrainerHooks hooks = {}, const ProfilingConfig* profiling = nullptr) {
+  std::unique_ptr<Trainer> make_trainer(const ProfilingConfig* profiling = nullptr) {
     return std::make_unique<Trainer>(TrainerSections{.training = training,
                                                      .schedule = schedule,
                                                      .optimizer = optimizer,
-                                                     .multi_stage = multi_stage_config,
-                                                     .distributed = distributed,
+                                                     .model = model_config,
+                                                     .pretrained = pretrained,
                                                      .run = run,
                                                      .profiling = profiling},
-                                     model, data, "resolved: true\nseed: 1", std::move(hooks));
+                                     model, data, "resolved: true\nseed: 1");
   }
 
-  DistributedConfig distributed;
-  MultiStageConfig multi_stage_config;
+  testing::TestModelConfig model_config;
+  CheckpointLoadConfig pretrained;
   TrainingConfig training;
   ScheduleConfig schedule;
   OptimizerConfig optimizer;
@@ -147,21 +154,62 @@ TEST(Trainer, TheSameSeedGivesTheSameLosses) {
   for (const char* name : {"seed_a", "seed_b", "seed_c"}) std::filesystem::remove_all(fresh_directory(name));
 }
 
-TEST(Trainer, CheckpointsWithoutACheckpointEngineAreRefused) {
-  auto directory = fresh_directory("refused");
+TEST(Trainer, CheckpointsNeedAnExperimentDirectoryAndFollowTheirInterval) {
+  auto directory = fresh_directory("checkpoints");
+  TrainerRun without(directory, 1, "{train_iters: 2, checkpoint: {interval: 1}}");
+  without.run = load_config<RunConfig>("{}", "run");
+  std::string refused_path, refusal;
+  try {
+    without.make_trainer();
+  } catch (const ConfigError& error) {
+    refused_path = error.path();
+    refusal = error.what();
+  }
+  EXPECT_EQ(refused_path, "run.experiment_dir");
+  EXPECT_NE(refusal.find("training.checkpoint.interval is set"), std::string::npos) << refusal;
+  // With it, a complete checkpoint of the test model at each interval step, holding the step and the model type.
   TrainerRun run(directory, 1, "{train_iters: 2, checkpoint: {interval: 1}}");
-  EXPECT_THROW(run.make_trainer(), NotSupportedError);
-  // With a hook, saves happen at each interval step and the last one is the model's location.
-  std::vector<int64_t> saved;
-  TrainerHooks hooks;
-  hooks.save_checkpoint = [&](Trainer&, int64_t step) {
-    saved.push_back(step);
-    return directory / "checkpoint" / std::to_string(step);
-  };
-  auto trainer = run.make_trainer(hooks);
-  trainer->run();
-  EXPECT_EQ(saved, (std::vector<int64_t>{1, 2}));
+  run.make_trainer()->run();
+  for (int step : {1, 2}) {
+    const std::filesystem::path checkpoint = directory / "checkpoint" / std::to_string(step);
+    ASSERT_TRUE(checkpoint_complete(checkpoint)) << step;
+    const CheckpointMetadata metadata = read_checkpoint_metadata(checkpoint, CheckpointFormat::distributed);
+    EXPECT_EQ(metadata.model, "test");
+    ASSERT_TRUE(metadata.state.has_value());
+    EXPECT_EQ(metadata.state->completed_steps, step);
+    EXPECT_EQ(metadata.config["base_model"]["num_linear"].as<int>(), 2);
+    EXPECT_EQ(metadata.trainer_config, "resolved: true\nseed: 1");
+  }
   std::filesystem::remove_all(directory);
+}
+
+TEST(Trainer, ARestartResumesTheTestModelBitForBit) {
+  auto uninterrupted = fresh_directory("uninterrupted");
+  TrainerRun full(uninterrupted, 3, "{train_iters: 4, logs: {interval: 1}}");
+  full.make_trainer()->run();
+  const std::vector<nlohmann::json> expected = read_records(uninterrupted / "runs" / "0" / "metrics.jsonl");
+  ASSERT_EQ(expected.size(), 4u);
+
+  // Stopped by the shutdown after the checkpoint of step 2, then started again.
+  auto stopped = fresh_directory("stopped");
+  constexpr const char* kStopping =
+      "{train_iters: 4, logs: {interval: 1}, checkpoint: {interval: 2}, shutdown: {interval: 2}}";
+  TrainerRun first(stopped, 3, kStopping);
+  first.make_trainer()->run();
+  TrainerRun second(stopped, 3, kStopping);
+  auto trainer = second.make_trainer();
+  trainer->run();
+  EXPECT_EQ(trainer->completed_steps(), 4);
+  EXPECT_EQ(trainer->optimizer()->optimizer_step(), 4);
+  const std::vector<nlohmann::json> resumed = read_records(stopped / "runs" / "1" / "metrics.jsonl");
+  ASSERT_EQ(resumed.size(), 2u);
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    EXPECT_EQ(resumed[i].at("iteration"), expected[i + 2].at("iteration"));
+    EXPECT_EQ(resumed[i].at("mse").get<double>(), expected[i + 2].at("mse").get<double>()) << i;
+    EXPECT_EQ(resumed[i].at("grad_norm").get<double>(), expected[i + 2].at("grad_norm").get<double>()) << i;
+  }
+  std::filesystem::remove_all(uninterrupted);
+  std::filesystem::remove_all(stopped);
 }
 
 TEST(Trainer, CudaGraphsAreOffByDefaultAndRefusedOnTheCpu) {
@@ -185,13 +233,14 @@ TEST(Trainer, EvaluationOnlyNeedsWeightsToLoad) {
   auto directory = fresh_directory("evaluation_only");
   TrainerRun run(directory, 1, "{train_iters: 0, evaluators: {validation: {interval: 1, iterations: 1}}}");
   EXPECT_THROW(run.make_trainer()->run(), Error);
+  // The weights an earlier run exported.
+  auto source = fresh_directory("evaluation_only_source");
+  TrainerRun training(source, 1, "{train_iters: 1, export: {interval: 1, format: fast_llm}}");
+  training.make_trainer()->run();
   TrainerRun loaded(directory, 1, "{train_iters: 0, evaluators: {validation: {interval: 1, iterations: 1}}}");
-  TrainerHooks hooks;
-  hooks.load = [](Trainer& trainer) {
-    trainer.multi_stage().initialize_weights();
-    return true;
-  };
-  auto trainer = loaded.make_trainer(hooks);
+  loaded.pretrained = load_config<CheckpointLoadConfig>(
+      "{format: fast_llm, path: '" + (source / "export" / "fast_llm" / "1").string() + "'}", "pretrained");
+  auto trainer = loaded.make_trainer();
   EXPECT_EQ(trainer->optimizer(), nullptr);
   trainer->run();
   auto records = read_records(*trainer->metrics_path());
@@ -199,6 +248,32 @@ TEST(Trainer, EvaluationOnlyNeedsWeightsToLoad) {
   EXPECT_EQ(records[0].at("phase"), "validation");
   EXPECT_EQ(records[0].at("iteration"), 0);
   std::filesystem::remove_all(directory);
+  std::filesystem::remove_all(source);
+}
+
+TEST(Trainer, ACheckpointOfAnotherModelTypeIsRefused) {
+  auto source = fresh_directory("other_type_source");
+  TrainerRun training(source, 1, "{train_iters: 1, export: {interval: 1, format: fast_llm}}");
+  training.make_trainer()->run();
+  const std::filesystem::path exported = source / "export" / "fast_llm" / "1";
+  YAML::Node metadata = YAML::LoadFile((exported / "metadata.yaml").string());
+  EXPECT_EQ(metadata["model"].as<std::string>(), "test");
+  metadata["model"] = "gpt";
+  std::ofstream(exported / "metadata.yaml") << YAML::Dump(metadata);
+  auto directory = fresh_directory("other_type");
+  TrainerRun loaded(directory, 1, "{train_iters: 1}");
+  loaded.pretrained = load_config<CheckpointLoadConfig>("{format: fast_llm, path: '" + exported.string() + "'}",
+                                                        "pretrained");
+  std::string message;
+  try {
+    loaded.make_trainer()->run();
+  } catch (const Error& error) {
+    message = error.what();
+  }
+  EXPECT_NE(message.find("metadata.yaml: `model` is 'gpt'; only test models are supported"), std::string::npos)
+      << message;
+  std::filesystem::remove_all(directory);
+  std::filesystem::remove_all(source);
 }
 
 TEST(Trainer, ProfilingWritesTheKernelTableOfEachCycle) {
@@ -207,7 +282,7 @@ TEST(Trainer, ProfilingWritesTheKernelTableOfEachCycle) {
   // Step 1 skipped; cycles of 1 off + 2 recorded: steps 3-4 make the first table, the next cycle ends at 7 > 6.
   const auto profiling = load_config<ProfilingConfig>(
       "{cpu: true, averages: true, skip: 1, wait: 0, warmup: 1, cycles: 2}", "profiling");
-  auto trainer = run.make_trainer({}, &profiling);
+  auto trainer = run.make_trainer(&profiling);
   trainer->run();
   const auto folder = directory / "runs" / "0" / "profile";
   ASSERT_TRUE(std::filesystem::exists(folder / "step_4.txt"));

@@ -16,8 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "fast_llm/data/memmap.h"
+#include "fast_llm/engine/checkpoint/loading.h"
 #include "fast_llm/engine/training/trainer.h"
-#include "fast_llm/models/gpt/conversion/checkpoint.h"
+#include "fast_llm/models/gpt/model_type.h"
 #include "fast_llm/models/gpt/training.h"
 #include "fast_llm/tensor/allocator.h"
 #include "models/config_test_util.h"
@@ -50,7 +51,7 @@ TrainingRun train_run(const std::string& name, bool cuda_graphs, const std::vect
   for (const std::string& assignment : assignments) config::apply_override(tree, assignment);
   testing::ScopedEnvironment environment(testing::single_process());
   GPTTrainerConfig config;
-  load_trainer_config(config, tree);
+  engine::load_config_with_pretrained(config, tree, gpt_model_type());
   TrainingRun result;
   train(config, [&](engine::Trainer& trainer) {
     result.counts = trainer.cuda_graph_counts();

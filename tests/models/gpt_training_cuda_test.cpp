@@ -13,7 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fast_llm/models/gpt/conversion/checkpoint.h"
+#include "fast_llm/engine/checkpoint/loading.h"
+#include "fast_llm/models/gpt/model_type.h"
 #include "fast_llm/models/gpt/training.h"
 #include "models/config_test_util.h"
 #include "models/gpt_cuda_test_util.h"
@@ -36,7 +37,7 @@ std::vector<Record> train_on(const std::string& device, const std::string& dtype
   config::apply_override(tree, std::string("model.distributed.use_cuda=") + (device == "cuda" ? "true" : "false"));
   testing::ScopedEnvironment environment(testing::single_process());
   GPTTrainerConfig config;
-  load_trainer_config(config, tree);
+  engine::load_config_with_pretrained(config, tree, gpt_model_type());
   train(config);
   std::vector<Record> result;
   std::ifstream file(experiment / "runs" / "0" / "metrics.jsonl");

@@ -8,8 +8,10 @@
 // (tools/hf_check.py; models/gpt/conversion/reference_outputs.h).
 #include "fast_llm/cli/commands.h"
 #include "fast_llm/cli/config_loading.h"
-#include "fast_llm/models/gpt/conversion/checkpoint.h"
+#include "fast_llm/engine/checkpoint/convert.h"
+#include "fast_llm/engine/checkpoint/loading.h"
 #include "fast_llm/models/gpt/conversion/reference_outputs.h"
+#include "fast_llm/models/gpt/model_type.h"
 
 namespace fast_llm::cli {
 
@@ -30,7 +32,7 @@ void add_gpt_conversion(CLI::App& command, CommandAction& action) {
                      "output.format=fast_llm output.path=/out.");
   command.callback([&action, options] {
     action = [options] {
-      models::gpt::ConvertConfig config;
+      engine::ConvertConfig config;
       std::optional<std::filesystem::path> file;
       if (!options->config.empty()) file = options->config;
       load_config(config, file, options->overrides);
@@ -39,7 +41,7 @@ void add_gpt_conversion(CLI::App& command, CommandAction& action) {
         return 0;
       }
       require_supported(config);
-      models::gpt::convert(config);
+      engine::convert(config, models::gpt::gpt_model_type());
       return 0;
     };
   });
@@ -55,7 +57,8 @@ void add_model_outputs(CLI::App& command, CommandAction& action) {
       models::gpt::ModelOutputsConfig config;
       std::optional<std::filesystem::path> file;
       if (!options->config.empty()) file = options->config;
-      models::gpt::load_model_outputs_config(config, read_config_tree(file, options->overrides));
+      engine::load_config_with_pretrained(config, read_config_tree(file, options->overrides),
+                                          models::gpt::gpt_model_type());
       if (options->validate) {
         print_resolved_config(config);
         return 0;

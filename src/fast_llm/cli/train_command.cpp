@@ -1,9 +1,10 @@
 // `fast-llm train gpt -c config.yaml [a.b.c=value ...] [--validate]` (also `train_gpt`, Fast-LLM's flat alias).
 #include "fast_llm/cli/commands.h"
 #include "fast_llm/cli/config_loading.h"
-#include "fast_llm/models/gpt/conversion/checkpoint.h"
-#include "fast_llm/models/gpt/training.h"
+#include "fast_llm/engine/checkpoint/loading.h"
+#include "fast_llm/models/gpt/model_type.h"
 #include "fast_llm/models/gpt/trainer_config.h"
+#include "fast_llm/models/gpt/training.h"
 
 namespace fast_llm::cli {
 
@@ -27,8 +28,9 @@ void add_gpt_training(CLI::App& command, CommandAction& action) {
       models::gpt::GPTTrainerConfig config;
       std::optional<std::filesystem::path> file;
       if (!options->config.empty()) file = options->config;
-      // The pretrained checkpoint's model config goes under the run's own values (models/gpt/conversion/checkpoint.h).
-      models::gpt::load_trainer_config(config, read_config_tree(file, options->overrides));
+      // The pretrained checkpoint's model config goes under the run's own values.
+      engine::load_config_with_pretrained(config, read_config_tree(file, options->overrides),
+                                          models::gpt::gpt_model_type());
       if (options->validate) {
         print_resolved_config(config);
         return 0;

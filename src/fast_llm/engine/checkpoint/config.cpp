@@ -9,9 +9,11 @@ using config::Hint;
 using config::Visitor;
 namespace check = config::check;
 
-bool checkpoint_format_supports_optimizer(CheckpointFormat format) {
+bool checkpoint_format_is_native(CheckpointFormat format) {
   return format == CheckpointFormat::distributed || format == CheckpointFormat::fast_llm;
 }
+
+bool checkpoint_format_supports_optimizer(CheckpointFormat format) { return checkpoint_format_is_native(format); }
 
 std::optional<std::string_view> checkpoint_format_not_supported_reason(CheckpointFormat format) {
   switch (format) {

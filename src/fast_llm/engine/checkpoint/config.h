@@ -35,6 +35,9 @@ enum class CheckpointFormat {
   gemma4,
 };
 
+// Whether the checkpoint engine reads and writes the format itself (distributed, fast_llm); the others are the model
+// type's (external.h).
+bool checkpoint_format_is_native(CheckpointFormat format);
 // Whether the format stores optimizer state (only the native formats do).
 bool checkpoint_format_supports_optimizer(CheckpointFormat format);
 // Why the format has no reader or writer yet, or nothing when it has.
@@ -71,6 +74,16 @@ struct CheckpointStateSaveOptions {
   void visit_save_options(config::Visitor& v);
   void resolve_save_options();
   void check_save_options(const config::Config& owner) const;
+};
+
+// Which saves of a folder prune_checkpoints keeps: the newest `keep` (all when unset), and for ever the save at step s
+// when (s - offset) is a multiple of keep_every * interval. The training loop takes these from the `keep`,
+// `keep_every`, `interval` and `offset` of `training.checkpoint` and `training.export`.
+struct CheckpointRetention {
+  std::optional<int> keep;
+  std::optional<int> keep_every;
+  std::optional<int> interval;
+  int offset = 0;
 };
 
 struct CheckpointSaveConfig : config::Config, CheckpointStateSaveOptions {

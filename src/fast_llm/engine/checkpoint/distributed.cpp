@@ -166,6 +166,7 @@ void write_distributed_checkpoint(const std::filesystem::path& directory, MultiS
                      {"step", std::to_string(contents.state.completed_steps)},
                      {"rank", std::to_string(settings.data_rank)}});
   CheckpointMetadata metadata{.format = CheckpointFormat::distributed,
+                              .model = contents.model,
                               .config = contents.model_config,
                               .shards = state_shards(true),
                               .state = contents.state,
@@ -262,6 +263,10 @@ std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesyste
   return result;
 }
 
+std::filesystem::path training_checkpoint_folder(const std::filesystem::path& experiment_dir) {
+  return experiment_dir / "checkpoint";
+}
+
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& root) {
   if (!std::filesystem::is_directory(root)) return std::nullopt;
   std::optional<std::pair<int64_t, std::filesystem::path>> best;
@@ -275,7 +280,7 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
   return best->second;
 }
 
-void prune_checkpoints(const std::filesystem::path& root, const TrainingCheckpointBaseConfig& config) {
+void prune_checkpoints(const std::filesystem::path& root, const CheckpointRetention& retention) {
   if (!std::filesystem::is_directory(root)) return;
   std::vector<std::pair<int64_t, std::filesystem::path>> complete;
   std::vector<std::filesystem::path> leftovers;
@@ -292,18 +297,18 @@ void prune_checkpoints(const std::filesystem::path& root, const TrainingCheckpoi
     log_main("Removing {} (left by an interrupted save)", path.string());
     std::filesystem::remove_all(path);
   }
-  if (!config.keep) return;
+  if (!retention.keep) return;
   std::sort(complete.begin(), complete.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   int kept = 0;
   for (const auto& [step, path] : complete) {
-    const bool permanent = config.keep_every && config.interval &&
-                           (step - config.offset) % (int64_t(*config.keep_every) * *config.interval) == 0;
+    const bool permanent = retention.keep_every && retention.interval &&
+                           (step - retention.offset) % (int64_t(*retention.keep_every) * *retention.interval) == 0;
     if (permanent) continue;
-    if (kept < *config.keep) {
+    if (kept < *retention.keep) {
       ++kept;
       continue;
     }
-    log_main("Removing {} (keeping the last {})", path.string(), *config.keep);
+    log_main("Removing {} (keeping the last {})", path.string(), *retention.keep);
     std::filesystem::remove_all(path);
   }
 }

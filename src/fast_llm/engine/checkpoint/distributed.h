@@ -21,13 +21,13 @@
 #include "fast_llm/engine/checkpoint/metadata.h"
 #include "fast_llm/engine/checkpoint/state.h"
 #include "fast_llm/engine/multi_stage/multi_stage.h"
-#include "fast_llm/engine/training/config.h"
 
 namespace fast_llm::engine {
 
 struct DistributedCheckpointContents {
   const TrainingState& state;
   int64_t consumed_samples = 0;
+  std::string model;           // the model type's name
   YAML::Node model_config;     // base_model, multi_stage, distributed
   std::string trainer_config;  // the run's resolved config (YAML text)
 };
@@ -49,12 +49,14 @@ TrainingState load_distributed_checkpoint(const std::filesystem::path& directory
 std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesystem::path& directory,
                                                             const CheckpointMetadata& metadata);
 
+// Where the training run of `experiment_dir` keeps its checkpoints: `<experiment_dir>/checkpoint`.
+std::filesystem::path training_checkpoint_folder(const std::filesystem::path& experiment_dir);
+
 // Saves under `root` (`<experiment_dir>/checkpoint` or `<experiment_dir>/export/<format>`) are directories named by
 // their step. The newest complete one, or nothing.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& root);
-// Deletes what `keep` no longer keeps: complete saves beyond the newest `keep` (not counting those kept by
-// `keep_every`: the save at step s is kept for ever when (s - offset) is a multiple of keep_every * interval), and
-// leftovers of interrupted writes (directories without `ok`, temporary directories).
-void prune_checkpoints(const std::filesystem::path& root, const TrainingCheckpointBaseConfig& config);
+// Deletes what `retention` no longer keeps: complete saves beyond the newest `keep` (not counting those kept for ever
+// by `keep_every`), and leftovers of interrupted writes (directories without `ok`, temporary directories).
+void prune_checkpoints(const std::filesystem::path& root, const CheckpointRetention& retention);
 
 }  // namespace fast_llm::engine

@@ -60,6 +60,7 @@ void sync_tree(const std::filesystem::path& directory) {
 }  // namespace
 
 void write_checkpoint_metadata(const std::filesystem::path& directory, const CheckpointMetadata& metadata) {
+  FLM_ASSERT(!metadata.model.empty(), "checkpoint metadata without a model type");
   YAML::Node node(YAML::NodeType::Map);
   node["fast_llm_version"] = metadata.fast_llm_version;
   node["format"] = std::string(config::enum_name(metadata.format));
@@ -114,7 +115,6 @@ CheckpointMetadata read_checkpoint_metadata(const std::filesystem::path& directo
                                      config::enum_name(*expected)));
   metadata.fast_llm_version = scalar<std::string>(node, "fast_llm_version", file);
   metadata.model = scalar<std::string>(node, "model", file);
-  if (metadata.model != "gpt") fail(file, "model", fmt::format("is '{}'; only gpt models are supported", metadata.model));
   metadata.config = require(node, "config", file);
   if (!metadata.config.IsMap()) fail(file, "config", "must be a mapping");
   YAML::Node shards = require(node, "shards", file);
@@ -150,6 +150,13 @@ CheckpointMetadata read_checkpoint_metadata(const std::filesystem::path& directo
     metadata.trainer_config = emitter.c_str();
   }
   return metadata;
+}
+
+void check_checkpoint_model(const std::filesystem::path& directory, const CheckpointMetadata& metadata,
+                            std::string_view model) {
+  if (metadata.model != model)
+    fail(directory / kMetadataFile, "model",
+         fmt::format("is '{}'; only {} models are supported", metadata.model, model));
 }
 
 bool checkpoint_complete(const std::filesystem::path& directory) {

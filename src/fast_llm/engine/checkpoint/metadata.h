@@ -3,7 +3,7 @@
 //
 //   fast_llm_version: 0.1.0
 //   format: distributed                # or fast_llm
-//   model: gpt
+//   model: gpt                         # the model type (model_type.h)
 //   config: {base_model: ..., multi_stage: ..., distributed: ...}   # the model config (fields set explicitly)
 //   shards: [weights, exp_avg, exp_avg_sq]                         # what the files hold for each parameter
 //   state:                              # the training loop's state (checkpoints with optimizer state)
@@ -29,7 +29,7 @@
 
 #include "fast_llm/engine/checkpoint/config.h"
 #include "fast_llm/engine/checkpoint/state.h"
-#include "fast_llm/engine/training/trainer.h"
+#include "fast_llm/engine/checkpoint/training_state.h"
 
 namespace fast_llm::engine {
 
@@ -40,7 +40,7 @@ inline constexpr std::string_view kCompleteMarker = "ok";
 struct CheckpointMetadata {
   CheckpointFormat format = CheckpointFormat::fast_llm;
   std::string fast_llm_version = std::string(kFastLLMVersion);
-  std::string model = "gpt";
+  std::string model;  // the model type's name
   YAML::Node config;  // the model config: base_model, multi_stage, distributed
   std::vector<std::string> shards;
   std::optional<TrainingState> state;
@@ -54,6 +54,9 @@ void write_checkpoint_metadata(const std::filesystem::path& directory, const Che
 // the stored format.
 CheckpointMetadata read_checkpoint_metadata(const std::filesystem::path& directory,
                                             std::optional<CheckpointFormat> expected = std::nullopt);
+// Throws (naming the file) unless `metadata`, read from `directory`, is of a model of type `model`.
+void check_checkpoint_model(const std::filesystem::path& directory, const CheckpointMetadata& metadata,
+                            std::string_view model);
 
 // Whether `directory` holds a complete checkpoint (its `ok` marker).
 bool checkpoint_complete(const std::filesystem::path& directory);

@@ -1,8 +1,6 @@
 // Field lists of the interval and evaluator configs.
 #include "fast_llm/engine/evaluation/config.h"
 
-#include "fast_llm/engine/config_utils/interval_config.h"
-
 namespace fast_llm::engine {
 
 using config::Hint;

@@ -8,7 +8,6 @@
 
 #include "fast_llm/config/config.h"
 #include "fast_llm/engine/checkpoint/config.h"
-#include "fast_llm/engine/config_utils/interval_config.h"
 #include "fast_llm/engine/evaluation/config.h"
 
 namespace fast_llm::engine {
@@ -23,6 +22,11 @@ struct MetricsLogsConfig : IntervalConfig {
 struct TrainingCheckpointBaseConfig : IntervalConfig {
   std::optional<int> keep;
   std::optional<int> keep_every;
+
+  // What prune_checkpoints keeps of these saves.
+  CheckpointRetention retention() const {
+    return {.keep = keep, .keep_every = keep_every, .interval = interval, .offset = offset};
+  }
 
  protected:
   void visit_keep(config::Visitor& v);

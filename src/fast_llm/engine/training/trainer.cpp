@@ -15,6 +15,7 @@
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
+#include "fast_llm/engine/checkpoint/loading.h"
 #include "fast_llm/engine/evaluation/config.h"
 
 namespace fast_llm::engine {
@@ -31,6 +32,24 @@ int64_t occurrences(const IntervalConfig& interval, int64_t steps) {
   // Occurrences are offset + k * every >= 1 (offset is in [0, every) after validation).
   const int64_t first = offset == 0 ? every : offset;
   return first > steps ? 0 : (steps - first) / every + 1;
+}
+
+// Checkpoints and exports need a folder to go to, and an export format must hold the model: refused before anything
+// runs, not at the first save after hours of training.
+void check_saves(const TrainerSections& sections) {
+  const TrainingConfig& training = sections.training;
+  const RunConfig& run = sections.run;
+  if (!run.experiment_dir && training.checkpoint.enabled())
+    throw ConfigError(run.field_path("experiment_dir"), fmt::format("is needed to save checkpoints ({} is set)",
+                                                                    training.checkpoint.field_path("interval")));
+  if (!run.experiment_dir && training.export_.enabled())
+    throw ConfigError(run.field_path("experiment_dir"),
+                      fmt::format("is needed to save exports ({} is set)", training.export_.field_path("interval")));
+  if (!training.export_.enabled()) return;
+  if (!training.export_.model_weights)
+    throw ConfigError(training.export_.field_path("model_weights"),
+                      "exports without weights are not written: set model_weights: true");
+  check_exportable(training.export_, sections.model);
 }
 
 // Adds `value` to the total named `name`, keeping first-seen order.
@@ -53,35 +72,29 @@ struct Trainer::Evaluator {
   std::unique_ptr<data::DataLoader> loader;
 };
 
-Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data, std::string resolved_config_yaml,
-                 TrainerHooks hooks)
-    : sections_(sections), model_(model), data_(data), hooks_(std::move(hooks)) {
+Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data, std::string resolved_config_yaml)
+    : sections_(sections), model_(model), data_(data), resolved_config_yaml_(std::move(resolved_config_yaml)) {
   const TrainingConfig& training = sections_.training;
+  const DistributedConfig& distributed = sections_.model.distributed;
   FLM_CHECK(training.validated() && sections_.schedule.validated() && sections_.optimizer.validated() &&
-                sections_.run.validated(),
+                sections_.model.validated() && sections_.pretrained.validated() && sections_.run.validated(),
             "training", "the trainer config must be validated first");
-  device_ = resolve_device(sections_.distributed);
+  check_saves(sections_);
+  device_ = resolve_device(distributed);
   stream_ = compute_stream(device_);
   if (sections_.schedule.cuda_graphs && !device_.is_cuda())
     throw ConfigError(sections_.schedule.field_path("cuda_graphs"),
                       fmt::format("needs a CUDA device; this run is on {}", device_.str()));
   training_ = training.train_iters > 0;
-  samples_per_step_ = int64_t(sections_.schedule.sequential_micro_batches()) *
-                      sections_.distributed.batch_data_parallel();
+  samples_per_step_ = int64_t(sections_.schedule.sequential_micro_batches()) * distributed.batch_data_parallel();
   tokens_per_sample_ = data_.config().micro_batch_size;
   if (data_.sampling_parameters().predicted_tokens != 1)
     throw NotSupportedError("training", fmt::format("{} predicted tokens per position (multi-token prediction heads) "
                                                     "are not supported by the training loop",
                                                     data_.sampling_parameters().predicted_tokens));
-  if (training.checkpoint.enabled() && !hooks_.save_checkpoint)
-    throw NotSupportedError("training", fmt::format("{} is set but this run cannot save checkpoints",
-                                                    training.checkpoint.field_path("interval")));
-  if (training.export_.enabled() && !hooks_.save_export)
-    throw NotSupportedError("training", fmt::format("{} is set but this run cannot save exports",
-                                                    training.export_.field_path("interval")));
 
-  multi_stage_ = std::make_unique<MultiStage>(model_, sections_.multi_stage, sections_.distributed, device_, training_);
-  runner_ = std::make_unique<ScheduleRunner>(*multi_stage_, sections_.schedule, sections_.distributed);
+  multi_stage_ = std::make_unique<MultiStage>(model_, sections_.model.multi_stage, distributed, device_, training_);
+  runner_ = std::make_unique<ScheduleRunner>(*multi_stage_, sections_.schedule, distributed);
   // Two steps of micro-batches: the step the device runs and the one the host prepares.
   uploader_ = std::make_unique<BatchUploader>(device_, stream_, int(2 * samples_per_step_));
   if (training_) {
@@ -118,8 +131,8 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
   if (const auto& experiment = sections_.run.experiment_dir) {
     std::filesystem::create_directories(*experiment);
     std::ofstream config_file(*experiment / "config.yaml");
-    config_file << resolved_config_yaml;
-    if (!resolved_config_yaml.empty() && resolved_config_yaml.back() != '\n') config_file << '\n';
+    config_file << resolved_config_yaml_;
+    if (!resolved_config_yaml_.empty() && resolved_config_yaml_.back() != '\n') config_file << '\n';
     FLM_CHECK(config_file.good(), "training", "cannot write {}", (*experiment / "config.yaml").string());
     int index = 0;
     while (std::filesystem::exists(*experiment / "runs" / std::to_string(index))) ++index;
@@ -145,7 +158,7 @@ void Trainer::set_up_cuda_graphs() {
   for (layers::Layer* layer : model_.layers()) dropout = dropout || layer->uses_dropout();
   const std::optional<std::string> refusal =
       cuda_graphs_refusal({.cuda = device_.is_cuda(),
-                           .world_size = *sections_.distributed.world_size,
+                           .world_size = *sections_.model.distributed.world_size,
                            .dropout = dropout,
                            .dynamic_loss_scaling = optimizer_->dynamic_loss_scaling()});
   if (refusal) {
@@ -182,8 +195,40 @@ std::vector<layers::MicroBatch> Trainer::next_micro_batches(data::DataLoader& lo
   return micro_batches;
 }
 
+TrainingSave Trainer::training_save() const {
+  return {.model = sections_.model,
+          .state = state(),
+          .consumed_samples = completed_steps_ * samples_per_step_,
+          .trainer_config = resolved_config_yaml_};
+}
+
+bool Trainer::resume_from_checkpoint() {
+  if (!sections_.run.experiment_dir) return false;
+  const std::optional<ResumedCheckpoint> resumed =
+      resume_training(*sections_.run.experiment_dir, sections_.model, *multi_stage_, training_);
+  if (!resumed) return false;
+  if (training_) restore(resumed->state);
+  const int64_t expected = resumed->state.completed_steps * samples_per_step_;
+  if (resumed->consumed_samples != expected)
+    log_warning("Checkpoint {} consumed {} samples; {} steps of {} samples now resume the data at sample {} (the "
+                "batch size changed)",
+                resumed->directory.string(), resumed->consumed_samples, resumed->state.completed_steps,
+                samples_per_step_, expected);
+  return true;
+}
+
+bool Trainer::load_pretrained_weights() {
+  const CheckpointLoadConfig& pretrained = sections_.pretrained;
+  if (!pretrained.path || !pretrained.model_weights) return false;
+  // The optimizer continues (Adam step, learning-rate schedule, loss scale); the run's own step count starts at 0.
+  if (const std::optional<OptimizerState> optimizer =
+          load_pretrained(pretrained, sections_.model, *multi_stage_, training_))
+    restore({.completed_steps = 0, .optimizer = *optimizer});
+  return true;
+}
+
 void Trainer::initialize_or_load() {
-  if (hooks_.load && hooks_.load(*this)) return;
+  if (resume_from_checkpoint() || load_pretrained_weights()) return;
   if (!training_)
     throw Error("training", "evaluation only (training.train_iters is 0) needs weights to evaluate: set `pretrained` "
                             "or resume from a checkpoint");
@@ -255,8 +300,8 @@ void Trainer::train() {
   const int workers = std::max(1, training.num_workers);
   training_loader_ = data_.make_loader(
       "training", {.begin_sample = completed_steps_ * samples_per_step_,
-                   .data_rank = sections_.distributed.batch_data_rank(),
-                   .data_parallel = sections_.distributed.batch_data_parallel(),
+                   .data_rank = sections_.model.distributed.batch_data_rank(),
+                   .data_parallel = sections_.model.distributed.batch_data_parallel(),
                    .num_workers = workers,
                    .prefetch = int(std::max<int64_t>(samples_per_step_, int64_t(workers) *
                                                                             training.prefetch_factor.value_or(2)))});
@@ -267,7 +312,7 @@ void Trainer::train() {
   start_step_ = last_log_step_ = completed_steps_;
   interval_ = {};
   if (sections_.profiling)
-    profiler_ = std::make_unique<StepProfiler>(*sections_.profiling, *sections_.distributed.rank, run_directory_);
+    profiler_ = std::make_unique<StepProfiler>(*sections_.profiling, *sections_.model.distributed.rank, run_directory_);
   bool stop = false;
   while (!stop) {
     if (profiler_) profiler_->before_step(completed_steps_ + 1);
@@ -321,7 +366,7 @@ void Trainer::log_training(int64_t completed) {
   const double remaining = average_step_time * double(training.train_iters - completed);
   const int64_t tokens_per_step = samples_per_step_ * tokens_per_sample_;
   const double flops_per_step = interval_.steps > 0 ? interval_.flops / double(interval_.steps) : 0.0;
-  const int world_size = *sections_.distributed.world_size;
+  const int world_size = *sections_.model.distributed.world_size;
 
   TrainingMetrics metrics;
   metrics.iteration = completed;
@@ -366,8 +411,8 @@ void Trainer::run_evaluators(bool done) {
       const int64_t previous = occurrences(evaluator->config, completed_steps_ - 1);
       evaluator->loader = data_.make_loader(
           evaluator->name, {.begin_sample = previous * iterations * samples_per_step_,
-                            .data_rank = sections_.distributed.batch_data_rank(),
-                            .data_parallel = sections_.distributed.batch_data_parallel(),
+                            .data_rank = sections_.model.distributed.batch_data_rank(),
+                            .data_parallel = sections_.model.distributed.batch_data_parallel(),
                             .num_workers = std::max(1, sections_.training.num_workers),
                             .prefetch = int(samples_per_step_)});
     }
@@ -389,7 +434,7 @@ void Trainer::run_evaluators(bool done) {
       for (const auto& [name, sum] : losses.all())
         accumulate(totals, name, num_labels > 0 ? sum.item() / double(num_labels) : 0.0);
     const double step_time = (now_seconds() - start) / double(iterations);
-    const int world_size = *sections_.distributed.world_size;
+    const int world_size = *sections_.model.distributed.world_size;
     const int64_t tokens_per_step = samples_per_step_ * tokens_per_sample_;
 
     StepMetrics metrics;
@@ -413,12 +458,14 @@ void Trainer::save(bool done, bool stopping) {
   const TrainingConfig& training = sections_.training;
   if (training.checkpoint.enabled() && (stopping || training.checkpoint.enabled_at(completed_steps_))) {
     clear_progress();
-    last_checkpoint_ = hooks_.save_checkpoint(*this, completed_steps_);
+    last_checkpoint_ = save_training_checkpoint(*sections_.run.experiment_dir, completed_steps_, *multi_stage_,
+                                                training_save(), training.checkpoint.retention());
     log_main("Saved checkpoint of step {} in {}", completed_steps_, last_checkpoint_->string());
   }
   if (training.export_.enabled() && (done || training.export_.enabled_at(completed_steps_))) {
     clear_progress();
-    last_export_ = hooks_.save_export(*this, completed_steps_);
+    last_export_ = save_training_export(*sections_.run.experiment_dir, completed_steps_, *multi_stage_,
+                                        training_save(), training.export_, training.export_.retention());
     log_main("Exported step {} to {}", completed_steps_, last_export_->string());
   }
 }

@@ -4,21 +4,24 @@
 // directory's resolved config text, then:
 //
 //   engine::Trainer trainer({.training = config.training, .schedule = config.schedule,
-//                            .optimizer = config.optimizer, .multi_stage = config.model.multi_stage,
-//                            .distributed = config.model.distributed, .run = config.run},
+//                            .optimizer = config.optimizer, .model = config.model,
+//                            .pretrained = config.pretrained, .run = config.run},
 //                           model, data, config.to_yaml_string());
 //   trainer.run();
 //
-// Setup (in the constructor): the model is cut into stages with flat buffers on the run's device, the optimizer and
-// the schedule are built, `training` is sampled with train_iters x samples-per-step samples and each `loss`
-// evaluator's dataset with what its evaluations read, `<experiment_dir>/config.yaml` is written and
+// Setup (in the constructor): the checkpoint and export settings are checked (they need run.experiment_dir, and an
+// export format must hold the model), the model is cut into stages with flat buffers on the run's device, the
+// optimizer and the schedule are built, `training` is sampled with train_iters x samples-per-step samples and each
+// `loss` evaluator's dataset with what its evaluations read, `<experiment_dir>/config.yaml` is written and
 // `<experiment_dir>/runs/<k>/` created (k: the first unused index). `run()` loads or initialises the weights, trains
 // `training.train_iters` steps, logs every `training.logs.interval` steps, evaluates every evaluator interval and at
 // the end, writes one JSON object per log line to `runs/<k>/metrics.jsonl`, and says at the end where the metrics and
 // the model are. With train_iters 0 it only evaluates.
 //
-// Checkpoints and exports are written by the checkpoint engine through `TrainerHooks`; a config that asks for them
-// without a hook is refused.
+// Weights come from the run's newest complete checkpoint when it is restarted, else from `pretrained`, else a fresh
+// initialisation; checkpoints and exports are saved on their intervals (and a checkpoint at a shutdown). All go
+// through the checkpoint engine (checkpoint/loading.h, checkpoint/saving.h), which sees the model through its
+// ModelConfig.
 //
 // On a GPU a training step queues its work without waiting for the device: batches go up on their own stream
 // (BatchUploader), the optimizer decides clipping and skipping on the device, and the step's decisions and loss sums
@@ -30,7 +33,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,8 +41,10 @@
 #include "fast_llm/data/batch.h"
 #include "fast_llm/data/data.h"
 #include "fast_llm/engine/base_model.h"
-#include "fast_llm/engine/distributed/config.h"
-#include "fast_llm/engine/multi_stage/config.h"
+#include "fast_llm/engine/checkpoint/config.h"
+#include "fast_llm/engine/checkpoint/saving.h"
+#include "fast_llm/engine/checkpoint/training_state.h"
+#include "fast_llm/engine/model_type.h"
 #include "fast_llm/engine/multi_stage/multi_stage.h"
 #include "fast_llm/engine/optimizer/config.h"
 #include "fast_llm/engine/optimizer/optimizer.h"
@@ -57,40 +61,21 @@
 
 namespace fast_llm::engine {
 
-// The validated sections of the trainer config the engine reads (the lead composes the full config type).
+// The validated sections of the trainer config the engine reads (a model type's trainer config composes them, e.g.
+// models/gpt/trainer_config.h).
 struct TrainerSections {
   const TrainingConfig& training;
   const ScheduleConfig& schedule;
   const OptimizerConfig& optimizer;
-  const MultiStageConfig& multi_stage;
-  const DistributedConfig& distributed;
+  const ModelConfig& model;  // multi_stage, distributed, and the base model as checkpoints store it
+  const CheckpointLoadConfig& pretrained;
   const RunConfig& run;
   const ProfilingConfig* profiling = nullptr;  // none: no kernel profiling
 };
 
-// What a checkpoint keeps of the training loop besides the stages' shards.
-struct TrainingState {
-  int64_t completed_steps = 0;
-  OptimizerState optimizer;
-};
-
-class Trainer;
-
-// Checkpoint-engine entry points. Each may be empty.
-struct TrainerHooks {
-  // Loads the state to start from (the last checkpoint, or pretrained weights) into the stages' shards and, through
-  // `Trainer::restore`, the training state; returns false when there is nothing to load (fresh initialisation).
-  std::function<bool(Trainer&)> load;
-  // Saves a checkpoint (`training.checkpoint`) / an export (`training.export`) of the current state at the completed
-  // step; returns the directory written.
-  std::function<std::filesystem::path(Trainer&, int64_t step)> save_checkpoint;
-  std::function<std::filesystem::path(Trainer&, int64_t step)> save_export;
-};
-
 class Trainer {
  public:
-  Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data, std::string resolved_config_yaml,
-          TrainerHooks hooks = {});
+  Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data, std::string resolved_config_yaml);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -103,9 +88,6 @@ class Trainer {
   Device device() const { return device_; }
   int64_t samples_per_step() const { return samples_per_step_; }
   int64_t completed_steps() const { return completed_steps_; }
-  TrainingState state() const;
-  // Sets the training state from a checkpoint (called from TrainerHooks::load).
-  void restore(const TrainingState& state);
 
   // `<experiment_dir>/runs/<k>` and its metrics file; empty without run.experiment_dir.
   const std::optional<std::filesystem::path>& run_directory() const { return run_directory_; }
@@ -123,7 +105,14 @@ class Trainer {
                                                      int64_t& num_labels);
   // `schedule.cuda_graphs`: the graphed step when the run qualifies, else the log line saying why not.
   void set_up_cuda_graphs();
+  TrainingState state() const;
+  void restore(const TrainingState& state);
   void initialize_or_load();
+  // The run's newest complete checkpoint / the weights of `pretrained`, into the stages; false when there is none.
+  bool resume_from_checkpoint();
+  bool load_pretrained_weights();
+  // What a checkpoint or an export of the current state holds besides the stages.
+  TrainingSave training_save() const;
   void train();
   void run_evaluators(bool done);
   // Reads the step records (waits for the device) and writes the log line of the interval.
@@ -136,7 +125,7 @@ class Trainer {
   TrainerSections sections_;
   BaseModel& model_;
   data::GPTData& data_;
-  TrainerHooks hooks_;
+  std::string resolved_config_yaml_;
   Device device_;
   Stream stream_;
   int64_t samples_per_step_ = 0;

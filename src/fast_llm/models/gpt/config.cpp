@@ -1,6 +1,8 @@
 // Field lists of the GPT model configs.
 #include "fast_llm/models/gpt/config.h"
 
+#include "fast_llm/models/gpt/model_type.h"
+
 namespace fast_llm::models::gpt {
 
 using config::Hint;
@@ -19,5 +21,7 @@ void GPTModelConfig::visit(Visitor& v) {
   v(multi_stage, "multi_stage", "Stages and ZeRO sharding.", Hint::core);
   v(distributed, "distributed", "Process layout, data types and seeds.", Hint::core);
 }
+
+const engine::ModelType& GPTModelConfig::model_type() const { return gpt_model_type(); }
 
 }  // namespace fast_llm::models::gpt

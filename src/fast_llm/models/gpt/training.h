@@ -1,4 +1,6 @@
-// `train gpt`: builds the GPT model, the data and the trainer from a validated GPTTrainerConfig and runs it.
+// `train gpt`: builds the GPT model, the data and the trainer from a validated GPTTrainerConfig and runs it. The config
+// is read with the pretrained checkpoint's model config under it (engine/checkpoint/loading.h,
+// load_config_with_pretrained with gpt_model_type()); the trainer loads and saves checkpoints itself.
 #pragma once
 
 #include <functional>

@@ -119,6 +119,12 @@ std::pair<const HfWeightEntry*, int64_t> weight_entry(const HfFormat& format, co
                                                   config::enum_name(format.format), parameter));
 }
 
+[[noreturn]] void refuse_format(engine::CheckpointFormat format) {
+  throw NotSupportedError(kComponent, fmt::format("format {} is not a Hugging Face format we convert (llama, mistral, "
+                                                  "qwen2)",
+                                                  config::enum_name(format)));
+}
+
 GPTBaseModelConfig validated_base_model(const YAML::Node& node, const std::string& where) {
   GPTBaseModelConfig config;
   try {
@@ -203,10 +209,7 @@ const HfFormat& hf_format(engine::CheckpointFormat format) {
     case engine::CheckpointFormat::llama: return llama_format();
     case engine::CheckpointFormat::mistral: return mistral_format();
     case engine::CheckpointFormat::qwen2: return qwen2_format();
-    default:
-      throw NotSupportedError(kComponent, fmt::format("format {} is not a Hugging Face format we convert (llama, "
-                                                      "mistral, qwen2)",
-                                                      config::enum_name(format)));
+    default: refuse_format(format);
   }
 }
 
@@ -525,6 +528,60 @@ void write_huggingface_checkpoint(const std::filesystem::path& directory, engine
   stream << hf.dump(2) << '\n';
   stream.close();
   FLM_CHECK(stream.good(), kComponent, "{}: cannot write", config_path.string());
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The checkpoint engine's handlers
+
+namespace {
+
+class HuggingfaceHandler : public engine::ExternalCheckpointHandler {
+ public:
+  explicit HuggingfaceHandler(engine::CheckpointFormat format) : format_(format) {}
+
+  std::string_view description() const override { return "Hugging Face"; }
+
+  YAML::Node read_base_model_config(const std::filesystem::path& directory) const override {
+    return read_huggingface_checkpoint(directory, format_, false).base_model;
+  }
+
+  std::shared_ptr<engine::TensorSource> open_weights(const std::filesystem::path& directory,
+                                                     const config::Config& base_model) const override {
+    HuggingfaceCheckpoint checkpoint = read_huggingface_checkpoint(directory, format_, true);
+    return import_hf_weights(*checkpoint.format, checkpoint.tensors, gpt_config(base_model));
+  }
+
+  void check_writable(const config::Config& base_model, DType data_type) const override {
+    export_hf_config(hf_format(format_), gpt_config(base_model), data_type);
+  }
+
+  void write(const std::filesystem::path& directory, const config::Config& base_model,
+             std::shared_ptr<const engine::TensorSource> state, int64_t parameters_per_file) const override {
+    write_huggingface_checkpoint(directory, format_, gpt_config(base_model), std::move(state), std::nullopt,
+                                 parameters_per_file);
+  }
+
+ private:
+  // The engine hands back the base model of a GPTModelConfig.
+  static const GPTBaseModelConfig& gpt_config(const config::Config& base_model) {
+    return dynamic_cast<const GPTBaseModelConfig&>(base_model);
+  }
+
+  engine::CheckpointFormat format_;
+};
+
+}  // namespace
+
+const engine::ExternalCheckpointHandler& huggingface_handler(engine::CheckpointFormat format) {
+  static const HuggingfaceHandler llama(engine::CheckpointFormat::llama), mistral(engine::CheckpointFormat::mistral),
+      qwen2(engine::CheckpointFormat::qwen2), automatic(engine::CheckpointFormat::auto_);
+  switch (format) {
+    case engine::CheckpointFormat::llama: return llama;
+    case engine::CheckpointFormat::mistral: return mistral;
+    case engine::CheckpointFormat::qwen2: return qwen2;
+    case engine::CheckpointFormat::auto_: return automatic;
+    default: refuse_format(format);
+  }
 }
 
 }  // namespace fast_llm::models::gpt

@@ -31,6 +31,7 @@
 
 #include "fast_llm/core/dtype.h"
 #include "fast_llm/engine/checkpoint/config.h"
+#include "fast_llm/engine/checkpoint/external.h"
 #include "fast_llm/engine/checkpoint/state.h"
 #include "fast_llm/models/gpt/config.h"
 
@@ -124,6 +125,10 @@ HuggingfaceCheckpoint read_huggingface_checkpoint(const std::filesystem::path& d
 void write_huggingface_checkpoint(const std::filesystem::path& directory, engine::CheckpointFormat format,
                                   const GPTBaseModelConfig& config, std::shared_ptr<const engine::TensorSource> state,
                                   std::optional<DType> data_type, int64_t parameters_per_file);
+
+// These formats as the checkpoint engine reaches them (engine/checkpoint/external.h, through the GPT model type):
+// llama, mistral, qwen2, and auto (read only: the format config.json's model_type names). NotSupportedError for others.
+const engine::ExternalCheckpointHandler& huggingface_handler(engine::CheckpointFormat format);
 
 // Dotted-path access to YAML trees (the base model's fields).
 YAML::Node yaml_at(const YAML::Node& root, std::string_view path);

@@ -6,11 +6,11 @@
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
+#include "fast_llm/engine/checkpoint/loading.h"
 #include "fast_llm/engine/checkpoint/safetensors.h"
 #include "fast_llm/engine/checkpoint/state.h"
 #include "fast_llm/engine/schedule/runner.h"
 #include "fast_llm/layers/language_model/config.h"
-#include "fast_llm/models/gpt/conversion/checkpoint.h"
 #include "fast_llm/models/gpt/conversion/huggingface.h"
 #include "fast_llm/models/gpt/model.h"
 
@@ -48,11 +48,6 @@ void ModelOutputsConfig::check() const {
   if (!output) fail("output", "is required");
 }
 
-void load_model_outputs_config(ModelOutputsConfig& config, const YAML::Node& tree) {
-  config.load(with_pretrained_model_config(tree));
-  config.validate();
-}
-
 void write_model_outputs(const ModelOutputsConfig& config) {
   const GPTModelConfig& model_config = config.model;
   const layers::LanguageModelHeadConfig& head_config = model_config.base_model.head;
@@ -61,7 +56,7 @@ void write_model_outputs(const ModelOutputsConfig& config) {
   const Stream stream = compute_stream(device);
   engine::MultiStage multi_stage(model, model_config.multi_stage, model_config.distributed, device,
                                  /*training=*/true);
-  const PretrainedState state = open_pretrained_state(config.pretrained, model_config.base_model);
+  const engine::PretrainedState state = engine::open_pretrained_state(config.pretrained, model_config);
   engine::load_multi_stage_state(multi_stage, *state.state, false);
 
   // Tokens: one document per row.

@@ -1,7 +1,8 @@
 // What a model loaded from a checkpoint computes on given token sequences, written to a safetensors file for checks
 // against an independent implementation (tools/hf_check.py compares it with Hugging Face transformers). Reached
 // through the hidden command `fast-llm model_outputs gpt pretrained.format=... pretrained.path=... tokens=...
-// output=...`.
+// output=...`. Its config is read with the pretrained checkpoint's model config under it (engine/checkpoint/loading.h,
+// load_config_with_pretrained).
 //
 // Input: `tokens`, a safetensors file with `tokens`, I64 (batch, sequence): each row is one document.
 // Output (all F64):
@@ -33,9 +34,6 @@ struct ModelOutputsConfig : config::Config {
  protected:
   void check() const override;
 };
-
-// Loads `tree` into `config`, with the pretrained checkpoint's model config under the tree's own `model` values.
-void load_model_outputs_config(ModelOutputsConfig& config, const YAML::Node& tree);
 
 void write_model_outputs(const ModelOutputsConfig& config);
 
