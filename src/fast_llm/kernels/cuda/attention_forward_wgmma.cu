@@ -1,29 +1,16 @@
 // Flash attention forward on Hopper tensor cores (kernels/attention.h), variant "wgmma": the flash-attention-2
 // algorithm with both products on wgmma (sm_90a, wgmma.cuh), bf16 / fp16 inputs, fp32 accumulation, head sizes 64
-// and 128. Same contract and masks as "flash" (attention_forward.cu). A CTA holds 128 queries: two consumer
-// warpgroups of 64 rows (their products, online softmax and store: ForwardWarpgroup, attention_forward_wgmma.cuh).
-// Grid (heads, documents, query blocks), the last query block first: the CTAs go out query block by query block, the
-// longest (the last blocks of causal documents, which see every key block) first, so the short ones fill the tail;
-// the heads of a group go out together and share their key and value tiles in L2.
+// and 128. Same contract, masks, output, logsumexp and layouts as "flash" (attention_forward.cu). A CTA holds 128
+// queries: two consumer warpgroups of 64 rows (their products, online softmax and store: ForwardWarpgroup,
+// attention_forward_wgmma.cuh), the longest CTAs first (ForwardBlock).
 //
 // Each warpgroup's loop is software-pipelined: iteration i issues S_{i+1} = Q K_{i+1}^T and then O += P_i V_i without
 // waiting in between, waits for S_{i+1} only (wait_group 1: the older batch), computes its softmax while P_i V_i still
 // runs on the tensor cores, and waits for P_i V_i just before rescaling O.
 //
-// Two kernels share that loop and differ in who copies the tiles (cp.async, zero-filled past the document's end):
-// - head_size 64, `producer`: a third warpgroup (40 registers by setmaxnreg, the consumers 232) copies Q and the key /
-//   value tiles of each block into 4 stages; the hand-overs are named barriers: full(stage, consumer), on which the
-//   producer arrives once its copies landed and went through the proxy fence and each consumer syncs on its own (the
-//   two consumers are never tied to each other), and free(stage), on which both consumers arrive once P V of the
-//   stage's block is done and the producer syncs. (Making the consumers take turns issuing their products, FA3's
-//   ping-pong, measured the same: 289 / 360 against 293 / 360 TFLOP/s at (a) / (b), and is not done.)
-// - head_size 128, `synchronous`: the two consumers copy the tiles themselves into double-buffered stages, K_{i+2}
-//   and V_{i+1} during iteration i, with one CTA-wide barrier per iteration. Measured on the H200 (attention_benchmark,
-//   session 4): the producer kernel is 16-20% faster at head_size 64 (290 / 363 against 250 / 303 TFLOP/s at cases
-//   (a) / (b)) and 10-18% slower at 128 (349-373 against 418-426 at (c)), where a stage is twice the bytes.
-//
-// Output, logsumexp and layouts: as "flash" (channels contiguous, token / head strides multiples of 8 elements,
-// 16-byte aligned data).
+// Two kernels share that loop and differ in who copies the tiles (cp.async, zero-filled past the document's end): at
+// head_size 64 a producer warpgroup, at 128 the consumers themselves (the faster of the two at each size,
+// docs/benchmarks.md).
 #include "fast_llm/kernels/cuda/attention_forward_wgmma.cuh"
 #include "fast_llm/kernels/cuda/attention_wgmma.cuh"
 
@@ -75,9 +62,9 @@ struct ForwardBlock {
 };
 
 // ---------------------------------------------------------------------------------------------------------------------
-// head_size 128: the consumers copy. Its steps are the ForwardWarpgroup ones written out as lambdas: the same kernel
-// on ForwardWarpgroup measured 7-12% slower on the H200 (391 against 418 TFLOP/s at case (c), session 4), with 220
-// registers against 214 and the compiler versioning its mask and epilogue differently; the cause was not found.
+// head_size 128, `synchronous`: the two consumers copy the tiles themselves into double-buffered stages, K_{i+2} and
+// V_{i+1} during iteration i, with one CTA-wide barrier per iteration. Its steps are the ForwardWarpgroup ones written
+// out as lambdas: the same kernel on ForwardWarpgroup was slower (docs/benchmarks.md).
 
 template <int kHeadSize>
 struct SynchronousConfig {
@@ -301,7 +288,11 @@ __global__ void __launch_bounds__(kConsumerThreads, 1) attention_forward_synchro
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
-// head_size 64: a producer warpgroup copies.
+// head_size 64, `producer`: a third warpgroup (40 registers by setmaxnreg, the consumers 232) copies Q and the key /
+// value tiles of each block into 4 stages; the hand-overs are named barriers: full(stage, consumer), on which the
+// producer arrives once its copies landed and went through the proxy fence and each consumer syncs on its own (the two
+// consumers are never tied to each other), and free(stage), on which both consumers arrive once P V of the stage's
+// block is done and the producer syncs.
 
 template <int kHeadSize>
 struct ProducerConfig {
