@@ -344,5 +344,28 @@ TEST(SquaredNormReference, Errors) {
                "[squared_norm] result has dtype bfloat16; supported: float32, float64");
 }
 
+// ---------------------------------------------------------------------------------------------------------------------
+// optimizer_decision
+
+TEST(OptimizerDecisionReference, Errors) {
+  Tensor state = filled(Shape{optimizer_state::size}, DType::float64, 0);
+  const Tensor rates = filled(Shape{4}, DType::float64, 1e-3);
+  const auto decide = [&](Tensor& decision_state, const Tensor& learning_rates) {
+    optimizer_decision({.state = decision_state, .learning_rates = learning_rates});
+  };
+  decide(state, rates);
+  Tensor short_state = filled(Shape{optimizer_state::size - 1}, DType::float64, 0);
+  expect_error([&] { decide(short_state, rates); }, "[optimizer_decision] state has shape (8), expected (9)");
+  Tensor float32_state = filled(Shape{optimizer_state::size}, DType::float32, 0);
+  expect_error([&] { decide(float32_state, rates); },
+               "[optimizer_decision] state has dtype float32; supported: float64");
+  expect_error([&] { decide(state, filled(Shape{4}, DType::float32, 1e-3)); },
+               "[optimizer_decision] learning_rates has dtype float32; supported: float64");
+  expect_error([&] { decide(state, filled(Shape{0}, DType::float64, 0)); },
+               "[optimizer_decision] learning_rates is empty: expected at least one rate");
+  expect_error([&] { decide(state, filled(Shape{2, 2}, DType::float64, 1e-3)); },
+               "[optimizer_decision] learning_rates has shape (2, 2), expected (n)");
+}
+
 }  // namespace
 }  // namespace fast_llm::kernels
