@@ -48,7 +48,7 @@ std::vector<ActivationCase> activation_cases() {
             cases.push_back({.type = type, .gated = gated, .dtype = dtype, .tokens = tokens, .size = size,
                              .strided = strided});
   // About 2 to 3 times as many steps (16-byte vectors, or elements when strided) as a GPU of up to 132 multiprocessors
-  // runs threads (grid_size), so that the grid-stride loops go round and their (token, column) cursor carries into
+  // runs threads (grid_for), so that the grid-stride loops go round and their (token, column) cursor carries into
   // the next row: the SwiGLU in bf16 (vectors and the scalar path), and fp32.
   cases.push_back({.type = ActivationType::silu, .gated = true, .dtype = DType::bfloat16, .tokens = 20011,
                    .size = 1032});

@@ -178,9 +178,11 @@ TEST(ActivationReference, Errors) {
                "[activation_forward] input has shape (1, 2, 6), expected (tokens, I)");
 
   Tensor bf16_output = Tensor::empty(Shape{2, 3}, DType::bfloat16);
-  auto reason = reference_unsupported_reason<ActivationForward>({.gated = true, .input = input, .output = bf16_output});
-  ASSERT_TRUE(reason.has_value());
-  EXPECT_NE(reason->find("output has dtype bfloat16, input has float32"), std::string::npos) << *reason;
+  expect_error([&] { activation_forward({.gated = true, .input = input, .output = bf16_output}); },
+               "[activation_forward] output has dtype bfloat16, input has float32; they must match");
+  Tensor int_input = Tensor::empty(Shape{2, 6}, DType::int32), int_output = Tensor::empty(Shape{2, 6}, DType::int32);
+  expect_error([&] { activation_forward({.gated = false, .input = int_input, .output = int_output}); },
+               "[activation_forward] input has dtype int32; supported: float32, float64, bfloat16, float16");
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ struct Problem {
   int64_t head_groups = 2;
   int64_t head_size = 8;
   bool causal = true;
-  std::optional<int64_t> window;
+  std::optional<int64_t> window = std::nullopt;
   double softmax_scale = 1.0 / std::sqrt(8.0);
 
   int64_t tokens() const { return std::accumulate(document_lengths.begin(), document_lengths.end(), int64_t(0)); }
@@ -140,16 +140,16 @@ Forward forward(const Problem& problem, const Tensor& query, const Tensor& key, 
   Forward result{Tensor::empty(problem.query_shape(), query.dtype()),
                  Tensor::empty(Shape{problem.heads, problem.tokens()}, logsumexp_dtype)};
   const Tensor cu_seqlens = problem.cu_seqlens();
-  run_reference<AttentionForward>({.query = query,
-                                   .key = key,
-                                   .value = value,
-                                   .cu_seqlens = cu_seqlens,
-                                   .max_seqlen = problem.longest(),
-                                   .output = result.output,
-                                   .logsumexp = result.logsumexp,
-                                   .softmax_scale = problem.softmax_scale,
-                                   .causal = problem.causal,
-                                   .window_size = problem.window});
+  attention_forward({.query = query,
+                     .key = key,
+                     .value = value,
+                     .cu_seqlens = cu_seqlens,
+                     .max_seqlen = problem.longest(),
+                     .output = result.output,
+                     .logsumexp = result.logsumexp,
+                     .softmax_scale = problem.softmax_scale,
+                     .causal = problem.causal,
+                     .window_size = problem.window});
   return result;
 }
 
@@ -164,22 +164,22 @@ Gradients backward(const Problem& problem, const Tensor& grad_output, const Inpu
   Gradients gradients{Tensor::empty(problem.query_shape(), dtype), Tensor::empty(problem.key_shape(), dtype),
                       Tensor::empty(problem.key_shape(), dtype)};
   const Tensor cu_seqlens = problem.cu_seqlens();
-  run_reference<AttentionBackward>({.grad_output = grad_output,
-                                    .query = inputs.query,
-                                    .key = inputs.key,
-                                    .value = inputs.value,
-                                    .output = saved.output,
-                                    .logsumexp = saved.logsumexp,
-                                    .cu_seqlens = cu_seqlens,
-                                    .max_seqlen = problem.longest(),
-                                    .grad_query = gradients.query,
-                                    .grad_key = gradients.key,
-                                    .grad_value = gradients.value,
-                                    .softmax_scale = problem.softmax_scale,
-                                    .causal = problem.causal,
-                                    .window_size = problem.window,
-                                    .rotary_cos = rotary_cos,
-                                    .rotary_sin = rotary_sin});
+  attention_backward({.grad_output = grad_output,
+                      .query = inputs.query,
+                      .key = inputs.key,
+                      .value = inputs.value,
+                      .output = saved.output,
+                      .logsumexp = saved.logsumexp,
+                      .cu_seqlens = cu_seqlens,
+                      .max_seqlen = problem.longest(),
+                      .grad_query = gradients.query,
+                      .grad_key = gradients.key,
+                      .grad_value = gradients.value,
+                      .softmax_scale = problem.softmax_scale,
+                      .causal = problem.causal,
+                      .window_size = problem.window,
+                      .rotary_cos = rotary_cos,
+                      .rotary_sin = rotary_sin});
   return gradients;
 }
 
@@ -471,20 +471,20 @@ TEST(AttentionReference, StridedInputsEqualContiguous) {
   Tensor grad_key = fused_grad.slice(1, problem.heads, problem.heads + problem.head_groups);
   Tensor grad_value = fused_grad.slice(1, 2 * problem.heads, 2 * problem.heads + problem.head_groups);
   const Tensor cu_seqlens = problem.cu_seqlens();
-  run_reference<AttentionBackward>({.grad_output = grad_output,
-                                    .query = strided.query,
-                                    .key = strided.key,
-                                    .value = strided.value,
-                                    .output = strided_saved.output,
-                                    .logsumexp = strided_saved.logsumexp,
-                                    .cu_seqlens = cu_seqlens,
-                                    .max_seqlen = problem.longest(),
-                                    .grad_query = grad_query,
-                                    .grad_key = grad_key,
-                                    .grad_value = grad_value,
-                                    .softmax_scale = problem.softmax_scale,
-                                    .causal = problem.causal,
-                                    .window_size = problem.window});
+  attention_backward({.grad_output = grad_output,
+                      .query = strided.query,
+                      .key = strided.key,
+                      .value = strided.value,
+                      .output = strided_saved.output,
+                      .logsumexp = strided_saved.logsumexp,
+                      .cu_seqlens = cu_seqlens,
+                      .max_seqlen = problem.longest(),
+                      .grad_query = grad_query,
+                      .grad_key = grad_key,
+                      .grad_value = grad_value,
+                      .softmax_scale = problem.softmax_scale,
+                      .causal = problem.causal,
+                      .window_size = problem.window});
   expect_near(grad_query, values_of(contiguous_gradients.query), 0, 0, "grad_query");
   expect_near(grad_key, values_of(contiguous_gradients.key), 0, 0, "grad_key");
   expect_near(grad_value, values_of(contiguous_gradients.value), 0, 0, "grad_value");
@@ -506,14 +506,14 @@ TEST(AttentionReference, ShapeErrors) {
   const auto run = [&](const Tensor& key, const Tensor& value, const Tensor& cu, int64_t max_seqlen,
                        std::optional<int64_t> window, const Tensor& lse) {
     Tensor lse_handle = lse;
-    run_reference<AttentionForward>({.query = inputs.query,
-                                     .key = key,
-                                     .value = value,
-                                     .cu_seqlens = cu,
-                                     .max_seqlen = max_seqlen,
-                                     .output = output,
-                                     .logsumexp = lse_handle,
-                                     .window_size = window});
+    attention_forward({.query = inputs.query,
+                       .key = key,
+                       .value = value,
+                       .cu_seqlens = cu,
+                       .max_seqlen = max_seqlen,
+                       .output = output,
+                       .logsumexp = lse_handle,
+                       .window_size = window});
   };
   const Tensor flat_key = inputs.key.reshape(Shape{problem.tokens(), problem.head_groups * problem.head_size});
   expect_error([&] { run(flat_key, inputs.value, cu_seqlens, 4, {}, logsumexp); },
@@ -540,7 +540,7 @@ TEST(AttentionReference, ShapeErrors) {
       "logsumexp has shape (8, 4), expected (4, 8)");
 }
 
-TEST(AttentionReference, UnsupportedDtypes) {
+TEST(AttentionReference, DtypeErrors) {
   const Problem problem{.document_lengths = {2}};
   const Inputs inputs = random_inputs(problem, DType::float32, 81);
   Tensor output = Tensor::empty(problem.query_shape(), DType::float32);
@@ -549,17 +549,22 @@ TEST(AttentionReference, UnsupportedDtypes) {
   const Tensor cu_int64 = make_tensor({0, 2}, Shape{2}, DType::int64);
   const Tensor cu_int32 = problem.cu_seqlens();
   const Tensor bf16_value = converted(inputs.value, DType::bfloat16);
-  const auto reason = [&](const Tensor& value, const Tensor& cu, Tensor& lse) {
-    return reference_unsupported_reason<AttentionForward>(
-        {.query = inputs.query, .key = inputs.key, .value = value, .cu_seqlens = cu, .max_seqlen = 2,
-         .output = output, .logsumexp = lse});
+  const auto run = [&](const Tensor& value, const Tensor& cu, Tensor& lse) {
+    attention_forward({.query = inputs.query,
+                       .key = inputs.key,
+                       .value = value,
+                       .cu_seqlens = cu,
+                       .max_seqlen = 2,
+                       .output = output,
+                       .logsumexp = lse});
   };
-  EXPECT_FALSE(reason(inputs.value, cu_int32, logsumexp).has_value());
-  EXPECT_EQ(reason(inputs.value, cu_int64, logsumexp).value_or(""), "cu_seqlens has dtype int64, expected int32");
-  EXPECT_EQ(reason(bf16_value, cu_int32, logsumexp).value_or(""),
-            "value has dtype bfloat16, query has float32; they must match");
-  EXPECT_EQ(reason(inputs.value, cu_int32, bf16_logsumexp).value_or(""),
-            "logsumexp has dtype bfloat16; supported: float32, float64");
+  run(inputs.value, cu_int32, logsumexp);
+  expect_error([&] { run(inputs.value, cu_int64, logsumexp); },
+               "[attention_forward] cu_seqlens has dtype int64; supported: int32");
+  expect_error([&] { run(bf16_value, cu_int32, logsumexp); },
+               "[attention_forward] value has dtype bfloat16, query has float32; they must match");
+  expect_error([&] { run(inputs.value, cu_int32, bf16_logsumexp); },
+               "[attention_forward] logsumexp has dtype bfloat16; supported: float32, float64");
 }
 
 }  // namespace

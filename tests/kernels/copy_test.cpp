@@ -219,6 +219,9 @@ TEST(CopyReference, Errors) {
   expect_error([&] { copy({.source = a, .destination = c}); },
                "[copy] source has dtype float32, destination bfloat16 (use cast to convert)");
   expect_error([&] { cast({.source = a, .destination = b}); }, "[cast] source has shape (2, 3), destination (3, 2)");
+  Tensor undefined;
+  expect_error([&] { fill({.tensor = undefined, .value = 1.0}); }, "[fill] tensor is undefined");
+  expect_error([&] { cast({.source = undefined, .destination = c}); }, "[cast] source and destination must be defined");
 }
 
 // ---------------------------------------------------------------------------------------------------------------------

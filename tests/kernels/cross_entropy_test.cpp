@@ -23,7 +23,7 @@ struct Options {
   double label_weight = 1.0;
   double z_loss_weight = 0.0;
   double logits_scale_factor = 1.0;
-  std::optional<double> softcap;
+  std::optional<double> softcap = std::nullopt;
 };
 
 std::string describe(const Options& options) {
@@ -58,7 +58,7 @@ Losses naive_losses(const std::vector<double>& logits, const std::vector<int64_t
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
-// Calls of the reference variant.
+// Calls of the op (on the CPU: its contract, then the reference variant).
 
 Tensor labels_tensor(const std::vector<int64_t>& labels) {
   std::vector<double> values(labels.begin(), labels.end());
@@ -75,15 +75,15 @@ Result run(const Tensor& logits, const std::vector<int64_t>& labels, Tensor* gra
   Tensor label_loss_sum = filled(Shape{1}, sum_dtype, initial);
   Tensor z_loss_sum = filled(Shape{1}, sum_dtype, initial);
   const Tensor labels_values = labels_tensor(labels);
-  run_reference<CrossEntropyForwardBackward>({.logits = logits,
-                                              .labels = labels_values,
-                                              .label_loss_sum = label_loss_sum,
-                                              .z_loss_sum = options.z_loss ? &z_loss_sum : nullptr,
-                                              .grad_logits = grad_logits,
-                                              .label_weight = options.label_weight,
-                                              .z_loss_weight = options.z_loss_weight,
-                                              .logits_scale_factor = options.logits_scale_factor,
-                                              .softcap = options.softcap});
+  cross_entropy_forward_backward({.logits = logits,
+                                  .labels = labels_values,
+                                  .label_loss_sum = label_loss_sum,
+                                  .z_loss_sum = options.z_loss ? &z_loss_sum : nullptr,
+                                  .grad_logits = grad_logits,
+                                  .label_weight = options.label_weight,
+                                  .z_loss_weight = options.z_loss_weight,
+                                  .logits_scale_factor = options.logits_scale_factor,
+                                  .softcap = options.softcap});
   return {label_loss_sum.item_as_double(std::vector<int64_t>{0}), z_loss_sum.item_as_double(std::vector<int64_t>{0})};
 }
 
@@ -287,13 +287,13 @@ TEST(CrossEntropyReference, Errors) {
   Tensor loss_sum = filled(Shape{1}, DType::float32, 0);
   const auto call = [&](const Tensor& logits_tensor, const Tensor& labels, Tensor* z_loss_sum, double z_loss_weight,
                         std::optional<double> softcap) {
-    run_reference<CrossEntropyForwardBackward>({.logits = logits_tensor,
-                                                .labels = labels,
-                                                .label_loss_sum = loss_sum,
-                                                .z_loss_sum = z_loss_sum,
-                                                .grad_logits = nullptr,
-                                                .z_loss_weight = z_loss_weight,
-                                                .softcap = softcap});
+    cross_entropy_forward_backward({.logits = logits_tensor,
+                                    .labels = labels,
+                                    .label_loss_sum = loss_sum,
+                                    .z_loss_sum = z_loss_sum,
+                                    .grad_logits = nullptr,
+                                    .z_loss_weight = z_loss_weight,
+                                    .softcap = softcap});
   };
   const Tensor good_labels = labels_tensor({1, -100});
   expect_error([&] { call(logits, labels_tensor({1, 5}), nullptr, 0, {}); },
@@ -310,23 +310,24 @@ TEST(CrossEntropyReference, Errors) {
   EXPECT_EQ(loss_sum.item_as_double(std::vector<int64_t>{0}), 0.0);
 }
 
-TEST(CrossEntropyReference, UnsupportedDtypes) {
+TEST(CrossEntropyReference, DtypeErrors) {
   const Tensor logits = random_tensor(Shape{2, 5}, DType::float32, 171);
   Tensor loss_sum = filled(Shape{1}, DType::float32, 0);
   Tensor bf16_sum = filled(Shape{1}, DType::bfloat16, 0);
   Tensor bf16_grad = Tensor::empty(Shape{2, 5}, DType::bfloat16);
   const Tensor labels64 = labels_tensor({1, 2});
   const Tensor labels32 = make_tensor({1, 2}, Shape{2}, DType::int32);
-  const auto reason = [&](const Tensor& labels, Tensor& sum, Tensor* grad) {
-    return reference_unsupported_reason<CrossEntropyForwardBackward>(
+  const auto call = [&](const Tensor& labels, Tensor& sum, Tensor* grad) {
+    cross_entropy_forward_backward(
         {.logits = logits, .labels = labels, .label_loss_sum = sum, .z_loss_sum = nullptr, .grad_logits = grad});
   };
-  EXPECT_FALSE(reason(labels64, loss_sum, nullptr).has_value());
-  EXPECT_EQ(reason(labels32, loss_sum, nullptr).value_or(""), "labels has dtype int32, expected int64");
-  EXPECT_EQ(reason(labels64, bf16_sum, nullptr).value_or(""),
-            "label_loss_sum has dtype bfloat16; supported: float32, float64");
-  EXPECT_EQ(reason(labels64, loss_sum, &bf16_grad).value_or(""),
-            "grad_logits has dtype bfloat16, logits has float32; they must match");
+  call(labels64, loss_sum, nullptr);
+  expect_error([&] { call(labels32, loss_sum, nullptr); },
+               "[cross_entropy_forward_backward] labels has dtype int32; supported: int64");
+  expect_error([&] { call(labels64, bf16_sum, nullptr); },
+               "[cross_entropy_forward_backward] label_loss_sum has dtype bfloat16; supported: float32, float64");
+  expect_error([&] { call(labels64, loss_sum, &bf16_grad); },
+               "[cross_entropy_forward_backward] grad_logits has dtype bfloat16, logits has float32; they must match");
 }
 
 }  // namespace

@@ -139,6 +139,17 @@ TEST(GemmReference, ShapeErrors) {
                "out has dtype float16, expected bfloat16 (the inputs') or float32");
 }
 
+// The contract is checked before any variant is chosen: arguments no variant may take are the op's error, even when
+// the selection lists a variant explicitly.
+TEST(GemmSelection, ContractErrorsComeBeforeTheVariantsLimits) {
+  SelectionScope scope({.mode = KernelSelection::Mode::listed, .included = {"gemm:cpu:openblas"}, .excluded = {}});
+  Tensor a16 = make_tensor(kA, Shape{2, 3}, DType::bfloat16);
+  Tensor b16 = make_tensor(kB, Shape{3, 2}, DType::bfloat16);
+  Tensor wrong_out = filled(Shape{2, 3}, DType::bfloat16, 0);
+  expect_error([&] { gemm({.a = a16, .b = b16, .out = wrong_out}); },
+               "[gemm] cannot multiply a (2, 3) by b (3, 2) into out (2, 3)");
+}
+
 TEST(GemmSelection, AutoPrefersOpenblasAndNoneKeepsTheReference) {
   Tensor a = make_tensor(kA, Shape{2, 3}, DType::float32);
   Tensor b = make_tensor(kB, Shape{3, 2}, DType::float32);

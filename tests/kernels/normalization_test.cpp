@@ -297,38 +297,41 @@ TEST(RmsNormReference, ShapeErrors) {
       "[rms_norm_backward] grad_output has shape (1, 4), expected (2, 4)");
 }
 
-TEST(RmsNormReference, UnsupportedDtypes) {
+TEST(RmsNormReference, DtypeErrors) {
   Tensor input = Tensor::empty(Shape{2, 4}, DType::float32), output = Tensor::empty(Shape{2, 4}, DType::float32);
   Tensor int_input = Tensor::empty(Shape{2, 4}, DType::int32);
   Tensor inverse_rms = Tensor::empty(Shape{2}, DType::float32),
          bf16_statistics = Tensor::empty(Shape{2}, DType::bfloat16);
-  auto reason = reference_unsupported_reason<RmsNormForward>(
-      {.input = int_input, .weight = nullptr, .output = output, .inverse_rms = inverse_rms});
-  ASSERT_TRUE(reason.has_value());
-  EXPECT_NE(reason->find("input has dtype int32"), std::string::npos) << *reason;
-  reason = reference_unsupported_reason<RmsNormForward>(
-      {.input = input, .weight = nullptr, .output = output, .inverse_rms = bf16_statistics});
-  ASSERT_TRUE(reason.has_value());
-  EXPECT_NE(reason->find("inverse_rms has dtype bfloat16"), std::string::npos) << *reason;
+  expect_error(
+      [&] { rms_norm_forward({.input = int_input, .weight = nullptr, .output = output, .inverse_rms = inverse_rms}); },
+      "[rms_norm_forward] input has dtype int32; supported: float32, float64, bfloat16, float16");
+  expect_error(
+      [&] { rms_norm_forward({.input = input, .weight = nullptr, .output = output, .inverse_rms = bf16_statistics}); },
+      "[rms_norm_forward] inverse_rms has dtype bfloat16; supported: float32, float64");
   Tensor bf16_output = Tensor::empty(Shape{2, 4}, DType::bfloat16);
-  reason = reference_unsupported_reason<RmsNormForward>(
-      {.input = input, .weight = nullptr, .output = bf16_output, .inverse_rms = inverse_rms});
-  ASSERT_TRUE(reason.has_value());
-  EXPECT_NE(reason->find("output has dtype bfloat16"), std::string::npos) << *reason;
+  expect_error(
+      [&] { rms_norm_forward({.input = input, .weight = nullptr, .output = bf16_output, .inverse_rms = inverse_rms}); },
+      "[rms_norm_forward] output has dtype bfloat16, input has float32; they must match");
 
   Tensor weight = Tensor::empty(Shape{4}, DType::float32), bf16_grad_weight = Tensor::empty(Shape{4}, DType::bfloat16);
-  reason = reference_unsupported_reason<RmsNormBackward>({.grad_output = input,
-                                                          .input = input,
-                                                          .weight = &weight,
-                                                          .inverse_rms = inverse_rms,
-                                                          .grad_input = output,
-                                                          .grad_weight = &bf16_grad_weight});
-  ASSERT_TRUE(reason.has_value());
-  EXPECT_NE(reason->find("grad_weight has dtype bfloat16"), std::string::npos) << *reason;
-  // A supported call has no reason.
-  EXPECT_FALSE(reference_unsupported_reason<RmsNormForward>(
-                   {.input = input, .weight = &weight, .output = output, .inverse_rms = inverse_rms})
-                   .has_value());
+  expect_error(
+      [&] {
+        rms_norm_backward({.grad_output = input,
+                           .input = input,
+                           .weight = &weight,
+                           .inverse_rms = inverse_rms,
+                           .grad_input = output,
+                           .grad_weight = &bf16_grad_weight});
+      },
+      "[rms_norm_backward] grad_weight has dtype bfloat16; supported: float32, float64");
+}
+
+// The reference takes every call the contract allows: it declines nothing.
+TEST(NormalizationReference, SupportsTheWholeContract) {
+  EXPECT_EQ(reference_variant<RmsNormForward>().supports, nullptr);
+  EXPECT_EQ(reference_variant<RmsNormBackward>().supports, nullptr);
+  EXPECT_EQ(reference_variant<LayerNormForward>().supports, nullptr);
+  EXPECT_EQ(reference_variant<LayerNormBackward>().supports, nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -651,25 +654,29 @@ TEST(NormalizationReference, ResidualFormErrors) {
       },
       "[layer_norm_backward] grad_residual has shape (1, 4), expected (2, 4)");
   Tensor bf16_residual = Tensor::empty(Shape{2, 4}, DType::bfloat16);
-  auto reason = reference_unsupported_reason<LayerNormForward>({.input = input,
-                                                                .weight = nullptr,
-                                                                .bias = nullptr,
-                                                                .output = output,
-                                                                .mean = mean,
-                                                                .inverse_std = inverse_rms,
-                                                                .residual = &bf16_residual,
-                                                                .sum = &sum});
-  ASSERT_TRUE(reason.has_value());
-  EXPECT_NE(reason->find("residual has dtype bfloat16"), std::string::npos) << *reason;
-  reason = reference_unsupported_reason<RmsNormBackward>({.grad_output = input,
-                                                          .input = input,
-                                                          .weight = nullptr,
-                                                          .inverse_rms = inverse_rms,
-                                                          .grad_input = grad_input,
-                                                          .grad_weight = nullptr,
-                                                          .grad_residual = &bf16_residual});
-  ASSERT_TRUE(reason.has_value());
-  EXPECT_NE(reason->find("grad_residual has dtype bfloat16"), std::string::npos) << *reason;
+  expect_error(
+      [&] {
+        layer_norm_forward({.input = input,
+                            .weight = nullptr,
+                            .bias = nullptr,
+                            .output = output,
+                            .mean = mean,
+                            .inverse_std = inverse_rms,
+                            .residual = &bf16_residual,
+                            .sum = &sum});
+      },
+      "[layer_norm_forward] residual has dtype bfloat16, input has float32; they must match");
+  expect_error(
+      [&] {
+        rms_norm_backward({.grad_output = input,
+                           .input = input,
+                           .weight = nullptr,
+                           .inverse_rms = inverse_rms,
+                           .grad_input = grad_input,
+                           .grad_weight = nullptr,
+                           .grad_residual = &bf16_residual});
+      },
+      "[rms_norm_backward] grad_residual has dtype bfloat16, input has float32; they must match");
 }
 
 TEST(NormalizationReference, Registered) {

@@ -50,19 +50,19 @@ struct State {
 
 void adam(State& state, const Tensor& gradients, int64_t step, const Hyperparameters& h,
           Tensor* compute_weights = nullptr, const Tensor* decision = nullptr) {
-  run_reference<AdamStep>({.parameters = state.parameters,
-                           .gradients = gradients,
-                           .exp_avg = state.exp_avg,
-                           .exp_avg_sq = state.exp_avg_sq,
-                           .learning_rate = h.learning_rate,
-                           .beta_1 = h.beta_1,
-                           .beta_2 = h.beta_2,
-                           .epsilon = h.epsilon,
-                           .weight_decay = h.weight_decay,
-                           .step = step,
-                           .grad_scale = h.grad_scale,
-                           .state = decision,
-                           .compute_weights = compute_weights});
+  adam_step({.parameters = state.parameters,
+             .gradients = gradients,
+             .exp_avg = state.exp_avg,
+             .exp_avg_sq = state.exp_avg_sq,
+             .learning_rate = h.learning_rate,
+             .beta_1 = h.beta_1,
+             .beta_2 = h.beta_2,
+             .epsilon = h.epsilon,
+             .weight_decay = h.weight_decay,
+             .step = step,
+             .grad_scale = h.grad_scale,
+             .state = decision,
+             .compute_weights = compute_weights});
 }
 
 // The bytes of a CPU tensor (contiguous).
@@ -253,14 +253,16 @@ TEST(AdamReference, Errors) {
   const Tensor matrix = filled(Shape{4, 2}, DType::float32, 1);
   State strided{matrix.select(1, 0), filled(Shape{4}, DType::float32, 0), filled(Shape{4}, DType::float32, 0)};
   expect_error([&] { adam(strided, filled(Shape{4}, DType::float32, 1), 1, Hyperparameters{}); },
-               "[adam_step] parameters of shape (4) is not contiguous");
+               "[adam_step] parameters is not contiguous (shape (4), strides (2))");
   const Tensor bf16_gradients = filled(Shape{4}, DType::bfloat16, 1);
-  EXPECT_EQ(reference_unsupported_reason<AdamStep>({.parameters = state.parameters,
-                                                    .gradients = bf16_gradients,
-                                                    .exp_avg = state.exp_avg,
-                                                    .exp_avg_sq = state.exp_avg_sq})
-                .value_or(""),
-            "gradients has dtype bfloat16, parameters has float32; they must match");
+  expect_error(
+      [&] {
+        adam_step({.parameters = state.parameters,
+                   .gradients = bf16_gradients,
+                   .exp_avg = state.exp_avg,
+                   .exp_avg_sq = state.exp_avg_sq});
+      },
+      "[adam_step] gradients has dtype bfloat16, parameters has float32; they must match");
 
   Tensor gradients = filled(Shape{4}, DType::float32, 1);
   Tensor wrong_size = filled(Shape{5}, DType::bfloat16, 0);
@@ -268,15 +270,17 @@ TEST(AdamReference, Errors) {
                "[adam_step] compute_weights has shape (5), expected (4)");
   Tensor strided_weights = filled(Shape{4, 2}, DType::bfloat16, 0).select(1, 0);
   expect_error([&] { adam(state, gradients, 1, Hyperparameters{}, &strided_weights); },
-               "[adam_step] compute_weights of shape (4) is not contiguous");
+               "[adam_step] compute_weights is not contiguous (shape (4), strides (2))");
   Tensor integer_weights = Tensor::empty(Shape{4}, DType::int32);
-  EXPECT_EQ(reference_unsupported_reason<AdamStep>({.parameters = state.parameters,
-                                                    .gradients = gradients,
-                                                    .exp_avg = state.exp_avg,
-                                                    .exp_avg_sq = state.exp_avg_sq,
-                                                    .compute_weights = &integer_weights})
-                .value_or(""),
-            "compute_weights has dtype int32; supported: float32, float64, bfloat16, float16");
+  expect_error(
+      [&] {
+        adam_step({.parameters = state.parameters,
+                   .gradients = gradients,
+                   .exp_avg = state.exp_avg,
+                   .exp_avg_sq = state.exp_avg_sq,
+                   .compute_weights = &integer_weights});
+      },
+      "[adam_step] compute_weights has dtype int32; supported: float32, float64, bfloat16, float16");
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -284,7 +288,7 @@ TEST(AdamReference, Errors) {
 
 double squared_norm_of(const Tensor& input, DType result_dtype = DType::float64, double initial = 0.0) {
   Tensor result = filled(Shape{1}, result_dtype, initial);
-  run_reference<SquaredNorm>({.input = input, .result = result});
+  squared_norm({.input = input, .result = result});
   return result.item_as_double(std::vector<int64_t>{0});
 }
 
@@ -331,13 +335,36 @@ TEST(SquaredNormReference, NonFiniteValuesReachTheResult) {
 TEST(SquaredNormReference, Errors) {
   const Tensor matrix = filled(Shape{4, 2}, DType::float32, 1);
   expect_error([&] { squared_norm_of(matrix.transpose(0, 1)); },
-               "[squared_norm] input of shape (2, 4) is not contiguous");
+               "[squared_norm] input is not contiguous (shape (2, 4), strides (1, 2))");
   Tensor wide = filled(Shape{2}, DType::float64, 0);
-  expect_error([&] { run_reference<SquaredNorm>({.input = matrix, .result = wide}); },
+  expect_error([&] { squared_norm({.input = matrix, .result = wide}); },
                "[squared_norm] result has shape (2), expected (1)");
   Tensor bf16_result = filled(Shape{1}, DType::bfloat16, 0);
-  EXPECT_EQ(reference_unsupported_reason<SquaredNorm>({.input = matrix, .result = bf16_result}).value_or(""),
-            "result has dtype bfloat16; supported: float32, float64");
+  expect_error([&] { squared_norm({.input = matrix, .result = bf16_result}); },
+               "[squared_norm] result has dtype bfloat16; supported: float32, float64");
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// optimizer_decision
+
+TEST(OptimizerDecisionReference, Errors) {
+  Tensor state = filled(Shape{optimizer_state::size}, DType::float64, 0);
+  const Tensor rates = filled(Shape{4}, DType::float64, 1e-3);
+  const auto decide = [&](Tensor& decision_state, const Tensor& learning_rates) {
+    optimizer_decision({.state = decision_state, .learning_rates = learning_rates});
+  };
+  decide(state, rates);
+  Tensor short_state = filled(Shape{optimizer_state::size - 1}, DType::float64, 0);
+  expect_error([&] { decide(short_state, rates); }, "[optimizer_decision] state has shape (8), expected (9)");
+  Tensor float32_state = filled(Shape{optimizer_state::size}, DType::float32, 0);
+  expect_error([&] { decide(float32_state, rates); },
+               "[optimizer_decision] state has dtype float32; supported: float64");
+  expect_error([&] { decide(state, filled(Shape{4}, DType::float32, 1e-3)); },
+               "[optimizer_decision] learning_rates has dtype float32; supported: float64");
+  expect_error([&] { decide(state, filled(Shape{0}, DType::float64, 0)); },
+               "[optimizer_decision] learning_rates is empty: expected at least one rate");
+  expect_error([&] { decide(state, filled(Shape{2, 2}, DType::float64, 1e-3)); },
+               "[optimizer_decision] learning_rates has shape (2, 2), expected (n)");
 }
 
 }  // namespace

@@ -69,7 +69,7 @@ TEST(RotaryConsistency, CpuAndCudaVariantsMatchTheReference) {
               {DType::float32, DType::bfloat16, DType::float16, DType::float64}, {false, true}, 40000);
 }
 
-// Shapes where the CUDA kernel's threads go round both of their loops (kernels/cuda/op_helpers.cuh token_step_grid):
+// Shapes where the CUDA kernel's threads go round both of their loops (kernels/cuda/common.cuh token_step_grid):
 // more (head group, vector) steps per token than a block has threads (17 head groups of 16 or 32 vectors), and more
 // tokens than one pass of the grid covers (132 SMs x 8 blocks x 8 or 4 tokens a block, at 32 or 64 steps a token).
 TEST(RotaryConsistency, CudaThreadsGoRoundBothLoops) {

@@ -31,7 +31,7 @@ struct AttentionForwardArgs {
   Tensor& logsumexp;         // (heads, tokens) fp32 (fp64 too on the CPU reference)
   double softmax_scale = 1.0;
   bool causal = true;
-  std::optional<int64_t> window_size;
+  std::optional<int64_t> window_size = std::nullopt;
   Stream stream = {};
 };
 
@@ -49,7 +49,7 @@ struct AttentionBackwardArgs {
   Tensor& grad_value;  // (tokens, head_groups, head_size) =
   double softmax_scale = 1.0;
   bool causal = true;
-  std::optional<int64_t> window_size;
+  std::optional<int64_t> window_size = std::nullopt;
   // (tokens, rotary_dims / 2) fp32, as rotary_apply takes them; both or neither.
   const Tensor* rotary_cos = nullptr;
   const Tensor* rotary_sin = nullptr;
@@ -65,18 +65,21 @@ struct AttentionBackward {
   using Args = AttentionBackwardArgs;
 };
 
-// Throws `[attention_backward] ...` unless the rotary tables are both absent, or both (tokens, rotary_dims / 2) fp32
-// with 0 < rotary_dims <= head_size on the query's device. Every variant calls it before any work.
-void check_attention_rotary(const AttentionBackwardArgs& args);
+// The contract above, checked once by each entry function before dispatch: throws `[attention_forward] ...`. With
+// rotary tables: both, (tokens, rotary_dims / 2) float32 with 0 < rotary_dims <= head_size, or neither.
+void check_attention_forward(const AttentionForwardArgs& args);
+void check_attention_backward(const AttentionBackwardArgs& args);
 
 // rotary_apply's inverse on grad_query and / or grad_key when `args` has rotary tables (nothing otherwise), for the
 // variants that do not fold it into their stores.
 void unrotate_attention_gradients(const AttentionBackwardArgs& args, bool query, bool key);
 
 inline void attention_forward(const AttentionForwardArgs& args) {
+  check_attention_forward(args);
   dispatch<AttentionForward>(args, args.query.device());
 }
 inline void attention_backward(const AttentionBackwardArgs& args) {
+  check_attention_backward(args);
   dispatch<AttentionBackward>(args, args.query.device());
 }
 

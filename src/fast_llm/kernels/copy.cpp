@@ -1,7 +1,10 @@
-// Argument checks shared by the fill / copy / cast variants, and the device-crossing path of copy (kernels/copy.h).
+// The contracts of fill, copy and cast (kernels/copy.h), checked once per call by the entry functions, and the
+// device-crossing path of copy.
 #include "fast_llm/kernels/copy.h"
 
 namespace fast_llm::kernels {
+
+void check_fill(const FillArgs& args) { FLM_CHECK(args.tensor.defined(), "fill", "tensor is undefined"); }
 
 void check_copy(const CopyArgs& args) {
   FLM_CHECK(args.source.defined() && args.destination.defined(), "copy", "source and destination must be defined");

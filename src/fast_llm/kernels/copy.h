@@ -49,15 +49,23 @@ struct Cast {
   using Args = CastArgs;
 };
 
-inline void fill(const FillArgs& args) { dispatch<Fill>(args, args.tensor.device()); }
+// The contract above, checked once by each entry function before dispatch: throws `[fill] ...`, `[copy] ...`,
+// `[cast] ...`.
+void check_fill(const FillArgs& args);
+void check_copy(const CopyArgs& args);
+void check_cast(const CastArgs& args);
+
+inline void fill(const FillArgs& args) {
+  check_fill(args);
+  dispatch<Fill>(args, args.tensor.device());
+}
 
 // Same-device copies are a kernel (any strides); a copy between devices is a byte transfer of contiguous tensors.
 void copy(const CopyArgs& args);
 
-inline void cast(const CastArgs& args) { dispatch<Cast>(args, args.destination.device()); }
-
-// Shape, dtype and device checks shared by the variants: throw `[copy] ...` / `[cast] ...`.
-void check_copy(const CopyArgs& args);
-void check_cast(const CastArgs& args);
+inline void cast(const CastArgs& args) {
+  check_cast(args);
+  dispatch<Cast>(args, args.destination.device());
+}
 
 }  // namespace fast_llm::kernels

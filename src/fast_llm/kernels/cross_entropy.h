@@ -26,7 +26,7 @@ struct CrossEntropyArgs {
   double label_weight = 1.0;   // multiplies the label-loss gradient (loss weight / labels in step)
   double z_loss_weight = 0.0;  // multiplies the z-loss gradient
   double logits_scale_factor = 1.0;
-  std::optional<double> softcap;
+  std::optional<double> softcap = std::nullopt;
   Stream stream = {};
 };
 
@@ -35,7 +35,12 @@ struct CrossEntropyForwardBackward {
   using Args = CrossEntropyArgs;
 };
 
+// The contract above, checked once by the entry function before dispatch: throws
+// `[cross_entropy_forward_backward] ...`.
+void check_cross_entropy_forward_backward(const CrossEntropyArgs& args);
+
 inline void cross_entropy_forward_backward(const CrossEntropyArgs& args) {
+  check_cross_entropy_forward_backward(args);
   dispatch<CrossEntropyForwardBackward>(args, args.logits.device());
 }
 

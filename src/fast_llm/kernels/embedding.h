@@ -35,10 +35,16 @@ struct EmbeddingBackward {
   using Args = EmbeddingBackwardArgs;
 };
 
+// The contract above, checked once by each entry function before dispatch: throws `[embedding_forward] ...`.
+void check_embedding_forward(const EmbeddingForwardArgs& args);
+void check_embedding_backward(const EmbeddingBackwardArgs& args);
+
 inline void embedding_forward(const EmbeddingForwardArgs& args) {
+  check_embedding_forward(args);
   dispatch<EmbeddingForward>(args, args.weight.device());
 }
 inline void embedding_backward(const EmbeddingBackwardArgs& args) {
+  check_embedding_backward(args);
   dispatch<EmbeddingBackward>(args, args.grad_weight.device());
 }
 

@@ -35,10 +35,16 @@ struct Gemm {
   using Args = GemmArgs;
 };
 
-inline void gemm(const GemmArgs& args) { dispatch<Gemm>(args, args.out.device()); }
+// The contract above (shapes, dtypes, devices), checked once by the entry function before dispatch: throws
+// `[gemm] ...` (mismatched inner sizes, wrong ranks, tensors on different devices, wrong bias length, dtypes).
+void check_gemm(const GemmArgs& args);
 
-// The sizes of a gemm, checked against each other; shared by the variants. Throws `[gemm] ...` on shapes that no
-// variant can multiply (mismatched inner sizes, wrong ranks, tensors on different devices, wrong bias length).
+inline void gemm(const GemmArgs& args) {
+  check_gemm(args);
+  dispatch<Gemm>(args, args.out.device());
+}
+
+// The sizes of a gemm whose arguments meet the contract; shared by the variants.
 struct GemmShape {
   int64_t batch = 1;  // 1 when unbatched
   int64_t m = 0, n = 0, k = 0;

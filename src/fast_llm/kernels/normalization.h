@@ -10,6 +10,8 @@
 // way: given `residual`, the forward normalises x = input + residual (rounded to the dtype), which it also writes to
 // `sum` (the residual stream after the addition, and the input the backward is given); given `grad_residual`, the
 // backward writes grad_input = grad_residual + the norm's gradient (the skip connection's gradient joins the norm's).
+// dtypes: every (rows, hidden) tensor has the input's floating dtype; weight and bias any floating dtype; statistics
+// and parameter gradients float32 (or float64, for exact fp64 tests).
 #pragma once
 
 #include "fast_llm/kernels/registry.h"
@@ -86,12 +88,27 @@ struct LayerNormBackward {
   using Args = LayerNormBackwardArgs;
 };
 
-inline void rms_norm_forward(const RmsNormForwardArgs& args) { dispatch<RmsNormForward>(args, args.input.device()); }
-inline void rms_norm_backward(const RmsNormBackwardArgs& args) { dispatch<RmsNormBackward>(args, args.input.device()); }
+// The contract above (shapes, dtypes, devices), checked once by each entry function before dispatch: throws
+// `[rms_norm_forward] ...` naming the argument that breaks it.
+void check_rms_norm_forward(const RmsNormForwardArgs& args);
+void check_rms_norm_backward(const RmsNormBackwardArgs& args);
+void check_layer_norm_forward(const LayerNormForwardArgs& args);
+void check_layer_norm_backward(const LayerNormBackwardArgs& args);
+
+inline void rms_norm_forward(const RmsNormForwardArgs& args) {
+  check_rms_norm_forward(args);
+  dispatch<RmsNormForward>(args, args.input.device());
+}
+inline void rms_norm_backward(const RmsNormBackwardArgs& args) {
+  check_rms_norm_backward(args);
+  dispatch<RmsNormBackward>(args, args.input.device());
+}
 inline void layer_norm_forward(const LayerNormForwardArgs& args) {
+  check_layer_norm_forward(args);
   dispatch<LayerNormForward>(args, args.input.device());
 }
 inline void layer_norm_backward(const LayerNormBackwardArgs& args) {
+  check_layer_norm_backward(args);
   dispatch<LayerNormBackward>(args, args.input.device());
 }
 

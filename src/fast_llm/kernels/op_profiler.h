@@ -47,7 +47,7 @@ class OpProfiler {
   struct Scope {
     int64_t slot = -1;  // CUDA: index of the event pair; CPU: 0. -1 when this device is not timed
     const KernelInfo* info = nullptr;
-    std::chrono::steady_clock::time_point host_start;
+    std::chrono::steady_clock::time_point host_start = {};
   };
   Scope begin(const KernelInfo& info, Device device, Stream stream);
   void end(const Scope& scope, Device device, Stream stream);

@@ -1,22 +1,13 @@
-// Ops on flat fp32 buffers for the optimizer step: squared_norm, optimizer_decision and adam_step. One launch covers a
-// whole contiguous range of a stage's shard.
+// Ops on flat buffers for the optimizer step: squared_norm, optimizer_decision and adam_step. One launch covers a whole
+// contiguous range of a stage's shard: every tensor is contiguous.
 //
 // squared_norm: result += sum(x^2) (fp64 accumulation on the CPU, fp32 partial sums added in fp64 on the GPU), for the
 // global gradient norm. A non-finite sum means the step is skipped.
-// optimizer_decision: one scalar step on the device that turns the summed squares into the step's decisions (state
-// fields below): norm = sqrt(squared_norm) / loss_scale; a finite norm makes the update go through with
-// step += 1, rate = learning_rates[step - 1], grad_scale = min(1, gradient_norm_clipping / (norm + 1e-6)) / loss_scale
-// and the bias corrections of the new step; a non-finite one skips it (step unchanged, rate of the next step). Keeping
-// these on the device is what lets a training step run without the host waiting for it: the host reads the state
-// only when it logs.
-// adam_step (AdamW, decoupled weight decay, bias correction), for each element, with g = gradient * grad_scale:
-//   m = beta_1 m + (1 - beta_1) g;  v = beta_2 v + (1 - beta_2) g^2
-//   p -= lr * (m / (1 - beta_1^step) / (sqrt(v / (1 - beta_2^step)) + epsilon) + weight_decay * p)
-// with lr, step and grad_scale from the arguments, or from an optimizer_decision state (nothing changes when that
-// state says the step is skipped). With `compute_weights`, the updated p is also written there in the compute dtype,
-// rounded exactly as `cast` (kernels/copy.h) rounds it: the weights the layers read are refreshed in the same pass,
-// without reading the master weights again (a separate cast reads 4 and writes 2 bytes per fp32 parameter; this
-// writes the 2 only). A skipped step leaves them unchanged too: they already equal the unchanged parameters.
+// optimizer_decision: one scalar step on the device that turns the summed squares into the step's decisions
+// (OptimizerDecisionArgs). Keeping these on the device is what lets a training step run without the host waiting for
+// it: the host reads the state only when it logs.
+// adam_step: AdamW (decoupled weight decay, bias correction) element by element (AdamStepArgs), with its learning
+// rate, step and gradient scale from the arguments or from an optimizer_decision state.
 #pragma once
 
 #include "fast_llm/kernels/registry.h"
@@ -38,6 +29,9 @@ inline constexpr int64_t step = 8;               // successful updates so far (t
 inline constexpr int64_t size = 9;
 }  // namespace optimizer_state
 
+// norm = sqrt(squared_norm) / loss_scale; a finite norm makes the update go through with step += 1,
+// rate = learning_rates[step - 1], grad_scale = min(1, gradient_norm_clipping / (norm + 1e-6)) / loss_scale and the
+// bias corrections of the new step; a non-finite one skips it (step unchanged, rate of the next step).
 struct OptimizerDecisionArgs {
   Tensor& state;                 // (optimizer_state::size) fp64: reads squared_norm and step, writes the others
   const Tensor& learning_rates;  // (n) fp64, same device: entry k - 1 is the schedule's rate at step k (n > step)
@@ -48,6 +42,14 @@ struct OptimizerDecisionArgs {
   Stream stream = {};
 };
 
+// For each element, with g = gradient * grad_scale:
+//   m = beta_1 m + (1 - beta_1) g;  v = beta_2 v + (1 - beta_2) g^2
+//   p -= lr * (m / (1 - beta_1^step) / (sqrt(v / (1 - beta_2^step)) + epsilon) + weight_decay * p)
+// with lr, step and grad_scale from the arguments, or from an optimizer_decision state (nothing changes when that
+// state says the step is skipped). With `compute_weights`, the updated p is also written there in the compute dtype,
+// rounded exactly as `cast` (kernels/copy.h) rounds it: the weights the layers read are refreshed in the same pass,
+// without reading the master weights again (a separate cast reads 4 and writes 2 bytes per fp32 parameter; this
+// writes the 2 only). A skipped step leaves them unchanged too: they already equal the unchanged parameters.
 struct AdamStepArgs {
   Tensor& parameters;       // (n) fp32 (or fp64 in tests)
   const Tensor& gradients;  // (n), same dtype
@@ -87,9 +89,21 @@ struct OptimizerDecision {
   using Args = OptimizerDecisionArgs;
 };
 
-inline void adam_step(const AdamStepArgs& args) { dispatch<AdamStep>(args, args.parameters.device()); }
-inline void squared_norm(const SquaredNormArgs& args) { dispatch<SquaredNorm>(args, args.input.device()); }
+// The contracts above, checked once by each entry function before dispatch: throws `[adam_step] ...`, ...
+void check_adam_step(const AdamStepArgs& args);
+void check_squared_norm(const SquaredNormArgs& args);
+void check_optimizer_decision(const OptimizerDecisionArgs& args);
+
+inline void adam_step(const AdamStepArgs& args) {
+  check_adam_step(args);
+  dispatch<AdamStep>(args, args.parameters.device());
+}
+inline void squared_norm(const SquaredNormArgs& args) {
+  check_squared_norm(args);
+  dispatch<SquaredNorm>(args, args.input.device());
+}
 inline void optimizer_decision(const OptimizerDecisionArgs& args) {
+  check_optimizer_decision(args);
   dispatch<OptimizerDecision>(args, args.state.device());
 }
 

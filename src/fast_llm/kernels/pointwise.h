@@ -34,7 +34,17 @@ struct Dropout {
   using Args = DropoutArgs;
 };
 
-inline void axpy(const AxpyArgs& args) { dispatch<Axpy>(args, args.output.device()); }
-inline void dropout(const DropoutArgs& args) { dispatch<Dropout>(args, args.tensor.device()); }
+// The contracts above, checked once by each entry function before dispatch: throws `[axpy] ...`, `[dropout] ...`.
+void check_axpy(const AxpyArgs& args);
+void check_dropout(const DropoutArgs& args);
+
+inline void axpy(const AxpyArgs& args) {
+  check_axpy(args);
+  dispatch<Axpy>(args, args.output.device());
+}
+inline void dropout(const DropoutArgs& args) {
+  check_dropout(args);
+  dispatch<Dropout>(args, args.tensor.device());
+}
 
 }  // namespace fast_llm::kernels

@@ -1,25 +1,17 @@
 // The kernel registry: every op is declared once, and each device registers variants of it.
 //
-// An op is a tag type with a name and an argument struct, declared in the op's own header:
-//
-//   struct RmsNormForwardArgs { const Tensor& input; const Tensor& weight; Tensor& output; ...; Stream stream; };
-//   struct RmsNormForward {
-//     static constexpr std::string_view name = "rms_norm_forward";
-//     using Args = RmsNormForwardArgs;
-//   };
-//   inline void rms_norm_forward(const RmsNormForwardArgs& args) { dispatch<RmsNormForward>(args, device); }
-//
-// Variants register themselves in their own file (kernels/cpu/..., kernels/cuda/...):
-//
-//   FLM_REGISTER_KERNEL(RmsNormForward, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::optimized,
-//                       &supports_fused, &rms_norm_forward_fused, "one pass per row, fp32 accumulation");
-//
-// Selection (config `kernels: {include: auto | none | [ids], exclude: [ids]}`): `auto` allows every variant;
-// `none` only the baseline variants (each device's plain implementation: the CPU `reference`, and the first CUDA
-// implementation of an op); a list allows the baselines plus the listed ids, and a listed variant that cannot run
-// the arguments it gets is an error, never a silent fallback. Among allowed variants that support the arguments,
-// the highest priority runs; the choice is logged once per (op, variant). Variant ids are `op:device:variant`,
-// e.g. `gemm:cuda:cublaslt`.
+// An op is a tag type with a name and an argument struct, declared in the op's own header with its entry function,
+// which checks the op's contract once (kernels/contract.h) and dispatches on the device:
+//   struct RmsNormForward { static constexpr std::string_view name = "rms_norm_forward"; using Args = ...; };
+//   inline void rms_norm_forward(const RmsNormForwardArgs& a) { check_rms_norm_forward(a); dispatch<...>(a, device); }
+// Variants register themselves in their own file (kernels/cpu/..., kernels/cuda/...), their `supports` stating only
+// their own limits: FLM_REGISTER_KERNEL(RmsNormForward, DeviceType::cuda, "fused", /*priority=*/100,
+// KernelKind::baseline, &supports_fused, &rms_norm_forward_fused, "one pass per row, fp32 accumulation").
+// Selection (config `kernels: {include: auto | none | [ids], exclude: [ids]}`): `auto` allows every variant; `none`
+// only the baselines (each device's plain implementation: the CPU `reference`, the first CUDA implementation); a list
+// allows the baselines plus the listed ids, and a listed variant that cannot run the arguments it gets is an error,
+// never a silent fallback. Among allowed variants that support the arguments, the highest priority runs; the choice
+// is logged once per (op, variant). Variant ids are `op:device:variant`, e.g. `gemm:cuda:cublaslt`.
 #pragma once
 
 #include <algorithm>
@@ -82,7 +74,8 @@ std::vector<KernelInfo> all_kernels();
 template <class Args>
 struct KernelVariant {
   KernelInfo info;
-  // Returns why the arguments are not supported, or nothing if they are. nullptr: supports everything.
+  // Returns why the arguments are not supported, or nothing if they are; called only with arguments that meet the
+  // op's contract. nullptr: supports everything the contract allows.
   std::optional<std::string> (*supports)(const Args&) = nullptr;
   void (*run)(const Args&) = nullptr;
 };

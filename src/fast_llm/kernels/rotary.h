@@ -27,6 +27,12 @@ struct RotaryApply {
   using Args = RotaryApplyArgs;
 };
 
-inline void rotary_apply(const RotaryApplyArgs& args) { dispatch<RotaryApply>(args, args.tensor.device()); }
+// The contract above, checked once by the entry function before dispatch: throws `[rotary_apply] ...`.
+void check_rotary_apply(const RotaryApplyArgs& args);
+
+inline void rotary_apply(const RotaryApplyArgs& args) {
+  check_rotary_apply(args);
+  dispatch<RotaryApply>(args, args.tensor.device());
+}
 
 }  // namespace fast_llm::kernels

@@ -8,7 +8,6 @@
 #include <cmath>
 
 #include "fast_llm/kernels/cpu/dtype_dispatch.h"
-#include "fast_llm/kernels/cpu/reference_helpers.h"
 
 namespace fast_llm::kernels::cpu {
 namespace {
@@ -64,29 +63,8 @@ Compute activation_derivative(ActivationType type, Compute x) {
   return x;
 }
 
-// Checks input (tokens, I) or (tokens, 2 I) and returns I.
-int64_t check_input(std::string_view op, const Tensor& input, bool gated) {
-  if (gated) {
-    check_rank(op, "input", input, 2, "(tokens, 2 I) [gate | up]");
-    FLM_CHECK(input.size(1) % 2 == 0, op,
-              "input has shape {}: a gated input needs an even number of columns [gate | up]", input.shape().str());
-    return input.size(1) / 2;
-  }
-  check_rank(op, "input", input, 2, "(tokens, I)");
-  return input.size(1);
-}
-
-std::optional<std::string> supports_activation_forward(const ActivationForwardArgs& args) {
-  if (auto reason = floating_dtype_reason("input", args.input)) return reason;
-  return same_dtype_reason("output", args.output, "input", args.input);
-}
-
 void activation_forward_reference(const ActivationForwardArgs& args) {
-  constexpr std::string_view op = "activation_forward";
-  const int64_t size = check_input(op, args.input, args.gated);
-  const int64_t tokens = args.input.size(0);
-  check_shape(op, "output", args.output, Shape{tokens, size});
-
+  const int64_t tokens = args.output.size(0), size = args.output.size(1);
   visit_floating_dtype(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;
     const T* input = args.input.data_as<T>();  // (tokens, I) or (tokens, 2 I)
@@ -106,19 +84,8 @@ void activation_forward_reference(const ActivationForwardArgs& args) {
   });
 }
 
-std::optional<std::string> supports_activation_backward(const ActivationBackwardArgs& args) {
-  if (auto reason = floating_dtype_reason("input", args.input)) return reason;
-  if (auto reason = same_dtype_reason("grad_output", args.grad_output, "input", args.input)) return reason;
-  return same_dtype_reason("grad_input", args.grad_input, "input", args.input);
-}
-
 void activation_backward_reference(const ActivationBackwardArgs& args) {
-  constexpr std::string_view op = "activation_backward";
-  const int64_t size = check_input(op, args.input, args.gated);
-  const int64_t tokens = args.input.size(0);
-  check_shape(op, "grad_output", args.grad_output, Shape{tokens, size});
-  check_shape(op, "grad_input", args.grad_input, args.input.shape());
-
+  const int64_t tokens = args.grad_output.size(0), size = args.grad_output.size(1);
   visit_floating_dtype(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;
     const T* input = args.input.data_as<T>();              // (tokens, I) or (tokens, 2 I)
@@ -151,11 +118,10 @@ void activation_backward_reference(const ActivationBackwardArgs& args) {
 
 }  // namespace
 
-FLM_REGISTER_KERNEL(ActivationForward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
-                    &supports_activation_forward, &activation_forward_reference,
-                    "element by element; fp32 math (fp64 for fp64 inputs)");
-FLM_REGISTER_KERNEL(ActivationBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
-                    &supports_activation_backward, &activation_backward_reference,
+FLM_REGISTER_KERNEL(ActivationForward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr,
+                    &activation_forward_reference, "element by element; fp32 math (fp64 for fp64 inputs)");
+FLM_REGISTER_KERNEL(ActivationBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr,
+                    &activation_backward_reference,
                     "element by element, recomputing the activation; fp32 math (fp64 for fp64 inputs)");
 
 }  // namespace fast_llm::kernels::cpu

@@ -62,25 +62,15 @@ KeyRange allowed_keys(int64_t token, int64_t begin, int64_t end, bool causal, co
   return {first, std::max(first, last)};
 }
 
-// Checks the shapes shared by forward and backward; returns them with the document boundaries.
-Shapes check_shapes(std::string_view op, const Tensor& query, const Tensor& key, const Tensor& value,
-                    const Tensor& cu_seqlens, int64_t max_seqlen, const std::optional<int64_t>& window_size) {
-  check_rank(op, "query", query, 3, "(tokens, heads, head_size)");
-  check_rank(op, "key", key, 3, "(tokens, head_groups, head_size)");
-  Shapes shapes{.tokens = query.size(0), .heads = query.size(1), .head_groups = key.size(1),
-                .head_size = query.size(2), .document_begins = {}};
-  FLM_CHECK(key.size(0) == shapes.tokens && key.size(2) == shapes.head_size, op,
-            "key has shape {}, expected ({}, head_groups, {}) for query of shape {}", key.shape().str(), shapes.tokens,
-            shapes.head_size, query.shape().str());
-  FLM_CHECK(shapes.head_groups > 0 && shapes.heads % shapes.head_groups == 0, op,
-            "query has {} heads, key has {} head groups: heads must be a positive multiple of head_groups",
-            shapes.heads, shapes.head_groups);
-  check_shape(op, "value", value, key.shape());
-  FLM_CHECK(!window_size || *window_size > 0, op, "window_size is {}, expected a positive number of tokens",
-            window_size.value_or(0));
-
-  check_rank(op, "cu_seqlens", cu_seqlens, 1, "(documents + 1)");
-  FLM_CHECK(cu_seqlens.size(0) >= 1, op, "cu_seqlens is empty, expected (documents + 1) offsets starting at 0");
+// The sizes of the call, and the document boundaries read from cu_seqlens, checked against the tokens (the call's
+// shapes are the contract's, checked by the entry function).
+Shapes read_shapes(std::string_view op, const Tensor& query, const Tensor& key, const Tensor& cu_seqlens,
+                   int64_t max_seqlen) {
+  Shapes shapes{.tokens = query.size(0),
+                .heads = query.size(1),
+                .head_groups = key.size(1),
+                .head_size = query.size(2),
+                .document_begins = {}};
   const int32_t* offsets = cu_seqlens.data_as<int32_t>();
   for (int64_t index = 0; index < cu_seqlens.size(0); ++index)
     shapes.document_begins.push_back(offsets[index * cu_seqlens.stride(0)]);
@@ -99,31 +89,11 @@ Shapes check_shapes(std::string_view op, const Tensor& query, const Tensor& key,
   return shapes;
 }
 
-std::optional<std::string> common_reason(const Tensor& query, const Tensor& key, const Tensor& value,
-                                         const Tensor& logsumexp, const Tensor& cu_seqlens) {
-  if (auto reason = floating_dtype_reason("query", query)) return reason;
-  if (auto reason = same_dtype_reason("key", key, "query", query)) return reason;
-  if (auto reason = same_dtype_reason("value", value, "query", query)) return reason;
-  if (auto reason = float32_or_float64_reason("logsumexp", logsumexp)) return reason;
-  if (cu_seqlens.dtype() != DType::int32)
-    return fmt::format("cu_seqlens has dtype {}, expected int32", dtype_name(cu_seqlens.dtype()));
-  return std::nullopt;
-}
-
 // ---------------------------------------------------------------------------------------------------------------------
 // Forward
 
-std::optional<std::string> supports_attention_forward(const AttentionForwardArgs& args) {
-  if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens)) return reason;
-  return same_dtype_reason("output", args.output, "query", args.query);
-}
-
 void attention_forward_reference(const AttentionForwardArgs& args) {
-  constexpr std::string_view op = "attention_forward";
-  const Shapes shapes =
-      check_shapes(op, args.query, args.key, args.value, args.cu_seqlens, args.max_seqlen, args.window_size);
-  check_shape(op, "output", args.output, args.query.shape());
-  check_shape(op, "logsumexp", args.logsumexp, Shape{shapes.heads, shapes.tokens});
+  const Shapes shapes = read_shapes("attention_forward", args.query, args.key, args.cu_seqlens, args.max_seqlen);
 
   visit_floating_dtype(args.query.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;
@@ -183,26 +153,8 @@ void attention_forward_reference(const AttentionForwardArgs& args) {
 // ---------------------------------------------------------------------------------------------------------------------
 // Backward
 
-std::optional<std::string> supports_attention_backward(const AttentionBackwardArgs& args) {
-  if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens)) return reason;
-  if (auto reason = same_dtype_reason("grad_output", args.grad_output, "query", args.query)) return reason;
-  if (auto reason = same_dtype_reason("output", args.output, "query", args.query)) return reason;
-  if (auto reason = same_dtype_reason("grad_query", args.grad_query, "query", args.query)) return reason;
-  if (auto reason = same_dtype_reason("grad_key", args.grad_key, "query", args.query)) return reason;
-  return same_dtype_reason("grad_value", args.grad_value, "query", args.query);
-}
-
 void attention_backward_reference(const AttentionBackwardArgs& args) {
-  constexpr std::string_view op = "attention_backward";
-  const Shapes shapes =
-      check_shapes(op, args.query, args.key, args.value, args.cu_seqlens, args.max_seqlen, args.window_size);
-  check_shape(op, "grad_output", args.grad_output, args.query.shape());
-  check_shape(op, "output", args.output, args.query.shape());
-  check_shape(op, "logsumexp", args.logsumexp, Shape{shapes.heads, shapes.tokens});
-  check_shape(op, "grad_query", args.grad_query, args.query.shape());
-  check_shape(op, "grad_key", args.grad_key, args.key.shape());
-  check_shape(op, "grad_value", args.grad_value, args.key.shape());
-  check_attention_rotary(args);
+  const Shapes shapes = read_shapes("attention_backward", args.query, args.key, args.cu_seqlens, args.max_seqlen);
 
   visit_floating_dtype(args.query.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;
@@ -276,12 +228,12 @@ void attention_backward_reference(const AttentionBackwardArgs& args) {
 
 }  // namespace
 
-FLM_REGISTER_KERNEL(AttentionForward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
-                    &supports_attention_forward, &attention_forward_reference,
+FLM_REGISTER_KERNEL(AttentionForward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr,
+                    &attention_forward_reference,
                     "exact softmax per (document, head) and query row, O(document) row buffer; fp32 math (fp64 for "
                     "fp64)");
-FLM_REGISTER_KERNEL(AttentionBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
-                    &supports_attention_backward, &attention_backward_reference,
+FLM_REGISTER_KERNEL(AttentionBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr,
+                    &attention_backward_reference,
                     "probabilities recomputed from logsumexp per (document, key/value group); fp32 math (fp64 for "
                     "fp64)");
 

@@ -44,8 +44,6 @@ void store_element(T* pointer, T value) {
 }
 
 void fill_reference(const FillArgs& args) {
-  FLM_CHECK(args.tensor.defined(), "fill", "tensor is undefined");
-  check_defined_on_cpu("fill", "tensor", args.tensor);
   visit_any_dtype(args.tensor.dtype(), [&]<class T>(std::type_identity<T>) {
     const T value = cast_from_double<T>(args.value);
     T* data = args.tensor.data_as<T>();
@@ -58,9 +56,6 @@ void fill_reference(const FillArgs& args) {
 }
 
 void copy_reference(const CopyArgs& args) {
-  check_copy(args);
-  check_defined_on_cpu("copy", "source", args.source);
-  check_defined_on_cpu("copy", "destination", args.destination);
   // Bytes of the element size: the same for every dtype of that size, and NaN payloads survive untouched.
   auto copy_elements = [&]<class Word>(std::type_identity<Word>) {
     const Word* source = static_cast<const Word*>(args.source.data());
@@ -81,8 +76,6 @@ void copy_reference(const CopyArgs& args) {
 }
 
 void cast_reference(const CastArgs& args) {
-  check_cast(args);
-  check_defined_on_cpu("cast", "source", args.source);
   visit_any_dtype(args.source.dtype(), [&]<class From>(std::type_identity<From>) {
     visit_any_dtype(args.destination.dtype(), [&]<class To>(std::type_identity<To>) {
       const From* source = args.source.data_as<From>();

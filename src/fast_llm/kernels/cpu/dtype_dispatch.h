@@ -49,12 +49,8 @@ T store_value(double value) {
   }
 }
 
-inline bool is_supported_floating(DType dtype) {
-  return dtype == DType::float32 || dtype == DType::float64 || dtype == DType::bfloat16 || dtype == DType::float16;
-}
-
 // Calls `function(std::type_identity<T>{})` with the element type T of a floating dtype (float32, float64, bfloat16,
-// float16) and returns its result. Any other dtype is a bug in the caller: `supports` rejects it first.
+// float16) and returns its result. Any other dtype is a bug in the caller: the op's contract rejects it first.
 template <class Function>
 decltype(auto) visit_floating_dtype(DType dtype, Function&& function) {
   switch (dtype) {

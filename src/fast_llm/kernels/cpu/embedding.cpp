@@ -7,15 +7,9 @@
 #include "fast_llm/kernels/embedding.h"
 
 #include "fast_llm/kernels/cpu/dtype_dispatch.h"
-#include "fast_llm/kernels/cpu/reference_helpers.h"
 
 namespace fast_llm::kernels::cpu {
 namespace {
-
-std::optional<std::string> index_dtype_reason(const Tensor& indices) {
-  if (indices.dtype() == DType::int32 || indices.dtype() == DType::int64) return std::nullopt;
-  return fmt::format("indices has dtype {}; supported: int32, int64", dtype_name(indices.dtype()));
-}
 
 // Checks indices (tokens) against [0, rows).
 void check_indices(std::string_view op, const Tensor& indices, int64_t rows) {
@@ -28,19 +22,9 @@ void check_indices(std::string_view op, const Tensor& indices, int64_t rows) {
   });
 }
 
-std::optional<std::string> supports_embedding_forward(const EmbeddingForwardArgs& args) {
-  if (auto reason = index_dtype_reason(args.indices)) return reason;
-  if (auto reason = floating_dtype_reason("weight", args.weight)) return reason;
-  return same_dtype_reason("output", args.output, "weight", args.weight);
-}
-
 void embedding_forward_reference(const EmbeddingForwardArgs& args) {
-  constexpr std::string_view op = "embedding_forward";
-  check_rank(op, "indices", args.indices, 1, "(tokens)");
-  check_rank(op, "weight", args.weight, 2, "(rows, hidden)");
   const int64_t tokens = args.indices.size(0), rows = args.weight.size(0), hidden = args.weight.size(1);
-  check_shape(op, "output", args.output, Shape{tokens, hidden});
-  check_indices(op, args.indices, rows);
+  check_indices("embedding_forward", args.indices, rows);
 
   visit_index_dtype(args.indices.dtype(), [&]<class I>(std::type_identity<I>) {
     visit_floating_dtype(args.weight.dtype(), [&]<class T>(std::type_identity<T>) {
@@ -67,19 +51,9 @@ void embedding_forward_reference(const EmbeddingForwardArgs& args) {
   });
 }
 
-std::optional<std::string> supports_embedding_backward(const EmbeddingBackwardArgs& args) {
-  if (auto reason = index_dtype_reason(args.indices)) return reason;
-  if (auto reason = floating_dtype_reason("grad_output", args.grad_output)) return reason;
-  return float32_or_float64_reason("grad_weight", args.grad_weight);
-}
-
 void embedding_backward_reference(const EmbeddingBackwardArgs& args) {
-  constexpr std::string_view op = "embedding_backward";
-  check_rank(op, "indices", args.indices, 1, "(tokens)");
-  check_rank(op, "grad_weight", args.grad_weight, 2, "(rows, hidden)");
   const int64_t tokens = args.indices.size(0), rows = args.grad_weight.size(0), hidden = args.grad_weight.size(1);
-  check_shape(op, "grad_output", args.grad_output, Shape{tokens, hidden});
-  check_indices(op, args.indices, rows);
+  check_indices("embedding_backward", args.indices, rows);
 
   visit_index_dtype(args.indices.dtype(), [&]<class I>(std::type_identity<I>) {
     visit_floating_dtype(args.grad_output.dtype(), [&]<class T>(std::type_identity<T>) {
@@ -109,11 +83,10 @@ void embedding_backward_reference(const EmbeddingBackwardArgs& args) {
 
 }  // namespace
 
-FLM_REGISTER_KERNEL(EmbeddingForward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
-                    &supports_embedding_forward, &embedding_forward_reference,
-                    "row gather, indices checked; fp32 math (fp64 for fp64 weights)");
-FLM_REGISTER_KERNEL(EmbeddingBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
-                    &supports_embedding_backward, &embedding_backward_reference,
+FLM_REGISTER_KERNEL(EmbeddingForward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr,
+                    &embedding_forward_reference, "row gather, indices checked; fp32 math (fp64 for fp64 weights)");
+FLM_REGISTER_KERNEL(EmbeddingBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr,
+                    &embedding_backward_reference,
                     "sequential scatter-add in token order (deterministic with repeated indices)");
 
 }  // namespace fast_llm::kernels::cpu

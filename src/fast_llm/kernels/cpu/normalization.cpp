@@ -28,39 +28,6 @@ std::vector<Compute> effective_weight(const Tensor* weight, bool zero_centered, 
   return values;
 }
 
-// Checks `input` (rows, hidden) and returns hidden.
-int64_t check_input(std::string_view op, const Tensor& input) {
-  check_rank(op, "input", input, 2, "(rows, hidden)");
-  FLM_CHECK(input.size(1) > 0, op, "input has shape {}: hidden size must be positive", input.shape().str());
-  return input.size(1);
-}
-
-void check_parameter(std::string_view op, std::string_view name, const Tensor* parameter, int64_t hidden) {
-  if (parameter != nullptr) check_shape(op, name, *parameter, Shape{hidden});
-}
-
-std::optional<std::string> optional_floating_reason(std::string_view name, const Tensor* tensor) {
-  return tensor != nullptr ? floating_dtype_reason(name, *tensor) : std::nullopt;
-}
-
-std::optional<std::string> optional_float32_or_float64_reason(std::string_view name, const Tensor* tensor) {
-  return tensor != nullptr ? float32_or_float64_reason(name, *tensor) : std::nullopt;
-}
-
-// An optional activation of the residual form (residual, sum, grad_residual) has the input's dtype.
-std::optional<std::string> optional_same_dtype_reason(std::string_view name, const Tensor* tensor,
-                                                      const Tensor& input) {
-  return tensor != nullptr ? same_dtype_reason(name, *tensor, "input", input) : std::nullopt;
-}
-
-// `residual` and `sum` come together, shaped as the input.
-void check_residual(std::string_view op, const Tensor* residual, const Tensor* sum, const Tensor& input) {
-  FLM_CHECK((residual == nullptr) == (sum == nullptr), op, "residual and sum must be given together");
-  if (residual == nullptr) return;
-  check_shape(op, "residual", *residual, input.shape());
-  check_shape(op, "sum", *sum, input.shape());
-}
-
 // sum[row] = input[row] + residual[row], rounded to T; reads each element before writing it, so `sum` may be `input`.
 template <class T>
 void add_residual_row(const Tensor& input, const Tensor& residual, Tensor& sum, int64_t row) {
@@ -76,24 +43,8 @@ void add_residual_row(const Tensor& input, const Tensor& residual, Tensor& sum, 
 // ---------------------------------------------------------------------------------------------------------------------
 // rms_norm
 
-std::optional<std::string> supports_rms_norm_forward(const RmsNormForwardArgs& args) {
-  if (auto reason = floating_dtype_reason("input", args.input)) return reason;
-  if (auto reason = same_dtype_reason("output", args.output, "input", args.input)) return reason;
-  if (auto reason = optional_same_dtype_reason("residual", args.residual, args.input)) return reason;
-  if (auto reason = optional_same_dtype_reason("sum", args.sum, args.input)) return reason;
-  if (auto reason = optional_floating_reason("weight", args.weight)) return reason;
-  return float32_or_float64_reason("inverse_rms", args.inverse_rms);
-}
-
 void rms_norm_forward_reference(const RmsNormForwardArgs& args) {
-  constexpr std::string_view op = "rms_norm_forward";
-  const int64_t hidden = check_input(op, args.input);
-  const int64_t rows = args.input.size(0);
-  check_parameter(op, "weight", args.weight, hidden);
-  check_shape(op, "output", args.output, args.input.shape());
-  check_shape(op, "inverse_rms", args.inverse_rms, Shape{rows});
-  check_residual(op, args.residual, args.sum, args.input);
-
+  const int64_t rows = args.input.size(0), hidden = args.input.size(1);
   visit_floating_dtype(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;
     const std::vector<Compute> weight = effective_weight<Compute>(args.weight, args.zero_centered, hidden);
@@ -124,28 +75,8 @@ void rms_norm_forward_reference(const RmsNormForwardArgs& args) {
   });
 }
 
-std::optional<std::string> supports_rms_norm_backward(const RmsNormBackwardArgs& args) {
-  if (auto reason = floating_dtype_reason("input", args.input)) return reason;
-  if (auto reason = same_dtype_reason("grad_output", args.grad_output, "input", args.input)) return reason;
-  if (auto reason = same_dtype_reason("grad_input", args.grad_input, "input", args.input)) return reason;
-  if (auto reason = optional_floating_reason("weight", args.weight)) return reason;
-  if (auto reason = float32_or_float64_reason("inverse_rms", args.inverse_rms)) return reason;
-  if (auto reason = optional_same_dtype_reason("grad_residual", args.grad_residual, args.input)) return reason;
-  return optional_float32_or_float64_reason("grad_weight", args.grad_weight);
-}
-
 void rms_norm_backward_reference(const RmsNormBackwardArgs& args) {
-  constexpr std::string_view op = "rms_norm_backward";
-  const int64_t hidden = check_input(op, args.input);
-  const int64_t rows = args.input.size(0);
-  check_shape(op, "grad_output", args.grad_output, args.input.shape());
-  check_parameter(op, "weight", args.weight, hidden);
-  check_shape(op, "inverse_rms", args.inverse_rms, Shape{rows});
-  check_shape(op, "grad_input", args.grad_input, args.input.shape());
-  check_parameter(op, "grad_weight", args.grad_weight, hidden);
-  FLM_CHECK(args.grad_weight == nullptr || args.weight != nullptr, op, "grad_weight is given without a weight");
-  if (args.grad_residual != nullptr) check_shape(op, "grad_residual", *args.grad_residual, args.input.shape());
-
+  const int64_t rows = args.input.size(0), hidden = args.input.size(1);
   visit_floating_dtype(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;
     const std::vector<Compute> weight = effective_weight<Compute>(args.weight, args.zero_centered, hidden);
@@ -200,28 +131,8 @@ void rms_norm_backward_reference(const RmsNormBackwardArgs& args) {
 // ---------------------------------------------------------------------------------------------------------------------
 // layer_norm
 
-std::optional<std::string> supports_layer_norm_forward(const LayerNormForwardArgs& args) {
-  if (auto reason = floating_dtype_reason("input", args.input)) return reason;
-  if (auto reason = same_dtype_reason("output", args.output, "input", args.input)) return reason;
-  if (auto reason = optional_same_dtype_reason("residual", args.residual, args.input)) return reason;
-  if (auto reason = optional_same_dtype_reason("sum", args.sum, args.input)) return reason;
-  if (auto reason = optional_floating_reason("weight", args.weight)) return reason;
-  if (auto reason = optional_floating_reason("bias", args.bias)) return reason;
-  if (auto reason = float32_or_float64_reason("mean", args.mean)) return reason;
-  return float32_or_float64_reason("inverse_std", args.inverse_std);
-}
-
 void layer_norm_forward_reference(const LayerNormForwardArgs& args) {
-  constexpr std::string_view op = "layer_norm_forward";
-  const int64_t hidden = check_input(op, args.input);
-  const int64_t rows = args.input.size(0);
-  check_parameter(op, "weight", args.weight, hidden);
-  check_parameter(op, "bias", args.bias, hidden);
-  check_shape(op, "output", args.output, args.input.shape());
-  check_shape(op, "mean", args.mean, Shape{rows});
-  check_shape(op, "inverse_std", args.inverse_std, Shape{rows});
-  check_residual(op, args.residual, args.sum, args.input);
-
+  const int64_t rows = args.input.size(0), hidden = args.input.size(1);
   visit_floating_dtype(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;
     const std::vector<Compute> weight = effective_weight<Compute>(args.weight, args.zero_centered, hidden);
@@ -261,32 +172,8 @@ void layer_norm_forward_reference(const LayerNormForwardArgs& args) {
   });
 }
 
-std::optional<std::string> supports_layer_norm_backward(const LayerNormBackwardArgs& args) {
-  if (auto reason = floating_dtype_reason("input", args.input)) return reason;
-  if (auto reason = same_dtype_reason("grad_output", args.grad_output, "input", args.input)) return reason;
-  if (auto reason = same_dtype_reason("grad_input", args.grad_input, "input", args.input)) return reason;
-  if (auto reason = optional_floating_reason("weight", args.weight)) return reason;
-  if (auto reason = float32_or_float64_reason("mean", args.mean)) return reason;
-  if (auto reason = float32_or_float64_reason("inverse_std", args.inverse_std)) return reason;
-  if (auto reason = optional_same_dtype_reason("grad_residual", args.grad_residual, args.input)) return reason;
-  if (auto reason = optional_float32_or_float64_reason("grad_weight", args.grad_weight)) return reason;
-  return optional_float32_or_float64_reason("grad_bias", args.grad_bias);
-}
-
 void layer_norm_backward_reference(const LayerNormBackwardArgs& args) {
-  constexpr std::string_view op = "layer_norm_backward";
-  const int64_t hidden = check_input(op, args.input);
-  const int64_t rows = args.input.size(0);
-  check_shape(op, "grad_output", args.grad_output, args.input.shape());
-  check_parameter(op, "weight", args.weight, hidden);
-  check_shape(op, "mean", args.mean, Shape{rows});
-  check_shape(op, "inverse_std", args.inverse_std, Shape{rows});
-  check_shape(op, "grad_input", args.grad_input, args.input.shape());
-  check_parameter(op, "grad_weight", args.grad_weight, hidden);
-  check_parameter(op, "grad_bias", args.grad_bias, hidden);
-  FLM_CHECK(args.grad_weight == nullptr || args.weight != nullptr, op, "grad_weight is given without a weight");
-  if (args.grad_residual != nullptr) check_shape(op, "grad_residual", *args.grad_residual, args.input.shape());
-
+  const int64_t rows = args.input.size(0), hidden = args.input.size(1);
   visit_floating_dtype(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;
     const std::vector<Compute> weight = effective_weight<Compute>(args.weight, args.zero_centered, hidden);
@@ -352,17 +239,15 @@ void layer_norm_backward_reference(const LayerNormBackwardArgs& args) {
 
 }  // namespace
 
-FLM_REGISTER_KERNEL(RmsNormForward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
-                    &supports_rms_norm_forward, &rms_norm_forward_reference,
-                    "plain loops, one row at a time; fp32 math (fp64 for fp64 inputs)");
-FLM_REGISTER_KERNEL(RmsNormBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
-                    &supports_rms_norm_backward, &rms_norm_backward_reference,
-                    "plain loops; grad_weight summed column by column (deterministic)");
-FLM_REGISTER_KERNEL(LayerNormForward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
-                    &supports_layer_norm_forward, &layer_norm_forward_reference,
+FLM_REGISTER_KERNEL(RmsNormForward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr,
+                    &rms_norm_forward_reference, "plain loops, one row at a time; fp32 math (fp64 for fp64 inputs)");
+FLM_REGISTER_KERNEL(RmsNormBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr,
+                    &rms_norm_backward_reference, "plain loops; grad_weight summed column by column (deterministic)");
+FLM_REGISTER_KERNEL(LayerNormForward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr,
+                    &layer_norm_forward_reference,
                     "plain loops, two-pass mean and variance; fp32 math (fp64 for fp64 inputs)");
-FLM_REGISTER_KERNEL(LayerNormBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
-                    &supports_layer_norm_backward, &layer_norm_backward_reference,
+FLM_REGISTER_KERNEL(LayerNormBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr,
+                    &layer_norm_backward_reference,
                     "plain loops; grad_weight and grad_bias summed column by column (deterministic)");
 
 }  // namespace fast_llm::kernels::cpu

@@ -22,42 +22,13 @@
 namespace fast_llm::kernels::cpu {
 namespace {
 
-void check_contiguous(std::string_view op, std::string_view name, const Tensor& tensor) {
-  FLM_CHECK(tensor.is_contiguous(), op, "{} of shape {} is not contiguous", name, tensor.shape().str());
-}
-
 // ---------------------------------------------------------------------------------------------------------------------
 // adam_step
 
-std::optional<std::string> supports_adam_step(const AdamStepArgs& args) {
-  if (auto reason = floating_dtype_reason("parameters", args.parameters)) return reason;
-  if (auto reason = same_dtype_reason("gradients", args.gradients, "parameters", args.parameters)) return reason;
-  if (auto reason = same_dtype_reason("exp_avg", args.exp_avg, "parameters", args.parameters)) return reason;
-  if (auto reason = same_dtype_reason("exp_avg_sq", args.exp_avg_sq, "parameters", args.parameters)) return reason;
-  if (args.compute_weights != nullptr) return floating_dtype_reason("compute_weights", *args.compute_weights);
-  return std::nullopt;
-}
-
 void adam_step_reference(const AdamStepArgs& args) {
-  constexpr std::string_view op = "adam_step";
-  check_defined_on_cpu(op, "parameters", args.parameters);
-  check_shape(op, "gradients", args.gradients, args.parameters.shape());
-  check_shape(op, "exp_avg", args.exp_avg, args.parameters.shape());
-  check_shape(op, "exp_avg_sq", args.exp_avg_sq, args.parameters.shape());
-  check_contiguous(op, "parameters", args.parameters);
-  check_contiguous(op, "gradients", args.gradients);
-  check_contiguous(op, "exp_avg", args.exp_avg);
-  check_contiguous(op, "exp_avg_sq", args.exp_avg_sq);
-  if (args.compute_weights != nullptr) {
-    check_shape(op, "compute_weights", *args.compute_weights, args.parameters.shape());
-    check_contiguous(op, "compute_weights", *args.compute_weights);
-  }
   // From the decision state, or from the arguments.
   double learning_rate = args.learning_rate, grad_scale = args.grad_scale, correction_1 = 0, correction_2 = 0;
   if (args.state != nullptr) {
-    check_shape(op, "state", *args.state, Shape{optimizer_state::size});
-    FLM_CHECK(args.state->dtype() == DType::float64, op, "state has dtype {}, expected float64",
-              dtype_name(args.state->dtype()));
     const double* state = args.state->data_as<double>();
     if (state[optimizer_state::successful] == 0.0) return;
     learning_rate = state[optimizer_state::learning_rate] * args.learning_rate;
@@ -65,7 +36,6 @@ void adam_step_reference(const AdamStepArgs& args) {
     correction_1 = state[optimizer_state::bias_correction_1];
     correction_2 = state[optimizer_state::bias_correction_2];
   } else {
-    FLM_CHECK(args.step >= 1, op, "step is {}, expected 1 or more (bias correction counts steps from 1)", args.step);
     // Bias corrections 1 - beta^step, in fp64 before rounding (beta^step of many steps loses little either way).
     correction_1 = 1.0 - std::pow(args.beta_1, double(args.step));
     correction_2 = 1.0 - std::pow(args.beta_2, double(args.step));
@@ -115,17 +85,7 @@ void adam_step_reference(const AdamStepArgs& args) {
 // ---------------------------------------------------------------------------------------------------------------------
 // squared_norm
 
-std::optional<std::string> supports_squared_norm(const SquaredNormArgs& args) {
-  if (auto reason = floating_dtype_reason("input", args.input)) return reason;
-  return float32_or_float64_reason("result", args.result);
-}
-
 void squared_norm_reference(const SquaredNormArgs& args) {
-  constexpr std::string_view op = "squared_norm";
-  check_defined_on_cpu(op, "input", args.input);
-  check_contiguous(op, "input", args.input);
-  check_shape(op, "result", args.result, Shape{1});
-
   // Elements per block; the block sums are added in block order whatever the thread count.
   constexpr int64_t kBlock = 1 << 14;
   visit_floating_dtype(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
@@ -151,19 +111,8 @@ void squared_norm_reference(const SquaredNormArgs& args) {
 // ---------------------------------------------------------------------------------------------------------------------
 // optimizer_decision
 
-std::optional<std::string> supports_optimizer_decision(const OptimizerDecisionArgs& args) {
-  if (args.state.dtype() != DType::float64) return fmt::format("state has dtype {}, expected float64", dtype_name(args.state.dtype()));
-  if (args.learning_rates.dtype() != DType::float64)
-    return fmt::format("learning_rates has dtype {}, expected float64", dtype_name(args.learning_rates.dtype()));
-  return std::nullopt;
-}
-
 void optimizer_decision_reference(const OptimizerDecisionArgs& args) {
   constexpr std::string_view op = "optimizer_decision";
-  check_shape(op, "state", args.state, Shape{optimizer_state::size});
-  check_contiguous(op, "state", args.state);
-  check_defined_on_cpu(op, "learning_rates", args.learning_rates);
-  check_contiguous(op, "learning_rates", args.learning_rates);
   namespace field = optimizer_state;
   double* state = args.state.data_as<double>();
   const double* rates = args.learning_rates.data_as<double>();
@@ -192,14 +141,13 @@ void optimizer_decision_reference(const OptimizerDecisionArgs& args) {
 
 }  // namespace
 
-FLM_REGISTER_KERNEL(OptimizerDecision, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
-                    &supports_optimizer_decision, &optimizer_decision_reference,
+FLM_REGISTER_KERNEL(OptimizerDecision, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr,
+                    &optimizer_decision_reference,
                     "clip coefficient, skip flag, step, rate and bias corrections from the squared gradient norm");
-FLM_REGISTER_KERNEL(AdamStep, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, &supports_adam_step,
+FLM_REGISTER_KERNEL(AdamStep, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr,
                     &adam_step_reference,
                     "AdamW element by element, bias correction, decoupled weight decay; fp32 math (fp64 for fp64)");
-FLM_REGISTER_KERNEL(SquaredNorm, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
-                    &supports_squared_norm, &squared_norm_reference,
-                    "sum of squares in fp64 over fixed blocks added in order (deterministic)");
+FLM_REGISTER_KERNEL(SquaredNorm, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr,
+                    &squared_norm_reference, "sum of squares in fp64 over fixed blocks added in order (deterministic)");
 
 }  // namespace fast_llm::kernels::cpu

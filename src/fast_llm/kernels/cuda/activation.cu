@@ -2,15 +2,21 @@
 // MLPs (silu gated = SwiGLU), fp32 math (fp64 for fp64 tensors), rounded to nearest even on store. Backward recomputes
 // the activation from the saved input, so forward keeps nothing else. Rows whose columns are contiguous and 16-byte
 // aligned move in 16-byte vectors; any other strides go element by element. bf16 / fp16 tensors take the sigmoid's
-// exp and reciprocal from the special-function unit (kFastMath below). One kernel per activation type (H200, session
-// 8: the SwiGLU backward 1.30x faster than with the type switched on per element, docs/benchmarks.md).
-// common.cuh first: it sets fmt up for nvcc before anything else includes fmt.
+// exp and reciprocal from the special-function unit (kFastMath below). One kernel per activation type, rather than the
+// type switched on per element (docs/benchmarks.md).
 #include "fast_llm/kernels/cuda/common.cuh"
 //
-#include "fast_llm/kernels/cuda/activation.cuh"
-#include "fast_llm/tensor/cuda/device_guard.h"
+#include "fast_llm/kernels/activation.h"
 
 namespace fast_llm::kernels::cuda {
+
+// The grid-stride loops' launch: 256 threads a block, at most 32 blocks per multiprocessor.
+constexpr int kThreads = 256;
+constexpr int kBlocksPerMultiprocessor = 32;
+
+// Arithmetic type for elements of type T: fp64 for fp64, fp32 for the rest.
+template <class T>
+using Compute = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 // gelu is the tanh approximation 0.5 x (1 + tanh(k (x + c x^3))), k = sqrt(2 / pi), c = 0.044715 (as Fast-LLM).
 constexpr double kGeluScale = 0.7978845608028654;
@@ -238,49 +244,17 @@ static bool vectorizable(const Tensor& tensor) {
   return tensor.stride(1) == 1 && tensor.stride(0) % N == 0 && is_aligned(tensor.data(), sizeof(T) * N);
 }
 
-static std::optional<std::string> same_floating_dtype(const Tensor& reference, std::string_view reference_name,
-                                                      std::initializer_list<std::pair<const Tensor*, std::string_view>> others) {
-  const DType dtype = reference.dtype();
-  if (dtype != DType::float32 && dtype != DType::float64 && dtype != DType::bfloat16 && dtype != DType::float16)
-    return fmt::format("{} has dtype {}; supported: float32, float64, bfloat16, float16", reference_name,
-                       dtype_name(dtype));
-  for (const auto& [tensor, name] : others)
-    if (tensor->dtype() != dtype)
-      return fmt::format("{} has dtype {}, {} has {}; they must match", name, dtype_name(tensor->dtype()),
-                         reference_name, dtype_name(dtype));
-  return std::nullopt;
+// The element types of the kernels: the fused ops' and float64.
+template <class Function>
+static void visit_element_type(DType dtype, Function&& function) {
+  visit_dtype<float, double, bfloat16, float16>(dtype, std::forward<Function>(function));
 }
 
-// Checks the shapes shared by forward and backward and returns I.
-static int64_t check_activation_shapes(std::string_view op, const Tensor& input, bool gated, const Tensor& other,
-                                       std::string_view other_name, const Shape& other_shape_if_gated) {
-  FLM_CHECK(input.defined() && other.defined(), op, "input and {} must be defined", other_name);
-  FLM_CHECK(input.device().is_cuda() && other.device() == input.device(), op, "input is on {}, {} on {}",
-            input.device().str(), other_name, other.device().str());
-  FLM_CHECK(input.rank() == 2, op, "input has shape {}, expected {}", input.shape().str(),
-            gated ? "(tokens, 2 I) [gate | up]" : "(tokens, I)");
-  FLM_CHECK(!gated || input.size(1) % 2 == 0, op,
-            "input has shape {}: a gated input needs an even number of columns [gate | up]", input.shape().str());
-  FLM_CHECK(other.shape() == other_shape_if_gated, op, "{} has shape {}, expected {}", other_name,
-            other.shape().str(), other_shape_if_gated.str());
-  return gated ? input.size(1) / 2 : input.size(1);
-}
-
-std::optional<std::string> activation_forward_cuda_supports(const ActivationForwardArgs& args) {
-  return same_floating_dtype(args.input, "input", {{&args.output, "output"}});
-}
-
-void activation_forward_cuda(const ActivationForwardArgs& args) {
-  constexpr std::string_view op = "activation_forward";
-  const int64_t tokens = args.input.rank() == 2 ? args.input.size(0) : 0;
-  const int64_t size = args.input.rank() == 2 ? (args.gated ? args.input.size(1) / 2 : args.input.size(1)) : 0;
-  check_activation_shapes(op, args.input, args.gated, args.output, "output", Shape{tokens, size});
-  NvtxRange range("activation_forward");
+static void activation_forward_cuda(const ActivationForwardArgs& args) {
+  const int64_t tokens = args.output.size(0), size = args.output.size(1);
   if (tokens == 0 || size == 0) return;
-  const Device device = args.input.device();
-  ::fast_llm::detail::CudaDeviceGuard guard(device.index);
-  const cudaStream_t stream = resolve_stream(device, args.stream);
-  visit_floating(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
+  LaunchScope scope("activation_forward", args.input.device(), args.stream);
+  visit_element_type(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     constexpr int N = int(16 / sizeof(T));
     const T* input = static_cast<const T*>(args.input.data());
     T* output = static_cast<T*>(args.output.data());
@@ -288,34 +262,23 @@ void activation_forward_cuda(const ActivationForwardArgs& args) {
     visit_activation(args.type, [&]<ActivationType kType>() {
       auto launch = [&]<bool kGated, int kWidth>() {
         activation_forward_kernel<T, kType, kGated, kWidth>
-            <<<grid_size(device, tokens * (size / kWidth)), kBlockSize, 0, stream>>>(
-                input, strides_of(args.input), output, strides_of(args.output), tokens, size);
+            <<<grid_for(tokens * (size / kWidth), kThreads, scope, kBlocksPerMultiprocessor), kThreads, 0,
+               scope.stream()>>>(input, strides_of(args.input), output, strides_of(args.output), tokens, size);
       };
       if (args.gated)
         vectorized ? launch.template operator()<true, N>() : launch.template operator()<true, 1>();
       else
         vectorized ? launch.template operator()<false, N>() : launch.template operator()<false, 1>();
     });
-    FLM_CUDA_CHECK(cudaGetLastError());
+    scope.check_launch();
   });
 }
 
-std::optional<std::string> activation_backward_cuda_supports(const ActivationBackwardArgs& args) {
-  return same_floating_dtype(args.input, "input", {{&args.grad_output, "grad_output"}, {&args.grad_input, "grad_input"}});
-}
-
-void activation_backward_cuda(const ActivationBackwardArgs& args) {
-  constexpr std::string_view op = "activation_backward";
-  const int64_t tokens = args.input.rank() == 2 ? args.input.size(0) : 0;
-  const int64_t size = args.input.rank() == 2 ? (args.gated ? args.input.size(1) / 2 : args.input.size(1)) : 0;
-  check_activation_shapes(op, args.input, args.gated, args.grad_output, "grad_output", Shape{tokens, size});
-  check_activation_shapes(op, args.input, args.gated, args.grad_input, "grad_input", args.input.shape());
-  NvtxRange range("activation_backward");
+static void activation_backward_cuda(const ActivationBackwardArgs& args) {
+  const int64_t tokens = args.grad_output.size(0), size = args.grad_output.size(1);
   if (tokens == 0 || size == 0) return;
-  const Device device = args.input.device();
-  ::fast_llm::detail::CudaDeviceGuard guard(device.index);
-  const cudaStream_t stream = resolve_stream(device, args.stream);
-  visit_floating(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
+  LaunchScope scope("activation_backward", args.input.device(), args.stream);
+  visit_element_type(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     constexpr int N = int(16 / sizeof(T));
     const T* grad_output = static_cast<const T*>(args.grad_output.data());
     const T* input = static_cast<const T*>(args.input.data());
@@ -325,24 +288,23 @@ void activation_backward_cuda(const ActivationBackwardArgs& args) {
     visit_activation(args.type, [&]<ActivationType kType>() {
       auto launch = [&]<bool kGated, int kWidth>() {
         activation_backward_kernel<T, kType, kGated, kWidth>
-            <<<grid_size(device, tokens * (size / kWidth)), kBlockSize, 0, stream>>>(
-                grad_output, strides_of(args.grad_output), input, strides_of(args.input), grad_input,
-                strides_of(args.grad_input), tokens, size);
+            <<<grid_for(tokens * (size / kWidth), kThreads, scope, kBlocksPerMultiprocessor), kThreads, 0,
+               scope.stream()>>>(grad_output, strides_of(args.grad_output), input, strides_of(args.input), grad_input,
+                                 strides_of(args.grad_input), tokens, size);
       };
       if (args.gated)
         vectorized ? launch.template operator()<true, N>() : launch.template operator()<true, 1>();
       else
         vectorized ? launch.template operator()<false, N>() : launch.template operator()<false, 1>();
     });
-    FLM_CUDA_CHECK(cudaGetLastError());
+    scope.check_launch();
   });
 }
 
-FLM_REGISTER_KERNEL(ActivationForward, DeviceType::cuda, "fused", /*priority=*/0, KernelKind::baseline,
-                    &activation_forward_cuda_supports, &activation_forward_cuda,
+FLM_REGISTER_KERNEL(ActivationForward, DeviceType::cuda, "fused", /*priority=*/0, KernelKind::baseline, nullptr,
+                    &activation_forward_cuda,
                     "one pass over [gate | up] rows (SwiGLU when gated silu), 16-byte vectors, fp32 math");
-FLM_REGISTER_KERNEL(ActivationBackward, DeviceType::cuda, "fused", /*priority=*/0, KernelKind::baseline,
-                    &activation_backward_cuda_supports, &activation_backward_cuda,
-                    "one pass recomputing the activation, 16-byte vectors, fp32 math");
+FLM_REGISTER_KERNEL(ActivationBackward, DeviceType::cuda, "fused", /*priority=*/0, KernelKind::baseline, nullptr,
+                    &activation_backward_cuda, "one pass recomputing the activation, 16-byte vectors, fp32 math");
 
 }  // namespace fast_llm::kernels::cuda

@@ -1,25 +1,14 @@
 // Flash attention backward on CUDA (kernels/attention.h), variant "flash": the flash-attention-2 backward on tensor
-// cores (mma.sync m16n8k16, bf16 / fp16 inputs, fp32 accumulation), head sizes 64 and 128. Three kernels on the op's
-// stream, with fp32 scratch from the caching allocator:
+// cores (mma.sync m16n8k16, bf16 / fp16 inputs, fp32 accumulation), head sizes 64 and 128; layouts as the forward
+// (channels contiguous, token / head strides multiples of 8, 16-byte aligned data). Three kernels on the op's stream,
+// with fp32 scratch from the caching allocator:
 //   1. delta = rowsum(dO * O) per (head, token) (the softmax correction), and lse log2 e, into (heads, tokens)
 //      scratches;
-//   2. the main kernel, one CTA per (key block, key/value group, document): it keeps its (kBlockN, head_size) K and V
-//      tiles in shared memory and dK, dV in fp32 registers (each warp owns 16 key rows), and walks every (query head
-//      of the group, query block) that may see its keys, with the next Q / dO tiles loading (cp.async, double
-//      buffered) while the current ones are used. Per query block, in the transposed orientation so that each warp's
-//      products keep its own key rows:
-//        S^T = K Q^T,  P^T = exp2(S^T scale log2 e - lse log2 e),  dP^T = V dO^T,  dS^T = P^T (dP^T - delta),
-//        dV += P^T dO,  dK += dS^T Q  (A operands straight from the accumulators),
-//      then dS^T goes through shared memory for dQ = dS K, which each warp adds for its part of the query block into
-//      an fp32 (tokens, heads, head_size) scratch with vector atomics. dK and dV need no atomics (one CTA owns a key
-//      block and every head of its group), so they are deterministic; dQ's fp32 sums depend on the atomics' order.
+//   2. the main kernel, one CTA per (key block, key/value group, document): dK, dV in registers (deterministic, no
+//      atomics), dQ added to an fp32 (tokens, heads, head_size) scratch with vector atomics;
 //   3. grad_query = scale * dQ scratch, rounded to the input dtype, through the inverse rotary rotation when the op
 //      has rotary tables (kernels/attention.h); this variant's dK then goes through rotary_apply after the kernels.
-// Masks as the forward: blocks no query may see are skipped, per-element masks only on boundary blocks. Query rows
-// past the document's end read zeros and get lse = +inf (probability 0); key rows past it are masked and not stored.
-//
-// Layouts: as the forward (channels contiguous, token / head strides multiples of 8, 16-byte aligned data).
-// Steps 1 and 3, the checks and the scratch are shared with the Hopper variant "wgmma" (attention_backward.cuh,
+// Steps 1 and 3 and the scratch are shared with the Hopper variant "wgmma" (attention_backward.cuh,
 // attention_backward_wgmma.cu), which brings its own main kernel.
 #include "fast_llm/kernels/cuda/attention_backward.cuh"
 
@@ -72,6 +61,18 @@ __global__ void __launch_bounds__(kDeltaThreads)
 
 // ---------------------------------------------------------------------------------------------------------------------
 // 2. The main kernel.
+//
+// One CTA per (key block, key/value group, document): it keeps its (kBlockN, head_size) K and V tiles in shared memory
+// and dK, dV in fp32 registers (each warp owns 16 key rows), and walks every (query head of the group, query block)
+// that may see its keys, with the next Q / dO tiles loading (cp.async, double buffered) while the current ones are
+// used. Per query block, in the transposed orientation so that each warp's products keep its own key rows:
+//   S^T = K Q^T,  P^T = exp2(S^T scale log2 e - lse log2 e),  dP^T = V dO^T,  dS^T = P^T (dP^T - delta),
+//   dV += P^T dO,  dK += dS^T Q  (A operands straight from the accumulators),
+// then dS^T goes through shared memory for dQ = dS K, which each warp adds for its part of the query block into the
+// fp32 (tokens, heads, head_size) scratch with vector atomics. dK and dV need no atomics (one CTA owns a key block and
+// every head of its group), so they are deterministic; dQ's fp32 sums depend on the atomics' order.
+// Masks as the forward: blocks no query may see are skipped, per-element masks only on boundary blocks. Query rows
+// past the document's end read zeros and get lse = +inf (probability 0); key rows past it are masked and not stored.
 
 template <class T, int kHeadSize, int kBlockM, int kWarps>
 struct BackwardConfig {
@@ -394,14 +395,9 @@ void attention_backward_flash(const AttentionBackwardArgs& args) {
 }  // namespace
 
 std::optional<std::string> backward_tiles_reason(const AttentionBackwardArgs& args) {
-  if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
-                                  args.window_size))
+  if (auto reason = common_reason(args.query, args.logsumexp, args.cu_seqlens, args.max_seqlen, args.window_size))
     return reason;
   if (auto reason = tile_dtype_and_size_reason(args.query, args.softmax_scale)) return reason;
-  if (auto reason = same_device_and_dtype_reason(
-          args.query, {{"grad_output", &args.grad_output}, {"output", &args.output}, {"grad_query", &args.grad_query},
-                       {"grad_key", &args.grad_key}, {"grad_value", &args.grad_value}}))
-    return reason;
   for (const auto& [name, tensor] :
        {std::pair<const char*, const Tensor*>{"query", &args.query}, {"key", &args.key}, {"value", &args.value},
         {"grad_output", &args.grad_output}, {"output", &args.output}, {"grad_query", &args.grad_query},
@@ -412,9 +408,9 @@ std::optional<std::string> backward_tiles_reason(const AttentionBackwardArgs& ar
 
 namespace {
 
-// The rotary tables of `args` (checked by check_attention_rotary: fp32, (tokens, at most head_size / 2), the query's
-// device) as the kernels here read them, or none: no tables, or tables of fewer columns or of a layout they cannot
-// read (16-byte aligned contiguous rows, the same row stride for both).
+// The rotary tables of `args` (the op's contract: fp32, (tokens, at most head_size / 2), the query's device) as the
+// kernels here read them, or none: no tables, or tables of fewer columns or of a layout they cannot read (16-byte
+// aligned contiguous rows, the same row stride for both).
 RotaryTables foldable_rotary(const AttentionBackwardArgs& args) {
   if (args.rotary_cos == nullptr) return {};
   const Tensor &cos = *args.rotary_cos, &sin = *args.rotary_sin;
@@ -431,21 +427,12 @@ RotaryTables foldable_rotary(const AttentionBackwardArgs& args) {
 
 void attention_backward_steps(const AttentionBackwardArgs& args, BackwardMainLauncher launch_main,
                               bool main_unrotates_key) {
-  constexpr const char* op = "attention_backward";
   const Device device = args.query.device();
-  check_shapes(op, args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
-               args.window_size);
-  check_shape(op, "grad_output", args.grad_output, args.query.shape(), device);
-  check_shape(op, "output", args.output, args.query.shape(), device);
-  check_shape(op, "grad_query", args.grad_query, args.query.shape(), device);
-  check_shape(op, "grad_key", args.grad_key, args.key.shape(), device);
-  check_shape(op, "grad_value", args.grad_value, args.key.shape(), device);
-  check_attention_rotary(args);
   const int64_t tokens = args.query.size(0), heads = args.query.size(1), head_size = args.query.size(2);
   const int64_t groups = args.key.size(1), documents = args.cu_seqlens.size(0) - 1;
   if (tokens == 0) return;
 
-  LaunchScope scope(op, device, args.stream);
+  LaunchScope scope("attention_backward", device, args.stream);
   // Every token belongs to a document, so the main kernel writes every row of dK, dV (and dQ through the sums) unless
   // there is nothing to run: then the gradients are zeros.
   Tensor delta = Tensor::empty(Shape{heads, tokens}, DType::float32, device, scope.tensor_stream());

@@ -1,4 +1,4 @@
-// The steps every CUDA attention backward variant shares (attention_backward.cu): argument checks, delta =
+// The steps every CUDA attention backward variant shares (attention_backward.cu): the tile kernels' limits, delta =
 // rowsum(dO * O) and logsumexp * log2(e) into (heads, tokens) fp32 scratches, the zeroed (tokens, heads, head_size)
 // fp32 dQ sums, and the final grad_query = softmax_scale * sums in the input dtype (through the inverse rotary
 // rotation when the op has rotary tables; dK is then the main kernel's to unrotate, or rotary_apply's). A variant
@@ -71,9 +71,9 @@ using BackwardMainLauncher = void (*)(const BackwardParams& params, DType dtype,
 // contiguous, token and head strides multiples of 8, 16-byte aligned data), or nothing.
 std::optional<std::string> backward_tiles_reason(const AttentionBackwardArgs& args);
 
-// The whole backward: checks, delta, dQ sums, `launch_main`, the cast of dQ. With rotary tables the cast unrotates
-// dQ, and the main kernel dK if `main_unrotates_key` (else rotary_apply does after it); tables the kernels cannot
-// read (another rotary_dims, an unaligned layout) go to rotary_apply for both.
+// The whole backward of arguments that meet the op's contract: delta, dQ sums, `launch_main`, the cast of dQ. With
+// rotary tables the cast unrotates dQ, and the main kernel dK if `main_unrotates_key` (else rotary_apply does after
+// it); tables the kernels cannot read (another rotary_dims, an unaligned layout) go to rotary_apply for both.
 void attention_backward_steps(const AttentionBackwardArgs& args, BackwardMainLauncher launch_main,
                               bool main_unrotates_key);
 

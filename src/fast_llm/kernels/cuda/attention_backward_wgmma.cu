@@ -1,66 +1,16 @@
 // Flash attention backward on Hopper tensor cores (kernels/attention.h), variant "wgmma": the flash-attention-2
 // backward with all five products on wgmma (sm_90a, wgmma.cuh), bf16 / fp16 inputs, fp32 accumulation, head sizes 64
-// and 128. Same contract, preprocess (delta = rowsum(dO * O), lse log2 e), fp32 dQ sums and final cast as "flash"
-// (attention_backward.cuh); what differs is the main kernel.
+// and 128, layouts as "flash". Same contract, preprocess (delta = rowsum(dO * O), lse log2 e), fp32 dQ sums and final
+// cast as "flash" (attention_backward.cuh); what differs is the main kernel.
 //
-// One CTA per (key/value group, document, block of kBlockN = 128 keys), one CTA per multiprocessor; the CTAs go out
-// key block by key block, so that the longest (the first key blocks of causal documents) start first. Three
-// warpgroups with their own jobs (warp specialisation):
-//   two consumer warpgroups of 64 key rows each do all the arithmetic. The K and V tiles stay in shared memory for
-//     the whole CTA, dK and dV in fp32 registers (each warpgroup owns its 64 key rows: no atomics, deterministic);
-//   a producer warpgroup: warps 8-9 (the loader) copy Q, dO, lse log2 e and delta of the next item into the other of
-//     two stages (cp.async) while the consumers work on the current one; warps 10-11 (the reducer) add each item's
-//     dQ block, which the consumers stage in shared memory (fp32, two buffers), to the fp32 dQ sums with float4
-//     atomics, off the consumers' path. The producer runs on 40 registers (setmaxnreg), the consumers on 232.
-// The CTA walks every (query head of the group, block of kBlockM queries: 128 at head_size 64, 64 at 128) that may
-// see its keys. Per item and consumer warpgroup, in the transposed orientation (rows = the warpgroup's keys):
-//   S^T = K Q^T      m64n{kBlockM}k16 x head_size / 16, A = K rows, B = Q rows, both K-major in shared memory;
-//   dP^T = V dO^T    likewise, issued right behind S^T: P^T = exp2(S^T scale log2 e - lse log2 e) is computed while it
-//                    runs, straight into A fragments (rounded to T: column tiles 2 j, 2 j + 1 of an accumulator are
-//                    k-step j of an A fragment, wgmma.cuh);
-//   dV += P^T dO     m64n{head_size}k16 x kBlockM / 16, A = P^T / dS^T from registers, B = dO / Q with rows =
-//   dK += dS^T Q     queries = the contraction, channels contiguous: MN-major; dV is issued as soon as P^T is
-//                    there and runs while dS^T = P^T (dP^T - delta) is computed in registers (P^T as rounded), dK
-//                    once dS^T is;
-//   dQ = dS K        dS^T is also stored to shared memory (stmatrix; rows = keys, queries contiguous), and once both
-//                    halves are there m64n64k16 x 8 over all 128 keys, A = dS read transposed (MN-major: queries
-//                    contiguous), B = K (rows = keys = the contraction, channels contiguous: MN-major). Warpgroup w
-//                    takes queries [64 w, 64 w + 64) at head_size 64, channels [64 w, 64 w + 64) at 128; the block
-//                    goes to the reducer through shared memory.
-// Scaling: dK and dQ are the gradients of the scaled scores times softmax_scale, applied at the dK store and in the
-// dQ cast. With rotary tables (kernels/attention.h) dK goes through the inverse rotation in registers before its
-// store, and dQ in the cast, which saves rotary_apply's two passes over them.
-//
-// Measured on the H200 (benchmarks/attention_benchmark, docs/benchmarks.md): 128-query items at head_size 64 were
-// 1.2x faster than 64; longest-first CTA order 1.2x; the one-instruction exp2 with lse log2 e precomputed cut the
-// softmax's share (24-35% before); the producer warpgroup 1.09-1.18x over consumers that load and add dQ themselves.
-// Staging dQ for bulk reductions (cp.reduce.async.bulk) instead of atomics was 2-7% slower. Session 5: issuing dV
-// before dS^T is computed, 2.6% faster at head_size 64 ((b): 322.8 -> 331.1 TFLOP/s), the same at 128. Tried and not
-// kept: staging the previous item's dQ block while the next S^T runs (the same speed, 0.5% slower with the early dV);
-// consumers never tied to each other (each warpgroup a dQ partial over its own 64 keys, warpgroup 1 adding it to
-// warpgroup 0's in shared memory, so that only the loader and the reducer pace them): 8-10% slower ((b) 296.8, (c)
-// 350.5 against 322.5 / 387.5), with 25% more instructions issued (ncu) and twice the dQ staging traffic in shared
-// memory. Session 8: P^T computed by a loop without mask tests on the items off the boundaries, 1.13x at head_size 64
-// ((b): 332.5 -> 374.5), 1.02x at 128 (the tests were if-converted into every item's loop before).
-//
-// Masks as "flash": query blocks no key of the CTA may see are skipped; per-element masks only on boundary items, in
-// their own copy of the P^T loop.
-// Query rows past the document's end read zeros (Q, dO, lse, delta): their probabilities are 1, but their dP^T and
-// delta are 0, so their dS^T, and their dV and dK contributions, are 0; their dQ rows are not added. Key rows past the
-// end are zero, masked and not stored. A warpgroup whose 64 keys a query block cannot see at all still runs (P = 0
-// everywhere).
-//
-// Shared memory (1024-byte aligned tiles, canonical 128-byte swizzle of wgmma.cuh): K, V (128 x head_size), 2 stages
-// of Q and dO (kBlockM x head_size), dS^T (128 x kBlockM), 2 stages of kBlockM lse and delta, 2 staged dQ blocks
-// (kBlockM x head_size fp32, padded rows): 203 KiB at head_size 64, 214 KiB at 128.
-//
-// Synchronisation: named barriers pair each hand-over (bar.arrive by the side that hands over, bar.sync by the side
-// that waits): stage full (loader -> consumers: its copies landed and went through the proxy fence) and free
-// (consumers -> loader: every product that read the stage is done), dQ block full (consumers -> reducer) and free
-// (reducer -> consumers), and, among the consumers only, one before dS^T is overwritten (the other warpgroup's dQ
-// product of the previous item read it) and one after both halves are stored.
-//
-// Layouts: as "flash" (channels contiguous, token / head strides multiples of 8, 16-byte aligned data).
+// One CTA per (key/value group, document, block of kBlockN = 128 keys), one per multiprocessor, the longest (the first
+// key blocks of causal documents) first. Three warpgroups with their own jobs (warp specialisation): two consumers of
+// 64 key rows each do all the arithmetic, with K and V in shared memory and dK, dV in fp32 registers for the whole CTA
+// (each owns its key rows: no atomics, deterministic); a producer whose loader (warps 8-9) copies the next item's Q,
+// dO, lse log2 e and delta into the other of two stages while the consumers work, and whose reducer (warps 10-11) adds
+// each item's staged dQ block to the fp32 dQ sums with float4 atomics, off the consumers' path. The producer runs on 40
+// registers (setmaxnreg), the consumers on 232. The products per item, the masks and the hand-overs are described at
+// the kernel and at its barriers; measurements and what was tried, in docs/benchmarks.md.
 #include "fast_llm/kernels/cuda/attention_backward.cuh"
 #include "fast_llm/kernels/cuda/attention_wgmma.cuh"
 #include "fast_llm/kernels/cuda/wgmma.cuh"
@@ -75,7 +25,11 @@ constexpr int kReducerThreads = 64;  // warps 10 and 11
 constexpr int kThreads = kConsumerThreads + kWgmmaProducerThreads;
 static_assert(kLoaderThreads + kReducerThreads == kWgmmaProducerThreads);
 
-// Named barrier ids and their thread counts.
+// Synchronisation: named barriers pair each hand-over (bar.arrive by the side that hands over, bar.sync by the side
+// that waits): stage full (loader -> consumers: its copies landed and went through the proxy fence) and free
+// (consumers -> loader: every product that read the stage is done), dQ block full (consumers -> reducer) and free
+// (reducer -> consumers), and, among the consumers only, one before dS^T is overwritten (the other warpgroup's dQ
+// product of the previous item read it) and one after both halves are stored. Their ids and thread counts:
 constexpr int kStageFull = 1;      // + stage
 constexpr int kStageFree = 3;      // + stage
 constexpr int kGradQueryFull = 5;  // + buffer
@@ -96,8 +50,8 @@ struct WgmmaBackwardConfig {
   static constexpr uint32_t kQueryBytes = kBlockM * kHeadSize * 2;  // one Q or dO stage
   static constexpr uint32_t kScoreBytes = kBlockN * kBlockM * 2;    // dS^T
   static constexpr uint32_t kRowBytes = 2 * kBlockM * 4;            // lse or delta, two stages
-  // A staged dQ block: fp32 rows padded by 8 floats, so that a warp's float2 stores (8 rows x 4 quad lanes) hit 32
-  // different banks.
+  // Tiles are 1024-byte aligned, in the canonical 128-byte swizzle of wgmma.cuh. A staged dQ block: fp32 rows padded by
+  // 8 floats, so that a warp's float2 stores (8 rows x 4 quad lanes) hit 32 different banks.
   static constexpr uint32_t kGradQueryPitch = (kHeadSize + 8) * 4;
   static constexpr uint32_t kGradQueryBytes = kBlockM * kGradQueryPitch;
   // K, V, 2 Q stages, 2 dO stages, dS^T, lse and delta, 2 dQ buffers, and slack to start the tiles on a 1024-byte
@@ -106,6 +60,31 @@ struct WgmmaBackwardConfig {
                                          2 * kRowBytes + 2 * size_t(kGradQueryBytes) + 1024;
 };
 
+// The CTA walks every (query head of the group, block of kBlockM queries: 128 at head_size 64, 64 at 128) that may
+// see its keys. Per item and consumer warpgroup, in the transposed orientation (rows = the warpgroup's keys):
+//   S^T = K Q^T      m64n{kBlockM}k16 x head_size / 16, A = K rows, B = Q rows, both K-major in shared memory;
+//   dP^T = V dO^T    likewise, issued right behind S^T: P^T = exp2(S^T scale log2 e - lse log2 e) is computed while it
+//                    runs, straight into A fragments (rounded to T: column tiles 2 j, 2 j + 1 of an accumulator are
+//                    k-step j of an A fragment, wgmma.cuh);
+//   dV += P^T dO     m64n{head_size}k16 x kBlockM / 16, A = P^T / dS^T from registers, B = dO / Q with rows =
+//   dK += dS^T Q     queries = the contraction, channels contiguous: MN-major; dV is issued as soon as P^T is
+//                    there and runs while dS^T = P^T (dP^T - delta) is computed in registers (P^T as rounded), dK
+//                    once dS^T is;
+//   dQ = dS K        dS^T is also stored to shared memory (stmatrix; rows = keys, queries contiguous), and once both
+//                    halves are there m64n64k16 x 8 over all 128 keys, A = dS read transposed (MN-major: queries
+//                    contiguous), B = K (rows = keys = the contraction, channels contiguous: MN-major). Warpgroup w
+//                    takes queries [64 w, 64 w + 64) at head_size 64, channels [64 w, 64 w + 64) at 128; the block
+//                    goes to the reducer through shared memory.
+// Scaling: dK and dQ are the gradients of the scaled scores times softmax_scale, applied at the dK store and in the
+// dQ cast. With rotary tables (kernels/attention.h) dK goes through the inverse rotation in registers before its
+// store, and dQ in the cast, which saves rotary_apply's two passes over them.
+//
+// Masks as "flash": query blocks no key of the CTA may see are skipped; per-element masks only on boundary items, in
+// their own copy of the P^T loop.
+// Query rows past the document's end read zeros (Q, dO, lse, delta): their probabilities are 1, but their dP^T and
+// delta are 0, so their dS^T, and their dV and dK contributions, are 0; their dQ rows are not added. Key rows past the
+// end are zero, masked and not stored. A warpgroup whose 64 keys a query block cannot see at all still runs (P = 0
+// everywhere).
 template <class T, int kHeadSize>
 __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(const BackwardParams p) {
   using Config = WgmmaBackwardConfig<kHeadSize>;
@@ -319,8 +298,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_backward_wgmma_kernel(c
       else
         exponentiate.template operator()<false>();
 
-      // dV += P^T dO, issued now: it runs while dS^T is computed (H200: 2-3% faster at head_size 64 than issuing it
-      // with dK below, the same at 128).
+      // dV += P^T dO, issued now: it runs while dS^T is computed (faster than issuing it with dK below,
+      // docs/benchmarks.md).
       wgmma::fence_operands(grad_value);
       wgmma::wgmma_fence();
       {

@@ -1,18 +1,10 @@
 // Flash attention forward on CUDA (kernels/attention.h), variant "flash": the flash-attention-2 algorithm on
 // tensor cores (mma.sync m16n8k16, bf16 / fp16 inputs, fp32 accumulation), head sizes 64 and 128.
 //
-// Grid: (query blocks of max_seqlen, heads, documents); a block whose first query is past its document's end exits,
-// and blockIdx.x runs over the query blocks in reverse, so the longest causal blocks start first. A CTA holds a
-// (kBlockM, head_size) block of queries; each warp owns 16 * kMTiles of its rows, keeps their Q fragments in
-// registers and their output accumulators (fp32) and softmax statistics in registers. The CTA walks the key / value
-// blocks its queries may see, (kBlockN, head_size) tiles double-buffered in swizzled shared memory by cp.async: the
-// next block loads while the current one is computed. Per block, S = Q K^T, an online softmax in the log2 domain
-// (p = exp2(s * scale * log2 e - m * scale * log2 e): one FFMA and one MUFU.EX2 per score; the row max is kept on the
-// raw scores, so softmax_scale must be positive), O = O * exp2(m_old - m_new) + P V with P converted to the input
-// dtype in registers. Causal and windowed masks skip the key blocks no query of the CTA may see and mask
-// per element only on blocks that straddle a boundary (the diagonal, the window's far edge, the document's end).
-// Rows past the document's end read zeros (cp.async zero-fill) and are never stored.
-//
+// A CTA holds a block of queries in registers (Q fragments, fp32 output accumulators, softmax statistics) and walks
+// the key / value blocks they may see, double-buffered in swizzled shared memory by cp.async; an online softmax in the
+// log2 domain keeps the row max on the raw scores, so softmax_scale must be positive. Masks skip the blocks no query
+// may see and mask per element only on boundary blocks (the kernel says more).
 // Output (tokens, heads, head_size) in the input dtype; logsumexp (heads, tokens) fp32 = max * scale + log(sum).
 // Every tensor's channels are contiguous; token and head strides are free (views into a fused QKV buffer) but must be
 // multiples of 8 elements with 16-byte aligned data, for the 16-byte copies.
@@ -33,6 +25,17 @@ struct ForwardConfig {
   static_assert(kBlockM % (16 * kWarps) == 0 && kBlockN % 16 == 0 && kHeadSize % 64 == 0);
 };
 
+// Grid: (query blocks of max_seqlen, heads, documents); a block whose first query is past its document's end exits,
+// and blockIdx.x runs over the query blocks in reverse, so the longest causal blocks start first. A CTA holds a
+// (kBlockM, head_size) block of queries; each warp owns 16 * kMTiles of its rows, keeps their Q fragments in
+// registers and their output accumulators (fp32) and softmax statistics in registers. The CTA walks the key / value
+// blocks its queries may see, (kBlockN, head_size) tiles double-buffered in swizzled shared memory by cp.async: the
+// next block loads while the current one is computed. Per block, S = Q K^T, an online softmax in the log2 domain
+// (p = exp2(s * scale * log2 e - m * scale * log2 e): one FFMA and one MUFU.EX2 per score; the row max is kept on the
+// raw scores, so softmax_scale must be positive), O = O * exp2(m_old - m_new) + P V with P converted to the input
+// dtype in registers. Causal and windowed masks skip the key blocks no query of the CTA may see and mask
+// per element only on blocks that straddle a boundary (the diagonal, the window's far edge, the document's end).
+// Rows past the document's end read zeros (cp.async zero-fill) and are never stored.
 template <class T, int kHeadSize, int kBlockM, int kBlockN, int kWarps, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) attention_forward_kernel(const ForwardParams p) {
   using Config = ForwardConfig<T, kHeadSize, kBlockM, kBlockN, kWarps>;
@@ -258,11 +261,9 @@ void attention_forward_flash(const AttentionForwardArgs& args) { attention_forwa
 }  // namespace
 
 std::optional<std::string> forward_tiles_reason(const AttentionForwardArgs& args) {
-  if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
-                                  args.window_size))
+  if (auto reason = common_reason(args.query, args.logsumexp, args.cu_seqlens, args.max_seqlen, args.window_size))
     return reason;
   if (auto reason = tile_dtype_and_size_reason(args.query, args.softmax_scale)) return reason;
-  if (auto reason = same_device_and_dtype_reason(args.query, {{"output", &args.output}})) return reason;
   if (auto reason = tile_layout_reason("query", args.query)) return reason;
   if (auto reason = tile_layout_reason("key", args.key)) return reason;
   if (auto reason = tile_layout_reason("value", args.value)) return reason;
@@ -270,15 +271,11 @@ std::optional<std::string> forward_tiles_reason(const AttentionForwardArgs& args
 }
 
 void attention_forward_steps(const AttentionForwardArgs& args, ForwardLauncher launch) {
-  constexpr const char* op = "attention_forward";
-  check_shapes(op, args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
-               args.window_size);
-  check_shape(op, "output", args.output, args.query.shape(), args.query.device());
   const int64_t tokens = args.query.size(0), heads = args.query.size(1), head_size = args.query.size(2);
   const int64_t documents = args.cu_seqlens.size(0) - 1;
   if (tokens == 0 || documents == 0 || args.max_seqlen == 0) return;
 
-  LaunchScope scope(op, args.query.device(), args.stream);
+  LaunchScope scope("attention_forward", args.query.device(), args.stream);
   const ForwardParams params{
       .query = args.query.data(),
       .query_token_stride = args.query.stride(0),

@@ -1,5 +1,5 @@
-// What every CUDA attention forward tile variant shares (attention_forward.cu): the kernel parameters, the argument
-// checks and the host side of a launch (shapes, empty problems, the dtype). A variant supplies only its kernel
+// What every CUDA attention forward tile variant shares (attention_forward.cu): the kernel parameters, the limits of
+// the tile kernels and the host side of a launch (empty problems, the dtype). A variant supplies only its kernel
 // launch, through `attention_forward_steps`: "flash" (attention_forward.cu, mma.sync), "wgmma"
 // (attention_forward_wgmma.cu, Hopper).
 #pragma once
@@ -50,7 +50,7 @@ using ForwardLauncher = void (*)(const ForwardParams& params, DType dtype, int64
 // contiguous, token and head strides multiples of 8, 16-byte aligned data), or nothing.
 std::optional<std::string> forward_tiles_reason(const AttentionForwardArgs& args);
 
-// The whole forward: checks, parameters, `launch`.
+// The whole forward of arguments that meet the op's contract: parameters, `launch`.
 void attention_forward_steps(const AttentionForwardArgs& args, ForwardLauncher launch);
 
 }  // namespace fast_llm::kernels::cuda::attention

@@ -211,22 +211,11 @@ std::optional<std::string> reference_dtype_and_size_reason(const Tensor& query) 
   return std::nullopt;
 }
 
-std::optional<std::string> supports_reference_forward(const AttentionForwardArgs& args) {
-  if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
-                                  args.window_size))
+template <class Args>
+std::optional<std::string> supports_reference(const Args& args) {
+  if (auto reason = common_reason(args.query, args.logsumexp, args.cu_seqlens, args.max_seqlen, args.window_size))
     return reason;
-  if (auto reason = reference_dtype_and_size_reason(args.query)) return reason;
-  return same_device_and_dtype_reason(args.query, {{"output", &args.output}});
-}
-
-std::optional<std::string> supports_reference_backward(const AttentionBackwardArgs& args) {
-  if (auto reason = common_reason(args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
-                                  args.window_size))
-    return reason;
-  if (auto reason = reference_dtype_and_size_reason(args.query)) return reason;
-  return same_device_and_dtype_reason(args.query, {{"grad_output", &args.grad_output}, {"output", &args.output},
-                                                   {"grad_query", &args.grad_query}, {"grad_key", &args.grad_key},
-                                                   {"grad_value", &args.grad_value}});
+  return reference_dtype_and_size_reason(args.query);
 }
 
 ReferenceParams reference_params(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& output,
@@ -259,7 +248,7 @@ ReferenceParams reference_params(const Tensor& query, const Tensor& key, const T
 // Calls function(std::type_identity<T>, std::integral_constant<int, kPerLane>) for the dtype and head size.
 template <class Function>
 void visit_reference(DType dtype, int64_t head_size, Function&& function) {
-  visit_cuda_floating(dtype, [&]<class T>(std::type_identity<T> type) {
+  visit_floating(dtype, [&]<class T>(std::type_identity<T> type) {
     if (head_size <= 32)
       function(type, std::integral_constant<int, 1>{});
     else if (head_size <= 64)
@@ -274,13 +263,9 @@ void visit_reference(DType dtype, int64_t head_size, Function&& function) {
 unsigned warp_blocks(int64_t rows) { return unsigned(ceil_div(rows * 32, kReferenceThreads)); }
 
 void attention_forward_cuda_reference(const AttentionForwardArgs& args) {
-  constexpr const char* op = "attention_forward";
-  check_shapes(op, args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
-               args.window_size);
-  check_shape(op, "output", args.output, args.query.shape(), args.query.device());
   const int64_t rows = args.query.size(0) * args.query.size(1);
   if (rows == 0 || args.cu_seqlens.size(0) < 2) return;
-  LaunchScope scope(op, args.query.device(), args.stream);
+  LaunchScope scope("attention_forward", args.query.device(), args.stream);
   const ReferenceParams params = reference_params(args.query, args.key, args.value, args.output, args.logsumexp,
                                                   args.cu_seqlens, args.softmax_scale, args.causal, args.window_size);
   visit_reference(args.query.dtype(), args.query.size(2), [&]<class T, int kPerLane>(
@@ -291,19 +276,10 @@ void attention_forward_cuda_reference(const AttentionForwardArgs& args) {
 }
 
 void attention_backward_cuda_reference(const AttentionBackwardArgs& args) {
-  constexpr const char* op = "attention_backward";
   const Device device = args.query.device();
-  check_shapes(op, args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
-               args.window_size);
-  check_shape(op, "grad_output", args.grad_output, args.query.shape(), device);
-  check_shape(op, "output", args.output, args.query.shape(), device);
-  check_shape(op, "grad_query", args.grad_query, args.query.shape(), device);
-  check_shape(op, "grad_key", args.grad_key, args.key.shape(), device);
-  check_shape(op, "grad_value", args.grad_value, args.key.shape(), device);
-  check_attention_rotary(args);
   const int64_t tokens = args.query.size(0), heads = args.query.size(1), groups = args.key.size(1);
   if (tokens == 0 || args.cu_seqlens.size(0) < 2) return;
-  LaunchScope scope(op, device, args.stream);
+  LaunchScope scope("attention_backward", device, args.stream);
   Tensor delta = Tensor::empty(Shape{heads, tokens}, DType::float32, device, scope.tensor_stream());
   ReferenceParams params = reference_params(args.query, args.key, args.value, args.output, args.logsumexp,
                                             args.cu_seqlens, args.softmax_scale, args.causal, args.window_size);
@@ -327,11 +303,11 @@ void attention_backward_cuda_reference(const AttentionBackwardArgs& args) {
 }  // namespace
 
 FLM_REGISTER_KERNEL(AttentionForward, DeviceType::cuda, "reference", /*priority=*/0, KernelKind::baseline,
-                    &supports_reference_forward, &attention_forward_cuda_reference,
+                    &supports_reference<AttentionForwardArgs>, &attention_forward_cuda_reference,
                     "one warp per (token, head) row walks its keys: online softmax in fp32; any strides, fp32 / "
                     "bf16 / fp16, head_size up to 256");
 FLM_REGISTER_KERNEL(AttentionBackward, DeviceType::cuda, "reference", /*priority=*/0, KernelKind::baseline,
-                    &supports_reference_backward, &attention_backward_cuda_reference,
+                    &supports_reference<AttentionBackwardArgs>, &attention_backward_cuda_reference,
                     "one warp per (token, head) for dQ and per (key, group) for dK / dV, probabilities recomputed from "
                     "logsumexp in fp32; no atomics");
 

@@ -1,30 +1,14 @@
 // Tile primitives of the flash attention kernels (attention_forward.cu, attention_backward.cu): tensor-core
 // mma.sync m16n8k16 with fp32 accumulation, ldmatrix fragment loads, cp.async copies into swizzled shared memory, and
-// the host-side argument checks shared by the CUDA attention variants.
-//
-// Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16"), for lane = 4 * group + quad_lane:
-//   A (16 x 16, row-major), 4 registers of 2 elements: a0 (row group, cols 2q, 2q+1), a1 (row group + 8, same cols),
-//     a2 (row group, cols 2q + 8, 2q + 9), a3 (row group + 8, cols 2q + 8, 2q + 9);
-//   B (16 x 8, "col": k contiguous per column n), 2 registers: b0 (k 2q, 2q+1; n group), b1 (k 2q + 8, 2q + 9; n group);
-//   C (16 x 8, fp32), 4 registers: c0, c1 (row group, cols 2q, 2q+1), c2, c3 (row group + 8, same cols).
-// ldmatrix.x4 reads four 8 x 8 matrices of 16-bit elements, lanes 8i..8i+7 naming the eight 16-byte rows of matrix i;
-// register i receives (row lane / 4, cols 2 (lane % 4), +1) of matrix i, or with .trans (rows 2 (lane % 4), +1; col
-// lane / 4). So a tile stored with the contraction dimension contiguous (Q, K rows for Q K^T) gives A and B fragments
-// directly, and one stored with the contraction dimension across rows (V for P V) gives B fragments with .trans.
-// A C fragment converts to an A fragment of the next product in registers: the accumulators of n-tiles 2j and 2j + 1
-// are exactly a0..a3 of k-step j.
-//
-// Shared-memory tiles are (rows, head_size) 16-bit elements in 16-byte chunks; chunk c of row r is stored at chunk
-// c ^ (r % 8). The eight rows an ldmatrix matrix reads then hit eight different 16-byte bank groups, as do the eight
-// chunks a quarter-warp writes with cp.async: no bank conflicts on either side.
+// what the CUDA attention variants ask of their arguments beyond the op's contract. The fragment layouts and the
+// swizzle are described where they are used.
 #pragma once
 
-#include "fast_llm/kernels/cuda/op_helpers.cuh"
+#include "fast_llm/kernels/cuda/common.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <initializer_list>
 #include <vector>
 
 #include "fast_llm/kernels/attention.h"
@@ -36,7 +20,10 @@ constexpr float kLog2e = 1.4426950408889634f;
 // ---------------------------------------------------------------------------------------------------------------------
 // Device: shared-memory addressing.
 
-// Element offset of (row, chunk) in a swizzled tile of `kChunks` 16-byte chunks per row.
+// Shared-memory tiles are (rows, head_size) 16-bit elements in 16-byte chunks; chunk c of row r is stored at chunk
+// c ^ (r % 8). The eight rows an ldmatrix matrix reads then hit eight different 16-byte bank groups, as do the eight
+// chunks a quarter-warp writes with cp.async: no bank conflicts on either side. swizzled: the element offset of
+// (row, chunk) in such a tile of `kChunks` 16-byte chunks per row.
 template <int kChunks>
 __device__ __forceinline__ int swizzled(int row, int chunk) {
   static_assert(kChunks % 8 == 0, "rows of at least 64 16-bit elements");
@@ -70,6 +57,19 @@ __device__ __forceinline__ void copy_async_wait() {
 
 // ---------------------------------------------------------------------------------------------------------------------
 // Device: fragments and the tensor-core product.
+//
+// Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16"), for lane = 4 * group + quad_lane:
+//   A (16 x 16, row-major), 4 registers of 2 elements: a0 (row group, cols 2q, 2q+1), a1 (row group + 8, same cols),
+//     a2 (row group, cols 2q + 8, 2q + 9), a3 (row group + 8, cols 2q + 8, 2q + 9);
+//   B (16 x 8, "col": k contiguous per column n), 2 registers: b0 (k 2q, 2q+1; n group), b1 (k 2q + 8, 2q + 9;
+//     n group);
+//   C (16 x 8, fp32), 4 registers: c0, c1 (row group, cols 2q, 2q+1), c2, c3 (row group + 8, same cols).
+// ldmatrix.x4 reads four 8 x 8 matrices of 16-bit elements, lanes 8i..8i+7 naming the eight 16-byte rows of matrix i;
+// register i receives (row lane / 4, cols 2 (lane % 4), +1) of matrix i, or with .trans (rows 2 (lane % 4), +1; col
+// lane / 4). So a tile stored with the contraction dimension contiguous (Q, K rows for Q K^T) gives A and B fragments
+// directly, and one stored with the contraction dimension across rows (V for P V) gives B fragments with .trans.
+// A C fragment converts to an A fragment of the next product in registers: the accumulators of n-tiles 2j and 2j + 1
+// are exactly a0..a3 of k-step j.
 
 __device__ __forceinline__ void load_matrix_x4(uint32_t (&fragment)[4], uint32_t address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -184,25 +184,12 @@ __device__ __forceinline__ void load_tile(T* tile, const T* source, int64_t toke
   }
 }
 
-// Host: argument checks shared by the CUDA variants.
+// Host: what the CUDA variants ask beyond the op's contract (kernels/attention.h, checked by the entry functions).
 
-// Why the CUDA kernels cannot run the problem at all (device placement, dtypes, index ranges), or nothing.
-inline std::optional<std::string> common_reason(const Tensor& query, const Tensor& key, const Tensor& value,
-                                                const Tensor& logsumexp, const Tensor& cu_seqlens, int64_t max_seqlen,
-                                                const std::optional<int64_t>& window_size) {
-  if (auto reason = on_cuda_reason("query", query)) return reason;
-  for (const auto& [name, tensor] : {std::pair<const char*, const Tensor*>{"key", &key}, {"value", &value},
-                                     {"logsumexp", &logsumexp}, {"cu_seqlens", &cu_seqlens}})
-    if (!tensor->defined() || tensor->device() != query.device())
-      return fmt::format("{} is on {}, query on {}; they must share a CUDA device", name, tensor->device().str(),
-                         query.device().str());
-  if (auto reason = same_dtype_reason("key", key, "query", query)) return reason;
-  if (auto reason = same_dtype_reason("value", value, "query", query)) return reason;
+// Why the CUDA kernels cannot run the problem at all (logsumexp's dtype, index ranges), or nothing.
+inline std::optional<std::string> common_reason(const Tensor& query, const Tensor& logsumexp, const Tensor& cu_seqlens,
+                                                int64_t max_seqlen, const std::optional<int64_t>& window_size) {
   if (auto reason = float32_reason("logsumexp", logsumexp)) return reason;
-  if (cu_seqlens.dtype() != DType::int32)
-    return fmt::format("cu_seqlens has dtype {}; supported: int32", dtype_name(cu_seqlens.dtype()));
-  if (query.rank() != 3 || key.rank() != 3 || logsumexp.rank() != 2 || cu_seqlens.rank() != 1)
-    return std::string("expected rank-3 query / key / value, rank-2 logsumexp and rank-1 cu_seqlens");
   if (query.size(0) >= (int64_t(1) << 31) || max_seqlen >= (int64_t(1) << 30))
     return fmt::format("{} tokens, max_seqlen {}; supported: below 2^31 and 2^30", query.size(0), max_seqlen);
   if (cu_seqlens.size(0) - 1 > 65535 || query.size(1) > 65535)
@@ -220,18 +207,6 @@ inline std::optional<std::string> tile_layout_reason(std::string_view name, cons
   if (!is_aligned(tensor.data(), 16) || tensor.stride(0) % 8 != 0 || tensor.stride(1) % 8 != 0)
     return fmt::format("{} (strides {}) is not 16-byte aligned with token and head strides multiples of 8", name,
                        tensor.strides().str());
-  return std::nullopt;
-}
-
-// Why one of `tensors` (name, tensor) cannot go with `query`: another device, another dtype, not rank 3. Or nothing.
-inline std::optional<std::string> same_device_and_dtype_reason(
-    const Tensor& query, std::initializer_list<std::pair<const char*, const Tensor*>> tensors) {
-  for (const auto& [name, tensor] : tensors) {
-    if (!tensor->defined() || tensor->device() != query.device())
-      return fmt::format("{} is on {}, query on {}", name, tensor->device().str(), query.device().str());
-    if (auto reason = same_dtype_reason(name, *tensor, "query", query)) return reason;
-    if (tensor->rank() != 3) return fmt::format("{} has rank {}, expected 3", name, tensor->rank());
-  }
   return std::nullopt;
 }
 
@@ -267,31 +242,6 @@ inline std::optional<std::string> hopper_reason(Device device) {
     return fmt::format("{} has compute capability {}.{}; wgmma needs 9.0 (sm_90a)", device.str(), capability / 10,
                        capability % 10);
   return std::nullopt;
-}
-
-// Checks every shape (the CUDA kernels cannot check cu_seqlens against the tokens without reading it on the host; the
-// CPU reference does).
-inline void check_shapes(std::string_view op, const Tensor& query, const Tensor& key, const Tensor& value,
-                         const Tensor& logsumexp, const Tensor& cu_seqlens, int64_t max_seqlen,
-                         const std::optional<int64_t>& window_size) {
-  const Device device = query.device();
-  check_rank(op, "query", query, 3, "(tokens, heads, head_size)", device);
-  check_rank(op, "key", key, 3, "(tokens, head_groups, head_size)", device);
-  const int64_t tokens = query.size(0), heads = query.size(1), head_size = query.size(2);
-  FLM_CHECK(key.size(0) == tokens && key.size(2) == head_size, op,
-            "key has shape {}, expected ({}, head_groups, {}) for query of shape {}", key.shape().str(), tokens,
-            head_size, query.shape().str());
-  const int64_t groups = key.size(1);
-  FLM_CHECK(groups > 0 && heads % groups == 0, op,
-            "query has {} heads, key has {} head groups: heads must be a positive multiple of head_groups", heads,
-            groups);
-  check_shape(op, "value", value, key.shape(), device);
-  check_shape(op, "logsumexp", logsumexp, Shape{heads, tokens}, device);
-  check_rank(op, "cu_seqlens", cu_seqlens, 1, "(documents + 1)", device);
-  FLM_CHECK(cu_seqlens.size(0) >= 1, op, "cu_seqlens is empty, expected (documents + 1) offsets starting at 0");
-  FLM_CHECK(max_seqlen >= 0, op, "max_seqlen is {}, expected the length of the longest document", max_seqlen);
-  FLM_CHECK(!window_size || *window_size > 0, op, "window_size is {}, expected a positive number of tokens",
-            window_size.value_or(0));
 }
 
 }  // namespace fast_llm::kernels::cuda::attention

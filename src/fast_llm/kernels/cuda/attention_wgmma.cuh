@@ -11,7 +11,7 @@ namespace fast_llm::kernels::cuda::attention {
 // Both run two warpgroups that compute (the consumers). The backward adds a producer warpgroup, which copies the
 // operands into shared memory and adds the dQ blocks to their sums; setmaxnreg moves registers from it to the
 // consumers: 2 x 128 x 232 + 128 x 40 = 64512 of the 65536. (The same producer in the forward, which has no atomics,
-// was measured 3% faster at head_size 64 and 6% slower at 128, and not kept.)
+// was measured and not kept: docs/benchmarks.md.)
 constexpr int kWgmmaThreads = 256;  // the consumers
 constexpr int kWgmmaProducerThreads = 128;
 constexpr int kWgmmaConsumerRegisters = 232, kWgmmaProducerRegisters = 40;

@@ -3,13 +3,50 @@
 // CPU reference bit for bit: round to nearest even (float64 -> 16-bit in one rounding, by the conversion intrinsics),
 // float -> integer truncated and saturated, NaN -> 0.
 #include "fast_llm/kernels/cuda/common.cuh"
-#include "fast_llm/kernels/cuda/copy.cuh"
 
 #include <limits>
 
-#include "fast_llm/tensor/cuda/device_guard.h"
+#include "fast_llm/kernels/copy.h"
 
 namespace fast_llm::kernels::cuda {
+
+// The grid-stride loops' launch: 256 threads a block, at most 32 blocks per multiprocessor.
+constexpr int kThreads = 256;
+constexpr int kBlocksPerMultiprocessor = 32;
+
+// Calls `function(std::type_identity<T>{})` with the element type of any dtype.
+template <class Function>
+static void visit_any(DType dtype, Function&& function) {
+  visit_dtype<float, double, bfloat16, float16, int32_t, int64_t, uint8_t, uint16_t, uint32_t>(
+      dtype, std::forward<Function>(function));
+}
+
+// Up to kMaxTensorRank sizes and strides, passed by value to the kernels that walk strided tensors.
+struct StridedLayout {
+  int rank = 0;
+  int64_t sizes[kMaxTensorRank] = {};
+  int64_t strides[kMaxTensorRank] = {};
+
+  // Offset (in elements) of the element with row-major linear index `linear`.
+  __device__ __forceinline__ int64_t offset(int64_t linear) const {
+    int64_t result = 0;
+    for (int dim = rank - 1; dim >= 0; --dim) {
+      result += (linear % sizes[dim]) * strides[dim];
+      linear /= sizes[dim];
+    }
+    return result;
+  }
+};
+
+static StridedLayout layout_of(const Tensor& tensor) {
+  StridedLayout layout;
+  layout.rank = tensor.rank();
+  for (int dim = 0; dim < tensor.rank(); ++dim) {
+    layout.sizes[dim] = tensor.size(dim);
+    layout.strides[dim] = tensor.stride(dim);
+  }
+  return layout;
+}
 
 template <class I>
 static __device__ __forceinline__ I saturate_to_integer(double value) {
@@ -109,92 +146,70 @@ static constexpr int vector_width() {
 }
 
 template <class To, class From>
-static void launch_cast(const Tensor& source, const Tensor& destination, cudaStream_t stream) {
-  const Device device = destination.device();
+static void launch_cast(const Tensor& source, const Tensor& destination, const LaunchScope& scope) {
   const int64_t count = source.numel();
   auto* destination_data = static_cast<To*>(destination.data());
   const auto* source_data = static_cast<const From*>(source.data());
+  auto grid = [&](int64_t items) { return grid_for(items, kThreads, scope, kBlocksPerMultiprocessor); };
   if (source.is_contiguous() && destination.is_contiguous()) {
     constexpr int N = vector_width<To, From>();
     if (is_aligned(destination_data, sizeof(To) * N) && is_aligned(source_data, sizeof(From) * N))
       cast_contiguous_kernel<To, From, N>
-          <<<grid_size(device, count / N + 1), kBlockSize, 0, stream>>>(destination_data, source_data, count);
+          <<<grid(count / N + 1), kThreads, 0, scope.stream()>>>(destination_data, source_data, count);
     else
       cast_contiguous_kernel<To, From, 1>
-          <<<grid_size(device, count), kBlockSize, 0, stream>>>(destination_data, source_data, count);
+          <<<grid(count), kThreads, 0, scope.stream()>>>(destination_data, source_data, count);
   } else {
-    cast_strided_kernel<To, From><<<grid_size(device, count), kBlockSize, 0, stream>>>(
+    cast_strided_kernel<To, From><<<grid(count), kThreads, 0, scope.stream()>>>(
         destination_data, layout_of(destination), source_data, layout_of(source), count);
   }
-  FLM_CUDA_CHECK(cudaGetLastError());
+  scope.check_launch();
 }
 
-static void check_on_cuda(std::string_view op, std::string_view name, const Tensor& tensor) {
-  FLM_CHECK(tensor.device().is_cuda(), op, "{} is on {}, expected a CUDA device", name, tensor.device().str());
-}
-
-void fill_cuda(const FillArgs& args) {
-  FLM_CHECK(args.tensor.defined(), "fill", "tensor is undefined");
-  check_on_cuda("fill", "tensor", args.tensor);
-  NvtxRange range("fill");
+static void fill_cuda(const FillArgs& args) {
   const int64_t count = args.tensor.numel();
   if (count == 0) return;
-  const Device device = args.tensor.device();
-  ::fast_llm::detail::CudaDeviceGuard guard(device.index);
-  const cudaStream_t stream = resolve_stream(device, args.stream);
+  LaunchScope scope("fill", args.tensor.device(), args.stream);
+  auto grid = [&](int64_t items) { return grid_for(items, kThreads, scope, kBlocksPerMultiprocessor); };
   visit_any(args.tensor.dtype(), [&]<class T>(std::type_identity<T>) {
     T* data = static_cast<T*>(args.tensor.data());
     constexpr int N = int(16 / sizeof(T));
     if (!args.tensor.is_contiguous())
       fill_strided_kernel<T>
-          <<<grid_size(device, count), kBlockSize, 0, stream>>>(data, layout_of(args.tensor), count, args.value);
+          <<<grid(count), kThreads, 0, scope.stream()>>>(data, layout_of(args.tensor), count, args.value);
     else if (is_aligned(data, sizeof(T) * N))
-      fill_contiguous_kernel<T, N><<<grid_size(device, count / N + 1), kBlockSize, 0, stream>>>(data, count, args.value);
+      fill_contiguous_kernel<T, N><<<grid(count / N + 1), kThreads, 0, scope.stream()>>>(data, count, args.value);
     else
-      fill_contiguous_kernel<T, 1><<<grid_size(device, count), kBlockSize, 0, stream>>>(data, count, args.value);
-    FLM_CUDA_CHECK(cudaGetLastError());
+      fill_contiguous_kernel<T, 1><<<grid(count), kThreads, 0, scope.stream()>>>(data, count, args.value);
+    scope.check_launch();
   });
 }
 
-void copy_cuda(const CopyArgs& args) {
-  check_copy(args);
-  check_on_cuda("copy", "source", args.source);
-  check_on_cuda("copy", "destination", args.destination);
-  FLM_CHECK(args.source.device() == args.destination.device(), "copy", "source is on {}, destination on {}",
-            args.source.device().str(), args.destination.device().str());
-  NvtxRange range("copy");
+static void copy_cuda(const CopyArgs& args) {
   if (args.source.numel() == 0) return;
-  const Device device = args.destination.device();
-  ::fast_llm::detail::CudaDeviceGuard guard(device.index);
-  const cudaStream_t stream = resolve_stream(device, args.stream);
+  LaunchScope scope("copy", args.destination.device(), args.stream);
   // Contiguous to contiguous is one byte copy (the copy engine or cudaMemcpyAsync's own kernel).
   if (args.source.is_contiguous() && args.destination.is_contiguous()) {
     FLM_CUDA_CHECK(cudaMemcpyAsync(args.destination.data(), args.source.data(), args.source.nbytes(),
-                                   cudaMemcpyDeviceToDevice, stream));
+                                   cudaMemcpyDeviceToDevice, scope.stream()));
     return;
   }
   // Elements move as unsigned words of their size: the same kernel for every dtype of that size, bits untouched.
   switch (args.source.element_size()) {
-    case 1: launch_cast<uint8_t, uint8_t>(args.source, args.destination, stream); return;
-    case 2: launch_cast<uint16_t, uint16_t>(args.source, args.destination, stream); return;
-    case 4: launch_cast<uint32_t, uint32_t>(args.source, args.destination, stream); return;
-    case 8: launch_cast<uint64_t, uint64_t>(args.source, args.destination, stream); return;
+    case 1: launch_cast<uint8_t, uint8_t>(args.source, args.destination, scope); return;
+    case 2: launch_cast<uint16_t, uint16_t>(args.source, args.destination, scope); return;
+    case 4: launch_cast<uint32_t, uint32_t>(args.source, args.destination, scope); return;
+    case 8: launch_cast<uint64_t, uint64_t>(args.source, args.destination, scope); return;
   }
   throw InternalError("kernels", fmt::format("copy: element size {} is not handled", args.source.element_size()));
 }
 
-void cast_cuda(const CastArgs& args) {
-  check_cast(args);
-  check_on_cuda("cast", "destination", args.destination);
-  NvtxRange range("cast");
+static void cast_cuda(const CastArgs& args) {
   if (args.source.numel() == 0) return;
-  const Device device = args.destination.device();
-  ::fast_llm::detail::CudaDeviceGuard guard(device.index);
-  const cudaStream_t stream = resolve_stream(device, args.stream);
+  LaunchScope scope("cast", args.destination.device(), args.stream);
   visit_any(args.source.dtype(), [&]<class From>(std::type_identity<From>) {
-    visit_any(args.destination.dtype(), [&]<class To>(std::type_identity<To>) {
-      launch_cast<To, From>(args.source, args.destination, stream);
-    });
+    visit_any(args.destination.dtype(),
+              [&]<class To>(std::type_identity<To>) { launch_cast<To, From>(args.source, args.destination, scope); });
   });
 }
 

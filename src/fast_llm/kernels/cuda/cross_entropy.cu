@@ -1,56 +1,32 @@
-// Fused CUDA cross_entropy_forward_backward (kernels/cross_entropy.h), variant "fused", and what the CUDA variants
-// share (cross_entropy.cuh: argument checks, per-row loss buffers and their sum).
+// Fused CUDA cross_entropy_forward_backward (kernels/cross_entropy.h), variant "fused": logits of float32, bfloat16 or
+// float16 with the last dimension contiguous and free row strides; the gradient may be the logits tensor itself.
 //
 // Every logit is read once from device memory into shared memory by a bulk copy (cp.async.bulk, the Tensor Memory
-// Accelerator), reduced there and its gradient written once, while the copy of the block's next row is in flight.
-//
-// Layout. A row is read as the 16-byte chunks of its window: from the aligned chunk holding its first logit to the one
-// holding its last, so that any row stride works; the window's first `lead` elements and those past lead + vocab
-// belong to the neighbouring rows or lie just outside the tensor, and are masked out, never written. Reading them
-// cannot fault, whoever allocated the tensor: an aligned 16-byte chunk that holds one byte of the tensor lies in the
-// same memory page as that byte (device pages are 64 KiB or more, and 16-byte aligned chunks never straddle them). The chunks are split into `blocks_per_row` slices, one per block of
-// a thread block cluster. Each block has two stages of shared memory of one slice each and walks rows cluster,
-// cluster + clusters, ...: at the top of a row it issues the bulk copy of its next row into the other stage, then
-// waits for this row's. Per row every thread keeps an online (max, sum of 2^(y - max)), y = z log2(e), over its chunks
-// (chunk thread, thread + blockDim.x, ...: a warp reads 512 contiguous bytes), with one rescale per kGroupChunks
-// chunks; the pairs are combined by butterflies across the warp and the block, then across the cluster in rank order
-// through distributed shared memory, so every block holds the same bits; lse = (max + log2(sum)) ln 2; the thread
-// whose chunk holds the label writes the row's losses; every thread writes the gradient of its chunks, read again from
-// shared memory (16-byte stores when the gradient's rows are aligned as the logits', element stores otherwise).
-// Rows whose label is masked are neither copied nor read: their gradient is zeros.
-//
-// Why this runs at the memory's rate (H200: 132 SMs, ~4.3 TB/s on a copy, ~1 us of latency under load, 227 KiB of
-// shared memory per block). Little's law: an SM must keep ~4.3 TB/s / 132 x 1 us = 33 KB of reads in flight, at all
-// times. Registers cannot hold that and a row as well: the previous kernel, rows in registers over a cluster, had
-// 32 KiB per block in flight during its load only, then nothing while it reduced and met its cluster (H200 training
-// profiles: 3.8 -> 1.7 ms per SmolLM2-135M step, 6.0 -> 3.6 ms per Llama-3.2-1B step with this one). Here a stage
-// may take half of a block's shared memory (113 KiB), and the fewest blocks per row that fit are used: Llama-3's
-// 128256 bf16 logits (250.5 KiB a row) take 3 blocks of 83.5 KiB, SmolLM2's 49152 (96 KiB) one block, no cluster;
-// either fills an SM's shared memory with one block. While a block reduces and writes row k, row k + 1's copy (83.5 or 96 KiB, 2.5-3x the
-// 33 KB) is in flight, and it was issued before the block started waiting for row k: an SM always has one to two
-// stages of reads in flight, and its gradient stores, which need no waiting, on top. The arithmetic must hide under
-// the copies: it is bound by the special-function unit, two exp2 per logit (the sum and the probability) at 16 per
-// SM per clock, 3.9 T/s on the GPU: 1.1 ms for the 2.1 G logits of the Llama shape against 2.5 ms for its 8.4 GB at
-// 3.3 TB/s, i.e. per row ~3 us of exp2 and ~1 us of reductions and cluster barrier in ~6.5 us of memory time. 512
-// threads per block keep the unit busy: a thread has kGroupChunks loads and 32 exp2 in flight per group.
-//
-// Rows longer than kMaxClusterBlocks stages (bf16 vocab above ~464000, fp32 above ~232000) are read twice straight
-// from device memory ("direct"), with the same chunks and arithmetic.
-//
-// Numerics: fp32; exp2 on the special-function unit (ex2.approx.ftz: ~2 ulp, probabilities below 2^-126 flushed to
-// zero, negligible next to the row's largest, which is 1 or close); the reductions' order depends only on the shape
-// and the device, so results are bitwise reproducible. The gradient may overwrite the logits: a row's copy has landed
-// before any of its gradient is written, and in the direct path an element is read only by the thread that later
-// writes it, before the cluster barrier after which the other blocks write theirs.
-#include "fast_llm/kernels/cuda/cross_entropy.cuh"
+// Accelerator), reduced there and its gradient written once, while the copy of the block's next row is in flight. A
+// row is split into slices, one per block of a thread block cluster (the fewest blocks whose stages of shared memory
+// hold it). Each thread keeps an online (max, sum of 2^(y - max)), combined across the warp, the block and the cluster
+// in a fixed order, so every block holds the same bits; per-row losses are then summed by one block in a fixed order
+// (fp64): results are bitwise reproducible. Rows too long for kMaxClusterBlocks stages are read twice from device
+// memory ("direct"). Rows with a negative label are masked (loss 0, zero gradient), neither copied nor read; a label
+// not below vocab (an error the CPU reference reports; checking it here would need the labels on the host) is treated
+// as masked rather than read out of bounds. Math in fp32, exp2 on the special-function unit. The layout and the
+// numerics are described at the kernel; why it runs at the memory's rate, in docs/benchmarks.md.
+#include "fast_llm/kernels/cuda/common.cuh"
 
 #include <cooperative_groups.h>
 
-namespace fast_llm::kernels::cuda::cross_entropy {
+#include <optional>
+#include <string>
+
+#include "fast_llm/kernels/cross_entropy.h"
+
+namespace fast_llm::kernels::cuda {
 namespace {
 
 namespace cg = cooperative_groups;
 
+// 512 threads per block keep the special-function unit busy (two exp2 per logit): a thread has kGroupChunks loads and
+// 32 exp2 in flight per group.
 constexpr int kMaxThreads = 512;
 constexpr int kMaxClusterBlocks = 8;  // the portable cluster size
 constexpr int kStages = 2;            // this row's slice and the next row's
@@ -59,6 +35,12 @@ constexpr int kGroupChunks = 4;       // chunks a thread loads before it uses th
 constexpr int kSumThreads = 1024;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+
+// What the row kernel writes for each row: lse - z[label] (0 for a masked row), and lse^2 (0 for a masked row).
+struct RowLosses {
+  float* label;  // (rows)
+  float* z;      // (rows), or nullptr without z-loss
+};
 
 struct FusedParams {
   const void* logits;  // (rows, vocab) T
@@ -379,6 +361,31 @@ __device__ __forceinline__ void slice_zeros(T* grad_row, const RowSlice& slice, 
 
 // ---------------------------------------------------------------------------------------------------------------------
 // The kernel. kResident: slices staged in shared memory by bulk copies; otherwise read twice from device memory.
+//
+// Layout. A row is read as the 16-byte chunks of its window: from the aligned chunk holding its first logit to the one
+// holding its last, so that any row stride works; the window's first `lead` elements and those past lead + vocab belong
+// to the neighbouring rows or lie just outside the tensor, and are masked out, never written. Reading them cannot
+// fault, whoever allocated the tensor: an aligned 16-byte chunk that holds one byte of the tensor lies in the same
+// memory page as that byte (device pages are 64 KiB or more, and 16-byte aligned chunks never straddle them). The
+// chunks are split into `blocks_per_row` slices, one per block of a thread block cluster. Each block has two stages of
+// shared memory of one slice each and walks rows cluster, cluster + clusters, ...: at the top of a row it issues the
+// bulk copy of its next row into the other stage, then waits for this row's. Per row every thread keeps an online (max,
+// sum of 2^(y - max)), y = z log2(e), over its chunks (chunk thread, thread + blockDim.x, ...: a warp reads 512
+// contiguous bytes), with one rescale per kGroupChunks chunks; the pairs are combined by butterflies across the warp
+// and the block, then across the cluster in rank order through distributed shared memory, so every block holds the same
+// bits; lse = (max + log2(sum)) ln 2; the thread whose chunk holds the label writes the row's losses; every thread
+// writes the gradient of its chunks, read again from shared memory (16-byte stores when the gradient's rows are aligned
+// as the logits', element stores otherwise). Rows whose label is masked are neither copied nor read: their gradient is
+// zeros.
+//
+// Rows longer than kMaxClusterBlocks stages (bf16 vocab above ~464000, fp32 above ~232000) are read twice straight
+// from device memory ("direct"), with the same chunks and arithmetic.
+//
+// Numerics: fp32; exp2 on the special-function unit (ex2.approx.ftz: ~2 ulp, probabilities below 2^-126 flushed to
+// zero, negligible next to the row's largest, which is 1 or close); the reductions' order depends only on the shape
+// and the device, so results are bitwise reproducible. The gradient may overwrite the logits: a row's copy has landed
+// before any of its gradient is written, and in the direct path an element is read only by the thread that later
+// writes it, before the cluster barrier after which the other blocks write theirs.
 
 template <class T, bool kResident, bool kSoftcap>
 __global__ void __launch_bounds__(kMaxThreads, 1) cross_entropy_kernel(const FusedParams p) {
@@ -477,11 +484,12 @@ auto fused_kernel(bool softcap) {
   return softcap ? &cross_entropy_kernel<T, kResident, true> : &cross_entropy_kernel<T, kResident, false>;
 }
 
-void launch_fused(const CrossEntropyArgs& args, const RowLosses& losses, const LaunchScope& scope) {
+// Queues the row kernel on `scope`'s stream, for at least one row.
+void launch_rows(const CrossEntropyArgs& args, const RowLosses& losses, const LaunchScope& scope) {
   constexpr const char* op = "cross_entropy_forward_backward";
   const int64_t rows = args.logits.size(0), vocab = args.logits.size(1);
   const bool softcap = args.softcap.has_value();
-  visit_cuda_floating(args.logits.dtype(), [&]<class T>(std::type_identity<T>) {
+  visit_floating(args.logits.dtype(), [&]<class T>(std::type_identity<T>) {
     constexpr int kVec = kVectorElements<T>;
     // Chunks of a row's window, whatever the offset of its first logit from a 16-byte boundary.
     const int64_t row_chunks = ceil_div(vocab + kVec - 1, kVec);
@@ -561,11 +569,6 @@ void launch_fused(const CrossEntropyArgs& args, const RowLosses& losses, const L
   });
 }
 
-void cross_entropy_fused(const CrossEntropyArgs& args) { cross_entropy_steps(args, &launch_fused); }
-
-// ---------------------------------------------------------------------------------------------------------------------
-// What the variants share.
-
 // label_loss_sum += sum of row_losses, z_loss_sum += sum of row_z_losses: one block, fixed order, fp64.
 template <class R>
 __global__ void __launch_bounds__(kSumThreads)
@@ -584,57 +587,26 @@ __global__ void __launch_bounds__(kSumThreads)
   if (threadIdx.x == 0) *z_loss_sum += R(z_sum);
 }
 
-std::optional<std::string> loss_sum_reason(std::string_view name, const Tensor& tensor) {
-  if (auto reason = on_cuda_reason(name, tensor)) return reason;
-  if (tensor.dtype() != DType::float32 && tensor.dtype() != DType::float64)
-    return fmt::format("{} has dtype {}; supported: float32, float64", name, dtype_name(tensor.dtype()));
-  return std::nullopt;
-}
-
-}  // namespace
-
-std::optional<std::string> arguments_reason(const CrossEntropyArgs& args) {
-  if (auto reason = on_cuda_reason("logits", args.logits)) return reason;
+// The op's contract holds; what the kernel adds: logits of float32, bfloat16 or float16 whose last dimension is
+// contiguous (the gradient's too), loss sums of one dtype, a vocabulary below 2^31.
+std::optional<std::string> supports_fused(const CrossEntropyArgs& args) {
   if (auto reason = cuda_floating_reason("logits", args.logits)) return reason;
   if (auto reason = inner_contiguous_reason("logits", args.logits)) return reason;
-  if (args.labels.dtype() != DType::int64)
-    return fmt::format("labels has dtype {}; supported: int64", dtype_name(args.labels.dtype()));
-  if (auto reason = loss_sum_reason("label_loss_sum", args.label_loss_sum)) return reason;
-  if (args.z_loss_sum != nullptr) {
-    if (auto reason = loss_sum_reason("z_loss_sum", *args.z_loss_sum)) return reason;
-    if (args.z_loss_sum->dtype() != args.label_loss_sum.dtype())
-      return fmt::format("z_loss_sum has dtype {}, label_loss_sum {}; they must match",
-                         dtype_name(args.z_loss_sum->dtype()), dtype_name(args.label_loss_sum.dtype()));
-  }
-  if (args.grad_logits != nullptr) {
-    if (auto reason = same_dtype_reason("grad_logits", *args.grad_logits, "logits", args.logits)) return reason;
+  if (args.z_loss_sum != nullptr && args.z_loss_sum->dtype() != args.label_loss_sum.dtype())
+    return fmt::format("z_loss_sum has dtype {}, label_loss_sum {}; they must match",
+                       dtype_name(args.z_loss_sum->dtype()), dtype_name(args.label_loss_sum.dtype()));
+  if (args.grad_logits != nullptr)
     if (auto reason = inner_contiguous_reason("grad_logits", *args.grad_logits)) return reason;
-  }
-  if (args.logits.rank() == 2 && args.logits.size(1) >= (int64_t(1) << 31))
+  if (args.logits.size(1) >= (int64_t(1) << 31))
     return fmt::format("vocab {}; supported: below 2^31", args.logits.size(1));
   return std::nullopt;
 }
 
-void cross_entropy_steps(const CrossEntropyArgs& args, RowLauncher launch) {
+// The row kernel fills per-row loss buffers, which one block then adds to the loss sums in a fixed order.
+void cross_entropy_fused(const CrossEntropyArgs& args) {
   constexpr const char* op = "cross_entropy_forward_backward";
   const Device device = args.logits.device();
-  check_rank(op, "logits", args.logits, 2, "(tokens, vocab)", device);
-  const int64_t rows = args.logits.size(0), vocab = args.logits.size(1);
-  FLM_CHECK(vocab > 0, op, "logits has shape {}: vocab must be positive", args.logits.shape().str());
-  check_shape(op, "labels", args.labels, Shape{rows}, device);
-  check_on_device(op, "label_loss_sum", args.label_loss_sum, device);
-  FLM_CHECK(args.label_loss_sum.numel() == 1, op, "label_loss_sum has shape {}, expected one element",
-            args.label_loss_sum.shape().str());
-  if (args.z_loss_sum != nullptr) {
-    check_on_device(op, "z_loss_sum", *args.z_loss_sum, device);
-    FLM_CHECK(args.z_loss_sum->numel() == 1, op, "z_loss_sum has shape {}, expected one element",
-              args.z_loss_sum->shape().str());
-  }
-  if (args.grad_logits != nullptr) check_shape(op, "grad_logits", *args.grad_logits, args.logits.shape(), device);
-  FLM_CHECK(args.z_loss_sum != nullptr || args.z_loss_weight == 0.0, op,
-            "z_loss_weight is {} but no z_loss_sum is given", args.z_loss_weight);
-  FLM_CHECK(!args.softcap || *args.softcap > 0.0, op, "softcap is {}, expected a positive number",
-            args.softcap.value_or(0.0));
+  const int64_t rows = args.logits.size(0);
   if (rows == 0) return;
 
   LaunchScope scope(op, device, args.stream);
@@ -644,7 +616,7 @@ void cross_entropy_steps(const CrossEntropyArgs& args, RowLauncher launch) {
     row_z_losses = Tensor::empty(Shape{rows}, DType::float32, device, scope.tensor_stream());
   const RowLosses losses{.label = row_losses.data_as<float>(),
                          .z = args.z_loss_sum != nullptr ? row_z_losses.data_as<float>() : nullptr};
-  launch(args, losses, scope);
+  launch_rows(args, losses, scope);
   scope.check_launch();
 
   if (args.label_loss_sum.dtype() == DType::float64)
@@ -658,9 +630,11 @@ void cross_entropy_steps(const CrossEntropyArgs& args, RowLauncher launch) {
   scope.check_launch();
 }
 
+}  // namespace
+
 FLM_REGISTER_KERNEL(CrossEntropyForwardBackward, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline,
-                    &arguments_reason, &cross_entropy_fused,
+                    &supports_fused, &cross_entropy_fused,
                     "rows staged in shared memory by bulk copies, the next row's copy in flight while the current one "
                     "reduces: one read and one write per logit; per-row losses summed in a fixed order");
 
-}  // namespace fast_llm::kernels::cuda::cross_entropy
+}  // namespace fast_llm::kernels::cuda

@@ -1,21 +1,17 @@
-// Fused CUDA embedding_forward / embedding_backward (kernels/embedding.h), variant "fused".
+// Fused CUDA embedding_forward / embedding_backward (kernels/embedding.h), variant "fused". Weight and output share a
+// float32, bfloat16 or float16 dtype; grad_output is any of those and grad_weight float32; last dimensions contiguous,
+// row strides free. Indices are int32 or int64 with any stride and must lie in [0, rows) (the data pipeline guarantees
+// it; an index outside reads as a zero row in the forward and is skipped in the backward, never read or written out of
+// bounds).
 //
 // Forward: a gather. A thread owns one 16-byte vector column of the output and walks tokens blockIdx.y,
 // blockIdx.y + gridDim.y, ..., kTokensPerStep of them at a time; weight rows are read with 16-byte accesses.
-// Backward: a deterministic scatter-add, without atomics. The (index, token) pairs are sorted by index with CUB's
-// radix sort (stable, so tokens of one index stay in token order), then the sorted list is cut into chunks of
-// kChunk tokens. One block per (chunk, column tile) sums the consecutive tokens of each index in order; an index
-// whose tokens all lie in the chunk is added straight into its grad_weight row (no other block touches that row),
-// and the pieces of an index that crosses a chunk boundary go to the chunk's workspace slots (head: the index
-// started in an earlier chunk; tail: it goes on into a later one). A second kernel lets the chunk where such an index
-// starts add its tail piece and the following chunks' head pieces, in order, into the row. The summation order
+// Backward: a scatter-add without atomics. The (index, token) pairs are sorted by index with CUB's stable radix sort
+// and cut into chunks of kChunk tokens; one block per (chunk, column tile) sums each index's tokens in order, straight
+// into its grad_weight row when they all lie in the chunk, else into the chunk's head and tail slots, which a second
+// kernel adds in chunk order into the row (embedding_chunk_kernel, embedding_merge_kernel). The summation order
 // depends only on the indices, so results are bitwise reproducible.
-//
-// Indices are int32 or int64 with any stride; they must lie in [0, rows) (the data pipeline guarantees it; an index
-// outside reads as a zero row in the forward and is skipped in the backward, never read or written out of bounds).
-// Weight and output share a floating dtype; grad_output is any floating dtype and grad_weight float32. Last dimensions
-// contiguous, row strides free.
-#include "fast_llm/kernels/cuda/op_helpers.cuh"
+#include "fast_llm/kernels/cuda/common.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -214,30 +210,17 @@ __global__ void __launch_bounds__(256) embedding_merge_kernel(const EmbeddingBac
   add_into<kVec>(p.grad_weight + int64_t(key) * p.grad_weight_stride + column, sum);
 }
 
-std::optional<std::string> index_dtype_reason(const Tensor& indices) {
-  if (indices.dtype() == DType::int32 || indices.dtype() == DType::int64) return std::nullopt;
-  return fmt::format("indices has dtype {}; supported: int32, int64", dtype_name(indices.dtype()));
-}
-
 std::optional<std::string> supports_embedding_forward(const EmbeddingForwardArgs& args) {
-  if (auto reason = on_cuda_reason("weight", args.weight)) return reason;
-  if (auto reason = index_dtype_reason(args.indices)) return reason;
   if (auto reason = cuda_floating_reason("weight", args.weight)) return reason;
-  if (auto reason = same_dtype_reason("output", args.output, "weight", args.weight)) return reason;
   if (auto reason = inner_contiguous_reason("weight", args.weight)) return reason;
   return inner_contiguous_reason("output", args.output);
 }
 
 void embedding_forward_fused(const EmbeddingForwardArgs& args) {
-  constexpr const char* op = "embedding_forward";
-  const Device device = args.weight.device();
-  check_rank(op, "indices", args.indices, 1, "(tokens)", device);
-  check_rank(op, "weight", args.weight, 2, "(rows, hidden)", device);
   const int64_t tokens = args.indices.size(0), rows = args.weight.size(0), hidden = args.weight.size(1);
-  check_shape(op, "output", args.output, Shape{tokens, hidden}, device);
   if (tokens == 0 || hidden == 0) return;
-  LaunchScope scope(op, device, args.stream);
-  visit_cuda_floating(args.weight.dtype(), [&]<class T>(std::type_identity<T>) {
+  LaunchScope scope("embedding_forward", args.weight.device(), args.stream);
+  visit_floating(args.weight.dtype(), [&]<class T>(std::type_identity<T>) {
     constexpr int kVec = kVectorElements<T>;
     const bool vectorized = hidden % kVec == 0 && rows_aligned<T>(args.weight) && rows_aligned<T>(args.output);
     const EmbeddingForwardParams params{.indices = args.indices.data(),
@@ -264,28 +247,22 @@ void embedding_forward_fused(const EmbeddingForwardArgs& args) {
 }
 
 std::optional<std::string> supports_embedding_backward(const EmbeddingBackwardArgs& args) {
-  if (auto reason = on_cuda_reason("grad_weight", args.grad_weight)) return reason;
-  if (auto reason = index_dtype_reason(args.indices)) return reason;
   if (auto reason = cuda_floating_reason("grad_output", args.grad_output)) return reason;
   if (auto reason = float32_reason("grad_weight", args.grad_weight)) return reason;
   if (auto reason = inner_contiguous_reason("grad_output", args.grad_output)) return reason;
   if (auto reason = inner_contiguous_reason("grad_weight", args.grad_weight)) return reason;
   if (args.indices.numel() >= (int64_t(1) << 31))
     return fmt::format("{} tokens; supported: fewer than 2^31", args.indices.numel());
-  if (args.grad_weight.rank() >= 1 && args.grad_weight.size(0) >= (int64_t(1) << 32) - 1)
+  if (args.grad_weight.size(0) >= (int64_t(1) << 32) - 1)
     return fmt::format("{} rows; supported: fewer than 2^32 - 1", args.grad_weight.size(0));
   return std::nullopt;
 }
 
 void embedding_backward_fused(const EmbeddingBackwardArgs& args) {
-  constexpr const char* op = "embedding_backward";
-  const Device device = args.grad_weight.device();
-  check_rank(op, "indices", args.indices, 1, "(tokens)", device);
-  check_rank(op, "grad_weight", args.grad_weight, 2, "(rows, hidden)", device);
   const int64_t tokens = args.indices.size(0), rows = args.grad_weight.size(0), hidden = args.grad_weight.size(1);
-  check_shape(op, "grad_output", args.grad_output, Shape{tokens, hidden}, device);
   if (tokens == 0 || hidden == 0) return;
-  LaunchScope scope(op, device, args.stream);
+  const Device device = args.grad_weight.device();
+  LaunchScope scope("embedding_backward", device, args.stream);
   const Stream stream = scope.tensor_stream();
 
   // Sort (index, token) pairs by index; `rows` stands for an invalid index, so the keys need bit_width(rows) bits.
@@ -322,14 +299,14 @@ void embedding_backward_fused(const EmbeddingBackwardArgs& args) {
                                        .pieces = pieces.data_as<float>(),
                                        .hidden = hidden,
                                        .scale = float(args.scale)};
-  visit_cuda_floating(args.grad_output.dtype(), [&]<class T>(std::type_identity<T>) {
+  visit_floating(args.grad_output.dtype(), [&]<class T>(std::type_identity<T>) {
     constexpr int kVec = kVectorElements<T>;
     const bool vectorized = hidden % kVec == 0 && rows_aligned<T>(args.grad_output) &&
                             is_aligned(args.grad_weight.data(), 16) && row_stride(args.grad_weight) % 4 == 0;
     const int64_t vectors = vectorized ? hidden / kVec : hidden;
     const int threads = row_threads(vectors);
     const dim3 grid(unsigned(chunks), unsigned(ceil_div(vectors, threads)));
-    FLM_CHECK(grid.y <= 65535, op, "hidden size {} is too large for one launch", hidden);
+    FLM_CHECK(grid.y <= 65535, "embedding_backward", "hidden size {} is too large for one launch", hidden);
     if (vectorized) {
       embedding_chunk_kernel<T, kVec><<<grid, threads, 0, scope.stream()>>>(params);
       scope.check_launch();

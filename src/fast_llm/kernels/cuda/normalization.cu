@@ -1,43 +1,16 @@
-// Fused CUDA rms_norm / layer_norm (kernels/normalization.h), variant "fused".
+// Fused CUDA rms_norm / layer_norm (kernels/normalization.h), variant "fused": rows of float32, bfloat16 or float16
+// (weight and bias of that dtype or float32; statistics and parameter gradients float32), the last dimension
+// contiguous, row strides free; 16-byte accesses when every row start is aligned, single elements otherwise.
 //
-// What the kernels must move, for (rows, hidden) activations of b bytes per element: the forward reads x and writes y,
-// 2 rows hidden b, plus 4 bytes of statistics per row; the backward reads x and grad_output and writes grad_input,
-// 3 rows hidden b, plus the statistics. Weight, bias and their fp32 gradients are hidden-sized, and the per-block
-// partial sums of the parameter gradients add 8 bytes per column per block of the backward's single wave (written
-// once, read once). Everything else stays on the chip, so both directions are memory bound; the layout below keeps
-// enough bytes in flight on every multiprocessor to run at the HBM rate and reads every activation once.
-// The residual form (kernels/normalization.h) adds a read of `residual` and a write of `sum` to the forward, 4 rows
-// hidden b where an axpy and the norm would move 5, and a read of grad_residual to the backward, 4 rows hidden b
-// against 6; it is a template parameter of the register-cached kernels, so the plain form keeps its registers.
-//
-// Rows: a row is cut into 16-byte vectors (kVec elements; single elements on the scalar path) dealt round-robin to
-// a row group of `threads_per_row` threads (a multiple of 32), each of which holds its up to kMaxVectorsPerThread
-// vectors in registers between the passes over the row, so every activation is read from memory once. The group is
-// the smallest that fits: one warp per row up to 128 vectors (hidden 1024 in bf16; SmolLM2's 576 is 72 vectors, two or
-// three per lane), whose row sums are warp butterflies without a barrier; longer rows take several warps (Llama-3.2's
-// 2048 and 3072: 2 and 3 warps of 4 vectors a lane), whose warp sums meet in shared memory in a fixed order (in the
-// backward behind a named barrier of the group's own warps, so that the block's other row groups, which walk rows of
-// their own, do not wait). Short rows share blocks of 256 threads (8 rows of one warp). Every thread issues the loads
-// of all its vectors before it uses any, so a warp has its whole row (of x and of grad_output, in the backward) in
-// flight.
-//
-// Forward: one row per group, a block per `groups_per_block` rows. Statistics in fp32; layer_norm takes the mean first,
+// Both directions are memory bound, so every activation is read from memory once: a row is dealt in 16-byte vectors to
+// the smallest row group of threads whose registers hold it, and each thread issues all its loads before using any.
+// Forward: one row per group. Backward: row groups over a single wave of blocks; each group adds its columns'
+// parameter-gradient terms into its own slice of shared memory, and the slices, then the blocks' rows of a workspace,
+// are added in a fixed order: no atomics, bitwise reproducible. Rows too long for the registers of kMaxThreadsPerRow
+// threads are read once per pass. The residual form (kernels/normalization.h) is a template parameter of the
+// register-cached kernels, so the plain form keeps its registers. Statistics in fp32; layer_norm takes the mean first,
 // then the centred variance, as the reference.
-// Backward: a single wave of blocks (the most that fit on the device at once); row group g of G walks rows g, g + G,
-// ... Per row it recomputes the row sums from the saved statistics and writes grad_input, and it adds its columns'
-// contributions to grad_weight / grad_bias into its own slice of shared memory (each column of a slice belongs to
-// one thread, so no barrier or atomic is needed; the slices are laid out so that a warp's 16-byte accesses are
-// consecutive). At the end the block adds its groups' slices in a fixed order and writes one row of a (blocks, hidden)
-// fp32 workspace from the caching allocator; a second kernel adds those rows, column by column in a fixed order, into
-// the fp32 parameter gradients. No atomics anywhere: results are bitwise reproducible for a shape and a device.
-// Rows longer than the registers of 512 threads (more than 2048 vectors: hidden > 16384 in bf16, > 8192 in fp32,
-// > 2048 on the scalar path) are read once per pass instead (the later passes mostly hit L1 / L2), their gradient
-// partial sums kept in a workspace row per group.
-//
-// Input, output and gradients share one dtype (float32, bfloat16, float16); weight and bias are that dtype or
-// float32; saved statistics and parameter gradients are float32. The last dimension is contiguous, row strides are
-// free; the 16-byte path runs when every row start is 16-byte aligned, the scalar path otherwise.
-#include "fast_llm/kernels/cuda/op_helpers.cuh"
+#include "fast_llm/kernels/cuda/common.cuh"
 #include "fast_llm/kernels/normalization.h"
 
 namespace fast_llm::kernels::cuda {
@@ -108,7 +81,23 @@ __device__ __forceinline__ void forget_unpacked(Vector<T, N>& pack) {
   }
 }
 
-// How the rows map onto threads (make_layout).
+// How the rows map onto threads (make_layout). What the kernels must move, for (rows, hidden) activations of b bytes
+// per element: the forward reads x and writes y, 2 rows hidden b, plus 4 bytes of statistics per row; the backward
+// reads x and grad_output and writes grad_input, 3 rows hidden b. The residual form adds a read of `residual` and a
+// write of `sum` to the forward, 4 rows hidden b where an axpy and the norm would move 5, and a read of grad_residual
+// to the backward, 4 rows hidden b against 6. Weight, bias and their fp32 gradients are hidden-sized, and the per-block
+// partial sums of the parameter gradients add 8 bytes per column per block of the backward's single wave. The layout
+// keeps enough bytes in flight on every multiprocessor to run at the HBM rate:
+// a row is cut into 16-byte vectors (kVec elements; single elements on the scalar path) dealt round-robin to a row
+// group of `threads_per_row` threads (a multiple of 32), each of which holds its up to kMaxVectorsPerThread vectors in
+// registers between the passes over the row. The group is the smallest that fits: one warp per row up to 128 vectors
+// (hidden 1024 in bf16; SmolLM2's 576 is 72 vectors, two or three per lane), whose row sums are warp butterflies
+// without a barrier; longer rows take several warps (Llama-3.2's 2048 and 3072: 2 and 3 warps of 4 vectors a lane),
+// whose warp sums meet in shared memory in a fixed order (in the backward behind a named barrier of the group's own
+// warps, so that the block's other row groups, which walk rows of their own, do not wait). Short rows share blocks of
+// 256 threads (8 rows of one warp). Rows longer than the registers of 512 threads (more than 2048 vectors: hidden >
+// 16384 in bf16, > 8192 in fp32, > 2048 on the scalar path) are read once per pass instead (the later passes mostly
+// hit L1 / L2), their gradient partial sums kept in a workspace row per group.
 struct RowLayout {
   int64_t rows = 0;
   int64_t hidden = 0;
@@ -427,12 +416,13 @@ struct ColumnSums {
 // Row groups over a single wave of blocks; the thread's vectors of a row (member, member + threads_per_row, ...) of
 // x and grad_output stay in registers between the row sums and the gradients. In the residual form those of
 // grad_residual are loaded with them, so that one memory latency covers the row. Dynamic shared memory: the column
-// sums of grad_weight, then those of grad_bias, one `hidden` slice per row group, for the gradients that are wanted.
+// sums of grad_weight, then those of grad_bias, one `hidden` slice per row group, for the gradients that are wanted;
+// each column of a slice belongs to one thread, so no barrier or atomic is needed, and the slices are laid out so that
+// a warp's 16-byte accesses are consecutive. At the end the block adds its groups' slices in a fixed order into one
+// row of a (blocks, hidden) fp32 workspace, which column_sum_kernel adds into the parameter gradients.
 // rms_norm's kernels are held to 80 registers (ptxas chose 86 and 104, the residual form spills 4 bytes at 80): three
-// blocks of 256 threads then fit on a multiprocessor instead of two. With the named barriers, at the Llama-3.2-1B
-// shape (16384 x 2048, bf16) the backward went 82.4 -> 71.2 us, 90.9 -> 86.2 in the residual form; at the 3B shape
-// (8192 x 3072) 64.2 -> 61.4 and 75.9 -> 72.6 (ops_benchmark, session 9). layer_norm keeps 128, what 512-thread
-// blocks allow.
+// blocks of 256 threads then fit on a multiprocessor instead of two (docs/benchmarks.md). layer_norm keeps 128, what
+// 512-thread blocks allow.
 template <class T, int kVec, int kVectors, bool kLayerNorm, bool kResidual>
 __global__ void __maxnreg__(kLayerNorm ? 128 : 80) norm_backward_kernel(const NormBackwardParams p) {
   __shared__ float2 scratch[2][32];
@@ -672,33 +662,7 @@ decltype(auto) visit_cached_kernel(int vectors_per_thread, bool residual, Functi
   }
 }
 
-std::optional<std::string> parameter_dtype_reason(std::string_view name, const Tensor* parameter,
-                                                  const Tensor& input) {
-  if (parameter == nullptr || parameter->dtype() == input.dtype() || parameter->dtype() == DType::float32)
-    return std::nullopt;
-  return fmt::format("{} has dtype {}; supported: the input's ({}) or float32", name, dtype_name(parameter->dtype()),
-                     dtype_name(input.dtype()));
-}
-
-std::optional<std::string> optional_reason(std::string_view name, const Tensor* tensor,
-                                           std::optional<std::string> (*reason)(std::string_view, const Tensor&)) {
-  return tensor != nullptr ? reason(name, *tensor) : std::nullopt;
-}
-
-// What every variant here needs of a (rows, hidden) tensor.
-std::optional<std::string> row_tensor_reason(std::string_view name, const Tensor& tensor) {
-  if (auto reason = on_cuda_reason(name, tensor)) return reason;
-  return inner_contiguous_reason(name, tensor);
-}
-
 bool parameter_aligned(const Tensor* parameter) { return parameter == nullptr || is_aligned(parameter->data(), 16); }
-
-// An activation of the residual form (residual, sum, grad_residual), when given: a row tensor of the input's dtype.
-std::optional<std::string> residual_tensor_reason(std::string_view name, const Tensor* tensor, const Tensor& input) {
-  if (tensor == nullptr) return std::nullopt;
-  if (auto reason = row_tensor_reason(name, *tensor)) return reason;
-  return same_dtype_reason(name, *tensor, "input", input);
-}
 
 template <class T>
 bool optional_rows_aligned(const Tensor* tensor) {
@@ -714,25 +678,6 @@ NormParameters make_parameters(const Tensor* weight, const Tensor* bias, bool ze
                         .weight_is_float = weight != nullptr && weight->dtype() == DType::float32,
                         .bias_is_float = bias != nullptr && bias->dtype() == DType::float32,
                         .zero_centered = zero_centered};
-}
-
-void check_rows(std::string_view op, const Tensor& input, Device device) {
-  check_rank(op, "input", input, 2, "(rows, hidden)", device);
-  FLM_CHECK(input.size(1) > 0, op, "input has shape {}: hidden size must be positive", input.shape().str());
-}
-
-void check_parameter(std::string_view op, std::string_view name, const Tensor* parameter, int64_t hidden,
-                     Device device) {
-  if (parameter != nullptr) check_shape(op, name, *parameter, Shape{hidden}, device);
-}
-
-// `residual` and `sum` come together, shaped as the input.
-void check_residual(std::string_view op, const Tensor* residual, const Tensor* sum, const Tensor& input,
-                    Device device) {
-  FLM_CHECK((residual == nullptr) == (sum == nullptr), op, "residual and sum must be given together");
-  if (residual == nullptr) return;
-  check_shape(op, "residual", *residual, input.shape(), device);
-  check_shape(op, "sum", *sum, input.shape(), device);
 }
 
 template <class T, int kVec, bool kLayerNorm>
@@ -839,233 +784,224 @@ void launch_backward(const NormBackwardParams& params, bool vectorized, Tensor* 
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
-// rms_norm
+// The variants: rms_norm and layer_norm differ only in the tensors they pass (layer_norm has a bias and a second
+// statistic) and in the kernels' kLayerNorm.
 
-std::optional<std::string> supports_rms_norm_forward(const RmsNormForwardArgs& args) {
-  if (auto reason = row_tensor_reason("input", args.input)) return reason;
-  if (auto reason = cuda_floating_reason("input", args.input)) return reason;
-  if (auto reason = same_dtype_reason("output", args.output, "input", args.input)) return reason;
-  if (auto reason = row_tensor_reason("output", args.output)) return reason;
-  if (auto reason = residual_tensor_reason("residual", args.residual, args.input)) return reason;
-  if (auto reason = residual_tensor_reason("sum", args.sum, args.input)) return reason;
-  if (auto reason = parameter_dtype_reason("weight", args.weight, args.input)) return reason;
-  if (auto reason = optional_reason("weight", args.weight, &inner_contiguous_reason)) return reason;
-  if (auto reason = float32_reason("inverse_rms", args.inverse_rms)) return reason;
-  return inner_contiguous_reason("inverse_rms", args.inverse_rms);
+// An argument and its name; `tensor` is null for an optional argument that is not given.
+struct NamedTensor {
+  std::string_view name;
+  const Tensor* tensor = nullptr;
+};
+
+// Either norm's forward arguments.
+struct ForwardTensors {
+  const char* op;
+  const Tensor& input;
+  const Tensor* weight;
+  const Tensor* bias;
+  Tensor& output;
+  const Tensor* residual;
+  Tensor* sum;
+  NamedTensor first_statistic;   // inverse_rms, or layer_norm's mean
+  NamedTensor second_statistic;  // layer_norm's inverse_std
+  double epsilon;
+  bool zero_centered;
+  Stream stream;
+};
+
+ForwardTensors forward_tensors(const RmsNormForwardArgs& args) {
+  return {.op = "rms_norm_forward",
+          .input = args.input,
+          .weight = args.weight,
+          .bias = nullptr,
+          .output = args.output,
+          .residual = args.residual,
+          .sum = args.sum,
+          .first_statistic = {"inverse_rms", &args.inverse_rms},
+          .second_statistic = {},
+          .epsilon = args.epsilon,
+          .zero_centered = args.zero_centered,
+          .stream = args.stream};
 }
 
-void rms_norm_forward_fused(const RmsNormForwardArgs& args) {
-  constexpr const char* op = "rms_norm_forward";
-  const Device device = args.input.device();
-  check_rows(op, args.input, device);
-  const int64_t rows = args.input.size(0), hidden = args.input.size(1);
-  check_parameter(op, "weight", args.weight, hidden, device);
-  check_shape(op, "output", args.output, args.input.shape(), device);
-  check_shape(op, "inverse_rms", args.inverse_rms, Shape{rows}, device);
-  check_residual(op, args.residual, args.sum, args.input, device);
+ForwardTensors forward_tensors(const LayerNormForwardArgs& args) {
+  return {.op = "layer_norm_forward",
+          .input = args.input,
+          .weight = args.weight,
+          .bias = args.bias,
+          .output = args.output,
+          .residual = args.residual,
+          .sum = args.sum,
+          .first_statistic = {"mean", &args.mean},
+          .second_statistic = {"inverse_std", &args.inverse_std},
+          .epsilon = args.epsilon,
+          .zero_centered = args.zero_centered,
+          .stream = args.stream};
+}
+
+// Either norm's backward arguments.
+struct BackwardTensors {
+  const char* op;
+  const Tensor& grad_output;
+  const Tensor& input;
+  const Tensor* weight;
+  NamedTensor first_statistic;   // inverse_rms, or layer_norm's mean
+  NamedTensor second_statistic;  // layer_norm's inverse_std
+  Tensor& grad_input;
+  Tensor* grad_weight;
+  Tensor* grad_bias;
+  const Tensor* grad_residual;
+  bool zero_centered;
+  Stream stream;
+};
+
+BackwardTensors backward_tensors(const RmsNormBackwardArgs& args) {
+  return {.op = "rms_norm_backward",
+          .grad_output = args.grad_output,
+          .input = args.input,
+          .weight = args.weight,
+          .first_statistic = {"inverse_rms", &args.inverse_rms},
+          .second_statistic = {},
+          .grad_input = args.grad_input,
+          .grad_weight = args.grad_weight,
+          .grad_bias = nullptr,
+          .grad_residual = args.grad_residual,
+          .zero_centered = args.zero_centered,
+          .stream = args.stream};
+}
+
+BackwardTensors backward_tensors(const LayerNormBackwardArgs& args) {
+  return {.op = "layer_norm_backward",
+          .grad_output = args.grad_output,
+          .input = args.input,
+          .weight = args.weight,
+          .first_statistic = {"mean", &args.mean},
+          .second_statistic = {"inverse_std", &args.inverse_std},
+          .grad_input = args.grad_input,
+          .grad_weight = args.grad_weight,
+          .grad_bias = args.grad_bias,
+          .grad_residual = args.grad_residual,
+          .zero_centered = args.zero_centered,
+          .stream = args.stream};
+}
+
+// What the kernels take beyond the op's contract: rows of float32, bfloat16 or float16 (`input`'s dtype, which the
+// contract gives every row tensor) and parameters of that dtype or float32, float32 statistics and parameter
+// gradients, the last dimension of every tensor contiguous.
+std::optional<std::string> fused_reason(const Tensor& input, std::initializer_list<NamedTensor> rows,
+                                        std::initializer_list<NamedTensor> parameters,
+                                        std::initializer_list<NamedTensor> float32_vectors) {
+  if (auto reason = cuda_floating_reason("input", input)) return reason;
+  for (const auto& [name, tensor] : rows)
+    if (tensor != nullptr)
+      if (auto reason = inner_contiguous_reason(name, *tensor)) return reason;
+  for (const auto& [name, parameter] : parameters) {
+    if (parameter == nullptr) continue;
+    if (parameter->dtype() != input.dtype() && parameter->dtype() != DType::float32)
+      return fmt::format("{} has dtype {}; supported: the input's ({}) or float32", name,
+                         dtype_name(parameter->dtype()), dtype_name(input.dtype()));
+    if (auto reason = inner_contiguous_reason(name, *parameter)) return reason;
+  }
+  for (const auto& [name, vector] : float32_vectors) {
+    if (vector == nullptr) continue;
+    if (auto reason = float32_reason(name, *vector)) return reason;
+    if (auto reason = inner_contiguous_reason(name, *vector)) return reason;
+  }
+  return std::nullopt;
+}
+
+template <class Args>
+std::optional<std::string> supports_forward(const Args& args) {
+  const ForwardTensors t = forward_tensors(args);
+  return fused_reason(t.input, {{"input", &t.input}, {"output", &t.output}, {"residual", t.residual}, {"sum", t.sum}},
+                      {{"weight", t.weight}, {"bias", t.bias}}, {t.first_statistic, t.second_statistic});
+}
+
+template <class Args>
+std::optional<std::string> supports_backward(const Args& args) {
+  const BackwardTensors t = backward_tensors(args);
+  return fused_reason(
+      t.input,
+      {{"input", &t.input},
+       {"grad_output", &t.grad_output},
+       {"grad_input", &t.grad_input},
+       {"grad_residual", t.grad_residual}},
+      {{"weight", t.weight}},
+      {t.first_statistic, t.second_statistic, {"grad_weight", t.grad_weight}, {"grad_bias", t.grad_bias}});
+}
+
+template <class Args>
+void run_forward(const Args& args) {
+  constexpr bool kLayerNorm = std::is_same_v<Args, LayerNormForwardArgs>;
+  const ForwardTensors t = forward_tensors(args);
+  const int64_t rows = t.input.size(0), hidden = t.input.size(1);
   if (rows == 0) return;
-  LaunchScope scope(op, device, args.stream);
-  visit_cuda_floating(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
-    const bool vectorized = hidden % kVectorElements<T> == 0 && rows_aligned<T>(args.input) &&
-                            rows_aligned<T>(args.output) && optional_rows_aligned<T>(args.residual) &&
-                            optional_rows_aligned<T>(args.sum) && parameter_aligned(args.weight);
-    launch_forward<T, false>(
-        NormForwardParams{.input = args.input.data(),
-                          .input_stride = row_stride(args.input),
-                          .residual = optional_data(args.residual),
-                          .residual_stride = optional_row_stride(args.residual),
-                          .sum = args.sum != nullptr ? args.sum->data() : nullptr,
-                          .sum_stride = optional_row_stride(args.sum),
-                          .output = args.output.data(),
-                          .output_stride = row_stride(args.output),
-                          .parameters = make_parameters(args.weight, nullptr, args.zero_centered),
-                          .first_statistic = args.inverse_rms.data_as<float>(),
-                          .second_statistic = nullptr,
+  LaunchScope scope(t.op, t.input.device(), t.stream);
+  visit_floating(t.input.dtype(), [&]<class T>(std::type_identity<T>) {
+    const bool vectorized = hidden % kVectorElements<T> == 0 && rows_aligned<T>(t.input) && rows_aligned<T>(t.output) &&
+                            optional_rows_aligned<T>(t.residual) && optional_rows_aligned<T>(t.sum) &&
+                            parameter_aligned(t.weight) && parameter_aligned(t.bias);
+    launch_forward<T, kLayerNorm>(
+        NormForwardParams{.input = t.input.data(),
+                          .input_stride = row_stride(t.input),
+                          .residual = optional_data(t.residual),
+                          .residual_stride = optional_row_stride(t.residual),
+                          .sum = t.sum != nullptr ? t.sum->data() : nullptr,
+                          .sum_stride = optional_row_stride(t.sum),
+                          .output = t.output.data(),
+                          .output_stride = row_stride(t.output),
+                          .parameters = make_parameters(t.weight, t.bias, t.zero_centered),
+                          .first_statistic = t.first_statistic.tensor->data_as<float>(),
+                          .second_statistic = kLayerNorm ? t.second_statistic.tensor->data_as<float>() : nullptr,
                           .layout = RowLayout{.rows = rows, .hidden = hidden},
-                          .epsilon = float(args.epsilon)},
+                          .epsilon = float(t.epsilon)},
         vectorized, scope);
   });
 }
 
-std::optional<std::string> supports_rms_norm_backward(const RmsNormBackwardArgs& args) {
-  if (auto reason = row_tensor_reason("input", args.input)) return reason;
-  if (auto reason = cuda_floating_reason("input", args.input)) return reason;
-  if (auto reason = same_dtype_reason("grad_output", args.grad_output, "input", args.input)) return reason;
-  if (auto reason = same_dtype_reason("grad_input", args.grad_input, "input", args.input)) return reason;
-  if (auto reason = row_tensor_reason("grad_output", args.grad_output)) return reason;
-  if (auto reason = row_tensor_reason("grad_input", args.grad_input)) return reason;
-  if (auto reason = parameter_dtype_reason("weight", args.weight, args.input)) return reason;
-  if (auto reason = optional_reason("weight", args.weight, &inner_contiguous_reason)) return reason;
-  if (auto reason = float32_reason("inverse_rms", args.inverse_rms)) return reason;
-  if (auto reason = inner_contiguous_reason("inverse_rms", args.inverse_rms)) return reason;
-  if (auto reason = residual_tensor_reason("grad_residual", args.grad_residual, args.input)) return reason;
-  if (auto reason = optional_reason("grad_weight", args.grad_weight, &float32_reason)) return reason;
-  return optional_reason("grad_weight", args.grad_weight, &inner_contiguous_reason);
-}
-
-void rms_norm_backward_fused(const RmsNormBackwardArgs& args) {
-  constexpr const char* op = "rms_norm_backward";
-  const Device device = args.input.device();
-  check_rows(op, args.input, device);
-  const int64_t rows = args.input.size(0), hidden = args.input.size(1);
-  check_shape(op, "grad_output", args.grad_output, args.input.shape(), device);
-  check_parameter(op, "weight", args.weight, hidden, device);
-  check_shape(op, "inverse_rms", args.inverse_rms, Shape{rows}, device);
-  check_shape(op, "grad_input", args.grad_input, args.input.shape(), device);
-  check_parameter(op, "grad_weight", args.grad_weight, hidden, device);
-  FLM_CHECK(args.grad_weight == nullptr || args.weight != nullptr, op, "grad_weight is given without a weight");
-  if (args.grad_residual != nullptr) check_shape(op, "grad_residual", *args.grad_residual, args.input.shape(), device);
+template <class Args>
+void run_backward(const Args& args) {
+  constexpr bool kLayerNorm = std::is_same_v<Args, LayerNormBackwardArgs>;
+  const BackwardTensors t = backward_tensors(args);
+  const int64_t rows = t.input.size(0), hidden = t.input.size(1);
   if (rows == 0) return;
-  LaunchScope scope(op, device, args.stream);
-  visit_cuda_floating(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
-    const bool vectorized = hidden % kVectorElements<T> == 0 && rows_aligned<T>(args.input) &&
-                            rows_aligned<T>(args.grad_output) && rows_aligned<T>(args.grad_input) &&
-                            optional_rows_aligned<T>(args.grad_residual) && parameter_aligned(args.weight);
-    launch_backward<T, false>(
-        NormBackwardParams{.grad_output = args.grad_output.data(),
-                           .grad_output_stride = row_stride(args.grad_output),
-                           .input = args.input.data(),
-                           .input_stride = row_stride(args.input),
-                           .grad_input = args.grad_input.data(),
-                           .grad_input_stride = row_stride(args.grad_input),
-                           .grad_residual = optional_data(args.grad_residual),
-                           .grad_residual_stride = optional_row_stride(args.grad_residual),
-                           .parameters = make_parameters(args.weight, nullptr, args.zero_centered),
-                           .first_statistic = args.inverse_rms.data_as<float>(),
-                           .second_statistic = nullptr,
+  LaunchScope scope(t.op, t.input.device(), t.stream);
+  visit_floating(t.input.dtype(), [&]<class T>(std::type_identity<T>) {
+    const bool vectorized = hidden % kVectorElements<T> == 0 && rows_aligned<T>(t.input) &&
+                            rows_aligned<T>(t.grad_output) && rows_aligned<T>(t.grad_input) &&
+                            optional_rows_aligned<T>(t.grad_residual) && parameter_aligned(t.weight);
+    launch_backward<T, kLayerNorm>(
+        NormBackwardParams{.grad_output = t.grad_output.data(),
+                           .grad_output_stride = row_stride(t.grad_output),
+                           .input = t.input.data(),
+                           .input_stride = row_stride(t.input),
+                           .grad_input = t.grad_input.data(),
+                           .grad_input_stride = row_stride(t.grad_input),
+                           .grad_residual = optional_data(t.grad_residual),
+                           .grad_residual_stride = optional_row_stride(t.grad_residual),
+                           .parameters = make_parameters(t.weight, nullptr, t.zero_centered),
+                           .first_statistic = t.first_statistic.tensor->data_as<float>(),
+                           .second_statistic = kLayerNorm ? t.second_statistic.tensor->data_as<float>() : nullptr,
                            .weight_partials = nullptr,
                            .bias_partials = nullptr,
                            .layout = RowLayout{.rows = rows, .hidden = hidden}},
-        vectorized, args.grad_weight, nullptr, scope);
-  });
-}
-
-// ---------------------------------------------------------------------------------------------------------------------
-// layer_norm
-
-std::optional<std::string> supports_layer_norm_forward(const LayerNormForwardArgs& args) {
-  if (auto reason = row_tensor_reason("input", args.input)) return reason;
-  if (auto reason = cuda_floating_reason("input", args.input)) return reason;
-  if (auto reason = same_dtype_reason("output", args.output, "input", args.input)) return reason;
-  if (auto reason = row_tensor_reason("output", args.output)) return reason;
-  if (auto reason = residual_tensor_reason("residual", args.residual, args.input)) return reason;
-  if (auto reason = residual_tensor_reason("sum", args.sum, args.input)) return reason;
-  if (auto reason = parameter_dtype_reason("weight", args.weight, args.input)) return reason;
-  if (auto reason = optional_reason("weight", args.weight, &inner_contiguous_reason)) return reason;
-  if (auto reason = parameter_dtype_reason("bias", args.bias, args.input)) return reason;
-  if (auto reason = optional_reason("bias", args.bias, &inner_contiguous_reason)) return reason;
-  if (auto reason = float32_reason("mean", args.mean)) return reason;
-  if (auto reason = inner_contiguous_reason("mean", args.mean)) return reason;
-  if (auto reason = float32_reason("inverse_std", args.inverse_std)) return reason;
-  return inner_contiguous_reason("inverse_std", args.inverse_std);
-}
-
-void layer_norm_forward_fused(const LayerNormForwardArgs& args) {
-  constexpr const char* op = "layer_norm_forward";
-  const Device device = args.input.device();
-  check_rows(op, args.input, device);
-  const int64_t rows = args.input.size(0), hidden = args.input.size(1);
-  check_parameter(op, "weight", args.weight, hidden, device);
-  check_parameter(op, "bias", args.bias, hidden, device);
-  check_shape(op, "output", args.output, args.input.shape(), device);
-  check_shape(op, "mean", args.mean, Shape{rows}, device);
-  check_shape(op, "inverse_std", args.inverse_std, Shape{rows}, device);
-  check_residual(op, args.residual, args.sum, args.input, device);
-  if (rows == 0) return;
-  LaunchScope scope(op, device, args.stream);
-  visit_cuda_floating(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
-    const bool vectorized = hidden % kVectorElements<T> == 0 && rows_aligned<T>(args.input) &&
-                            rows_aligned<T>(args.output) && optional_rows_aligned<T>(args.residual) &&
-                            optional_rows_aligned<T>(args.sum) && parameter_aligned(args.weight) &&
-                            parameter_aligned(args.bias);
-    launch_forward<T, true>(NormForwardParams{.input = args.input.data(),
-                                              .input_stride = row_stride(args.input),
-                                              .residual = optional_data(args.residual),
-                                              .residual_stride = optional_row_stride(args.residual),
-                                              .sum = args.sum != nullptr ? args.sum->data() : nullptr,
-                                              .sum_stride = optional_row_stride(args.sum),
-                                              .output = args.output.data(),
-                                              .output_stride = row_stride(args.output),
-                                              .parameters = make_parameters(args.weight, args.bias, args.zero_centered),
-                                              .first_statistic = args.mean.data_as<float>(),
-                                              .second_statistic = args.inverse_std.data_as<float>(),
-                                              .layout = RowLayout{.rows = rows, .hidden = hidden},
-                                              .epsilon = float(args.epsilon)},
-                            vectorized, scope);
-  });
-}
-
-std::optional<std::string> supports_layer_norm_backward(const LayerNormBackwardArgs& args) {
-  if (auto reason = row_tensor_reason("input", args.input)) return reason;
-  if (auto reason = cuda_floating_reason("input", args.input)) return reason;
-  if (auto reason = same_dtype_reason("grad_output", args.grad_output, "input", args.input)) return reason;
-  if (auto reason = same_dtype_reason("grad_input", args.grad_input, "input", args.input)) return reason;
-  if (auto reason = row_tensor_reason("grad_output", args.grad_output)) return reason;
-  if (auto reason = row_tensor_reason("grad_input", args.grad_input)) return reason;
-  if (auto reason = parameter_dtype_reason("weight", args.weight, args.input)) return reason;
-  if (auto reason = optional_reason("weight", args.weight, &inner_contiguous_reason)) return reason;
-  if (auto reason = float32_reason("mean", args.mean)) return reason;
-  if (auto reason = inner_contiguous_reason("mean", args.mean)) return reason;
-  if (auto reason = float32_reason("inverse_std", args.inverse_std)) return reason;
-  if (auto reason = inner_contiguous_reason("inverse_std", args.inverse_std)) return reason;
-  if (auto reason = residual_tensor_reason("grad_residual", args.grad_residual, args.input)) return reason;
-  if (auto reason = optional_reason("grad_weight", args.grad_weight, &float32_reason)) return reason;
-  if (auto reason = optional_reason("grad_weight", args.grad_weight, &inner_contiguous_reason)) return reason;
-  if (auto reason = optional_reason("grad_bias", args.grad_bias, &float32_reason)) return reason;
-  return optional_reason("grad_bias", args.grad_bias, &inner_contiguous_reason);
-}
-
-void layer_norm_backward_fused(const LayerNormBackwardArgs& args) {
-  constexpr const char* op = "layer_norm_backward";
-  const Device device = args.input.device();
-  check_rows(op, args.input, device);
-  const int64_t rows = args.input.size(0), hidden = args.input.size(1);
-  check_shape(op, "grad_output", args.grad_output, args.input.shape(), device);
-  check_parameter(op, "weight", args.weight, hidden, device);
-  check_shape(op, "mean", args.mean, Shape{rows}, device);
-  check_shape(op, "inverse_std", args.inverse_std, Shape{rows}, device);
-  check_shape(op, "grad_input", args.grad_input, args.input.shape(), device);
-  check_parameter(op, "grad_weight", args.grad_weight, hidden, device);
-  check_parameter(op, "grad_bias", args.grad_bias, hidden, device);
-  FLM_CHECK(args.grad_weight == nullptr || args.weight != nullptr, op, "grad_weight is given without a weight");
-  if (args.grad_residual != nullptr) check_shape(op, "grad_residual", *args.grad_residual, args.input.shape(), device);
-  if (rows == 0) return;
-  LaunchScope scope(op, device, args.stream);
-  visit_cuda_floating(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
-    const bool vectorized = hidden % kVectorElements<T> == 0 && rows_aligned<T>(args.input) &&
-                            rows_aligned<T>(args.grad_output) && rows_aligned<T>(args.grad_input) &&
-                            optional_rows_aligned<T>(args.grad_residual) && parameter_aligned(args.weight);
-    launch_backward<T, true>(NormBackwardParams{.grad_output = args.grad_output.data(),
-                                                .grad_output_stride = row_stride(args.grad_output),
-                                                .input = args.input.data(),
-                                                .input_stride = row_stride(args.input),
-                                                .grad_input = args.grad_input.data(),
-                                                .grad_input_stride = row_stride(args.grad_input),
-                                                .grad_residual = optional_data(args.grad_residual),
-                                                .grad_residual_stride = optional_row_stride(args.grad_residual),
-                                                .parameters = make_parameters(args.weight, nullptr, args.zero_centered),
-                                                .first_statistic = args.mean.data_as<float>(),
-                                                .second_statistic = args.inverse_std.data_as<float>(),
-                                                .weight_partials = nullptr,
-                                                .bias_partials = nullptr,
-                                                .layout = RowLayout{.rows = rows, .hidden = hidden}},
-                             vectorized, args.grad_weight, args.grad_bias, scope);
+        vectorized, t.grad_weight, t.grad_bias, scope);
   });
 }
 
 }  // namespace
 
 FLM_REGISTER_KERNEL(RmsNormForward, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline,
-                    &supports_rms_norm_forward, &rms_norm_forward_fused,
+                    &supports_forward<RmsNormForwardArgs>, &run_forward<RmsNormForwardArgs>,
                     "row group per row, row held in registers, 16-byte accesses; fp32 statistics");
 FLM_REGISTER_KERNEL(RmsNormBackward, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline,
-                    &supports_rms_norm_backward, &rms_norm_backward_fused,
+                    &supports_backward<RmsNormBackwardArgs>, &run_backward<RmsNormBackwardArgs>,
                     "row groups over one wave, rows in registers; grad_weight from per-block partial sums");
 FLM_REGISTER_KERNEL(LayerNormForward, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline,
-                    &supports_layer_norm_forward, &layer_norm_forward_fused,
+                    &supports_forward<LayerNormForwardArgs>, &run_forward<LayerNormForwardArgs>,
                     "row group per row, row held in registers, 16-byte accesses; two-pass fp32 mean and variance");
 FLM_REGISTER_KERNEL(LayerNormBackward, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline,
-                    &supports_layer_norm_backward, &layer_norm_backward_fused,
+                    &supports_backward<LayerNormBackwardArgs>, &run_backward<LayerNormBackwardArgs>,
                     "row groups over one wave, rows in registers; grad_weight / grad_bias from per-block partial sums");
 
 }  // namespace fast_llm::kernels::cuda

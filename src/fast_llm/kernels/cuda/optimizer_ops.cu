@@ -11,7 +11,7 @@
 // squared_norm: a two-stage deterministic reduction. A fixed grid (set by the element count and the device) sums
 // x^2 per thread in fp32 over a fixed grid-stride pattern, each block reduces its threads in fp64 in a fixed order
 // into a workspace slot, and one block adds the slots in order, in fp64, into the fp32 / fp64 result (+=).
-#include "fast_llm/kernels/cuda/op_helpers.cuh"
+#include "fast_llm/kernels/cuda/common.cuh"
 
 #include <cmath>
 #include <type_traits>
@@ -177,45 +177,20 @@ __global__ void optimizer_decision_kernel(double* state, const double* rates, in
 }
 
 std::optional<std::string> supports_adam_step(const AdamStepArgs& args) {
-  if (auto reason = on_cuda_reason("parameters", args.parameters)) return reason;
-  if (args.state != nullptr && args.state->dtype() != DType::float64)
-    return fmt::format("state has dtype {}, expected float64", dtype_name(args.state->dtype()));
-  const std::pair<std::string_view, const Tensor*> tensors[] = {{"parameters", &args.parameters},
-                                                                {"gradients", &args.gradients},
-                                                                {"exp_avg", &args.exp_avg},
-                                                                {"exp_avg_sq", &args.exp_avg_sq}};
-  for (const auto& [name, tensor] : tensors) {
-    if (auto reason = float32_reason(name, *tensor)) return reason;
-    if (auto reason = contiguous_reason(name, *tensor)) return reason;
-  }
+  // The contract gives the moments and gradients the parameters' dtype.
+  if (auto reason = float32_reason("parameters", args.parameters)) return reason;
   if (args.compute_weights != nullptr) {
     const DType dtype = args.compute_weights->dtype();
     if (dtype != DType::bfloat16 && dtype != DType::float16)
       return fmt::format("compute_weights has dtype {}; supported: bfloat16, float16", dtype_name(dtype));
-    if (auto reason = contiguous_reason("compute_weights", *args.compute_weights)) return reason;
   }
   return std::nullopt;
 }
 
 void adam_step_fused(const AdamStepArgs& args) {
-  constexpr const char* op = "adam_step";
-  const Device device = args.parameters.device();
-  check_on_device(op, "parameters", args.parameters, device);
-  check_shape(op, "gradients", args.gradients, args.parameters.shape(), device);
-  check_shape(op, "exp_avg", args.exp_avg, args.parameters.shape(), device);
-  check_shape(op, "exp_avg_sq", args.exp_avg_sq, args.parameters.shape(), device);
-  if (args.compute_weights != nullptr)
-    check_shape(op, "compute_weights", *args.compute_weights, args.parameters.shape(), device);
-  if (args.state != nullptr) {
-    check_on_device(op, "state", *args.state, device);
-    FLM_CHECK(args.state->numel() == optimizer_state::size && args.state->is_contiguous(), op,
-              "state has shape {}, expected ({}) contiguous", args.state->shape().str(), optimizer_state::size);
-  } else {
-    FLM_CHECK(args.step >= 1, op, "step {} must be at least 1", args.step);
-  }
   const int64_t count = args.parameters.numel();
   if (count == 0) return;
-  LaunchScope scope(op, device, args.stream);
+  LaunchScope scope("adam_step", args.parameters.device(), args.stream);
   // Without a state the step is known here: bias corrections in fp64 on the host.
   const int64_t step = args.state != nullptr ? 1 : args.step;
   const AdamParams params{.state = args.state != nullptr ? args.state->data_as<double>() : nullptr,
@@ -246,24 +221,15 @@ void adam_step_fused(const AdamStepArgs& args) {
 }
 
 std::optional<std::string> supports_squared_norm(const SquaredNormArgs& args) {
-  if (auto reason = on_cuda_reason("input", args.input)) return reason;
-  if (auto reason = cuda_floating_reason("input", args.input)) return reason;
-  if (auto reason = contiguous_reason("input", args.input)) return reason;
-  if (args.result.dtype() != DType::float32 && args.result.dtype() != DType::float64)
-    return fmt::format("result has dtype {}; supported: float32, float64", dtype_name(args.result.dtype()));
-  return std::nullopt;
+  return cuda_floating_reason("input", args.input);
 }
 
 void squared_norm_fused(const SquaredNormArgs& args) {
-  constexpr const char* op = "squared_norm";
-  const Device device = args.input.device();
-  check_on_device(op, "input", args.input, device);
-  check_on_device(op, "result", args.result, device);
-  FLM_CHECK(args.result.numel() == 1, op, "result has shape {}, expected one element", args.result.shape().str());
   const int64_t count = args.input.numel();
   if (count == 0) return;
-  LaunchScope scope(op, device, args.stream);
-  visit_cuda_floating(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
+  const Device device = args.input.device();
+  LaunchScope scope("squared_norm", device, args.stream);
+  visit_floating(args.input.dtype(), [&]<class T>(std::type_identity<T>) {
     constexpr int kVec = kVectorElements<T>;
     const bool vectorized = is_aligned(args.input.data(), 16);
     const int64_t vectors = vectorized ? count / kVec : count;
@@ -287,26 +253,8 @@ void squared_norm_fused(const SquaredNormArgs& args) {
   });
 }
 
-std::optional<std::string> supports_optimizer_decision(const OptimizerDecisionArgs& args) {
-  if (auto reason = on_cuda_reason("state", args.state)) return reason;
-  if (args.state.dtype() != DType::float64)
-    return fmt::format("state has dtype {}, expected float64", dtype_name(args.state.dtype()));
-  if (args.learning_rates.dtype() != DType::float64)
-    return fmt::format("learning_rates has dtype {}, expected float64", dtype_name(args.learning_rates.dtype()));
-  return std::nullopt;
-}
-
 void optimizer_decision_fused(const OptimizerDecisionArgs& args) {
-  constexpr const char* op = "optimizer_decision";
-  const Device device = args.state.device();
-  check_on_device(op, "state", args.state, device);
-  check_on_device(op, "learning_rates", args.learning_rates, device);
-  FLM_CHECK(args.state.numel() == optimizer_state::size && args.state.is_contiguous(), op,
-            "state has shape {}, expected ({}) contiguous", args.state.shape().str(), optimizer_state::size);
-  FLM_CHECK(args.learning_rates.numel() >= 1 && args.learning_rates.is_contiguous(), op,
-            "learning_rates has shape {}, expected a contiguous table of at least one rate",
-            args.learning_rates.shape().str());
-  LaunchScope scope(op, device, args.stream);
+  LaunchScope scope("optimizer_decision", args.state.device(), args.stream);
   optimizer_decision_kernel<<<1, 1, 0, scope.stream()>>>(args.state.data_as<double>(),
                                                          args.learning_rates.data_as<double>(),
                                                          args.learning_rates.numel(), args.loss_scale,
@@ -316,9 +264,8 @@ void optimizer_decision_fused(const OptimizerDecisionArgs& args) {
 
 }  // namespace
 
-FLM_REGISTER_KERNEL(OptimizerDecision, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline,
-                    &supports_optimizer_decision, &optimizer_decision_fused,
-                    "one thread in fp64: the step's decisions stay on the device");
+FLM_REGISTER_KERNEL(OptimizerDecision, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline, nullptr,
+                    &optimizer_decision_fused, "one thread in fp64: the step's decisions stay on the device");
 FLM_REGISTER_KERNEL(AdamStep, DeviceType::cuda, "fused", /*priority=*/100, KernelKind::baseline, &supports_adam_step,
                     &adam_step_fused,
                     "one launch per contiguous fp32 range, float4 accesses; bf16 / fp16 weights in the same pass");

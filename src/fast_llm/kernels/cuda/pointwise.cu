@@ -6,7 +6,7 @@
 // dropout: in place over a contiguous tensor; a thread takes groups of 4 elements 4k .. 4k + 3, draws one Philox
 // block philox4x32(seed, k) for them (exactly what random_uniform(seed, 4k + j) returns, so the mask is the CPU
 // reference's bit for bit), keeps element i when uniform >= float(p), and scales kept elements by float(1 / (1 - p)).
-#include "fast_llm/kernels/cuda/op_helpers.cuh"
+#include "fast_llm/kernels/cuda/common.cuh"
 
 #include "fast_llm/core/random.h"
 #include "fast_llm/kernels/pointwise.h"
@@ -61,7 +61,6 @@ __global__ void __launch_bounds__(kThreads) dropout_kernel(T* data, int64_t coun
 }
 
 std::optional<std::string> supports_axpy(const AxpyArgs& args) {
-  if (auto reason = on_cuda_reason("output", args.output)) return reason;
   if (auto reason = cuda_floating_reason("input", args.input)) return reason;
   if (auto reason = cuda_floating_reason("output", args.output)) return reason;
   if (auto reason = contiguous_reason("input", args.input)) return reason;
@@ -69,15 +68,11 @@ std::optional<std::string> supports_axpy(const AxpyArgs& args) {
 }
 
 void axpy_fused(const AxpyArgs& args) {
-  constexpr const char* op = "axpy";
-  const Device device = args.output.device();
-  check_on_device(op, "output", args.output, device);
-  check_shape(op, "input", args.input, args.output.shape(), device);
   const int64_t count = args.output.numel();
   if (count == 0) return;
-  LaunchScope scope(op, device, args.stream);
-  visit_cuda_floating(args.input.dtype(), [&]<class In>(std::type_identity<In>) {
-    visit_cuda_floating(args.output.dtype(), [&]<class Out>(std::type_identity<Out>) {
+  LaunchScope scope("axpy", args.output.device(), args.stream);
+  visit_floating(args.input.dtype(), [&]<class In>(std::type_identity<In>) {
+    visit_floating(args.output.dtype(), [&]<class Out>(std::type_identity<Out>) {
       constexpr int kVec = sizeof(In) == 2 || sizeof(Out) == 2 ? 8 : 4;
       const bool vectorized = is_aligned(args.input.data(), 16) && is_aligned(args.output.data(), 16);
       const In* input = static_cast<const In*>(args.input.data());
@@ -93,22 +88,16 @@ void axpy_fused(const AxpyArgs& args) {
 }
 
 std::optional<std::string> supports_dropout(const DropoutArgs& args) {
-  if (auto reason = on_cuda_reason("tensor", args.tensor)) return reason;
   if (auto reason = cuda_floating_reason("tensor", args.tensor)) return reason;
   return contiguous_reason("tensor", args.tensor);
 }
 
 void dropout_fused(const DropoutArgs& args) {
-  constexpr const char* op = "dropout";
-  const Device device = args.tensor.device();
-  check_on_device(op, "tensor", args.tensor, device);
-  FLM_CHECK(args.probability >= 0.0 && args.probability < 1.0, op, "probability {} is outside [0, 1)",
-            args.probability);
   const int64_t count = args.tensor.numel();
   // p = 0 keeps every element and scales by 1: nothing changes.
   if (count == 0 || args.probability == 0.0) return;
-  LaunchScope scope(op, device, args.stream);
-  visit_cuda_floating(args.tensor.dtype(), [&]<class T>(std::type_identity<T>) {
+  LaunchScope scope("dropout", args.tensor.device(), args.stream);
+  visit_floating(args.tensor.dtype(), [&]<class T>(std::type_identity<T>) {
     const bool vectorized = is_aligned(args.tensor.data(), 4 * sizeof(T));
     T* data = static_cast<T*>(args.tensor.data());
     const float threshold = float(args.probability), scale = float(1.0 / (1.0 - args.probability));

@@ -4,12 +4,11 @@
 // tensor); the last dimension is contiguous. A thread's step is one vector of kVec pairs of the rotate-half layout,
 // i.e. columns [i, i + kVec) and [i + half, i + half + kVec), for up to kHeadsPerThread heads; it keeps its steps
 // (one, or several when a token has more than a block's threads) and walks the tokens with each (token_step_grid:
-// no index division in the loop; H200: 3-4% faster on the query, 7-12% on the key, than a flat index split per
-// step). Per token it loads its cos / sin once (fp32, (tokens, half) with any row stride) and applies them to every
-// head it owns, with all the heads' loads issued before the first store. kVec is 16 bytes of the element type when
-// every row start and `half` allow it, 1 otherwise. Columns from rotary_dims = 2 half to head_size are left
-// untouched. Math in fp32.
-#include "fast_llm/kernels/cuda/op_helpers.cuh"
+// no index division in the loop, faster than a flat index split per step, docs/benchmarks.md). Per token it loads its
+// cos / sin once (fp32, (tokens, half) with any row stride) and applies them to every head it owns, with all the heads'
+// loads issued before the first store. kVec is 16 bytes of the element type when every row start and `half` allow it, 1
+// otherwise. Columns from rotary_dims = 2 half to head_size are left untouched. Math in fp32.
+#include "fast_llm/kernels/cuda/common.cuh"
 #include "fast_llm/kernels/rotary.h"
 
 namespace fast_llm::kernels::cuda {
@@ -73,35 +72,24 @@ __global__ void __launch_bounds__(kThreads) rotary_kernel(const RotaryParams p) 
 }
 
 std::optional<std::string> supports_rotary_apply(const RotaryApplyArgs& args) {
-  if (auto reason = on_cuda_reason("tensor", args.tensor)) return reason;
   if (auto reason = cuda_floating_reason("tensor", args.tensor)) return reason;
   if (auto reason = inner_contiguous_reason("tensor", args.tensor)) return reason;
   if (auto reason = float32_reason("cos", args.cos)) return reason;
   if (auto reason = inner_contiguous_reason("cos", args.cos)) return reason;
   if (auto reason = float32_reason("sin", args.sin)) return reason;
   if (auto reason = inner_contiguous_reason("sin", args.sin)) return reason;
-  if (args.cos.rank() == 2 && args.sin.rank() == 2 && args.cos.size(0) > 1 && args.cos.stride(0) != args.sin.stride(0))
+  if (args.cos.size(0) > 1 && args.cos.stride(0) != args.sin.stride(0))
     return fmt::format("cos and sin have row strides {} and {}; they must match", args.cos.stride(0),
                        args.sin.stride(0));
   return std::nullopt;
 }
 
 void rotary_apply_fused(const RotaryApplyArgs& args) {
-  constexpr const char* op = "rotary_apply";
-  const Device device = args.tensor.device();
-  check_rank(op, "tensor", args.tensor, 3, "(tokens, heads, head_size)", device);
-  const int64_t tokens = args.tensor.size(0), heads = args.tensor.size(1), head_size = args.tensor.size(2);
-  check_rank(op, "cos", args.cos, 2, "(tokens, rotary_dims / 2)", device);
-  FLM_CHECK(args.cos.size(0) == tokens, op, "cos has shape {}, expected ({}, rotary_dims / 2) for tensor of shape {}",
-            args.cos.shape().str(), tokens, args.tensor.shape().str());
-  const int64_t half = args.cos.size(1);
-  FLM_CHECK(2 * half <= head_size, op, "cos has shape {}: rotary_dims {} exceeds head_size {}", args.cos.shape().str(),
-            2 * half, head_size);
-  check_shape(op, "sin", args.sin, args.cos.shape(), device);
+  const int64_t tokens = args.tensor.size(0), heads = args.tensor.size(1), half = args.cos.size(1);
   if (tokens == 0 || heads == 0 || half == 0) return;
 
-  LaunchScope scope(op, device, args.stream);
-  visit_cuda_floating(args.tensor.dtype(), [&]<class T>(std::type_identity<T>) {
+  LaunchScope scope("rotary_apply", args.tensor.device(), args.stream);
+  visit_floating(args.tensor.dtype(), [&]<class T>(std::type_identity<T>) {
     constexpr int kVec = kVectorElements<T>;
     const int64_t token_stride = tokens > 1 ? args.tensor.stride(0) : 0;
     const int64_t head_stride = heads > 1 ? args.tensor.stride(1) : 0;

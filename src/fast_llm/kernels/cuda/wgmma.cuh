@@ -4,16 +4,21 @@
 //
 // A warpgroup is 4 consecutive warps starting at a warp index divisible by 4; its 128 threads issue every wgmma
 // together (.sync.aligned: never in divergent code). One m64nNk16 computes D (64 x N) (+)= A (64 x 16) B (16 x N).
-//
-// Register fragments (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts" of wgmma .m64nNk16), for thread
-// t of the warpgroup: warp w = t / 32, lane = t % 32, group g = lane / 4, quad lane q = lane % 4.
-//   D, fp32, N / 2 registers: d[4 j + i] holds row 16 w + g + 8 (i / 2), column 8 j + 2 q + (i % 2), for the N / 8
-//     column tiles j: per warp, exactly the C fragments of mma.sync m16n8k16 for n-tiles j = 0 .. N / 8 - 1.
-//   A from registers, 4 registers of 2 16-bit elements: a0 (row 16 w + g, columns 2 q, 2 q + 1), a1 (row + 8, same
-//     columns), a2 (row 16 w + g, columns 2 q + 8, + 9), a3 (row + 8, columns 2 q + 8, + 9): per warp, the A fragment
-//     of mma.sync m16n8k16. So a D of one product converts to the A of the next in registers: column tiles 2 j and
-//     2 j + 1 of D are k-step j of A (attention_tile.cuh accumulators_to_a).
-//
+// Shared-memory operands are in the canonical 128-byte-swizzled layout (swizzled_offset, descriptor), register
+// operands in the fragments of product_rs, which are mma.sync's per warp (attention_tile.cuh); the fences a product
+// needs are described at wgmma_fence.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "fast_llm/core/half.h"
+
+namespace fast_llm::kernels::cuda::wgmma {
+
 // Shared-memory operands use the canonical 128-byte-swizzled layout: a tile of R rows and 64 16-bit elements (128
 // bytes) per row, 16-byte chunk c of row r stored at chunk c ^ (r % 8), so 8 rows form a 1024-byte swizzle atom; the
 // tile must start on a 1024-byte boundary (the hardware applies the swizzle to the address bits, address bits 4-6 ^=
@@ -28,23 +33,6 @@
 // Descriptor bits (PTX ISA "Matrix Descriptor Format"): 0-13 start address >> 4, 16-29 leading byte offset >> 4,
 // 32-45 stride byte offset >> 4, 49-51 base offset (0: atoms are 1024-byte aligned), 62-63 swizzle (1: 128 bytes).
 //
-// Ordering: shared memory written by ordinary stores or cp.async and then read by wgmma needs
-// fence.proxy.async.shared::cta in the writing threads before the barrier that publishes it (proxy_fence). A wgmma
-// reads and writes its registers asynchronously: wgmma_fence() before the first product of a batch (orders earlier
-// register writes, of the accumulators and of A), commit() after the batch, wait<N>() before touching the results;
-// fence_operands() keeps the compiler from moving reads of the accumulators above that wait.
-#pragma once
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-#include <cstdint>
-#include <type_traits>
-
-#include "fast_llm/core/half.h"
-
-namespace fast_llm::kernels::cuda::wgmma {
-
 // Byte offset of (row, chunk) in a canonical 128-byte-swizzled tile of `kRows` rows (chunk: 16 bytes of a row of
 // kChunks chunks, split in column blocks of 8 chunks).
 template <int kRows>
@@ -65,6 +53,11 @@ __device__ __forceinline__ uint64_t opaque(uint64_t value) {
   return value;
 }
 
+// Ordering: shared memory written by ordinary stores or cp.async and then read by wgmma needs
+// fence.proxy.async.shared::cta in the writing threads before the barrier that publishes it (proxy_fence). A wgmma
+// reads and writes its registers asynchronously: wgmma_fence() before the first product of a batch (orders earlier
+// register writes, of the accumulators and of A), commit() after the batch, wait<N>() before touching the results;
+// fence_operands() keeps the compiler from moving reads of the accumulators above that wait.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 // Waits until at most `kPending` committed batches of this warpgroup are still running.
@@ -168,6 +161,15 @@ __device__ __forceinline__ void product_ss(float (&d)[N / 2], uint64_t a_descrip
   }
 }
 
+// Register fragments (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts" of wgmma .m64nNk16), for thread
+// t of the warpgroup: warp w = t / 32, lane = t % 32, group g = lane / 4, quad lane q = lane % 4.
+//   D, fp32, N / 2 registers: d[4 j + i] holds row 16 w + g + 8 (i / 2), column 8 j + 2 q + (i % 2), for the N / 8
+//     column tiles j: per warp, exactly the C fragments of mma.sync m16n8k16 for n-tiles j = 0 .. N / 8 - 1.
+//   A from registers, 4 registers of 2 16-bit elements: a0 (row 16 w + g, columns 2 q, 2 q + 1), a1 (row + 8, same
+//     columns), a2 (row 16 w + g, columns 2 q + 8, + 9), a3 (row + 8, columns 2 q + 8, + 9): per warp, the A fragment
+//     of mma.sync m16n8k16. So a D of one product converts to the A of the next in registers: column tiles 2 j and
+//     2 j + 1 of D are k-step j of A (attention_tile.cuh accumulators_to_a).
+//
 // d (+)= A B with A (64 x 16) from registers (the fragment above) and B (16 x N) from shared memory.
 template <class T, int N, bool kTransposeB>
 __device__ __forceinline__ void product_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b_descriptor,
