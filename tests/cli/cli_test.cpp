@@ -26,10 +26,18 @@ struct Outcome {
   std::string output;   // stdout and stderr together
 };
 
+// The fast-llm binary of this build: beside this test (both go to the build's bin/, which may have been moved to
+// another machine since), else where the build put it.
+std::string fast_llm_binary() {
+  const fs::path beside = fs::read_symlink("/proc/self/exe").parent_path() / "fast-llm";
+  return fs::exists(beside) ? beside.string() : std::string(FAST_LLM_BINARY);
+}
+
 // Runs the fast-llm binary with `arguments` in `directory`, for at most `limit`.
 Outcome run_fast_llm(const std::vector<std::string>& arguments, const fs::path& directory,
                      std::chrono::seconds limit = std::chrono::seconds(120)) {
   const fs::path log = directory / "output.log";
+  std::string binary = fast_llm_binary();
   const pid_t child = fork();
   if (child == 0) {
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -37,7 +45,6 @@ Outcome run_fast_llm(const std::vector<std::string>& arguments, const fs::path& 
     dup2(fd, STDERR_FILENO);
     if (chdir(directory.c_str()) != 0) _exit(126);
     std::vector<char*> argv;
-    std::string binary = FAST_LLM_BINARY;
     argv.push_back(binary.data());
     std::vector<std::string> copies = arguments;
     for (auto& argument : copies) argv.push_back(argument.data());
