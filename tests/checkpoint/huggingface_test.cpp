@@ -234,8 +234,11 @@ TEST(Huggingface, RoundTripIsByteIdenticalWithAnEquivalentConfig) {
     std::set<std::string> expected;
     for (const auto& [name, tensor] : tensors) expected.insert(name);
     EXPECT_EQ(names, expected);
-    for (const auto& [name, tensor] : tensors)
-      if (exported->contains(name)) EXPECT_TRUE(same_bytes(exported->load(name), tensor)) << name;
+    for (const auto& [name, tensor] : tensors) {
+      if (exported->contains(name)) {
+        EXPECT_TRUE(same_bytes(exported->load(name), tensor)) << name;
+      }
+    }
 
     // config.json: every key is kept with its value, except keys that do not change the model; rotary keys may be
     // spelled for both transformers versions, so they are compared through what they mean.

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "checkpoint/checkpoint_test_util.h"
+#include "fast_llm/engine/checkpoint/directory.h"
 #include "fast_llm/engine/checkpoint/distributed.h"
 #include "fast_llm/engine/checkpoint/fast_llm_format.h"
 #include "fast_llm/engine/checkpoint/metadata.h"
