@@ -1,5 +1,5 @@
 // `metadata.yaml` of the native checkpoint formats (`distributed` and `fast_llm`), as Fast-LLM's CheckpointMetadata,
-// and the directory discipline every checkpoint write follows.
+// and the `ok` marker of complete checkpoint folders.
 //
 //   fast_llm_version: 0.1.0
 //   format: distributed                # or fast_llm
