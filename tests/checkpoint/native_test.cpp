@@ -270,7 +270,8 @@ TEST(Checkpoints, ALayoutThatWouldLoadTheWrongWeightsIsRefused) {
     stage["parameters"][0]["offset"] = stage["trainable_size"].as<int64_t>() + stage["frozen_size"].as<int64_t>() - 1;
   });
   EXPECT_NE(message.find("outside stage 1's trainable region"), std::string::npos) << message;
-  message = load_error("negative", [](YAML::Node& node) { node["layout"]["stages"][0]["parameters"][0]["offset"] = -8; });
+  message = load_error("negative",
+                       [](YAML::Node& node) { node["layout"]["stages"][0]["parameters"][0]["offset"] = -8; });
   EXPECT_NE(message.find("outside stage 0's trainable region"), std::string::npos) << message;
   message = load_error("shape", [](YAML::Node& node) {
     YAML::Node shape = node["layout"]["stages"][2]["parameters"][0]["shape"];

@@ -151,8 +151,8 @@ void check_separate_folders(const std::filesystem::path& output, std::string_vie
     }
   };
   auto refuse = [&](std::string_view relation) {
-    throw Error(kComponent, fmt::format("{} {} {} the checkpoint being read ({} {}): a conversion never writes where it "
-                                        "reads; choose another {}",
+    throw Error(kComponent, fmt::format("{} {} {} the checkpoint being read ({} {}): a conversion never writes where "
+                                        "it reads; choose another {}",
                                         output_field, output.string(), relation, input_field, input.string(),
                                         output_field));
   };
@@ -193,7 +193,8 @@ std::vector<std::filesystem::path> folder_entries(const std::filesystem::path& p
 
 std::string read_text_file(const std::filesystem::path& path, std::string_view component) {
   const std::filesystem::file_type type = file_type_of(path, component);
-  if (type == std::filesystem::file_type::not_found) throw Error(component, fmt::format("{}: no such file", path.string()));
+  if (type == std::filesystem::file_type::not_found)
+    throw Error(component, fmt::format("{}: no such file", path.string()));
   if (type != std::filesystem::file_type::regular)
     throw Error(component, fmt::format("{}: is a {}, not a file", path.string(),
                                        type == std::filesystem::file_type::directory ? "folder" : "special file"));

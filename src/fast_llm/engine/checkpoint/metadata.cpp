@@ -77,7 +77,8 @@ CheckpointMetadata read_checkpoint_metadata(const std::filesystem::path& directo
   if (type == std::filesystem::file_type::not_found)
     throw Error(kComponent, fmt::format("{}: no {} (not a fast_llm or distributed checkpoint?)", directory.string(),
                                         kMetadataFile));
-  if (type != std::filesystem::file_type::regular) throw Error(kComponent, fmt::format("{}: not a file", file.string()));
+  if (type != std::filesystem::file_type::regular)
+    throw Error(kComponent, fmt::format("{}: not a file", file.string()));
   YAML::Node node;
   try {
     node = YAML::LoadFile(file.string());

@@ -249,7 +249,8 @@ std::map<std::string, std::string> write_safetensors_set(const std::filesystem::
     nlohmann::ordered_json index = {{"metadata", {{"total_size", total_bytes}}},
                                     {"weight_map", nlohmann::ordered_json::object()}};
     for (const std::string& name : names) index["weight_map"][name] = file_of[name];
-    write_file(directory / "model.safetensors.index.json", index.dump(2) + '\n', {.component = kComponent, .sync = sync});
+    write_file(directory / "model.safetensors.index.json", index.dump(2) + '\n',
+               {.component = kComponent, .sync = sync});
   }
   return file_of;
 }
