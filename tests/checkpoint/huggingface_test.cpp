@@ -1,12 +1,14 @@
 // Hugging Face conversion (llama, mistral, qwen2) on checkpoints the test writes itself: config.json -> our config,
 // the layout transforms (key_value, layer_1, transposed layer_2), HF -> ours -> HF byte-identical tensors and an
-// equivalent config.json, sharded export with the index, `convert` through every format, and the errors (missing or
-// misshapen tensors, unknown keys and model types, unsupported rotary or activation, models a format cannot hold).
+// equivalent config.json, sharded export with the index, `convert` through every format and never over what it reads
+// (a failed conversion leaves the output as it was), and the errors (missing, misshapen or integer tensors, unknown
+// keys and model types, unsupported rotary or activation, models a format cannot hold).
 #include <gtest/gtest.h>
 
 #include <set>
 
 #include "checkpoint/checkpoint_test_util.h"
+#include "core/full_disk.h"
 #include "fast_llm/config/config.h"
 #include "fast_llm/layers/block/config.h"
 #include "fast_llm/engine/checkpoint/convert.h"
@@ -331,6 +333,118 @@ TEST(Huggingface, ConvertsThroughEveryFormat) {
                                                 ""));
   });
   EXPECT_NE(message.find("add_linear_biases"), std::string::npos) << message;
+}
+
+// The files of `folder` (not its subfolders) with their bytes.
+std::map<std::string, std::string> snapshot(const std::filesystem::path& folder) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    if (!entry.is_regular_file()) continue;
+    std::ifstream stream(entry.path(), std::ios::binary);
+    files[entry.path().filename().string()] = std::string(std::istreambuf_iterator<char>(stream), {});
+  }
+  return files;
+}
+
+std::set<std::string> names_in(const std::filesystem::path& folder) {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) names.insert(entry.path().filename().string());
+  return names;
+}
+
+ConvertConfig conversion(const std::string& input_format, const std::filesystem::path& input,
+                         const std::string& output_format, const std::filesystem::path& output, bool exist_ok) {
+  return testing::load_config<ConvertConfig>("{input: {format: " + input_format + ", path: '" + input.string() +
+                                                 "'}, output: {format: " + output_format + ", path: '" +
+                                                 output.string() + "'}, exist_ok: " + (exist_ok ? "true" : "false") +
+                                                 "}",
+                                             "");
+}
+
+TEST(Convert, NeverWritesWhereItReads) {
+  const auto base = directory("in_place");
+  const auto source = base / "model";
+  const auto tensors = testing::write_hf_checkpoint(source, cases()[0].spec);
+  std::filesystem::create_directory_symlink(source, base / "link");
+  const auto before = snapshot(source);
+  // In place (this one died with SIGBUS and cut model.safetensors to its header), in place through a link, inside the
+  // input, and around it.
+  for (const auto& [format, output] : std::vector<std::pair<std::string, std::filesystem::path>>{
+           {"llama", source}, {"fast_llm", source}, {"llama", base / "link"}, {"fast_llm", source / "converted"},
+           {"llama", base}}) {
+    const std::string message = error_of([&] { convert(conversion("llama", source, format, output, true)); });
+    EXPECT_NE(message.find("a conversion never writes where it reads"), std::string::npos) << output << ": " << message;
+  }
+  EXPECT_EQ(snapshot(source), before);
+  EXPECT_EQ(names_in(base), (std::set<std::string>{"link", "model"}));
+  auto reread = engine::SafetensorsSet::open_huggingface(source);
+  for (const auto& [name, tensor] : tensors) EXPECT_TRUE(same_bytes(reread->load(name), tensor)) << name;
+}
+
+TEST(Convert, ExistOkReplacesTheCheckpointInTheFolderAndKeepsOtherFiles) {
+  const auto source = directory("replace_source");
+  const auto tensors = testing::write_hf_checkpoint(source, cases()[0].spec);
+  // The output folder holds an older sharded export (other values: bf16) and the model's tokenizer.
+  const auto output = directory("replace_output");
+  testing::HfCheckpointSpec older = cases()[0].spec;
+  older.dtype = DType::bfloat16;
+  testing::write_hf_checkpoint(output, older, 100);
+  ASSERT_TRUE(std::filesystem::exists(output / "model.safetensors.index.json"));
+  std::ofstream(output / "tokenizer.json") << "{\"model\": {}}";
+
+  std::string message = error_of([&] { convert(conversion("llama", source, "llama", output, false)); });
+  EXPECT_NE(message.find("exists and is not empty (set exist_ok=true"), std::string::npos) << message;
+  convert(conversion("llama", source, "llama", output, true));
+  EXPECT_EQ(names_in(output), (std::set<std::string>{"config.json", "model.safetensors", "ok", "tokenizer.json"}));
+  auto exported = engine::SafetensorsSet::open_huggingface(output);
+  ASSERT_EQ(exported->names().size(), tensors.size());
+  for (const auto& [name, tensor] : tensors) EXPECT_TRUE(same_bytes(exported->load(name), tensor)) << name;
+  for (const std::string& name : names_in(output.parent_path()))
+    EXPECT_EQ(name.find(output.filename().string() + ".tmp"), std::string::npos) << name;
+}
+
+TEST(Convert, AFailedConversionLeavesTheOutputAsItWas) {
+  const auto source = directory("failed_source");
+  testing::write_hf_checkpoint(source, cases()[0].spec);
+  const auto output = directory("failed_output");
+  convert(conversion("llama", source, "fast_llm", output, true));
+  const auto before = snapshot(output);
+  ASSERT_TRUE(before.contains("ok"));
+  std::string message;
+  {
+    testing::FileSizeLimit limit(256);  // a full disk for any file above 256 bytes
+    message = error_of([&] { convert(conversion("llama", source, "fast_llm", output, true)); });
+  }
+  EXPECT_NE(message.find("model_0.safetensors: write failed"), std::string::npos) << message;
+  EXPECT_NE(message.find("File too large"), std::string::npos) << message;
+  EXPECT_EQ(snapshot(output), before);
+  for (const std::string& name : names_in(output.parent_path()))
+    EXPECT_EQ(name.find(output.filename().string() + ".tmp"), std::string::npos) << name;
+}
+
+TEST(Huggingface, IntegerTensorsAreRefusedNamingTheTensorAndTheFile) {
+  const auto path = directory("integer_weights");
+  const testing::HfCheckpointSpec spec = cases()[0].spec;
+  testing::write_hf_checkpoint(path, spec);
+  // The same checkpoint with one weight stored as I32.
+  engine::TensorList tensors("test checkpoint");
+  for (const auto& [name, shape] : spec.tensors) {
+    const bool integer = name == "model.layers.1.mlp.up_proj.weight";
+    const DType dtype = integer ? DType::int32 : spec.dtype;
+    Tensor values = integer ? Tensor::from_values(std::vector<float>(size_t(shape.numel()), 1.0f), shape, dtype)
+                            : testing::pseudo_random(shape, dtype, 5);
+    tensors.add(name, {dtype, shape}, [values] { return values; });
+  }
+  engine::write_safetensors_set(path, tensors, tensors.names(), int64_t(1) << 30,
+                                engine::SafetensorsSetLayout::huggingface);
+  const std::string file = (path / "model.safetensors").string();
+  std::string message = error_of([&] { read_huggingface_checkpoint(path, CheckpointFormat::llama, true); });
+  EXPECT_NE(message.find(file + ": tensor 'model.layers.1.mlp.up_proj.weight' is I32"), std::string::npos) << message;
+  // `convert` used to copy it and fail later naming neither.
+  const auto output = directory("integer_weights_output");
+  message = error_of([&] { convert(conversion("llama", path, "fast_llm", output, true)); });
+  EXPECT_NE(message.find(file + ": tensor 'model.layers.1.mlp.up_proj.weight' is I32"), std::string::npos) << message;
+  EXPECT_TRUE(names_in(output).empty());
 }
 
 TEST(Huggingface, MissingOrMisshapenTensorsAreErrors) {

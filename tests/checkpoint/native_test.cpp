@@ -6,6 +6,7 @@
 #include <set>
 
 #include "checkpoint/checkpoint_test_util.h"
+#include "fast_llm/engine/checkpoint/directory.h"
 #include "fast_llm/engine/checkpoint/distributed.h"
 #include "fast_llm/engine/checkpoint/fast_llm_format.h"
 #include "fast_llm/engine/checkpoint/metadata.h"
@@ -231,6 +232,81 @@ TEST(Checkpoints, MetadataErrorsNameTheFileAndKey) {
       << "format: fast_llm\nfast_llm_version: 0.1.0\nmodel: gpt\nconfig: {}\nshards: [weights]\n";
   message = error_of([&] { read_checkpoint_metadata(path, CheckpointFormat::distributed); });
   EXPECT_NE(message.find("given as distributed"), std::string::npos) << message;
+}
+
+// Rewrites the metadata.yaml of `directory` with `edit` applied to its tree.
+template <class Edit>
+void edit_metadata(const std::filesystem::path& directory, Edit edit) {
+  YAML::Node node = YAML::LoadFile((directory / kMetadataFile).string());
+  edit(node);
+  YAML::Emitter emitter;
+  emitter << node;
+  std::ofstream(directory / kMetadataFile, std::ios::trunc) << emitter.c_str();
+}
+
+TEST(Checkpoints, ALayoutThatWouldLoadTheWrongWeightsIsRefused) {
+  const auto root = directory("layout");
+  Model saved;
+  saved.fill();
+  const DistributedCheckpointContents contents{.state = kState, .consumed_samples = 0, .model = "gpt",
+                                               .model_config = saved.model_yaml()};
+  auto load_error = [&](const std::string& name, auto edit) {
+    save_distributed_checkpoint(root / name, saved.multi_stage, contents);
+    edit_metadata(root / name, edit);
+    // Another stage layout: loaded parameter by parameter through the recorded offsets.
+    Model regrouped("{layers_per_stage: 2}");
+    return error_of([&] {
+      load_distributed_checkpoint(root / name, read_checkpoint_metadata(root / name), regrouped.multi_stage, true);
+    });
+  };
+  // Stage 1 is the first decoder block; its second parameter moved onto its first.
+  std::string message = load_error("overlap", [](YAML::Node& node) {
+    YAML::Node parameters = node["layout"]["stages"][1]["parameters"];
+    parameters[1]["offset"] = parameters[0]["offset"].as<int64_t>() + 1;
+  });
+  EXPECT_NE(message.find("metadata.yaml: `layout` overlaps parameters decoder.0."), std::string::npos) << message;
+  message = load_error("outside", [](YAML::Node& node) {
+    YAML::Node stage = node["layout"]["stages"][1];
+    stage["parameters"][0]["offset"] = stage["trainable_size"].as<int64_t>() + stage["frozen_size"].as<int64_t>() - 1;
+  });
+  EXPECT_NE(message.find("outside stage 1's trainable region"), std::string::npos) << message;
+  message = load_error("negative",
+                       [](YAML::Node& node) { node["layout"]["stages"][0]["parameters"][0]["offset"] = -8; });
+  EXPECT_NE(message.find("outside stage 0's trainable region"), std::string::npos) << message;
+  message = load_error("shape", [](YAML::Node& node) {
+    YAML::Node shape = node["layout"]["stages"][2]["parameters"][0]["shape"];
+    shape[0] = -shape[0].as<int64_t>();
+  });
+  EXPECT_NE(message.find("an invalid shape"), std::string::npos) << message;
+  message = load_error("duplicate", [](YAML::Node& node) {
+    YAML::Node parameters = node["layout"]["stages"][1]["parameters"];
+    parameters[1]["name"] = parameters[0]["name"].as<std::string>();
+  });
+  EXPECT_NE(message.find("twice"), std::string::npos) << message;
+}
+
+TEST(Checkpoints, ACheckpointWithoutItsTrainingStateIsRefused) {
+  const auto root = directory("stateless");
+  Model saved;
+  saved.fill();
+  save_distributed_checkpoint(root / "4", saved.multi_stage,
+                              {.state = kState, .consumed_samples = 0, .model = "gpt",
+                               .model_config = saved.model_yaml()});
+  edit_metadata(root / "4", [](YAML::Node& node) { node.remove("state"); });
+  // A run resuming from it would restart at step 0 with Adam's moments of step 6.
+  std::string message = error_of([&] { read_checkpoint_metadata(root / "4"); });
+  EXPECT_NE(message.find("metadata.yaml: `state` is missing: a distributed checkpoint records"), std::string::npos)
+      << message;
+
+  const auto fast_llm = directory("stateless_fast_llm");
+  write_fast_llm_checkpoint(fast_llm, *multi_stage_source(saved.multi_stage, true),
+                            {.format = CheckpointFormat::fast_llm, .model = "gpt", .config = saved.model_yaml(),
+                             .shards = state_shards(true), .state = kState},
+                            1 << 20);
+  edit_metadata(fast_llm, [](YAML::Node& node) { node.remove("state"); });
+  message = error_of([&] { open_fast_llm_checkpoint(fast_llm); });
+  EXPECT_NE(message.find("`state` is missing: a checkpoint holding the optimizer state records"), std::string::npos)
+      << message;
 }
 
 TEST(Checkpoints, InterruptedWritesAreIgnoredAndPruned) {

@@ -187,6 +187,49 @@ TEST_F(CliTest, ConvertGpt) {
   expect({"model_outputs", "gpt", "pretrained.format=nonsense"}, 1, "pretrained.format");
 }
 
+TEST_F(CliTest, ConvertNeverWritesWhereItReads) {
+  const fs::path config = write("train.yaml", kTrainConfig);
+  expect({"train", "gpt", "-c", config.string(), "training.checkpoint.interval=2"}, 0);
+  expect({"convert", "gpt", "input.format=distributed", "input.path=experiment/checkpoint/2", "output.format=fast_llm",
+          "output.path=converted"},
+         0, "Done");
+  // In place: this died with SIGBUS and left model_0.safetensors cut short.
+  expect({"convert", "gpt", "input.format=fast_llm", "input.path=converted", "output.format=fast_llm",
+          "output.path=converted", "exist_ok=true"},
+         1, "output.path converted is the checkpoint being read (input.path converted)");
+  expect({"convert", "gpt", "input.format=fast_llm", "input.path=converted", "output.format=distributed",
+          "output.path=converted/inner", "exist_ok=true"},
+         1, "is inside the checkpoint being read");
+  // The input is intact: it still converts.
+  expect({"convert", "gpt", "input.format=fast_llm", "input.path=converted", "output.format=distributed",
+          "output.path=again"},
+         0, "Done");
+  EXPECT_TRUE(fs::exists(directory_ / "again" / "ok"));
+}
+
+TEST_F(CliTest, UserErrorsNameThePath) {
+  const fs::path config = write("train.yaml", kTrainConfig);
+  const std::string too_long(300, 'x');
+  fs::create_directories(directory_ / "a_folder");
+  write("a_file", "text");
+  expect({"train", "gpt", "-c", "a_folder"}, 1, "[config] a_folder: is a folder, not a YAML config file");
+  expect({"train", "gpt", "-c", too_long + "/config.yaml"}, 1, "(File name too long)");
+  expect({"prepare", "byte_corpus", "--output", "a_file", "--source", config.string()}, 1,
+         "--output a_file: is a file, not a folder");
+  fs::create_directories(directory_ / "hf" / "config.json");
+  expect({"convert", "gpt", "input.format=llama", "input.path=hf", "output.format=fast_llm", "output.path=out"}, 1,
+         "hf/config.json: is a folder, not a file");
+  // Outputs that cannot be written: a component too long, and a folder under a regular file (what a read-only
+  // filesystem gives too, with EROFS: it cannot be made here, the tests run as root).
+  expect({"train", "gpt", "-c", config.string(), "training.checkpoint.interval=2"}, 0);
+  for (const auto& [output, reason] : std::vector<std::pair<std::string, std::string>>{
+           {too_long, too_long + ": cannot resolve the path (File name too long)"},
+           {"a_file/out", "a_file: is a file, not a folder"}})
+    expect({"convert", "gpt", "input.format=distributed", "input.path=experiment/checkpoint/2",
+            "output.format=fast_llm", "output.path=" + output},
+           1, reason);
+}
+
 TEST_F(CliTest, Prepare) {
   const fs::path text = write("text/a.txt", "Some text to make a byte-level dataset from.\n");
   expect({"prepare", "byte_corpus", "--output", "corpus", "--source", text.string(), "--max-bytes", "1000"}, 0,

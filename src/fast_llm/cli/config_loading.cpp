@@ -6,11 +6,16 @@
 #include <cstdio>
 
 #include "fast_llm/core/logging.h"
+#include "fast_llm/engine/checkpoint/directory.h"
 
 namespace fast_llm::cli {
 
 YAML::Node read_config_tree(const std::optional<std::filesystem::path>& config_file,
                             const std::vector<std::string>& overrides) {
+  // config::load_yaml_file reads what it is given; a folder, or a path the system cannot look at, is refused here
+  // with the reason (a missing file is its own error).
+  if (config_file && engine::file_type_of(*config_file, "config") == std::filesystem::file_type::directory)
+    throw Error("config", fmt::format("{}: is a folder, not a YAML config file", config_file->string()));
   YAML::Node root = config_file ? config::load_yaml_file(*config_file) : YAML::Node(YAML::NodeType::Map);
   for (const auto& assignment : overrides) config::apply_override(root, assignment);
   return root;

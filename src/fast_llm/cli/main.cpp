@@ -1,10 +1,12 @@
 // fast-llm: the command line. This is the only place that catches errors: it prints them (with the rank in a
-// distributed run) and exits 1.
+// distributed run) and exits 1. A fast_llm::Error or a std::filesystem error (always about a path) is the user's to
+// fix; any other exception is reported as a bug.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 
 #include "fast_llm/cli/commands.h"
 #include "fast_llm/core/error.h"
@@ -64,6 +66,14 @@ int main(int argc, char** argv) {
     log_error("{}", error.what());
     if (log_level() <= LogLevel::debug)
       log_error("  thrown at {}:{}", error.location().file_name(), error.location().line());
+  } catch (const std::filesystem::filesystem_error& error) {
+    // The last resort for a filesystem call that was not checked where it was made: its path is one the user gave or
+    // one derived from it (a component too long, a read-only filesystem, a file where a folder belongs), so it is
+    // reported as the user's to fix, with the path and the reason.
+    const std::string paths = error.path2().empty()
+                                  ? error.path1().string()
+                                  : fmt::format("{} -> {}", error.path1().string(), error.path2().string());
+    log_error("[filesystem] {}: {}", paths, error.code().message());
   } catch (const std::bad_alloc&) {
     log_error("[memory] out of host memory");
   } catch (const std::exception& error) {

@@ -10,6 +10,7 @@
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
 #include "fast_llm/data/corpus.h"
+#include "fast_llm/engine/checkpoint/directory.h"
 
 namespace fast_llm::cli {
 
@@ -35,6 +36,9 @@ void add_prepare_command(CLI::App& app, CommandAction& action) {
       ->check(CLI::PositiveNumber);
   corpus->callback([&action, options] {
     action = [options] {
+      const std::filesystem::file_type output_type = engine::file_type_of(options->output, "prepare");
+      if (output_type != std::filesystem::file_type::not_found && output_type != std::filesystem::file_type::directory)
+        throw Error("prepare", fmt::format("--output {}: is a file, not a folder", options->output));
       data::CorpusOptions corpus_options;
       if (!options->sources.empty()) corpus_options.sources = options->sources;
       corpus_options.max_bytes = options->max_bytes;

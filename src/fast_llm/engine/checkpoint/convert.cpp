@@ -3,12 +3,11 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
+#include "fast_llm/engine/checkpoint/directory.h"
 #include "fast_llm/engine/checkpoint/loading.h"
-#include "fast_llm/engine/checkpoint/metadata.h"
 #include "fast_llm/engine/checkpoint/saving.h"
 
 namespace fast_llm::engine {
@@ -23,8 +22,9 @@ void ConvertConfig::visit(config::Visitor& v) {
   v(output, "output", "The checkpoint to write.", Hint::core);
   v(use_cpu, "use_cpu", "Convert on the CPU. Conversion here always runs on the CPU, tensor by tensor.",
     Hint::optional);
-  v(exist_ok, "exist_ok", "Allow writing into an existing, non-empty output directory (files of the same name are "
-                          "replaced).",
+  v(exist_ok, "exist_ok", "Allow writing into an existing, non-empty output folder: once the conversion is complete, "
+                          "the checkpoint it held (safetensors files, their index, config.json, metadata.yaml) is "
+                          "replaced; other files are kept.",
     Hint::optional);
   v(layers_per_step, "layers_per_step",
     "Fast-LLM converts this many layers at a time to bound memory; here every conversion streams one tensor (or one "
@@ -43,11 +43,19 @@ void convert(const ConvertConfig& config, const ModelType& model_type) {
   const CheckpointLoadConfig& input = config.input;
   const CheckpointSaveConfig& output = config.output;
   const std::filesystem::path& destination = *output.path;
-  if (std::filesystem::exists(destination) && !std::filesystem::is_directory(destination))
-    throw Error(kComponent, fmt::format("output.path {} exists and is not a directory", destination.string()));
-  if (std::filesystem::exists(destination) && !std::filesystem::is_empty(destination) && !config.exist_ok)
-    throw Error(kComponent, fmt::format("output.path {} exists and is not empty (set exist_ok=true to write into it)",
-                                        destination.string()));
+  check_separate_folders(destination, output.field_path("path"), *input.path, input.field_path("path"));
+  switch (file_type_of(destination, kComponent)) {
+    case std::filesystem::file_type::not_found: break;
+    case std::filesystem::file_type::directory:
+      if (!config.exist_ok && !folder_entries(destination, kComponent).empty())
+        throw Error(kComponent, fmt::format("{} {} exists and is not empty (set exist_ok=true to replace the "
+                                            "checkpoint in it)",
+                                            output.field_path("path"), destination.string()));
+      break;
+    default:
+      throw Error(kComponent, fmt::format("{} {} exists and is not a folder", output.field_path("path"),
+                                          destination.string()));
+  }
 
   // The whole model config of the input (multi_stage and distributed too when it has them).
   CheckpointLoadConfig whole = input;
@@ -66,10 +74,12 @@ void convert(const ConvertConfig& config, const ModelType& model_type) {
   options.optimizer_state = output.optimizer_state.value_or(false) && input.optimizer_state;
   log_main("Converting {} ({}) to {} ({})", input.path->string(), config::enum_name(input.format),
            destination.string(), config::enum_name(output.format));
-  std::filesystem::create_directories(destination);
-  std::filesystem::remove(destination / kCompleteMarker);
-  export_checkpoint(destination, options, *model, state.state, state.training, state.consumed_samples);
-  std::ofstream(destination / kCompleteMarker).close();
+  write_checkpoint_directory(
+      destination,
+      [&](const std::filesystem::path& temporary) {
+        export_checkpoint(temporary, options, *model, state.state, state.training, state.consumed_samples);
+      },
+      /*sync=*/true);
   log_main("Done: {}", destination.string());
 }
 

@@ -1,6 +1,9 @@
 // `fast-llm convert <model>`: a checkpoint from one format to another (Fast-LLM's ConvertConfig), any format the model
 // type reads (loading.h) to any it writes (saving.h), holding one tensor (or one output file) at a time.
-// `<output.path>/ok` is written last.
+//
+// It never destroys data: the output is written into a temporary folder and published when complete, `ok` last
+// (directory.h); an output folder that is the input, lies inside it or holds it is refused (the identity of the
+// folders is compared, so links do not hide it); on failure the output folder is left as it was.
 #pragma once
 
 #include <optional>

@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <limits>
 #include <set>
+#include <tuple>
 
 #include "fast_llm/config/config.h"
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
+#include "fast_llm/engine/checkpoint/directory.h"
 
 namespace fast_llm::engine {
 
@@ -71,6 +74,19 @@ YAML::Node layout_of(const MultiStage& multi_stage) {
   return layout;
 }
 
+// The element count of `shape`, or nothing when a dimension is negative or the count overflows.
+std::optional<int64_t> checked_numel(const Shape& shape) {
+  int64_t count = 1;
+  for (int64_t dim : shape) {
+    if (dim < 0 || (dim > 0 && count > std::numeric_limits<int64_t>::max() / dim)) return std::nullopt;
+    count *= dim;
+  }
+  return count;
+}
+
+// Reads the layout and checks what loading relies on: each parameter lies inside its stage's region (trainable ones
+// in [0, trainable_size), frozen ones in [trainable_size, trainable_size + frozen_size)), no two parameters of a stage
+// overlap, and names are unique. A layout failing these would load the wrong values into some parameter.
 RecordedLayout read_layout(const std::filesystem::path& directory, const CheckpointMetadata& metadata) {
   const std::filesystem::path file = directory / kMetadataFile;
   auto fail = [&](std::string_view message) -> void {
@@ -85,18 +101,46 @@ RecordedLayout read_layout(const std::filesystem::path& directory, const Checkpo
     if (!dtype || !is_floating(*dtype)) fail("has an invalid optimization_dtype");
     layout.optimization_dtype = *dtype;
     for (const auto& name : node["files"]) layout.files.push_back(name.as<std::string>());
+    std::set<std::string> names;
     for (const auto& stage : node["stages"]) {
+      const size_t index = layout.stages.size();
       RecordedStage recorded{.trainable_size = stage["trainable_size"].as<int64_t>(),
                              .frozen_size = stage["frozen_size"].as<int64_t>()};
+      if (recorded.trainable_size < 0 || recorded.frozen_size < 0 ||
+          recorded.frozen_size > std::numeric_limits<int64_t>::max() - recorded.trainable_size)
+        fail(fmt::format("gives stage {} invalid sizes ({} trainable, {} frozen)", index, recorded.trainable_size,
+                         recorded.frozen_size));
+      // (begin, end, name) of each parameter in the stage.
+      std::vector<std::tuple<int64_t, int64_t, std::string>> ranges;
       for (const auto& parameter : stage["parameters"]) {
         RecordedParameter entry{.name = parameter["name"].as<std::string>(),
                                 .offset = parameter["offset"].as<int64_t>(),
                                 .frozen = parameter["frozen"].as<bool>()};
-        for (const auto& dim : parameter["shape"]) entry.shape.push_back(dim.as<int64_t>());
-        if (entry.offset < 0 || entry.offset + entry.shape.numel() >
-                                    recorded.trainable_size + recorded.frozen_size)
-          fail(fmt::format("places parameter {} outside its stage", entry.name));
+        if (entry.name.empty() || !names.insert(entry.name).second)
+          fail(fmt::format("names parameter '{}' twice or not at all", entry.name));
+        std::vector<int64_t> dims;
+        for (const auto& dim : parameter["shape"]) dims.push_back(dim.as<int64_t>());
+        if (dims.size() > size_t(kMaxTensorRank))
+          fail(fmt::format("gives parameter {} a shape of rank {}", entry.name, dims.size()));
+        entry.shape = Shape(std::span<const int64_t>(dims));
+        const std::optional<int64_t> numel = checked_numel(entry.shape);
+        if (!numel) fail(fmt::format("gives parameter {} an invalid shape {}", entry.name, entry.shape.str()));
+        const int64_t region_begin = entry.frozen ? recorded.trainable_size : 0;
+        const int64_t region_end = recorded.trainable_size + (entry.frozen ? recorded.frozen_size : 0);
+        if (entry.offset < region_begin || entry.offset > region_end || *numel > region_end - entry.offset)
+          fail(fmt::format("places parameter {} ({} elements at offset {}) outside stage {}'s {} region [{}, {})",
+                           entry.name, *numel, entry.offset, index, entry.frozen ? "frozen" : "trainable",
+                           region_begin, region_end));
+        if (*numel > 0) ranges.emplace_back(entry.offset, entry.offset + *numel, entry.name);
         recorded.parameters.push_back(std::move(entry));
+      }
+      std::sort(ranges.begin(), ranges.end());
+      for (size_t next = 1; next < ranges.size(); ++next) {
+        const auto& [begin, end, name] = ranges[next - 1];
+        const auto& [next_begin, next_end, next_name] = ranges[next];
+        if (next_begin < end)
+          fail(fmt::format("overlaps parameters {} [{}, {}) and {} [{}, {}) in stage {}", name, begin, end,
+                           next_name, next_begin, next_end, index));
       }
       layout.stages.push_back(std::move(recorded));
     }
@@ -268,13 +312,14 @@ std::filesystem::path training_checkpoint_folder(const std::filesystem::path& ex
 }
 
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& root) {
-  if (!std::filesystem::is_directory(root)) return std::nullopt;
+  if (file_type_of(root, kComponent) != std::filesystem::file_type::directory) return std::nullopt;
   std::optional<std::pair<int64_t, std::filesystem::path>> best;
-  for (const auto& entry : std::filesystem::directory_iterator(root)) {
-    if (!entry.is_directory()) continue;
-    auto step = step_of(entry.path());
-    if (!step || !checkpoint_complete(entry.path())) continue;
-    if (!best || *step > best->first) best = {*step, entry.path()};
+  for (const std::filesystem::path& entry : folder_entries(root, kComponent)) {
+    auto step = step_of(entry);
+    if (!step || file_type_of(entry, kComponent) != std::filesystem::file_type::directory ||
+        !checkpoint_complete(entry))
+      continue;
+    if (!best || *step > best->first) best = {*step, entry};
   }
   if (!best) return std::nullopt;
   return best->second;

@@ -6,6 +6,7 @@
 #include "fast_llm/config/merge.h"
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
+#include "fast_llm/engine/checkpoint/directory.h"
 #include "fast_llm/engine/checkpoint/distributed.h"
 #include "fast_llm/engine/checkpoint/external.h"
 #include "fast_llm/engine/checkpoint/fast_llm_format.h"
@@ -19,7 +20,7 @@ constexpr std::string_view kComponent = "checkpoint";
 
 const std::filesystem::path& require_path(const CheckpointLoadConfig& pretrained) {
   if (!pretrained.path) throw ConfigError(pretrained.field_path("path"), "is required to load a checkpoint");
-  if (!std::filesystem::exists(*pretrained.path))
+  if (file_type_of(*pretrained.path, kComponent) == std::filesystem::file_type::not_found)
     throw Error(kComponent, fmt::format("{}: {} does not exist", pretrained.field_path("path"),
                                         pretrained.path->string()));
   return *pretrained.path;
@@ -27,7 +28,7 @@ const std::filesystem::path& require_path(const CheckpointLoadConfig& pretrained
 
 // A distributed checkpoint: the directory itself, or the newest complete step of a checkpoint folder.
 std::filesystem::path distributed_directory(const std::filesystem::path& path) {
-  if (std::filesystem::exists(path / kMetadataFile)) {
+  if (file_type_of(path / kMetadataFile, kComponent) != std::filesystem::file_type::not_found) {
     if (!checkpoint_complete(path))
       throw Error(kComponent, fmt::format("{}: the checkpoint is incomplete (no `ok`: its write was interrupted)",
                                           path.string()));

@@ -1,15 +1,11 @@
 #include "fast_llm/engine/checkpoint/metadata.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 
 #include "fast_llm/config/config.h"
 #include "fast_llm/core/error.h"
+#include "fast_llm/core/file_writer.h"
+#include "fast_llm/engine/checkpoint/directory.h"
 
 namespace fast_llm::engine {
 
@@ -42,25 +38,12 @@ T scalar(const YAML::Node& node, const std::string& key, const std::filesystem::
   }
 }
 
-void sync_path(const std::filesystem::path& path, bool directory) {
-  int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) throw Error(kComponent, fmt::format("{}: cannot open to sync: {}", path.string(), std::strerror(errno)));
-  int result = ::fsync(fd);
-  int error = errno;
-  ::close(fd);
-  if (result != 0) throw Error(kComponent, fmt::format("{}: cannot sync: {}", path.string(), std::strerror(error)));
-}
-
-void sync_tree(const std::filesystem::path& directory) {
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(directory))
-    sync_path(entry.path(), entry.is_directory());
-  sync_path(directory, true);
-}
-
 }  // namespace
 
 void write_checkpoint_metadata(const std::filesystem::path& directory, const CheckpointMetadata& metadata) {
   FLM_ASSERT(!metadata.model.empty(), "checkpoint metadata without a model type");
+  FLM_ASSERT(metadata.state || (metadata.format != CheckpointFormat::distributed && metadata.shards.size() == 1),
+             "checkpoint metadata with optimizer state but no training state");
   YAML::Node node(YAML::NodeType::Map);
   node["fast_llm_version"] = metadata.fast_llm_version;
   node["format"] = std::string(config::enum_name(metadata.format));
@@ -84,19 +67,18 @@ void write_checkpoint_metadata(const std::filesystem::path& directory, const Che
   if (!metadata.trainer_config.empty()) node["trainer_config"] = YAML::Load(metadata.trainer_config);
   YAML::Emitter emitter;
   emitter << node;
-  const std::filesystem::path path = directory / kMetadataFile;
-  std::ofstream stream(path);
-  stream << emitter.c_str() << '\n';
-  stream.close();
-  FLM_CHECK(stream.good(), kComponent, "{}: cannot write", path.string());
+  write_file(directory / kMetadataFile, fmt::format("{}\n", emitter.c_str()), {.component = kComponent});
 }
 
 CheckpointMetadata read_checkpoint_metadata(const std::filesystem::path& directory,
                                             std::optional<CheckpointFormat> expected) {
   const std::filesystem::path file = directory / kMetadataFile;
-  if (!std::filesystem::exists(file))
+  const std::filesystem::file_type type = file_type_of(file, kComponent);
+  if (type == std::filesystem::file_type::not_found)
     throw Error(kComponent, fmt::format("{}: no {} (not a fast_llm or distributed checkpoint?)", directory.string(),
                                         kMetadataFile));
+  if (type != std::filesystem::file_type::regular)
+    throw Error(kComponent, fmt::format("{}: not a file", file.string()));
   YAML::Node node;
   try {
     node = YAML::LoadFile(file.string());
@@ -142,6 +124,11 @@ CheckpointMetadata read_checkpoint_metadata(const std::filesystem::path& directo
     if (result.completed_steps < 0 || result.optimizer.step < 0 || metadata.consumed_samples < 0)
       fail(file, "state", "has negative counts");
     metadata.state = result;
+  } else if (metadata.format == CheckpointFormat::distributed || metadata.shards.size() > 1) {
+    fail(file, "state", fmt::format("is missing: a {} records the training state it was saved at",
+                                    metadata.format == CheckpointFormat::distributed
+                                        ? "distributed checkpoint"
+                                        : "checkpoint holding the optimizer state"));
   }
   metadata.layout = node["layout"];
   if (YAML::Node trainer = node["trainer_config"]; trainer && !trainer.IsNull()) {
@@ -160,29 +147,7 @@ void check_checkpoint_model(const std::filesystem::path& directory, const Checkp
 }
 
 bool checkpoint_complete(const std::filesystem::path& directory) {
-  return std::filesystem::is_regular_file(directory / kCompleteMarker);
-}
-
-void write_checkpoint_directory(const std::filesystem::path& directory,
-                                const std::function<void(const std::filesystem::path&)>& write, bool sync) {
-  const std::filesystem::path parent = directory.parent_path().empty() ? "." : directory.parent_path();
-  std::filesystem::create_directories(parent);
-  const std::filesystem::path temporary =
-      parent / fmt::format(".{}.tmp-{}", directory.filename().string(), ::getpid());
-  std::filesystem::remove_all(temporary);
-  std::filesystem::create_directory(temporary);
-  write(temporary);
-  if (sync) sync_tree(temporary);
-  std::filesystem::remove_all(directory);
-  std::filesystem::rename(temporary, directory);
-  if (sync) sync_path(parent, true);
-  const std::filesystem::path marker = directory / kCompleteMarker;
-  std::ofstream(marker).close();
-  FLM_CHECK(std::filesystem::is_regular_file(marker), kComponent, "{}: cannot write", marker.string());
-  if (sync) {
-    sync_path(marker, false);
-    sync_path(directory, true);
-  }
+  return file_type_of(directory / kCompleteMarker, kComponent) == std::filesystem::file_type::regular;
 }
 
 }  // namespace fast_llm::engine

@@ -1,5 +1,5 @@
 // `metadata.yaml` of the native checkpoint formats (`distributed` and `fast_llm`), as Fast-LLM's CheckpointMetadata,
-// and the directory discipline every checkpoint write follows.
+// and the `ok` marker of complete checkpoint folders.
 //
 //   fast_llm_version: 0.1.0
 //   format: distributed                # or fast_llm
@@ -13,15 +13,17 @@
 //   layout: ...                         # format-specific (stage layout / file of each tensor)
 //   trainer_config: ...                 # distributed checkpoints: the run's whole resolved config
 //
-// Writes go to a temporary sibling directory that is renamed into place when complete, after which an empty `ok`
-// file is written: a directory without `ok` (a write killed half-way) is never read as a checkpoint.
+// A checkpoint folder is complete when it holds an empty `ok` file, written last (directory.h): a folder without it (a
+// write killed half-way) is never read as a checkpoint.
+//
+// Reading checks what loading relies on: a `distributed` checkpoint, or one holding Adam's moments, must record the
+// training `state` (a run resumed without it would restart its counts and its optimizer's bias corrections).
 #pragma once
 
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,6 +51,7 @@ struct CheckpointMetadata {
   std::string trainer_config;  // empty: not stored
 };
 
+// Writes `<directory>/metadata.yaml` (checked: an Error names the file when it cannot be written whole).
 void write_checkpoint_metadata(const std::filesystem::path& directory, const CheckpointMetadata& metadata);
 // Reads and checks `<directory>/metadata.yaml`; errors name the file and the key. `expected` (if given) must match
 // the stored format.
@@ -60,12 +63,5 @@ void check_checkpoint_model(const std::filesystem::path& directory, const Checkp
 
 // Whether `directory` holds a complete checkpoint (its `ok` marker).
 bool checkpoint_complete(const std::filesystem::path& directory);
-
-// Writes a checkpoint directory atomically: `write(temporary)` fills a fresh temporary sibling of `directory`, which
-// then replaces `directory` (an existing one is removed first), and `ok` is written last. With `sync`, files and
-// directories are flushed to disk at each stage, so a crash at any point leaves either the previous contents or a
-// directory without `ok`.
-void write_checkpoint_directory(const std::filesystem::path& directory,
-                                const std::function<void(const std::filesystem::path&)>& write, bool sync);
 
 }  // namespace fast_llm::engine

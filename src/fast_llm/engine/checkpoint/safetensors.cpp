@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/core/file_writer.h"
 #include "fast_llm/kernels/copy.h"
 
 namespace fast_llm::engine {
@@ -270,43 +271,6 @@ Tensor SafetensorsFile::read(const std::string& name, std::optional<DType> dtype
 // ---------------------------------------------------------------------------------------------------------------
 // Writing
 
-namespace {
-
-class OutputFile {
- public:
-  explicit OutputFile(const std::filesystem::path& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail(path, fmt::format("cannot create: {}", std::strerror(errno)));
-  }
-  ~OutputFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  void write(const void* data, size_t size) {
-    const char* bytes = static_cast<const char*>(data);
-    while (size > 0) {
-      ssize_t written = ::write(fd_, bytes, std::min<size_t>(size, size_t(1) << 30));
-      if (written < 0) {
-        if (errno == EINTR) continue;
-        fail(path_, fmt::format("cannot write: {}", std::strerror(errno)));
-      }
-      bytes += written;
-      size -= size_t(written);
-    }
-  }
-  void close(bool sync) {
-    if (sync && ::fsync(fd_) != 0) fail(path_, fmt::format("cannot sync: {}", std::strerror(errno)));
-    int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail(path_, fmt::format("cannot close: {}", std::strerror(errno)));
-  }
-
- private:
-  std::filesystem::path path_;
-  int fd_ = -1;
-};
-
-}  // namespace
-
 void write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsEntry>& entries,
                        const std::map<std::string, std::string>& metadata, SafetensorsWriteOptions options) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -334,9 +298,9 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Safe
   std::array<unsigned char, 8> length{};
   for (int byte = 0; byte < 8; ++byte) length[size_t(byte)] = (uint64_t(header_text.size()) >> (8 * byte)) & 0xff;
 
-  OutputFile file(path);
+  FileWriter file(path, {.component = kComponent, .sync = options.sync});
   file.write(length.data(), length.size());
-  file.write(header_text.data(), header_text.size());
+  file.write(header_text);
   for (const SafetensorsEntry& entry : entries) {
     Tensor values = entry.values();
     if (!values.defined() || values.dtype() != entry.dtype || !(values.shape() == entry.shape))
@@ -348,7 +312,7 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Safe
     Tensor host = values.to(Device::cpu());
     if (host.nbytes() > 0) file.write(host.data(), host.nbytes());
   }
-  file.close(options.sync);
+  file.commit();
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -106,7 +106,8 @@ struct SafetensorsWriteOptions {
 };
 
 // Writes `entries` (in that order; names must be unique and not "__metadata__") and `metadata` to `path`, replacing
-// it. Throws Error naming the file on an I/O failure or a tensor whose values do not match its entry.
+// it atomically (core/file_writer.h: a temporary file renamed into place, removed on failure). Throws Error naming the
+// file on an I/O failure (a full disk included) or a tensor whose values do not match its entry.
 void write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsEntry>& entries,
                        const std::map<std::string, std::string>& metadata = {}, SafetensorsWriteOptions options = {});
 

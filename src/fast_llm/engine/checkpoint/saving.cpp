@@ -5,6 +5,7 @@
 #include <string>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/engine/checkpoint/directory.h"
 #include "fast_llm/engine/checkpoint/distributed.h"
 #include "fast_llm/engine/checkpoint/external.h"
 #include "fast_llm/engine/checkpoint/fast_llm_format.h"

@@ -4,10 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <fstream>
 #include <set>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/core/file_writer.h"
+#include "fast_llm/engine/checkpoint/directory.h"
 
 namespace fast_llm::engine {
 
@@ -120,6 +121,10 @@ SafetensorsSet::SafetensorsSet(std::string description, const std::vector<std::f
     files_.push_back(std::make_unique<SafetensorsFile>(path));
     const size_t index = files_.size() - 1;
     for (const SafetensorsTensorInfo& info : files_.back()->tensors()) {
+      if (!info.dtype.dtype || !is_floating(*info.dtype.dtype))
+        throw Error(kComponent, fmt::format("{}: tensor '{}' is {}, but a checkpoint holds weights and optimizer "
+                                            "state, which are floating point (F64, F32, F16, BF16)",
+                                            path.string(), info.name, info.dtype.name));
       auto [found, inserted] = owner_.emplace(info.name, index);
       if (!inserted)
         throw Error(kComponent, fmt::format("{}: tensor '{}' is in both {} and {}", description_, info.name,
@@ -133,17 +138,15 @@ std::unique_ptr<SafetensorsSet> SafetensorsSet::open_huggingface(const std::file
   const std::filesystem::path index_path = directory / "model.safetensors.index.json";
   const std::filesystem::path single = directory / "model.safetensors";
   const std::string description = fmt::format("checkpoint {}", directory.string());
-  if (!std::filesystem::exists(index_path)) {
-    if (!std::filesystem::exists(single))
+  if (file_type_of(index_path, kComponent) == std::filesystem::file_type::not_found) {
+    if (file_type_of(single, kComponent) == std::filesystem::file_type::not_found)
       throw Error(kComponent, fmt::format("{}: neither model.safetensors nor model.safetensors.index.json is there",
                                           directory.string()));
     return std::make_unique<SafetensorsSet>(description, std::vector<std::filesystem::path>{single});
   }
-  std::ifstream stream(index_path);
-  if (!stream) throw Error(kComponent, fmt::format("{}: cannot open", index_path.string()));
   nlohmann::json index;
   try {
-    index = nlohmann::json::parse(stream);
+    index = nlohmann::json::parse(read_text_file(index_path, kComponent));
   } catch (const nlohmann::json::exception& error) {
     throw Error(kComponent, fmt::format("{}: not valid JSON: {}", index_path.string(), error.what()));
   }
@@ -159,7 +162,7 @@ std::unique_ptr<SafetensorsSet> SafetensorsSet::open_huggingface(const std::file
     std::string file = safe_file_name(entry.value().get<std::string>(), index_path);
     weight_map[entry.key()] = file;
     if (seen_files.insert(file).second) {
-      if (!std::filesystem::exists(directory / file))
+      if (file_type_of(directory / file, kComponent) == std::filesystem::file_type::not_found)
         throw Error(kComponent, fmt::format("{}: weight_map names {} (for tensor '{}'), which does not exist",
                                             index_path.string(), (directory / file).string(), entry.key()));
       files.push_back(directory / file);
@@ -246,11 +249,8 @@ std::map<std::string, std::string> write_safetensors_set(const std::filesystem::
     nlohmann::ordered_json index = {{"metadata", {{"total_size", total_bytes}}},
                                     {"weight_map", nlohmann::ordered_json::object()}};
     for (const std::string& name : names) index["weight_map"][name] = file_of[name];
-    const std::filesystem::path path = directory / "model.safetensors.index.json";
-    std::ofstream stream(path);
-    stream << index.dump(2) << '\n';
-    stream.close();
-    FLM_CHECK(stream.good(), kComponent, "{}: cannot write", path.string());
+    write_file(directory / "model.safetensors.index.json", index.dump(2) + '\n',
+               {.component = kComponent, .sync = sync});
   }
   return file_of;
 }

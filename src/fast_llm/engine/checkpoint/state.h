@@ -78,7 +78,9 @@ class TensorList : public TensorSource {
 // The floating tensors of `source` converted to `dtype` (others unchanged), loaded from `source` on demand.
 std::shared_ptr<TensorSource> convert_source(std::shared_ptr<const TensorSource> source, DType dtype);
 
-// Tensors of several safetensors files (e.g. a sharded Hugging Face checkpoint); a name may appear in one file only.
+// The tensors of a checkpoint's safetensors files (e.g. a sharded Hugging Face checkpoint); a name may appear in one
+// file only, and every tensor is floating point (weights and optimizer state are), so a tensor stored as integers is
+// refused when the files are opened, naming it and its file, not when something later fails to convert it.
 class SafetensorsSet : public TensorSource {
  public:
   // `files` are opened (and checked) now.

@@ -5,12 +5,13 @@
 
 #include <charconv>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <set>
 
 #include "fast_llm/config/config.h"
 #include "fast_llm/core/error.h"
+#include "fast_llm/core/file_writer.h"
+#include "fast_llm/engine/checkpoint/directory.h"
 #include "fast_llm/models/gpt/model.h"
 
 namespace fast_llm::models::gpt {
@@ -477,17 +478,13 @@ std::shared_ptr<engine::TensorSource> export_hf_weights(const HfFormat& format,
 HuggingfaceCheckpoint read_huggingface_checkpoint(const std::filesystem::path& directory,
                                                   engine::CheckpointFormat format, bool open_weights) {
   const std::filesystem::path config_path = directory / "config.json";
-  if (!std::filesystem::exists(config_path))
+  if (engine::file_type_of(config_path, kComponent) == std::filesystem::file_type::not_found)
     throw Error(kComponent, fmt::format("{}: no config.json (not a Hugging Face checkpoint?)", directory.string()));
   HuggingfaceCheckpoint result;
-  {
-    std::ifstream stream(config_path);
-    if (!stream) throw Error(kComponent, fmt::format("{}: cannot open", config_path.string()));
-    try {
-      result.config_json = nlohmann::json::parse(stream);
-    } catch (const nlohmann::json::exception& error) {
-      throw Error(kComponent, fmt::format("{}: not valid JSON: {}", config_path.string(), error.what()));
-    }
+  try {
+    result.config_json = nlohmann::json::parse(engine::read_text_file(config_path, kComponent));
+  } catch (const nlohmann::json::exception& error) {
+    throw Error(kComponent, fmt::format("{}: not valid JSON: {}", config_path.string(), error.what()));
   }
   const nlohmann::json& hf = result.config_json;
   if (!hf.is_object() || !hf.contains("model_type") || !hf["model_type"].is_string())
@@ -523,11 +520,7 @@ void write_huggingface_checkpoint(const std::filesystem::path& directory, engine
   const nlohmann::ordered_json hf = export_hf_config(table, config, dtype);
   engine::write_safetensors_set(directory, *weights, weights->names(), parameters_per_file,
                                 engine::SafetensorsSetLayout::huggingface, {{"format", "pt"}});
-  const std::filesystem::path config_path = directory / "config.json";
-  std::ofstream stream(config_path);
-  stream << hf.dump(2) << '\n';
-  stream.close();
-  FLM_CHECK(stream.good(), kComponent, "{}: cannot write", config_path.string());
+  write_file(directory / "config.json", hf.dump(2) + '\n', {.component = kComponent});
 }
 
 // ---------------------------------------------------------------------------------------------------------------

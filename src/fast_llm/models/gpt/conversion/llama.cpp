@@ -179,10 +179,8 @@ void import_rotary(const json& hf, YAML::Node& model) {
   const bool has_parameters = hf.contains("rope_parameters") && !hf["rope_parameters"].is_null();
   const bool has_scaling = hf.contains("rope_scaling") && !hf["rope_scaling"].is_null();
   const bool has_theta = hf.contains("rope_theta") && !hf["rope_theta"].is_null();
-  // The top-level `rope_theta` (transformers 4) when present, else `fallback`; a flag and a double rather than an
-  // optional, which GCC 12 reports as maybe uninitialised here.
-  const double top_theta = has_theta ? json_number(hf["rope_theta"], "rope_theta") : 0.0;
-  auto theta_or = [&](double fallback) { return has_theta ? top_theta : fallback; };
+  // The top-level rope_theta, or `fallback` when the file has none.
+  auto top_theta = [&](double fallback) { return has_theta ? json_number(hf["rope_theta"], "rope_theta") : fallback; };
   YAML::Node rotary;
   if (has_parameters) {
     const json& parameters = hf["rope_parameters"];
@@ -191,11 +189,11 @@ void import_rotary(const json& hf, YAML::Node& model) {
       if (parameters.contains(layer_type))
         throw NotSupportedError(kComponent, "`rope_parameters` per layer type is not supported");
     const double theta = parameters.contains("rope_theta") ? json_number(parameters["rope_theta"], "rope_parameters.rope_theta")
-                                                           : theta_or(10000.0);
+                                                           : top_theta(10000.0);
     rotary = rotary_from(hf, parameters, theta, "rope_parameters");
     if (has_scaling || has_theta) {
       // The same model in transformers 4 (rope_scaling, rope_theta) and 5 (rope_parameters), or an ambiguous file.
-      YAML::Node legacy = rotary_from(hf, has_scaling ? hf["rope_scaling"] : json(nullptr), theta_or(theta),
+      YAML::Node legacy = rotary_from(hf, has_scaling ? hf["rope_scaling"] : json(nullptr), top_theta(theta),
                                       "rope_scaling");
       if (flow(legacy) != flow(rotary))
         throw Error(kComponent, fmt::format("`rope_scaling` / `rope_theta` ({}) and `rope_parameters` ({}) describe "
@@ -203,7 +201,7 @@ void import_rotary(const json& hf, YAML::Node& model) {
                                             flow(legacy), flow(rotary)));
     }
   } else {
-    rotary = rotary_from(hf, has_scaling ? hf["rope_scaling"] : json(nullptr), theta_or(10000.0),
+    rotary = rotary_from(hf, has_scaling ? hf["rope_scaling"] : json(nullptr), top_theta(10000.0),
                          "rope_scaling");
   }
   yaml_set(model, path_in(kMixer, "rotary"), rotary);
