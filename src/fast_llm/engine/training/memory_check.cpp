@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/core/logging.h"
 #include "fast_llm/data/dataset.h"
 #include "fast_llm/engine/training/metrics.h"
 #include "fast_llm/tensor/allocator.h"
@@ -70,6 +71,8 @@ void check_memory(const MemoryEstimate& estimate, Device device) {
     const AllocatorStats held = allocator_for(where).stats();
     const int64_t usable = int64_t(available->bytes) + int64_t(held.reserved_bytes - held.allocated_bytes);
     const int64_t needed = sum(parts);
+    log_main("Estimated {}: {} of {} available ({}):{}", memory, mebibytes(needed), mebibytes(usable),
+             available->source, describe(parts));
     if (needed <= usable) return;
     throw Error("memory",
                 fmt::format("this run needs about {} of {} and {} has {} ({}); the estimate:{}\nLower "

@@ -30,8 +30,9 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
 //                        norm statistics (fp32; fp64 in fp64 runs)
 //   kept after the blocks: the last block's output (h)
 //   working, the larger of: the head (final-norm output and two gradients, 3h, and a chunk of logits,
-//                        vocab_size / cross_entropy_splits) and a block's backward (the gradients of what it kept: the
-//                        same count as above, the statistics aside)
+//                        vocab_size / cross_entropy_splits) and a block's backward (the gradients of what it kept, the
+//                        statistics aside, and at least those of the MLP: 4h, the first projection and the activation,
+//                        which recomputation brings back)
 //   the micro-batch: tokens, labels and positions (3 x 8 bytes) and the rotary tables (2 x head_size fp32).
 int64_t activation_bytes_per_token(const GPTTrainerConfig& config);
 
