@@ -232,7 +232,8 @@ TEST_F(CliTest, ADivergedRunStops) {
   // From a scale of 1e12, about 25 skips in a row before the scale fits fp16.
   const Outcome searching = expect(with({"optimizer.gradient_scaler.initial=1.0e+12", "run.experiment_dir=fp16_a"}), 0);
   EXPECT_NE(searching.output.find("Setting loss scale to 976562500"), std::string::npos) << searching.output;
-  expect(with({"optimizer.gradient_scaler.initial=4", "optimizer.learning_rate.base=1.0e+6", "run.experiment_dir=fp16_b"}),
+  expect(with({"optimizer.gradient_scaler.initial=4", "optimizer.learning_rate.base=1.0e+6",
+               "run.experiment_dir=fp16_b"}),
          1, "skipped while the fp16 loss scaler lowered its scale");
 }
 

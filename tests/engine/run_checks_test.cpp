@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/trainer_test_util.h"
+#include "fast_llm/data/memmap.h"
 #include "fast_llm/engine/training/memory_check.h"
 #include "fast_llm/tensor/allocator.h"
 
@@ -86,6 +87,43 @@ TEST(MemoryCheck, StageBytesAreWhatTheStagesAllocate) {
                                                                         << training;
     }
   }
+}
+
+// The sampling index part, against the index the sampling writes to its cache (the index words, once; the estimate
+// counts them twice, for the copy made while writing): a memmap dataset of 40 documents of 10 to 49 tokens, sampled
+// alone, through a slice and blended, for one epoch and for several.
+TEST(MemoryCheck, SamplingIndexBytesBoundTheIndexTheSamplingWrites) {
+  const auto directory = fresh_directory("checks_index");
+  const std::filesystem::path file = directory / "documents.fast_llm_dataset";
+  data::MemmapWriter writer(file, {});
+  for (int64_t document = 0; document < 40; ++document)
+    writer.add_document({.tokens = std::vector<int64_t>(size_t(10 + document), 7)});
+  writer.finish();
+  const std::string memmap = "{type: memmap, path: '" + file.string() + "'}";
+  for (const std::string& dataset :
+       {memmap, "{type: slice, dataset: " + memmap + ", begin: 0.0, end: 0.5}",
+        "{type: blended, datasets: [" + memmap + ", {type: random}], weights: [0.5, 0.5]}"}) {
+    for (int64_t num_samples : {8, 200}) {
+      const auto cache = directory / "cache";
+      std::filesystem::remove_all(cache);
+      const auto config = testing::load_config<data::GPTDataConfig>(
+          "{datasets: {training: " + dataset + "}, micro_batch_size: 16}", "data");
+      data::GPTData data(config, {.experiment_directory = cache, .vocab_size = 20});
+      const int64_t estimate =
+          sampling_index_bytes(config.datasets.at("training"), data.sampling_parameters(), num_samples);
+      data.sample_dataset("training", num_samples);
+      int64_t written = 0;
+      for (const auto& entry : std::filesystem::recursive_directory_iterator(cache))
+        if (entry.path().string().ends_with("_index.bin")) written += int64_t(entry.file_size());
+      ASSERT_GT(written, 0) << dataset;
+      // At least the index, at most one unused epoch of document order (40 entries) more, both counted twice; the
+      // blend adds 12 bytes per sample.
+      const int64_t blend = dataset.find("blended") != std::string::npos ? 12 * num_samples : 0;
+      EXPECT_GE(estimate - blend, 2 * written) << dataset << " " << num_samples;
+      EXPECT_LE(estimate - blend, 2 * (written + 8 * 40)) << dataset << " " << num_samples;
+    }
+  }
+  std::filesystem::remove_all(directory);
 }
 
 }  // namespace

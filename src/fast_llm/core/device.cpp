@@ -55,7 +55,8 @@ std::optional<AvailableMemory> available_memory(Device device) {
     size_t kibibytes = 0;
     std::string unit;
     if (!(meminfo >> kibibytes >> unit)) break;
-    if (key == "MemAvailable:") return AvailableMemory{.bytes = kibibytes * 1024, .source = "MemAvailable in /proc/meminfo"};
+    if (key == "MemAvailable:")
+      return AvailableMemory{.bytes = kibibytes * 1024, .source = "MemAvailable in /proc/meminfo"};
   }
   return std::nullopt;
 }

@@ -51,8 +51,8 @@ ExperimentLock::ExperimentLock(const std::filesystem::path& experiment_dir)
   std::error_code created;
   std::filesystem::create_directories(experiment_dir, created);
   if (created)
-    throw Error("training",
-                fmt::format("{}: cannot create the experiment directory ({})", experiment_dir.string(), created.message()));
+    throw Error("training", fmt::format("{}: cannot create the experiment directory ({})", experiment_dir.string(),
+                                        created.message()));
   descriptor_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (descriptor_ < 0)
     throw Error("training", fmt::format("{}: cannot open the experiment directory's lock file ({})", path_.string(),

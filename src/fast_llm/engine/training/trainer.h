@@ -145,7 +145,8 @@ class Trainer {
   void show_progress(double average_step_ms);
   void clear_progress();
   void save(bool done, bool stopping);
-  // What pruning keeps of checkpoints or exports of `config`, the newest save before a streak of skipped steps included.
+  // What pruning keeps of the checkpoints or exports of `config`: their own rule, and the newest save before a streak
+  // of skipped steps.
   CheckpointRetention retention(const TrainingCheckpointBaseConfig& config) const;
 
   TrainerSections sections_;

@@ -19,10 +19,10 @@ namespace fast_llm::models::gpt {
 // the run, before it and the model go (tests read its weights and counters).
 void train(const GPTTrainerConfig& config, const std::function<void(engine::Trainer&)>& inspect = {});
 
-// Bytes one token of a micro-batch takes at the peak of a training step, besides the stages' buffers: what the trainer's
-// memory check at start-up counts as activations (engine/training/memory_check.h). The peak is at the start of the
-// backward pass, when every layer holds what its backward reads, plus the larger of the head's working memory and one
-// block's backward. Per token, in bytes of the compute dtype unless said (h: hidden size):
+// Bytes one token of a micro-batch takes at the peak of a training step, besides the stages' buffers: what the
+// trainer's memory check at start-up counts as activations (engine/training/memory_check.h). The peak is at the start
+// of the backward pass, when every layer holds what its backward reads, plus the larger of the head's working memory
+// and one block's backward. Per token, in bytes of the compute dtype unless said (h: hidden size):
 //   kept by each block:  its input and the residual stream after the mixer (2h), both normalised inputs (2h), query
 //                        and attention output (2 x heads x head_size), key and value (2 x head_groups x head_size),
 //                        the MLP's first projection (2 x intermediate gated, 1 x otherwise) and activation
