@@ -2,7 +2,8 @@
 // that cannot fit stops at start-up with both numbers instead of failing out of memory after minutes of work.
 //
 // On the run's device (host memory for a CPU run):
-//   - each stage's flat buffers, exactly as the multi-stage layout allocates them (stage_buffer_bytes);
+//   - each stage's flat buffers, exactly as the multi-stage layout allocates them (stage_buffer_bytes), and the
+//     optimizer's table of learning rates (one fp64 per step);
 //   - activations: the model type's bytes per token of a micro-batch (TrainerSections::activation_bytes_per_token;
 //     GPT's is derived in models/gpt/training.h) x micro_batch_size x breadth_first_micro_batches (the micro-batches
 //     whose activations are alive together).

@@ -193,6 +193,11 @@ MemoryEstimate Trainer::estimate_memory(const std::vector<std::pair<std::string,
                    training_ ? "weights, gradients and optimizer state" : "weights", stages.size(), largest_index,
                    double(largest) / 1024.0 / 1024.0),
        stage_bytes});
+  if (training_) {
+    // The optimizer's table of learning rates, one fp64 per step (optimizer.h).
+    estimate.device.push_back({fmt::format("learning rates of {} steps", sections_.training.train_iters),
+                               8 * (sections_.training.train_iters + 1)});
+  }
   if (sections_.activation_bytes_per_token > 0) {
     const int64_t micro_batches = sections_.schedule.breadth_first_micro_batches;
     estimate.device.push_back({fmt::format("activations of {} micro-batch{} of {} tokens", micro_batches,
