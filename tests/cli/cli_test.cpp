@@ -192,11 +192,15 @@ TEST_F(CliTest, OneRunPerExperimentDirectory) {
     std::ifstream lock(directory_ / "experiment" / "lock");
     std::getline(lock, holder);
   }
-  ASSERT_EQ(holder.rfind("pid ", 0), 0u) << holder;
-  const pid_t pid = std::stoi(holder.substr(4));
-  expect({"train", "gpt", "-c", config.string(), experiment}, 1,
-         "is in use by another run (pid " + std::to_string(pid) + " on host ");
-  kill(pid, SIGKILL);
+  // Without a holder the first run ends at run_fast_llm's time limit; the thread is joined either way.
+  const bool holding = holder.rfind("pid ", 0) == 0;
+  EXPECT_TRUE(holding) << holder;
+  if (holding) {
+    const pid_t pid = std::stoi(holder.substr(4));
+    expect({"train", "gpt", "-c", config.string(), experiment}, 1,
+           "is in use by another run (pid " + std::to_string(pid) + " on host ");
+    kill(pid, SIGKILL);
+  }
   first.join();
   expect({"train", "gpt", "-c", config.string(), experiment}, 0);
 }

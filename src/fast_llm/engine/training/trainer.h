@@ -9,24 +9,18 @@
 //                           model, data, config.to_yaml_string());
 //   trainer.run();
 //
-// Setup (in the constructor), checks first: the experiment directory is locked for the life of the trainer
-// (ExperimentLock: a second run there is refused, naming the first); every whole-config precondition is checked
-// (checkpoints and exports need run.experiment_dir and an export format must hold the model, the datasets the run
-// samples exist, the evaluators are supported, an evaluation-only run has weights to load) and the memory the run
-// needs is estimated against what the machine has (memory_check.h). Only then is anything big built: the model is cut
-// into stages with flat buffers on the run's device, the optimizer and the schedule are built, `training` is sampled
-// with train_iters x samples-per-step samples and each `loss` evaluator's dataset with what its evaluations read,
-// `<experiment_dir>/config.yaml` is written and `<experiment_dir>/runs/<k>/` created (k: the first unused index).
-// `run()` loads or initialises the weights, trains `training.train_iters` steps, logs every `training.logs.interval`
-// steps, evaluates every evaluator interval and at the end, writes one JSON object per log line to
-// `runs/<k>/metrics.jsonl`, and says at the end where the metrics and the model are. With train_iters 0 it only
-// evaluates. Every file it writes goes through FileWriter (core/file_writer.h): a failed write or close stops the run
-// with an error naming the file.
+// Setup (in the constructor) checks before it builds (docs/reliability.md): it locks the experiment directory
+// (ExperimentLock), checks the whole-config preconditions (saves need run.experiment_dir, sampled datasets exist,
+// evaluators are supported, evaluation alone needs weights) and the memory the run needs (memory_check.h). Then the
+// model is cut into stages on the run's device, the optimizer and the schedule are built, `training` and each `loss`
+// evaluator's dataset are sampled, `<experiment_dir>/config.yaml` is written and `runs/<k>/` created (k: the first
+// unused index). `run()` loads or initialises the weights, trains `training.train_iters` steps (or only evaluates when
+// it is 0), logs every `training.logs.interval` steps to the log and to `runs/<k>/metrics.jsonl`, evaluates on the
+// evaluators' intervals and at the end. Files are written through FileWriter: a failed write stops the run.
 //
-// Skipped steps: when `training.max_consecutive_skipped_iterations` steps in a row were skipped (not counting those of
-// the fp16 loss scaler looking for its scale), the run stops with an error before it saves again; while steps are
-// being skipped, pruning keeps the newest checkpoint and export from before the first of them (CheckpointRetention::
-// keep_newest_before). The host learns of skips when it reads the step records (below), so that is where both happen.
+// A run of `training.max_consecutive_skipped_iterations` skipped steps (the fp16 scaler's search aside) stops training
+// before the next save; meanwhile pruning keeps the newest save from before the first of them. Both happen where the
+// host reads the step records (below).
 //
 // Weights come from the run's newest complete checkpoint when it is restarted, else from `pretrained`, else a fresh
 // initialisation; checkpoints and exports are saved on their intervals (and a checkpoint at a shutdown). All go
