@@ -171,6 +171,83 @@ TEST_F(CliTest, TrainGpt) {
   EXPECT_TRUE(fs::exists(directory_ / "experiment" / "config.yaml")) << trained.output;
 }
 
+// A configuration that cannot run is refused before the model is built (no -c: evaluation of a default 229M-parameter
+// model without weights), and one that cannot fit is refused at start-up with the estimate.
+TEST_F(CliTest, TrainGptChecksBeforeBuilding) {
+  const Outcome bare = expect({"train", "gpt"}, 1, "needs weights to evaluate");
+  EXPECT_EQ(bare.output.find("layers in"), std::string::npos) << bare.output;
+  const fs::path config = write("train.yaml", kTrainConfig);
+  const Outcome huge = expect({"train", "gpt", "-c", config.string(), "data.micro_batch_size=1073741824"}, 1,
+                              "[memory] this run needs about ");
+  EXPECT_NE(huge.output.find("activations of 1 micro-batch of 1073741824 tokens"), std::string::npos) << huge.output;
+  EXPECT_EQ(huge.output.find("layers in"), std::string::npos) << huge.output;
+}
+
+// Two runs in one experiment directory: the second is refused naming the first; once the first is killed (kill -9,
+// its lock file left behind), the next one starts.
+TEST_F(CliTest, OneRunPerExperimentDirectory) {
+  const fs::path config = write("train.yaml", kTrainConfig);
+  const std::string experiment = "run.experiment_dir=" + (directory_ / "experiment").string();
+  fs::create_directories(directory_ / "first");
+  std::thread first([&] {
+    run_fast_llm({"train", "gpt", "-c", config.string(), experiment, "training.train_iters=1000000"},
+                 directory_ / "first");
+  });
+  std::string holder;
+  for (int attempt = 0; attempt < 2000 && holder.empty(); ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::ifstream lock(directory_ / "experiment" / "lock");
+    std::getline(lock, holder);
+  }
+  // Without a holder the first run ends at run_fast_llm's time limit; the thread is joined either way.
+  const bool holding = holder.rfind("pid ", 0) == 0;
+  EXPECT_TRUE(holding) << holder;
+  if (holding) {
+    const pid_t pid = std::stoi(holder.substr(4));
+    expect({"train", "gpt", "-c", config.string(), experiment}, 1,
+           "is in use by another run (pid " + std::to_string(pid) + " on host ");
+    kill(pid, SIGKILL);
+  }
+  first.join();
+  expect({"train", "gpt", "-c", config.string(), experiment}, 0);
+}
+
+// A diverged run (learning rate 1e6) stops after training.max_consecutive_skipped_iterations (100) skipped steps in a
+// row, keeping the last checkpoint from before them although `keep: 5` and a checkpoint every step would prune it.
+// With fp16, the skips of the loss scaler lowering its scale do not count; those at its lowest scale do.
+TEST_F(CliTest, ADivergedRunStops) {
+  const fs::path config = write("train.yaml", kTrainConfig);
+  const Outcome diverged =
+      expect({"train", "gpt", "-c", config.string(), "optimizer.learning_rate.base=1.0e+6", "training.train_iters=200",
+              "training.checkpoint.interval=1", "training.checkpoint.keep=5"},
+             1, "training diverged: steps ");
+  EXPECT_NE(diverged.output.find("and training.max_consecutive_skipped_iterations (100) stops a run"),
+            std::string::npos)
+      << diverged.output;
+  const std::string kept_prefix = "The last checkpoint before them, ";
+  const size_t kept = diverged.output.find(kept_prefix);
+  ASSERT_NE(kept, std::string::npos) << diverged.output;
+  const size_t begin = kept + kept_prefix.size();
+  const fs::path checkpoint = directory_ / diverged.output.substr(begin, diverged.output.find(',', begin) - begin);
+  EXPECT_TRUE(fs::exists(checkpoint / "ok")) << checkpoint;
+  EXPECT_FALSE(fs::exists(directory_ / "experiment" / "checkpoint" / "200"));
+
+  const std::vector<std::string> fp16 = {"train", "gpt", "-c", config.string(), "model.distributed.compute_dtype=fp16",
+                                         "optimizer.gradient_scaler.hysteresis=1", "training.train_iters=40",
+                                         "training.max_consecutive_skipped_iterations=3", "training.logs.interval=40"};
+  auto with = [&](std::vector<std::string> rest) {
+    std::vector<std::string> arguments = fp16;
+    arguments.insert(arguments.end(), rest.begin(), rest.end());
+    return arguments;
+  };
+  // From a scale of 1e12, about 25 skips in a row before the scale fits fp16.
+  const Outcome searching = expect(with({"optimizer.gradient_scaler.initial=1.0e+12", "run.experiment_dir=fp16_a"}), 0);
+  EXPECT_NE(searching.output.find("Setting loss scale to 976562500"), std::string::npos) << searching.output;
+  expect(with({"optimizer.gradient_scaler.initial=4", "optimizer.learning_rate.base=1.0e+6",
+               "run.experiment_dir=fp16_b"}),
+         1, "skipped while the fp16 loss scaler lowered its scale");
+}
+
 TEST_F(CliTest, ConvertGpt) {
   const fs::path checkpoint = directory_ / "missing_checkpoint";
   expect({"convert", "gpt", "--help"}, 0, "--validate");

@@ -131,8 +131,8 @@ TEST(EngineCuda, QueuedStepsDecideOnTheDeviceAsOnTheCpu) {
     gpu.optimizer.step();
     cpu.optimizer.step();
     layers::LossSums gpu_losses, cpu_losses;
-    gpu_records.record(gpu.optimizer.step_state(), gpu_losses, 1, Stream{});
-    cpu_records.record(cpu.optimizer.step_state(), cpu_losses, 1, Stream{});
+    gpu_records.record(gpu.optimizer.step_state(), gpu_losses, 1, false, Stream{});
+    cpu_records.record(cpu.optimizer.step_state(), cpu_losses, 1, false, Stream{});
   }
   const auto gpu_steps = gpu_records.read(Stream{}), cpu_steps = cpu_records.read(Stream{});
   ASSERT_EQ(gpu_steps.size(), 4u);

@@ -212,7 +212,7 @@ TEST(Optimizer, SkipIsDecidedOnTheDeviceStateAndCountedWhenRead) {
     EXPECT_EQ(state[field::grad_scale] == 0.0, !finite);
     layers::LossSums losses;
     losses.get("mse", Device::cpu()).data_as<double>()[0] = finite ? 2.0 * (++step_index) : std::nan("");
-    records.record(setup.optimizer.step_state(), losses, /*num_labels=*/4, Stream{});
+    records.record(setup.optimizer.step_state(), losses, /*num_labels=*/4, /*loss_scale_search=*/false, Stream{});
     weights.push_back(setup.weights());
   }
   EXPECT_NE(weights[1], weights[0]);

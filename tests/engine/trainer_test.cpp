@@ -8,74 +8,19 @@
 #include <fstream>
 #include <sstream>
 
-#include <unistd.h>
-
-#include "engine/engine_test_util.h"
-#include "engine/test_model_type.h"
-#include "fast_llm/data/data.h"
+#include "engine/trainer_test_util.h"
 #include "fast_llm/engine/checkpoint/metadata.h"
-#include "fast_llm/engine/training/trainer.h"
 
 namespace fast_llm::engine {
 namespace {
 
+using testing::fresh_directory;
 using testing::load_config;
-
-std::filesystem::path fresh_directory(const std::string& name) {
-  auto path = std::filesystem::temp_directory_path() /
-              ("fast_llm_trainer_test_" + std::to_string(::getpid()) + "_" + name);
-  std::filesystem::remove_all(path);
-  return path;
-}
-
-struct TrainerRun {
-  TrainerRun(const std::filesystem::path& directory, int seed, const std::string& training_yaml)
-      : model_config(load_config<testing::TestModelConfig>(
-            "{base_model: {vocab_size: 20, hidden_size: 4, num_linear: 2}, multi_stage: {layers_per_stage: 2}, "
-            "distributed: " + testing::cpu_distributed_yaml(seed) + "}",
-            "model")),
-        pretrained(load_config<CheckpointLoadConfig>("{}", "pretrained")),
-        training(load_config<TrainingConfig>(training_yaml, "training")),
-        schedule(load_config<ScheduleConfig>("{depth_first_micro_batches: 2}", "schedule")),
-        optimizer(load_config<OptimizerConfig>("{learning_rate: {base: 0.01, warmup_iterations: 2}}", "optimizer")),
-        run(load_config<RunConfig>("{experiment_dir: '" + directory.string() + "'}", "run")),
-        data_config(load_config<data::GPTDataConfig>(
-            "{datasets: {training: {type: random}, validation: {type: random}}, micro_batch_size: 16}", "data")),
-        model(model_config.base_model.vocab_size, model_config.base_model.hidden_size,
-              model_config.base_model.num_linear),
-        data(data_config, {.experiment_directory = directory, .vocab_size = 20}) {}
-
-  std::unique_ptr<Trainer> make_trainer(const ProfilingConfig* profiling = nullptr) {
-    return std::make_unique<Trainer>(TrainerSections{.training = training,
-                                                     .schedule = schedule,
-                                                     .optimizer = optimizer,
-                                                     .model = model_config,
-                                                     .pretrained = pretrained,
-                                                     .run = run,
-                                                     .profiling = profiling},
-                                     model, data, "resolved: true\nseed: 1");
-  }
-
-  testing::TestModelConfig model_config;
-  CheckpointLoadConfig pretrained;
-  TrainingConfig training;
-  ScheduleConfig schedule;
-  OptimizerConfig optimizer;
-  RunConfig run;
-  data::GPTDataConfig data_config;
-  testing::TestModel model;
-  data::GPTData data;
-};
+using testing::read_records;
+using testing::TrainerRun;
 
 constexpr const char* kTrainingYaml =
     "{train_iters: 6, logs: {interval: 2}, evaluators: {validation: {interval: 3, iterations: 2}}}";
-
-std::vector<nlohmann::json> read_records(const std::filesystem::path& path) {
-  std::vector<nlohmann::json> records;
-  std::ifstream file(path);
-  for (std::string line; std::getline(file, line);) records.push_back(nlohmann::json::parse(line));
-  return records;
-}
 
 std::vector<nlohmann::json> train(const std::string& name, int seed) {
   auto directory = fresh_directory(name);

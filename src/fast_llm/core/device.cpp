@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "fast_llm/core/error.h"
@@ -41,6 +43,22 @@ int cpu_thread_count() {
 #else
   return int(std::max(1u, std::thread::hardware_concurrency()));
 #endif
+}
+
+std::optional<AvailableMemory> available_memory(Device device) {
+  if (device.is_cuda()) {
+    device_info(device);  // checks the index
+    return AvailableMemory{.bytes = detail::cuda_free_memory(device.index), .source = "free memory of the GPU"};
+  }
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    size_t kibibytes = 0;
+    std::string unit;
+    if (!(meminfo >> kibibytes >> unit)) break;
+    if (key == "MemAvailable:")
+      return AvailableMemory{.bytes = kibibytes * 1024, .source = "MemAvailable in /proc/meminfo"};
+  }
+  return std::nullopt;
 }
 
 }  // namespace fast_llm

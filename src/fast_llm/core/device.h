@@ -3,7 +3,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fast_llm {
@@ -46,10 +48,21 @@ const DeviceInfo& device_info(Device device);
 // Number of CPU threads used by the CPU backend (OpenMP), `OMP_NUM_THREADS` or the hardware's.
 int cpu_thread_count();
 
+// Memory a process could still allocate on `device`, and where the figure comes from: `MemAvailable` of /proc/meminfo
+// for the CPU (what the kernel can give without swapping), the driver's free memory (cudaMemGetInfo) for a GPU.
+// Nullopt where the system does not say (no /proc/meminfo).
+struct AvailableMemory {
+  size_t bytes = 0;
+  std::string_view source;
+};
+std::optional<AvailableMemory> available_memory(Device device);
+
 namespace detail {
 // Implemented by the CUDA backend, or by core/no_cuda_devices.cpp (no device) when CUDA is not compiled in.
 std::vector<DeviceInfo> probe_cuda_devices();
 bool cuda_backend_compiled();
+// Free bytes on CUDA device `index` (cudaMemGetInfo).
+size_t cuda_free_memory(int index);
 }  // namespace detail
 
 }  // namespace fast_llm

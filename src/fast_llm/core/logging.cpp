@@ -1,10 +1,14 @@
 #include "fast_llm/core/logging.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <mutex>
 #include <set>
+#include <system_error>
+
+#include "fast_llm/core/error.h"
 
 namespace fast_llm {
 
@@ -20,6 +24,21 @@ struct LogState {
 LogState& state() {
   static LogState instance;
   return instance;
+}
+
+// Writes and flushes; returns 0, or the errno of the failure (EIO when the stream does not say).
+int write_stderr(std::string_view text) {
+  errno = 0;
+  const bool written = std::fwrite(text.data(), 1, text.size(), stderr) == text.size();
+  if (std::fflush(stderr) == 0 && written) return 0;
+  const int error = errno != 0 ? errno : EIO;
+  std::clearerr(stderr);
+  return error;
+}
+
+[[noreturn]] void throw_write_failure(int error) {
+  throw Error("log", fmt::format("cannot write to standard error ({}): the run stops rather than go on without its log",
+                                 std::generic_category().message(error)));
 }
 
 const char* level_prefix(LogLevel level) {
@@ -52,9 +71,15 @@ void log_line(LogLevel level, std::string_view message, bool main_rank_only) {
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &local);
   std::string rank = s.world_size > 1 ? fmt::format(" [rank {}]", s.rank) : std::string();
+  const std::string line = fmt::format("{}{} {}{}\n", stamp, rank, level_prefix(level), message);
   std::lock_guard lock(s.mutex);
-  fmt::print(stderr, "{}{} {}{}\n", stamp, rank, level_prefix(level), message);
-  std::fflush(stderr);
+  const int error = write_stderr(line);
+  if (error != 0 && level != LogLevel::error) throw_write_failure(error);
+}
+
+void write_to_terminal(std::string_view text) {
+  std::lock_guard lock(state().mutex);
+  if (const int error = write_stderr(text); error != 0) throw_write_failure(error);
 }
 
 bool log_once_key(std::string_view key) {

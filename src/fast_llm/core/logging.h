@@ -3,6 +3,11 @@
 // Every line carries a timestamp and, in a distributed run, the rank: `2026-11-29 07:40:01 [rank 3] message`.
 // By default only rank 0 prints info lines (`log_main`); warnings and errors print on every rank.
 // Lines go to stderr so that stdout stays clean for what a command is asked to print (`--validate`, `kernels`).
+//
+// A line that cannot be written (standard error on a full disk, a closed terminal) throws Error("log", ...): a run
+// whose log is lost stops rather than going on unseen. Error lines are the exception: they report a failure that is
+// already ending the program (cli/main.cpp), or come from destructors, so one that cannot be written is dropped and
+// the exit status says the rest.
 #pragma once
 
 #include <fmt/format.h>
@@ -20,6 +25,8 @@ void set_log_level(LogLevel level);
 LogLevel log_level();
 
 void log_line(LogLevel level, std::string_view message, bool main_rank_only);
+// Writes `text` to standard error as it is (a progress line redrawn in place), checked as log lines are.
+void write_to_terminal(std::string_view text);
 
 // Logs a line once per process for a given key (e.g. the kernel chosen for an op).
 bool log_once_key(std::string_view key);

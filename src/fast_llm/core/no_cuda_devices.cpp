@@ -4,4 +4,5 @@
 namespace fast_llm::detail {
 std::vector<DeviceInfo> probe_cuda_devices() { return {}; }
 bool cuda_backend_compiled() { return false; }
+size_t cuda_free_memory(int) { return 0; }
 }  // namespace fast_llm::detail

@@ -1,6 +1,7 @@
 // CUDA device probing (CUDA runtime API only, no kernels).
 #include <cuda_runtime_api.h>
 
+#include "fast_llm/core/cuda/check.h"
 #include "fast_llm/core/device.h"
 #include "fast_llm/core/logging.h"
 
@@ -34,5 +35,16 @@ std::vector<DeviceInfo> probe_cuda_devices() {
 }
 
 bool cuda_backend_compiled() { return true; }
+
+size_t cuda_free_memory(int index) {
+  int previous = 0;
+  FLM_CUDA_CHECK(cudaGetDevice(&previous));
+  FLM_CUDA_CHECK(cudaSetDevice(index));
+  size_t free_bytes = 0, total_bytes = 0;
+  const cudaError_t status = cudaMemGetInfo(&free_bytes, &total_bytes);
+  FLM_CUDA_CHECK(cudaSetDevice(previous));
+  FLM_CUDA_CHECK(status);
+  return free_bytes;
+}
 
 }  // namespace fast_llm::detail

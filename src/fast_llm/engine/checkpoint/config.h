@@ -76,14 +76,17 @@ struct CheckpointStateSaveOptions {
   void check_save_options(const config::Config& owner) const;
 };
 
-// Which saves of a folder prune_checkpoints keeps: the newest `keep` (all when unset), and for ever the save at step s
-// when (s - offset) is a multiple of keep_every * interval. The training loop takes these from the `keep`,
-// `keep_every`, `interval` and `offset` of `training.checkpoint` and `training.export`.
+// Which saves of a folder prune_checkpoints keeps: the newest `keep` (all when unset), for ever the save at step s
+// when (s - offset) is a multiple of keep_every * interval, and the newest save before step `keep_newest_before` when
+// set. The training loop takes these from the `keep`, `keep_every`, `interval` and `offset` of `training.checkpoint`
+// and `training.export`, and sets `keep_newest_before` to the first step of a streak of skipped steps, so that the
+// last save from before a divergence survives however many saves follow it.
 struct CheckpointRetention {
   std::optional<int> keep;
   std::optional<int> keep_every;
   std::optional<int> interval;
   int offset = 0;
+  std::optional<int64_t> keep_newest_before;
 };
 
 struct CheckpointSaveConfig : config::Config, CheckpointStateSaveOptions {

@@ -344,11 +344,18 @@ void prune_checkpoints(const std::filesystem::path& root, const CheckpointRetent
   }
   if (!retention.keep) return;
   std::sort(complete.begin(), complete.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::optional<int64_t> newest_before;
+  if (retention.keep_newest_before)
+    for (const auto& [step, path] : complete)
+      if (step < *retention.keep_newest_before) {
+        newest_before = step;
+        break;
+      }
   int kept = 0;
   for (const auto& [step, path] : complete) {
     const bool permanent = retention.keep_every && retention.interval &&
                            (step - retention.offset) % (int64_t(*retention.keep_every) * *retention.interval) == 0;
-    if (permanent) continue;
+    if (permanent || step == newest_before) continue;
     if (kept < *retention.keep) {
       ++kept;
       continue;

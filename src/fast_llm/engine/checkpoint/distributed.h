@@ -56,7 +56,8 @@ std::filesystem::path training_checkpoint_folder(const std::filesystem::path& ex
 // their step. The newest complete one, or nothing.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& root);
 // Deletes what `retention` no longer keeps: complete saves beyond the newest `keep` (not counting those kept for ever
-// by `keep_every`), and leftovers of interrupted writes (directories without `ok`, temporary directories).
+// by `keep_every` nor the one kept by `keep_newest_before`), and leftovers of interrupted writes (directories without
+// `ok`, temporary directories).
 void prune_checkpoints(const std::filesystem::path& root, const CheckpointRetention& retention);
 
 }  // namespace fast_llm::engine

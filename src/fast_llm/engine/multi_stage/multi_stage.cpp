@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
 
@@ -24,6 +23,38 @@ DType gradient_dtype(const MultiStageConfig& multi_stage, const DistributedConfi
   return multi_stage.full_precision_gradients ? DType::float32 : distributed.compute_dtype;
 }
 
+StageSettings stage_settings(const MultiStageConfig& multi_stage, const DistributedConfig& distributed, Device device,
+                             bool training) {
+  return StageSettings{.device = device,
+                       .compute_dtype = distributed.compute_dtype,
+                       .gradient_dtype = gradient_dtype(multi_stage, distributed),
+                       .optimization_dtype = distributed.optimization_dtype,
+                       .data_parallel = distributed.data_parallel(),
+                       .data_rank = distributed.data_rank(),
+                       .seed = uint64_t(distributed.seed),
+                       .training = training,
+                       .store_frozen_weights_in_optimization_precision =
+                           multi_stage.store_frozen_weights_in_optimization_precision};
+}
+
+std::vector<std::vector<layers::Layer*>> split_into_stages(const std::vector<layers::Layer*>& layers,
+                                                           double layers_per_stage) {
+  // Greedy split, as Fast-LLM's: a stage closes once it holds at least layers_per_stage layers since the last one
+  // closed (each layer counts 1), and at the last layer.
+  std::vector<std::vector<layers::Layer*>> stages;
+  double last_count = 0;
+  size_t begin = 0;
+  for (size_t layer = 0; layer < layers.size(); ++layer) {
+    const double count = double(layer + 1);
+    if (count >= last_count + layers_per_stage || layer + 1 == layers.size()) {
+      stages.emplace_back(layers.begin() + int64_t(begin), layers.begin() + int64_t(layer + 1));
+      begin = layer + 1;
+      last_count = count;
+    }
+  }
+  return stages;
+}
+
 MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, const DistributedConfig& distributed,
                        Device device, bool training)
     : model_(model), layers_(model.layers()) {
@@ -36,32 +67,10 @@ MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, co
                                         *distributed.world_size));
   FLM_CHECK(!layers_.empty(), "multi_stage", "the model has no layers");
 
-  settings_ = StageSettings{.device = device,
-                            .compute_dtype = distributed.compute_dtype,
-                            .gradient_dtype = gradient_dtype(multi_stage, distributed),
-                            .optimization_dtype = distributed.optimization_dtype,
-                            .data_parallel = distributed.data_parallel(),
-                            .data_rank = distributed.data_rank(),
-                            .seed = uint64_t(distributed.seed),
-                            .training = training,
-                            .store_frozen_weights_in_optimization_precision =
-                                multi_stage.store_frozen_weights_in_optimization_precision};
-
-  // Greedy split, as Fast-LLM's: a stage closes once it holds at least layers_per_stage layers since the last one
-  // closed (each layer counts 1), and at the last layer.
-  const int64_t num_layers = int64_t(layers_.size());
-  double last_count = 0;
-  size_t begin = 0;
-  for (size_t layer = 0; layer < layers_.size(); ++layer) {
-    const double count = double(layer + 1);
-    if (count >= last_count + multi_stage.layers_per_stage || layer + 1 == layers_.size()) {
-      std::vector<layers::Layer*> stage_layers(layers_.begin() + int64_t(begin), layers_.begin() + int64_t(layer + 1));
-      stages_.push_back(std::make_unique<Stage>(int(stages_.size()), std::move(stage_layers), settings_));
-      begin = layer + 1;
-      last_count = count;
-    }
-  }
-  log_main("Model: {} layers in {} stages, {} parameters ({} trainable) on {}", num_layers, stages_.size(),
+  settings_ = stage_settings(multi_stage, distributed, device, training);
+  for (std::vector<layers::Layer*>& stage_layers : split_into_stages(layers_, multi_stage.layers_per_stage))
+    stages_.push_back(std::make_unique<Stage>(int(stages_.size()), std::move(stage_layers), settings_));
+  log_main("Model: {} layers in {} stages, {} parameters ({} trainable) on {}", layers_.size(), stages_.size(),
            num_parameters(), num_trainable_parameters(), device.str());
 }
 

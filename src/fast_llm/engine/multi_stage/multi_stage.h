@@ -26,6 +26,13 @@ Device resolve_device(const DistributedConfig& distributed);
 // compute dtype.
 DType gradient_dtype(const MultiStageConfig& multi_stage, const DistributedConfig& distributed);
 
+// The settings every stage of a model shares, from the configs (which must be validated).
+StageSettings stage_settings(const MultiStageConfig& multi_stage, const DistributedConfig& distributed, Device device,
+                             bool training);
+// The layers of each stage, cut as described above.
+std::vector<std::vector<layers::Layer*>> split_into_stages(const std::vector<layers::Layer*>& layers,
+                                                           double layers_per_stage);
+
 class MultiStage {
  public:
   // `training` false builds weights only (no gradient buffers, no optimizer state). Both configs must be validated.

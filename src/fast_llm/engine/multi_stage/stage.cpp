@@ -26,7 +26,38 @@ Tensor zeros(int64_t numel, DType dtype, Device device) {
 // Host elements filled per chunk when initialising a device shard (bounds the host staging memory).
 constexpr int64_t kInitializationChunk = int64_t(1) << 24;
 
+// One data-parallel rank: the shard covers the whole stage in the same layout, so it can stand in for the full
+// buffer when the dtypes agree.
+bool weights_alias_shard(const StageSettings& settings) {
+  return settings.data_parallel == 1 && settings.compute_dtype == settings.optimization_dtype;
+}
+bool gradients_alias_shard(const StageSettings& settings) {
+  return settings.data_parallel == 1 && settings.gradient_dtype == settings.optimization_dtype;
+}
+
 }  // namespace
+
+StageRegions stage_regions(const std::vector<layers::Layer*>& layers, int data_parallel) {
+  // Each parameter starts aligned, so the order they are laid out in does not change the sizes.
+  int64_t trainable = 0, frozen = 0;
+  for (layers::Layer* layer : layers)
+    for (layers::Parameter* parameter : layer->parameters())
+      (parameter->meta.frozen ? frozen : trainable) += round_up(parameter->meta.shape.numel(), kParameterAlignment);
+  const int64_t region_multiple = kParameterAlignment * data_parallel;
+  return {.trainable = round_up(trainable, region_multiple), .frozen = round_up(frozen, region_multiple)};
+}
+
+int64_t stage_buffer_bytes(const StageRegions& regions, const StageSettings& settings) {
+  const int64_t shard = regions.trainable / settings.data_parallel;
+  const int64_t optimization = int64_t(dtype_size(settings.optimization_dtype));
+  int64_t bytes = (shard + regions.frozen / settings.data_parallel) * optimization;  // weight_shard
+  if (!weights_alias_shard(settings))
+    bytes += (regions.trainable + regions.frozen) * int64_t(dtype_size(settings.compute_dtype));  // weight_buffer
+  if (!settings.training) return bytes;
+  bytes += regions.trainable * int64_t(dtype_size(settings.gradient_dtype));  // grad_buffer
+  if (!gradients_alias_shard(settings)) bytes += shard * optimization;        // grad_shard
+  return bytes + 2 * shard * optimization;                                    // exp_avg, exp_avg_sq
+}
 
 Stage::Stage(int index, std::vector<layers::Layer*> layers, const StageSettings& settings)
     : index_(index), layers_(std::move(layers)), settings_(settings) {
@@ -84,17 +115,15 @@ Stage::Stage(int index, std::vector<layers::Layer*> layers, const StageSettings&
   }
   frozen_size_ = round_up(offset, region_multiple) - trainable_size_;
 
-  // Buffers. One data-parallel rank: the shard covers the whole stage in the same layout, so it can stand in for the
-  // full buffer when the dtypes agree.
+  // Buffers (stage_buffer_bytes counts the same ones).
   const Device device = settings_.device;
-  const bool whole = settings_.data_parallel == 1;
   weight_shard_ = zeros(trainable_shard_size() + frozen_shard_size(), settings_.optimization_dtype, device);
-  weights_alias_shard_ = whole && settings_.compute_dtype == settings_.optimization_dtype;
+  weights_alias_shard_ = weights_alias_shard(settings_);
   weight_buffer_ = weights_alias_shard_ ? weight_shard_
                                         : zeros(trainable_size_ + frozen_size_, settings_.compute_dtype, device);
   if (settings_.training) {
     grad_buffer_ = zeros(trainable_size_, settings_.gradient_dtype, device);
-    gradients_alias_shard_ = whole && settings_.gradient_dtype == settings_.optimization_dtype;
+    gradients_alias_shard_ = gradients_alias_shard(settings_);
     grad_shard_ = gradients_alias_shard_ ? grad_buffer_
                                          : zeros(trainable_shard_size(), settings_.optimization_dtype, device);
     exp_avg_ = zeros(trainable_shard_size(), settings_.optimization_dtype, device);

@@ -63,6 +63,17 @@ struct StageSettings {
   bool store_frozen_weights_in_optimization_precision = true;
 };
 
+// Elements of a stage's two regions (the layout above, padding included), from its layers' parameters alone.
+struct StageRegions {
+  int64_t trainable = 0;
+  int64_t frozen = 0;
+  bool operator==(const StageRegions&) const = default;
+};
+StageRegions stage_regions(const std::vector<layers::Layer*>& layers, int data_parallel);
+// Bytes the buffers of a stage with `regions` allocate (those that are views of another take nothing), computed
+// without building it: the memory check at the start of a run adds them up before anything is allocated.
+int64_t stage_buffer_bytes(const StageRegions& regions, const StageSettings& settings);
+
 class Stage {
  public:
   // Lays out and allocates the buffers of `layers` and binds every parameter to its views. Parameters are not

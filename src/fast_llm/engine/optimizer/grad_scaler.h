@@ -27,6 +27,9 @@ class GradScaler {
 
   double scale() const { return state_.scale; }
   bool dynamic() const { return dynamic_; }
+  // Whether skipped steps may still lower the scale (dynamic scaling above `minimum`): until then a skip is the scaler
+  // looking for a scale that fits fp16, not a sign of divergence.
+  bool can_lower() const { return dynamic_ && state_.scale > config_.minimum; }
   // After each step: whether the update went through (finite gradients).
   void update(bool successful);
 

@@ -76,6 +76,8 @@ class Optimizer {
   void queue_update(Stream stream = {});
   // Whether `step` reads the outcome of each step on the host (dynamic fp16 loss scaling).
   bool dynamic_loss_scaling() const { return grad_scaler_.dynamic(); }
+  // Whether a skip of the next step may be the fp16 loss scaler lowering its scale (GradScaler::can_lower).
+  bool loss_scale_can_lower() const { return grad_scaler_.can_lower(); }
   // (capacity) fp64 on the model's device: the rate table `queue_update` reads (its address moves when it grows).
   const Tensor& learning_rates() const { return learning_rates_; }
   // The decisions of the last `step` (waits for the device).

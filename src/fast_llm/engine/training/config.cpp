@@ -83,6 +83,12 @@ void TrainingConfig::visit(Visitor& v) {
   v(timeout, "timeout",
     "Timeout of long operations (checkpoint saving and loading, dataset preparation and sampling), in seconds.",
     Hint::feature, check::gt(0.0));
+  v(max_consecutive_skipped_iterations, "max_consecutive_skipped_iterations",
+    "Stop the run with an error once this many training steps in a row were skipped (non-finite gradients: the run "
+    "has diverged), before it saves again. Skips while the fp16 loss scaler can still lower its scale do not count. "
+    "Checked when the trainer reads its step records: at log lines, before checkpoints and exports, and at least "
+    "every 1000 steps. Unset: never stop.",
+    Hint::stability, check::gt(int64_t(0)));
 }
 
 void TrainingConfig::check() const {

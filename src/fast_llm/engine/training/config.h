@@ -76,6 +76,7 @@ struct TrainingConfig : config::Config {
   int num_workers = 2;
   std::optional<int> prefetch_factor;
   std::optional<double> timeout = 3600.0;
+  std::optional<int64_t> max_consecutive_skipped_iterations = 100;
   void visit(config::Visitor& v) override;
 
  protected:

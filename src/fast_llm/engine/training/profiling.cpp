@@ -3,9 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 
-#include "fast_llm/core/error.h"
+#include "fast_llm/core/file_writer.h"
 #include "fast_llm/core/logging.h"
 #include "fast_llm/kernels/op_profiler.h"
 
@@ -51,12 +50,8 @@ void StepProfiler::after_step(int64_t step) {
                                         step - profiler.recorded_steps() + 1, step,
                                         profiler.table(config_.table_width));
   if (run_directory_) {
-    const std::filesystem::path folder = *run_directory_ / "profile";
-    std::filesystem::create_directories(folder);
-    const std::filesystem::path path = folder / fmt::format("step_{}.txt", step);
-    std::ofstream file(path);
-    file << table;
-    FLM_CHECK(bool(file), "training", "cannot write the profile table {}", path.string());
+    const std::filesystem::path path = *run_directory_ / "profile" / fmt::format("step_{}.txt", step);
+    write_file(path, table, {.component = "training"});
     if (!config_.log) log_main("Kernel profile of steps up to {}: {}", step, path.string());
   }
   if (config_.log || !run_directory_) log_main("{}", table);

@@ -12,7 +12,7 @@ StepRecords::StepRecords(Device device, int64_t capacity) : device_(device), cap
 }
 
 void StepRecords::record(const Tensor& optimizer_state, const layers::LossSums& losses, int64_t num_labels,
-                         Stream stream) {
+                         bool loss_scale_search, Stream stream) {
   FLM_ASSERT(optimizer_state.dtype() == DType::float64 && optimizer_state.numel() == kernels::optimizer_state::size &&
                  optimizer_state.is_contiguous() && optimizer_state.device() == device_,
              "optimizer state of shape {} on {}", optimizer_state.shape().str(), optimizer_state.device().str());
@@ -33,6 +33,7 @@ void StepRecords::record(const Tensor& optimizer_state, const layers::LossSums& 
     ++column;
   }
   num_labels_.push_back(num_labels);
+  loss_scale_search_.push_back(loss_scale_search);
   ++rows_;
 }
 
@@ -46,12 +47,14 @@ void StepRecords::drain(Stream stream) {
   for (int64_t row = 0; row < rows_; ++row) {
     Step step{.update = step_result_from_state(std::span<const double>(states + row * fields, size_t(fields))),
               .loss_sums = {},
-              .num_labels = num_labels_[size_t(row)]};
+              .num_labels = num_labels_[size_t(row)],
+              .loss_scale_search = loss_scale_search_[size_t(row)]};
     for (size_t column = 0; column < loss_names_.size(); ++column)
       step.loss_sums.emplace_back(loss_names_[column], loss_host.item_as_double(std::vector<int64_t>{row, int64_t(column)}));
     host_steps_.push_back(std::move(step));
   }
   num_labels_.clear();
+  loss_scale_search_.clear();
   rows_ = 0;
 }
 

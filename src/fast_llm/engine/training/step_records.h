@@ -29,15 +29,21 @@ class StepRecords {
     OptimizerStepResult update;
     std::vector<std::pair<std::string, double>> loss_sums;  // by name, in the LossSums' order
     int64_t num_labels = 0;
+    // The dynamic fp16 loss scaler could still lower its scale when the step ran: a skip of this step is the scaler
+    // looking for a scale, not a sign that training diverged.
+    bool loss_scale_search = false;
   };
 
   StepRecords(Device device, int64_t capacity);
 
   // Queues the copies of one step's numbers on `stream`. `optimizer_state`: (kernels::optimizer_state::size) fp64.
-  void record(const Tensor& optimizer_state, const layers::LossSums& losses, int64_t num_labels, Stream stream);
+  // `num_labels` and `loss_scale_search` are known on the host and kept as given.
+  void record(const Tensor& optimizer_state, const layers::LossSums& losses, int64_t num_labels, bool loss_scale_search,
+              Stream stream);
   // Every step recorded since the last read, in order (waits for `stream`), and forgets them.
   std::vector<Step> read(Stream stream);
   int64_t pending() const { return int64_t(host_steps_.size()) + rows_; }
+  int64_t capacity() const { return capacity_; }
 
  private:
   // Moves the device rows to host_steps_.
@@ -46,7 +52,8 @@ class StepRecords {
   Device device_;
   int64_t capacity_;
   std::vector<std::string> loss_names_;
-  std::vector<int64_t> num_labels_;  // (rows_) of the device rows
+  std::vector<int64_t> num_labels_;       // (rows_) of the device rows
+  std::vector<bool> loss_scale_search_;  // (rows_) of the device rows
   Tensor optimizer_rows_;            // (capacity, optimizer_state::size) fp64
   Tensor loss_rows_;                 // (capacity, loss names) in the loss sums' dtype
   int64_t rows_ = 0;

@@ -7,14 +7,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <limits>
-#include <map>
+#include <system_error>
+#include <tuple>
+#include <utility>
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
+#include "fast_llm/engine/checkpoint/distributed.h"
 #include "fast_llm/engine/checkpoint/loading.h"
 #include "fast_llm/engine/evaluation/config.h"
 
@@ -52,14 +53,21 @@ void check_saves(const TrainerSections& sections) {
   check_exportable(training.export_, sections.model);
 }
 
-// Adds `value` to the total named `name`, keeping first-seen order.
-void accumulate(std::vector<std::pair<std::string, double>>& totals, const std::string& name, double value) {
-  for (auto& [existing, total] : totals)
-    if (existing == name) {
-      total += value;
-      return;
-    }
-  totals.emplace_back(name, value);
+// The values of a loss over an interval's steps or an evaluation's iterations.
+struct LossTotal {
+  std::string name;
+  double sum = 0;
+  int64_t count = 0;
+  double mean() const { return count > 0 ? sum / double(count) : std::numeric_limits<double>::quiet_NaN(); }
+};
+
+// Adds `value` to the total named `name`, keeping first-seen order; `counted` false only keeps the name in the list.
+void accumulate(std::vector<LossTotal>& totals, const std::string& name, double value, bool counted = true) {
+  auto total = std::find_if(totals.begin(), totals.end(), [&](const LossTotal& entry) { return entry.name == name; });
+  if (total == totals.end()) total = totals.insert(totals.end(), LossTotal{.name = name});
+  if (!counted) return;
+  total->sum += value;
+  ++total->count;
 }
 
 }  // namespace
@@ -79,6 +87,46 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
   FLM_CHECK(training.validated() && sections_.schedule.validated() && sections_.optimizer.validated() &&
                 sections_.model.validated() && sections_.pretrained.validated() && sections_.run.validated(),
             "training", "the trainer config must be validated first");
+  // Before anything reads or writes the experiment directory.
+  if (sections_.run.experiment_dir && *distributed.rank == 0)
+    lock_ = std::make_unique<ExperimentLock>(*sections_.run.experiment_dir);
+  const std::vector<std::pair<std::string, int64_t>> samplings = check_run();
+  check_memory(estimate_memory(samplings), device_);
+
+  multi_stage_ = std::make_unique<MultiStage>(model_, sections_.model.multi_stage, distributed, device_, training_);
+  runner_ = std::make_unique<ScheduleRunner>(*multi_stage_, sections_.schedule, distributed);
+  // Two steps of micro-batches: the step the device runs and the one the host prepares.
+  uploader_ = std::make_unique<BatchUploader>(device_, stream_, int(2 * samples_per_step_));
+  if (training_) {
+    optimizer_ = std::make_unique<Optimizer>(sections_.optimizer, *multi_stage_);
+    optimizer_->reserve_steps(training.train_iters, stream_);
+    if (sections_.schedule.cuda_graphs) set_up_cuda_graphs();
+    // A log interval's steps, so that logging reads them all at once; bounded, as every row is a few dozen bytes.
+    constexpr int64_t kMaxRecordedSteps = 1000;
+    step_records_ = std::make_unique<StepRecords>(
+        device_, std::clamp<int64_t>(training.logs.interval.value_or(kMaxRecordedSteps), 1, kMaxRecordedSteps));
+  }
+  for (const auto& [name, num_samples] : samplings) data_.sample_dataset(name, num_samples);
+
+  if (const auto& experiment = sections_.run.experiment_dir) {
+    std::string text = resolved_config_yaml_;
+    if (!text.empty() && text.back() != '\n') text += '\n';
+    write_file(*experiment / "config.yaml", text, {.component = "training"});
+    int index = 0;
+    while (std::filesystem::exists(*experiment / "runs" / std::to_string(index))) ++index;
+    run_directory_ = *experiment / "runs" / std::to_string(index);
+    std::error_code error;
+    std::filesystem::create_directories(*run_directory_, error);
+    if (error)
+      throw Error("training", fmt::format("{}: cannot create the run directory ({})", run_directory_->string(),
+                                          error.message()));
+  }
+  progress_on_terminal_ = isatty(STDERR_FILENO) == 1;
+}
+
+std::vector<std::pair<std::string, int64_t>> Trainer::check_run() {
+  const TrainingConfig& training = sections_.training;
+  const DistributedConfig& distributed = sections_.model.distributed;
   check_saves(sections_);
   device_ = resolve_device(distributed);
   stream_ = compute_stream(device_);
@@ -92,22 +140,19 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
     throw NotSupportedError("training", fmt::format("{} predicted tokens per position (multi-token prediction heads) "
                                                     "are not supported by the training loop",
                                                     data_.sampling_parameters().predicted_tokens));
+  if (!training_ && !(sections_.pretrained.path && sections_.pretrained.model_weights) &&
+      !(sections_.run.experiment_dir && latest_checkpoint(training_checkpoint_folder(*sections_.run.experiment_dir))))
+    throw Error("training", "evaluation only (training.train_iters is 0) needs weights to evaluate: set `pretrained` "
+                            "or resume from a checkpoint");
 
-  multi_stage_ = std::make_unique<MultiStage>(model_, sections_.model.multi_stage, distributed, device_, training_);
-  runner_ = std::make_unique<ScheduleRunner>(*multi_stage_, sections_.schedule, distributed);
-  // Two steps of micro-batches: the step the device runs and the one the host prepares.
-  uploader_ = std::make_unique<BatchUploader>(device_, stream_, int(2 * samples_per_step_));
-  if (training_) {
-    optimizer_ = std::make_unique<Optimizer>(sections_.optimizer, *multi_stage_);
-    optimizer_->reserve_steps(training.train_iters, stream_);
-    if (sections_.schedule.cuda_graphs) set_up_cuda_graphs();
-    data_.sample_dataset("training", training.train_iters * samples_per_step_);
-    // A log interval's steps, so that logging reads them all at once; bounded, as every row is a few dozen bytes.
-    constexpr int64_t kMaxRecordedSteps = 1000;
-    step_records_ = std::make_unique<StepRecords>(
-        device_, std::clamp<int64_t>(training.logs.interval.value_or(kMaxRecordedSteps), 1, kMaxRecordedSteps));
-  }
-
+  std::vector<std::pair<std::string, int64_t>> samplings;
+  auto sample = [&](const std::string& name, int64_t num_samples, const std::string& needed_by) {
+    if (!data_.config().datasets.contains(name))
+      throw ConfigError(data_.config().field_path("datasets"),
+                        fmt::format("has no dataset named `{}`, which {} needs", name, needed_by));
+    samplings.emplace_back(name, num_samples);
+  };
+  if (training_) sample("training", training.train_iters * samples_per_step_, "training (train_iters > 0)");
   for (const auto& [name, evaluator] : training.evaluators) {
     if (!evaluator.is<LossEvaluatorConfig>())
       throw NotSupportedError("training", fmt::format("training.evaluators.{}: evaluators of type '{}' are not "
@@ -122,24 +167,48 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
     int64_t evaluations = training_ ? occurrences(config, training.train_iters) +
                                           (config.enabled_at(training.train_iters) ? 0 : 1)
                                     : 1;
-    data_.sample_dataset(name, evaluations * *config.iterations * samples_per_step_);
+    sample(name, evaluations * *config.iterations * samples_per_step_, fmt::format("training.evaluators.{}", name));
     evaluators_.push_back(
         std::make_unique<Evaluator>(
             Evaluator{.name = name, .config = config, .iterations = *config.iterations, .loader = nullptr}));
   }
+  return samplings;
+}
 
-  if (const auto& experiment = sections_.run.experiment_dir) {
-    std::filesystem::create_directories(*experiment);
-    std::ofstream config_file(*experiment / "config.yaml");
-    config_file << resolved_config_yaml_;
-    if (!resolved_config_yaml_.empty() && resolved_config_yaml_.back() != '\n') config_file << '\n';
-    FLM_CHECK(config_file.good(), "training", "cannot write {}", (*experiment / "config.yaml").string());
-    int index = 0;
-    while (std::filesystem::exists(*experiment / "runs" / std::to_string(index))) ++index;
-    run_directory_ = *experiment / "runs" / std::to_string(index);
-    std::filesystem::create_directories(*run_directory_);
+MemoryEstimate Trainer::estimate_memory(const std::vector<std::pair<std::string, int64_t>>& samplings) const {
+  MemoryEstimate estimate;
+  const StageSettings settings =
+      stage_settings(sections_.model.multi_stage, sections_.model.distributed, device_, training_);
+  const std::vector<std::vector<layers::Layer*>> stages =
+      split_into_stages(model_.layers(), sections_.model.multi_stage.layers_per_stage);
+  int64_t stage_bytes = 0, largest = 0;
+  size_t largest_index = 0;
+  for (size_t index = 0; index < stages.size(); ++index) {
+    const int64_t bytes = stage_buffer_bytes(stage_regions(stages[index], settings.data_parallel), settings);
+    stage_bytes += bytes;
+    if (bytes > largest) std::tie(largest, largest_index) = std::pair(bytes, index);
   }
-  progress_on_terminal_ = isatty(STDERR_FILENO) == 1;
+  estimate.device.push_back(
+      {fmt::format("{} of {} stages (the largest: stage {}, {:.2f} MiB)",
+                   training_ ? "weights, gradients and optimizer state" : "weights", stages.size(), largest_index,
+                   double(largest) / 1024.0 / 1024.0),
+       stage_bytes});
+  if (training_) {
+    // The optimizer's table of learning rates, one fp64 per step (optimizer.h).
+    estimate.device.push_back({fmt::format("learning rates of {} steps", sections_.training.train_iters),
+                               8 * (sections_.training.train_iters + 1)});
+  }
+  if (sections_.activation_bytes_per_token > 0) {
+    const int64_t micro_batches = sections_.schedule.breadth_first_micro_batches;
+    estimate.device.push_back({fmt::format("activations of {} micro-batch{} of {} tokens", micro_batches,
+                                           micro_batches == 1 ? "" : "es", tokens_per_sample_),
+                               sections_.activation_bytes_per_token * tokens_per_sample_ * micro_batches});
+  }
+  for (const auto& [name, num_samples] : samplings)
+    estimate.host.push_back({fmt::format("sampling index of dataset {} ({} samples)", name, num_samples),
+                             sampling_index_bytes(data_.config().datasets.at(name), data_.sampling_parameters(),
+                                                  num_samples)});
+  return estimate;
 }
 
 Trainer::~Trainer() = default;
@@ -245,6 +314,8 @@ void Trainer::train_step() {
   interval_.data_wait_ms += (now_seconds() - data_start) * 1000.0;
 
   const int64_t step = completed_steps_ + 1;
+  // Before the step: its skip may be the loss scaler lowering the scale it runs with.
+  const bool loss_scale_search = optimizer_->loss_scale_can_lower();
   layers::LossSums eager_losses;
   const layers::LossSums* losses = &eager_losses;
   if (graphed_step_) {
@@ -263,7 +334,7 @@ void Trainer::train_step() {
     runner_->run_training_step(micro_batches, num_labels, step, optimizer_->loss_scale(), eager_losses);
     optimizer_->step(stream_);
   }
-  step_records_->record(optimizer_->step_state(), *losses, num_labels, stream_);
+  step_records_->record(optimizer_->step_state(), *losses, num_labels, loss_scale_search, stream_);
   ++completed_steps_;
   ++interval_.steps;
   interval_.flops += runner_->flops(micro_batches);
@@ -283,6 +354,7 @@ void Trainer::run() {
   else
     train();
   clear_progress();
+  if (metrics_file_) metrics_file_->commit();
   if (auto path = metrics_path())
     log_main("Metrics: {}", path->string());
   else
@@ -318,10 +390,13 @@ void Trainer::train() {
     if (profiler_) profiler_->before_step(completed_steps_ + 1);
     train_step();
     if (profiler_) profiler_->after_step(completed_steps_);
+    // Full records are read now rather than moved aside, so that skipped steps are seen at least that often.
+    if (step_records_->pending() >= step_records_->capacity()) read_step_records();
     if (training.logs.enabled_at(completed_steps_))
       log_training(completed_steps_);
     else
       show_progress((now_seconds() - start_time_) * 1000.0 / double(completed_steps_ - start_step_));
+    stop_if_diverged();
     const bool done = completed_steps_ >= training.train_iters;
     stop = done || training.shutdown.enabled_at(completed_steps_);
     run_evaluators(done);
@@ -335,29 +410,76 @@ void Trainer::train() {
   }
 }
 
+void Trainer::read_step_records() {
+  std::vector<StepRecords::Step> steps = step_records_->read(stream_);
+  // The records end with the step just completed.
+  int64_t step = completed_steps_ - int64_t(steps.size());
+  for (StepRecords::Step& record : steps) {
+    ++step;
+    if (record.update.successful) {
+      streak_ = {};
+    } else {
+      if (!streak_.first_step) {
+        streak_.first_step = step;
+        // Every checkpoint so far was saved after reading its step, so before this one.
+        if (sections_.run.experiment_dir)
+          streak_.checkpoint_before = latest_checkpoint(training_checkpoint_folder(*sections_.run.experiment_dir));
+      }
+      streak_.last_step = step;
+      streak_.counted += !record.loss_scale_search;
+    }
+    interval_steps_.push_back(std::move(record));
+  }
+}
+
+void Trainer::stop_if_diverged() const {
+  const std::optional<int64_t>& limit = sections_.training.max_consecutive_skipped_iterations;
+  if (!limit || streak_.counted < *limit) return;
+  const int64_t scaler_skips = streak_.last_step - *streak_.first_step + 1 - streak_.counted;
+  throw Error("training",
+              fmt::format("training diverged: steps {} to {} were all skipped (non-finite gradients), and {} ({}) "
+                          "stops a run after that many in a row{}. {}",
+                          *streak_.first_step, streak_.last_step,
+                          sections_.training.field_path("max_consecutive_skipped_iterations"), *limit,
+                          scaler_skips > 0 ? fmt::format(" (not counting the first {}, skipped while the fp16 loss "
+                                                         "scaler lowered its scale)",
+                                                         scaler_skips)
+                                           : std::string(),
+                          streak_.checkpoint_before
+                              ? fmt::format("The last checkpoint before them, {}, is kept: lower the learning rate "
+                                            "and resume from it (a restart resumes from the newest checkpoint, so "
+                                            "move the later ones away)",
+                                            streak_.checkpoint_before->string())
+                              : std::string("No checkpoint was saved before them")));
+}
+
+CheckpointRetention Trainer::retention(const TrainingCheckpointBaseConfig& config) const {
+  CheckpointRetention retention = config.retention();
+  retention.keep_newest_before = streak_.first_step;
+  return retention;
+}
+
 void Trainer::log_training(int64_t completed) {
   const TrainingConfig& training = sections_.training;
   // Waits for the device: the step time below covers the device work of the interval.
-  const std::vector<StepRecords::Step> steps = step_records_->read(stream_);
+  read_step_records();
+  const std::vector<StepRecords::Step> steps = std::exchange(interval_steps_, {});
   FLM_ASSERT(!steps.empty(), "a log line without a recorded step");
-  int64_t advanced = 0, skipped = 0, nan = 0;
-  std::vector<std::pair<std::string, double>> loss_totals;
+  int64_t skipped = 0, nan = 0;
+  std::vector<LossTotal> loss_totals;
   for (const StepRecords::Step& step : steps) {
-    // Loss sum / labels in the step.
-    std::vector<std::pair<std::string, double>> losses;
-    for (const auto& [name, sum] : step.loss_sums)
-      losses.emplace_back(name, step.num_labels > 0 ? sum / double(step.num_labels) : 0.0);
-    if (step.update.successful) {
-      ++advanced;
-      for (const auto& [name, value] : losses) accumulate(loss_totals, name, value);
-    } else {
-      ++skipped;
-      bool finite = true;
-      for (const auto& [name, value] : losses) finite = finite && std::isfinite(value);
-      nan += !finite;
-      // Keep the loss names in the line even when no step of the interval advanced.
-      for (const auto& [name, value] : losses) accumulate(loss_totals, name, 0.0);
+    // Loss sum / labels in the step. A skipped step's loss counts too: its forward pass completed, and its loss is
+    // how the model stood (its update is what went wrong).
+    bool finite = true;
+    for (const auto& [name, sum] : step.loss_sums) {
+      const double value = step.num_labels > 0 ? sum / double(step.num_labels) : 0.0;
+      finite = finite && std::isfinite(value);
+      accumulate(loss_totals, name, value, std::isfinite(value));
     }
+    if (step.update.successful) continue;
+    ++skipped;
+    // Non-finite gradients or loss; the skips of the fp16 loss scaler looking for its scale are only skipped.
+    nan += !finite || !step.loss_scale_search;
   }
   const OptimizerStepResult& last_update = steps.back().update;
   const double now = now_seconds();
@@ -380,8 +502,7 @@ void Trainer::log_training(int64_t completed) {
   metrics.hardware_tflops = metrics.model_tflops;
   metrics.tokens_per_sec_per_gpu = double(tokens_per_step) / world_size / step_time;
   metrics.memory = memory_usage(device_, /*reset_peak=*/true);
-  for (const auto& [name, total] : loss_totals)
-    metrics.losses.emplace_back(name, advanced > 0 ? total / double(advanced) : std::numeric_limits<double>::quiet_NaN());
+  for (const LossTotal& total : loss_totals) metrics.losses.emplace_back(total.name, total.mean());
   metrics.learning_rate = last_update.learning_rate;
   metrics.loss_scale = optimizer_->loss_scale();
   metrics.grad_norm = last_update.grad_norm;
@@ -429,7 +550,7 @@ void Trainer::run_evaluators(bool done) {
       // Forward only: a third of forward + backward.
       flops += runner_->flops(micro_batches) / 3.0;
     }
-    std::vector<std::pair<std::string, double>> totals;
+    std::vector<LossTotal> totals;
     for (const auto& [losses, num_labels] : iteration_losses)
       for (const auto& [name, sum] : losses.all())
         accumulate(totals, name, num_labels > 0 ? sum.item() / double(num_labels) : 0.0);
@@ -448,7 +569,7 @@ void Trainer::run_evaluators(bool done) {
     metrics.hardware_tflops = metrics.model_tflops;
     metrics.tokens_per_sec_per_gpu = double(tokens_per_step) / world_size / step_time;
     metrics.memory = memory_usage(device_, /*reset_peak=*/false);
-    for (const auto& [name, total] : totals) metrics.losses.emplace_back(name, total / double(iterations));
+    for (const LossTotal& total : totals) metrics.losses.emplace_back(total.name, total.mean());
     log_main("{}", format_validation_metrics(metrics, evaluator->name));
     write_metrics(validation_metrics_json(metrics, evaluator->name));
   }
@@ -456,16 +577,22 @@ void Trainer::run_evaluators(bool done) {
 
 void Trainer::save(bool done, bool stopping) {
   const TrainingConfig& training = sections_.training;
-  if (training.checkpoint.enabled() && (stopping || training.checkpoint.enabled_at(completed_steps_))) {
-    clear_progress();
+  const bool checkpoint = training.checkpoint.enabled() &&
+                          (stopping || training.checkpoint.enabled_at(completed_steps_));
+  const bool exported = training.export_.enabled() && (done || training.export_.enabled_at(completed_steps_));
+  if (!checkpoint && !exported) return;
+  // Whether steps are being skipped decides what pruning keeps, and a diverged run saves nothing more.
+  read_step_records();
+  stop_if_diverged();
+  clear_progress();
+  if (checkpoint) {
     last_checkpoint_ = save_training_checkpoint(*sections_.run.experiment_dir, completed_steps_, *multi_stage_,
-                                                training_save(), training.checkpoint.retention());
+                                                training_save(), retention(training.checkpoint));
     log_main("Saved checkpoint of step {} in {}", completed_steps_, last_checkpoint_->string());
   }
-  if (training.export_.enabled() && (done || training.export_.enabled_at(completed_steps_))) {
-    clear_progress();
+  if (exported) {
     last_export_ = save_training_export(*sections_.run.experiment_dir, completed_steps_, *multi_stage_,
-                                        training_save(), training.export_, training.export_.retention());
+                                        training_save(), training.export_, retention(training.export_));
     log_main("Exported step {} to {}", completed_steps_, last_export_->string());
   }
 }
@@ -473,27 +600,26 @@ void Trainer::save(bool done, bool stopping) {
 void Trainer::write_metrics(const nlohmann::json& record) {
   auto path = metrics_path();
   if (!path) return;
-  std::ofstream file(*path, std::ios::app);
-  file << record.dump() << '\n';
-  FLM_CHECK(file.good(), "training", "cannot write {}", path->string());
+  if (!metrics_file_)
+    metrics_file_ = std::make_unique<FileWriter>(*path, FileWriter::Options{.component = "training",
+                                                                           .mode = FileWriter::Mode::append});
+  metrics_file_->write(record.dump() + "\n");
+  metrics_file_->flush();
 }
 
 void Trainer::show_progress(double average_step_ms) {
   if (!progress_on_terminal_) return;
   const int64_t total = sections_.training.train_iters;
   const double remaining_s = average_step_ms / 1000.0 * double(total - completed_steps_);
-  std::fprintf(stderr, "\r\033[Ktraining: step %lld/%lld (%.1f %%) | %.1f ms/step | remaining %s",
-               static_cast<long long>(completed_steps_), static_cast<long long>(total),
-               100.0 * double(completed_steps_) / double(total), average_step_ms,
-               format_duration(remaining_s).c_str());
-  std::fflush(stderr);
+  write_to_terminal(fmt::format("\r\033[Ktraining: step {}/{} ({:.1f} %) | {:.1f} ms/step | remaining {}",
+                                completed_steps_, total, 100.0 * double(completed_steps_) / double(total),
+                                average_step_ms, format_duration(remaining_s)));
   progress_shown_ = true;
 }
 
 void Trainer::clear_progress() {
   if (!progress_shown_) return;
-  std::fprintf(stderr, "\r\033[K");
-  std::fflush(stderr);
+  write_to_terminal("\r\033[K");
   progress_shown_ = false;
 }
 

@@ -9,14 +9,18 @@
 //                           model, data, config.to_yaml_string());
 //   trainer.run();
 //
-// Setup (in the constructor): the checkpoint and export settings are checked (they need run.experiment_dir, and an
-// export format must hold the model), the model is cut into stages with flat buffers on the run's device, the
-// optimizer and the schedule are built, `training` is sampled with train_iters x samples-per-step samples and each
-// `loss` evaluator's dataset with what its evaluations read, `<experiment_dir>/config.yaml` is written and
-// `<experiment_dir>/runs/<k>/` created (k: the first unused index). `run()` loads or initialises the weights, trains
-// `training.train_iters` steps, logs every `training.logs.interval` steps, evaluates every evaluator interval and at
-// the end, writes one JSON object per log line to `runs/<k>/metrics.jsonl`, and says at the end where the metrics and
-// the model are. With train_iters 0 it only evaluates.
+// Setup (in the constructor) checks before it builds (docs/reliability.md): it locks the experiment directory
+// (ExperimentLock), checks the whole-config preconditions (saves need run.experiment_dir, sampled datasets exist,
+// evaluators are supported, evaluation alone needs weights) and the memory the run needs (memory_check.h). Then the
+// model is cut into stages on the run's device, the optimizer and the schedule are built, `training` and each `loss`
+// evaluator's dataset are sampled, `<experiment_dir>/config.yaml` is written and `runs/<k>/` created (k: the first
+// unused index). `run()` loads or initialises the weights, trains `training.train_iters` steps (or only evaluates when
+// it is 0), logs every `training.logs.interval` steps to the log and to `runs/<k>/metrics.jsonl`, evaluates on the
+// evaluators' intervals and at the end. Files are written through FileWriter: a failed write stops the run.
+//
+// A run of `training.max_consecutive_skipped_iterations` skipped steps (the fp16 scaler's search aside) stops training
+// before the next save; meanwhile pruning keeps the newest save from before the first of them. Both happen where the
+// host reads the step records (below).
 //
 // Weights come from the run's newest complete checkpoint when it is restarted, else from `pretrained`, else a fresh
 // initialisation; checkpoints and exports are saved on their intervals (and a checkpoint at a shutdown). All go
@@ -38,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "fast_llm/core/file_writer.h"
 #include "fast_llm/data/batch.h"
 #include "fast_llm/data/data.h"
 #include "fast_llm/engine/base_model.h"
@@ -53,6 +58,8 @@
 #include "fast_llm/engine/training/batch_uploader.h"
 #include "fast_llm/engine/training/config.h"
 #include "fast_llm/engine/training/cuda_graph_step.h"
+#include "fast_llm/engine/training/experiment_lock.h"
+#include "fast_llm/engine/training/memory_check.h"
 #include "fast_llm/engine/training/metrics.h"
 #include "fast_llm/engine/training/profiling.h"
 #include "fast_llm/engine/training/step_records.h"
@@ -71,6 +78,9 @@ struct TrainerSections {
   const CheckpointLoadConfig& pretrained;
   const RunConfig& run;
   const ProfilingConfig* profiling = nullptr;  // none: no kernel profiling
+  // The model type's estimate of the memory one token of a micro-batch takes at the peak of a training step besides
+  // the stages' buffers (e.g. models/gpt/training.h); 0 leaves activations out of the memory check.
+  int64_t activation_bytes_per_token = 0;
 };
 
 class Trainer {
@@ -99,6 +109,14 @@ class Trainer {
   struct Evaluator;
   // Queues one training step on the next batches of the training loader; its numbers go to step_records_.
   void train_step();
+  // The preconditions of the run that need nothing built (see the file comment); returns each dataset to sample with
+  // its number of samples, and lists the evaluators.
+  std::vector<std::pair<std::string, int64_t>> check_run();
+  MemoryEstimate estimate_memory(const std::vector<std::pair<std::string, int64_t>>& samplings) const;
+  // Moves the step records to interval_steps_ (waits for the device) and follows the streak of skipped steps.
+  void read_step_records();
+  // Throws when the streak of skipped steps reached `training.max_consecutive_skipped_iterations`.
+  void stop_if_diverged() const;
 
   std::vector<layers::MicroBatch> next_micro_batches(data::DataLoader& loader, std::string_view dataset,
                                                      std::vector<std::shared_ptr<const data::Batch>>& keep_alive,
@@ -121,8 +139,12 @@ class Trainer {
   void show_progress(double average_step_ms);
   void clear_progress();
   void save(bool done, bool stopping);
+  // What pruning keeps of the checkpoints or exports of `config`: their own rule, and the newest save before a streak
+  // of skipped steps.
+  CheckpointRetention retention(const TrainingCheckpointBaseConfig& config) const;
 
   TrainerSections sections_;
+  std::unique_ptr<ExperimentLock> lock_;  // held for the life of the trainer (rank 0, with an experiment directory)
   BaseModel& model_;
   data::GPTData& data_;
   std::string resolved_config_yaml_;
@@ -146,6 +168,18 @@ class Trainer {
   std::optional<std::filesystem::path> run_directory_;
   std::optional<std::filesystem::path> last_checkpoint_;
   std::optional<std::filesystem::path> last_export_;
+  std::unique_ptr<FileWriter> metrics_file_;  // opened at the first record
+
+  // The steps read from step_records_ since the last log line.
+  std::vector<StepRecords::Step> interval_steps_;
+  // The steps skipped in a row up to the last step read: the first and last of them, and how many count towards the
+  // stop.
+  struct SkippedStreak {
+    std::optional<int64_t> first_step;
+    int64_t last_step = 0;
+    int64_t counted = 0;
+    std::optional<std::filesystem::path> checkpoint_before;  // the newest checkpoint when it began
+  } streak_;
   bool progress_on_terminal_ = false;
   bool progress_shown_ = false;
 
