@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -33,15 +34,17 @@ std::string fast_llm_binary() {
   return fs::exists(beside) ? beside.string() : std::string(FAST_LLM_BINARY);
 }
 
-// Runs the fast-llm binary with `arguments` in `directory`, for at most `limit`.
+// Runs the fast-llm binary with `arguments` in `directory`, for at most `limit`; standard output goes to
+// `standard_output` when given (e.g. /dev/full), else with standard error into the outcome.
 Outcome run_fast_llm(const std::vector<std::string>& arguments, const fs::path& directory,
-                     std::chrono::seconds limit = std::chrono::seconds(120)) {
+                     std::chrono::seconds limit = std::chrono::seconds(120),
+                     const std::optional<fs::path>& standard_output = std::nullopt) {
   const fs::path log = directory / "output.log";
   std::string binary = fast_llm_binary();
   const pid_t child = fork();
   if (child == 0) {
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, STDOUT_FILENO);
+    dup2(standard_output ? open(standard_output->c_str(), O_WRONLY) : fd, STDOUT_FILENO);
     dup2(fd, STDERR_FILENO);
     if (chdir(directory.c_str()) != 0) _exit(126);
     std::vector<char*> argv;
@@ -97,8 +100,9 @@ class CliTest : public ::testing::Test {
   }
 
   // Runs the command and checks it ended by itself with `status`, printing `expected` and no internal error.
-  Outcome expect(const std::vector<std::string>& arguments, int status, const std::string& expected = "") {
-    Outcome outcome = run_fast_llm(arguments, directory_);
+  Outcome expect(const std::vector<std::string>& arguments, int status, const std::string& expected = "",
+                 const std::optional<fs::path>& standard_output = std::nullopt) {
+    Outcome outcome = run_fast_llm(arguments, directory_, std::chrono::seconds(120), standard_output);
     EXPECT_TRUE(outcome.exited) << join(arguments) << " did not exit by itself (signal or hang):\n" << outcome.output;
     EXPECT_EQ(outcome.status, status) << join(arguments) << ":\n" << outcome.output;
     EXPECT_NE(outcome.output.find(expected), std::string::npos)
@@ -338,6 +342,17 @@ TEST_F(CliTest, RefusedCommands) {
     expect(with({"--help"}), 0, "--config");
   }
   expect({"evaluate"}, 106, "A subcommand of `fast-llm evaluate` is required");
+}
+
+// What a command was asked to print is checked like every other write: a full disk under standard output is an
+// error, not an exit 0 with nothing printed.
+TEST_F(CliTest, PrintingToAFullDiskIsAnError) {
+  const fs::path config = write("train.yaml", kTrainConfig);
+  expect({"train", "gpt", "-c", config.string(), "--validate"}, 1, "[output] cannot write to standard output",
+         "/dev/full");
+  expect({"convert", "gpt", "input.format=llama", "input.path=in", "output.format=fast_llm", "output.path=out", "-v"},
+         1, "[output] cannot write to standard output", "/dev/full");
+  expect({"kernels"}, 1, "[output] cannot write to standard output", "/dev/full");
 }
 
 TEST_F(CliTest, Kernels) {

@@ -29,8 +29,7 @@ void load_config(config::Config& config, const std::optional<std::filesystem::pa
 
 void print_resolved_config(const config::Config& config) {
   std::string text = config.to_yaml_string(config::WriteOptions{.verbose = config::kVerboseEverything});
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fflush(stdout);
+  write_to_standard_output(text);
   for (const auto& message : config.unsupported_fields()) log_warning("{} (a run would stop here)", message);
 }
 

@@ -1,8 +1,9 @@
 // `fast-llm kernels`: the kernel variants registered in this binary (and plugins), and which can run here.
-#include <cstdio>
+#include <fmt/format.h>
 
 #include "fast_llm/cli/commands.h"
 #include "fast_llm/core/device.h"
+#include "fast_llm/core/logging.h"
 #include "fast_llm/kernels/listing.h"
 #include "fast_llm/kernels/registry.h"
 
@@ -21,15 +22,15 @@ void add_kernels_command(CLI::App& app, CommandAction& action) {
       std::optional<DeviceType> filter;
       if (*device == "cpu") filter = DeviceType::cpu;
       if (*device == "cuda") filter = DeviceType::cuda;
-      std::string table = kernels::format_kernel_table(filter);
-      std::fwrite(table.data(), 1, table.size(), stdout);
+      std::string text = kernels::format_kernel_table(filter);
       const auto& gpus = cuda_devices();
       if (gpus.empty())
-        std::printf("\nCUDA devices: none%s\n", cuda_compiled() ? "" : " (this build has no CUDA backend)");
+        text += fmt::format("\nCUDA devices: none{}\n", cuda_compiled() ? "" : " (this build has no CUDA backend)");
       for (const auto& gpu : gpus)
-        std::printf("\n%s: %s, compute capability %d.%d, %zu MiB, %d multiprocessors\n", gpu.device.str().c_str(),
-                    gpu.name.c_str(), gpu.compute_capability_major, gpu.compute_capability_minor,
-                    gpu.total_memory >> 20, gpu.multiprocessor_count);
+        text += fmt::format("\n{}: {}, compute capability {}.{}, {} MiB, {} multiprocessors\n", gpu.device.str(),
+                            gpu.name, gpu.compute_capability_major, gpu.compute_capability_minor,
+                            gpu.total_memory >> 20, gpu.multiprocessor_count);
+      write_to_standard_output(text);
       return 0;
     };
   });

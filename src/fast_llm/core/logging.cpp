@@ -27,14 +27,16 @@ LogState& state() {
 }
 
 // Writes and flushes; returns 0, or the errno of the failure (EIO when the stream does not say).
-int write_stderr(std::string_view text) {
+int write_stream(std::FILE* stream, std::string_view text) {
   errno = 0;
-  const bool written = std::fwrite(text.data(), 1, text.size(), stderr) == text.size();
-  if (std::fflush(stderr) == 0 && written) return 0;
+  const bool written = std::fwrite(text.data(), 1, text.size(), stream) == text.size();
+  if (std::fflush(stream) == 0 && written) return 0;
   const int error = errno != 0 ? errno : EIO;
-  std::clearerr(stderr);
+  std::clearerr(stream);
   return error;
 }
+
+int write_stderr(std::string_view text) { return write_stream(stderr, text); }
 
 [[noreturn]] void throw_write_failure(int error) {
   throw Error("log", fmt::format("cannot write to standard error ({}): the run stops rather than go on without its log",
@@ -85,6 +87,12 @@ void write_to_terminal(std::string_view text) {
 bool log_once_key(std::string_view key) {
   std::lock_guard lock(state().mutex);
   return state().once_keys.emplace(key).second;
+}
+
+void write_to_standard_output(std::string_view text) {
+  if (const int error = write_stream(stdout, text); error != 0)
+    throw Error("output", fmt::format("cannot write to standard output ({}): what was asked for was not printed",
+                                      std::generic_category().message(error)));
 }
 
 }  // namespace fast_llm

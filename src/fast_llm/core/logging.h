@@ -27,6 +27,9 @@ LogLevel log_level();
 void log_line(LogLevel level, std::string_view message, bool main_rank_only);
 // Writes `text` to standard error as it is (a progress line redrawn in place), checked as log lines are.
 void write_to_terminal(std::string_view text);
+// Writes and flushes `text` to standard output (what a command was asked to print: `--validate`, `kernels`); throws
+// Error("output", ...) when it cannot, so that `fast-llm ... > full_disk/file` does not exit 0 having printed nothing.
+void write_to_standard_output(std::string_view text);
 
 // Logs a line once per process for a given key (e.g. the kernel chosen for an op).
 bool log_once_key(std::string_view key);
