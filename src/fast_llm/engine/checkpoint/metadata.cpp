@@ -96,13 +96,7 @@ CheckpointMetadata read_checkpoint_metadata(const std::filesystem::path& directo
   if (!std::filesystem::exists(file))
     throw Error(kComponent, fmt::format("{}: no {} (not a fast_llm or distributed checkpoint?)", directory.string(),
                                         kMetadataFile));
-  YAML::Node node;
-  try {
-    node = YAML::LoadFile(file.string());
-  } catch (const YAML::Exception& error) {
-    throw Error(kComponent, fmt::format("{}: line {}: {}", file.string(), error.mark.line + 1, error.msg));
-  }
-  if (!node.IsMap()) throw Error(kComponent, fmt::format("{}: not a mapping", file.string()));
+  const YAML::Node node = config::load_yaml_file(file);  // a mapping, or an error naming the file and line
   CheckpointMetadata metadata;
   const std::string format = scalar<std::string>(node, "format", file);
   auto parsed = config::parse_enum<CheckpointFormat>(format);
