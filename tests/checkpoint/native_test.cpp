@@ -217,6 +217,10 @@ TEST(Checkpoints, MetadataErrorsNameTheFileAndKey) {
   message = error_of([&] { read_checkpoint_metadata(path); });
   EXPECT_NE(message.find("`state.optimizer.step` has an invalid value 'x'"), std::string::npos) << message;
   std::ofstream(path / "metadata.yaml", std::ios::trunc)
+      << "format: distributed\nfast_llm_version: 0.1.0\nmodel: gpt\nconfig: {}\nshards: [weights]\nstate: 3\n";
+  message = error_of([&] { read_checkpoint_metadata(path); });
+  EXPECT_NE(message.find("metadata.yaml: `state` must be a mapping"), std::string::npos) << message;
+  std::ofstream(path / "metadata.yaml", std::ios::trunc)
       << "format: llama\nfast_llm_version: 0.1.0\nmodel: gpt\nconfig: {}\nshards: [weights]\n";
   message = error_of([&] { read_checkpoint_metadata(path); });
   EXPECT_NE(message.find("`format` is 'llama'"), std::string::npos) << message;
@@ -224,6 +228,17 @@ TEST(Checkpoints, MetadataErrorsNameTheFileAndKey) {
       << "format: fast_llm\nfast_llm_version: 0.1.0\nmodel: gpt\nconfig: {}\nshards: [weights]\n";
   message = error_of([&] { read_checkpoint_metadata(path, CheckpointFormat::distributed); });
   EXPECT_NE(message.find("given as distributed"), std::string::npos) << message;
+}
+
+TEST(Checkpoints, MetadataWithoutOptionalSectionsReadsAndARepeatedKeyTakesItsLastValue) {
+  const auto path = directory("metadata_minimal");
+  std::ofstream(path / "metadata.yaml")
+      << "format: distributed\nfast_llm_version: 0.1.0\nmodel: gpt\nconfig: {}\nshards: [weights]\nformat: fast_llm\n";
+  const CheckpointMetadata metadata = read_checkpoint_metadata(path);
+  EXPECT_EQ(metadata.format, CheckpointFormat::fast_llm);
+  EXPECT_FALSE(metadata.state.has_value());
+  EXPECT_FALSE(metadata.layout);
+  EXPECT_TRUE(metadata.trainer_config.empty());
 }
 
 TEST(Checkpoints, InterruptedWritesAreIgnoredAndPruned) {

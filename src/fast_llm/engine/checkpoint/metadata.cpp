@@ -24,6 +24,7 @@ constexpr std::string_view kComponent = "checkpoint";
 YAML::Node require(const YAML::Node& node, const std::string& key, const std::filesystem::path& file,
                    std::string_view prefix = "") {
   const std::string full = prefix.empty() ? key : fmt::format("{}.{}", prefix, key);
+  if (!node.IsMap()) fail(file, prefix, "must be a mapping");
   YAML::Node value = node[key];
   if (!value || value.IsNull()) fail(file, full, "is missing");
   return value;
@@ -96,7 +97,7 @@ CheckpointMetadata read_checkpoint_metadata(const std::filesystem::path& directo
   if (!std::filesystem::exists(file))
     throw Error(kComponent, fmt::format("{}: no {} (not a fast_llm or distributed checkpoint?)", directory.string(),
                                         kMetadataFile));
-  const YAML::Node node = config::load_yaml_file(file);  // a mapping, or an error naming the file and line
+  YAML::Node node = config::load_yaml_file(file);  // a mapping, or an error naming the file and line
   CheckpointMetadata metadata;
   const std::string format = scalar<std::string>(node, "format", file);
   auto parsed = config::parse_enum<CheckpointFormat>(format);
