@@ -217,6 +217,21 @@ TEST(DatasetFile, RefusesEscapingPathsAndUnknownEntries) {
             std::string::npos);
 }
 
+TEST(DatasetFile, AFileIncludingItselfIsAnError) {
+  TemporaryFolder folder;
+  write_file(folder / "self.yaml", "{type: file, path: self.yaml}\n");
+  write_file(folder / "a.yaml", "{type: concatenated, datasets: [{type: file, path: b.yaml}]}\n");
+  write_file(folder / "b.yaml", "{config: {type: file, path: a.yaml}}\n");
+  for (const char* name : {"self.yaml", "a.yaml"}) {
+    DatasetFromFileConfig file;
+    file.path = folder / name;
+    const std::string message = error_message([&] { file.build(); });
+    EXPECT_NE(message.find("dataset config files nested more than 32 deep (does one include itself?)"),
+              std::string::npos)
+        << message;
+  }
+}
+
 TEST(DatasetFile, PathsTheSystemRefusesAreCleanErrors) {
   // A file name longer than the system allows: std::filesystem throws for it where it would say "no such file".
   TemporaryFolder folder;

@@ -216,13 +216,37 @@ std::shared_ptr<IndexedDataset> MemmapDatasetConfig::build() const {
                                   legacy_memmap_path(path, ".idx").string()));
 }
 
+namespace {
+
+// `file` datasets open files that may hold `file` datasets: a file that includes itself, directly or not, would
+// recurse until the stack overflows. Real configs nest a few levels.
+constexpr int kMaxFileNesting = 32;
+thread_local int file_nesting = 0;
+
+class FileNesting {
+ public:
+  explicit FileNesting(const std::filesystem::path& path) {
+    FLM_CHECK(file_nesting < kMaxFileNesting, "data",
+              "{}: dataset config files nested more than {} deep (does one include itself?)", path.string(),
+              kMaxFileNesting);
+    ++file_nesting;
+  }
+  ~FileNesting() { --file_nesting; }
+  FileNesting(const FileNesting&) = delete;
+  FileNesting& operator=(const FileNesting&) = delete;
+};
+
+}  // namespace
+
 std::shared_ptr<IndexedDataset> DatasetFromFileConfig::build() const {
+  FileNesting nesting(path);
   config::Dynamic<DatasetConfig> loaded = load_dataset_config_file(path);
   return as_indexed(loaded, path.string()).build();
 }
 
 std::shared_ptr<SampledDataset> DatasetFromFileConfig::build_and_sample(const SamplingParameters& parameters,
                                                                         int64_t num_samples, uint64_t seed) const {
+  FileNesting nesting(path);
   return load_dataset_config_file(path)->build_and_sample(parameters, num_samples, seed);
 }
 
