@@ -195,6 +195,12 @@ TEST(YamlReading, FilesAreMappings) {
   EXPECT_EQ(node.size(), 1u);
   EXPECT_NE(warnings.find(fmt::format("{}: 'a' is given twice (line 1 and line 2)", file.string())), std::string::npos)
       << warnings;
+  try {
+    load_yaml_file(folder);
+    ADD_FAILURE() << "a folder was read as an empty config";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("is a folder, not a config file"), std::string::npos) << error.what();
+  }
   std::filesystem::remove_all(folder);
   EXPECT_THROW(load_yaml_file(file), ConfigError);
 }

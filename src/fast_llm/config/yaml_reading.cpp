@@ -122,6 +122,10 @@ YAML::Node parse_yaml(std::string_view text, std::string_view source, const std:
 }
 
 YAML::Node load_yaml_file(const std::filesystem::path& path) {
+  // A directory opens and reads as empty text; not a regular file is fine otherwise (`-c <(...)` is a pipe).
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error))
+    throw ConfigError("", fmt::format("{}: is a folder, not a config file", path.string()));
   std::ifstream stream(path, std::ios::binary);
   if (!stream) throw ConfigError("", fmt::format("{}: cannot open config file", path.string()));
   std::ostringstream text;
