@@ -14,12 +14,14 @@ const std::filesystem::path& scratch_folder() {
   static const std::filesystem::path folder = [] {
     std::filesystem::path path = std::filesystem::temp_directory_path() / fmt::format("fast_llm_fuzz_{}", ::getpid());
     std::filesystem::create_directories(path);
-    std::atexit([] {
-      std::error_code ignored;
-      std::filesystem::remove_all(scratch_folder(), ignored);
-    });
     return path;
   }();
+  // Registered once `folder` is built, so that at exit it runs before `folder` is destroyed.
+  static const int removed_at_exit = std::atexit([] {
+    std::error_code ignored;
+    std::filesystem::remove_all(folder, ignored);
+  });
+  (void)removed_at_exit;
   return folder;
 }
 
