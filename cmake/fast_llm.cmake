@@ -33,4 +33,12 @@ function(fast_llm_test name)
   endif()
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT 900)
+  fast_llm_test_environment(${name})
+endfunction()
+
+# What a test needs in its environment: the symbolizer of sanitizer reports, in a sanitizer build that found one.
+function(fast_llm_test_environment test)
+  if(FAST_LLM_SANITIZE AND FAST_LLM_SYMBOLIZER)
+    set_tests_properties(${test} PROPERTIES ENVIRONMENT "ASAN_SYMBOLIZER_PATH=${FAST_LLM_SYMBOLIZER}")
+  endif()
 endfunction()

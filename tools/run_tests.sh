@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite: installs missing Debian packages, builds the CPU backend and runs every CPU test with ctest;
 # when nvcc is present, also compiles the CUDA backend (its tests need a GPU: see docs/gpu.md).
-# Set FAST_LLM_SANITIZE_TESTS=1 to also build and run the suite under AddressSanitizer + UBSan.
+# Then the parsers' fuzz targets (tests/fuzz, preset `fuzz`: clang, AddressSanitizer + UBSan) run for a bounded time
+# each, and the tests of the parsers, configs and checkpoints run under the same sanitizers; FAST_LLM_FUZZ=0 skips
+# both, FAST_LLM_FUZZ_SECONDS sets each target's time (default 20).
+# Set FAST_LLM_SANITIZE_TESTS=1 to also build and run the whole suite under AddressSanitizer + UBSan (preset `asan`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/install_dependencies.sh
+fuzz=${FAST_LLM_FUZZ:-1}
+if [ "$fuzz" = "1" ]; then tools/install_dependencies.sh --fuzz; else tools/install_dependencies.sh; fi
 jobs=$(nproc)
 
 cmake --preset cpu >/dev/null
@@ -24,3 +28,14 @@ if [ "${FAST_LLM_SANITIZE_TESTS:-0}" = "1" ]; then
 fi
 
 ctest --preset cpu -L cpu -j "$jobs"
+
+if [ "$fuzz" = "1" ]; then
+  echo "== fuzzing the parsers; their tests under the sanitizers"
+  sanitized_tests=(config_system_test config_yaml_reading_test data_test checkpoint_safetensors_test
+                   checkpoint_huggingface_test checkpoint_native_test checkpoint_training_test gpt_config_test
+                   trainer_sections_config_test)
+  cmake --preset fuzz -DFAST_LLM_FUZZ_SECONDS="${FAST_LLM_FUZZ_SECONDS:-20}" >/dev/null
+  cmake --build --preset fuzz -j "$jobs" --target fuzz_targets "${sanitized_tests[@]}"
+  ctest --preset fuzz -L fuzz -j "$jobs"
+  ctest --preset fuzz -R "^($(IFS='|'; echo "${sanitized_tests[*]}"))\$" -j "$jobs"
+fi

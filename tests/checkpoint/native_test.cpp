@@ -225,6 +225,10 @@ TEST(Checkpoints, MetadataErrorsNameTheFileAndKey) {
   message = error_of([&] { read_checkpoint_metadata(path); });
   EXPECT_NE(message.find("`state.optimizer.step` has an invalid value 'x'"), std::string::npos) << message;
   std::ofstream(path / "metadata.yaml", std::ios::trunc)
+      << "format: distributed\nfast_llm_version: 0.1.0\nmodel: gpt\nconfig: {}\nshards: [weights]\nstate: 3\n";
+  message = error_of([&] { read_checkpoint_metadata(path); });
+  EXPECT_NE(message.find("metadata.yaml: `state` must be a mapping"), std::string::npos) << message;
+  std::ofstream(path / "metadata.yaml", std::ios::trunc)
       << "format: llama\nfast_llm_version: 0.1.0\nmodel: gpt\nconfig: {}\nshards: [weights]\n";
   message = error_of([&] { read_checkpoint_metadata(path); });
   EXPECT_NE(message.find("`format` is 'llama'"), std::string::npos) << message;
@@ -307,6 +311,17 @@ TEST(Checkpoints, ACheckpointWithoutItsTrainingStateIsRefused) {
   message = error_of([&] { open_fast_llm_checkpoint(fast_llm); });
   EXPECT_NE(message.find("`state` is missing: a checkpoint holding the optimizer state records"), std::string::npos)
       << message;
+}
+
+TEST(Checkpoints, MetadataWithoutOptionalSectionsReadsAndARepeatedKeyTakesItsLastValue) {
+  const auto path = directory("metadata_minimal");
+  std::ofstream(path / "metadata.yaml")
+      << "format: distributed\nfast_llm_version: 0.1.0\nmodel: gpt\nconfig: {}\nshards: [weights]\nformat: fast_llm\n";
+  const CheckpointMetadata metadata = read_checkpoint_metadata(path);
+  EXPECT_EQ(metadata.format, CheckpointFormat::fast_llm);
+  EXPECT_FALSE(metadata.state.has_value());
+  EXPECT_FALSE(metadata.layout);
+  EXPECT_TRUE(metadata.trainer_config.empty());
 }
 
 TEST(Checkpoints, InterruptedWritesAreIgnoredAndPruned) {

@@ -341,5 +341,17 @@ TEST(DatasetFile, NestingIsBounded) {
   EXPECT_NE(message.find("data.datasets.training.dataset.dataset"), std::string::npos) << message;
 }
 
+TEST(DatasetFile, PathsTheSystemRefusesAreCleanErrors) {
+  // A file name longer than the system allows: std::filesystem throws for it where it would say "no such file".
+  TemporaryFolder folder;
+  const std::string long_name(300, 'x');
+  write_file(folder / "config.yaml", fmt::format("{{type: memmap, path: {}}}", long_name));
+  const config::Dynamic<DatasetConfig> loaded = load_dataset_config_file(folder / "config.yaml");
+  std::string message = error_message([&] { loaded.as<IndexedDatasetConfig>()->build(); });
+  EXPECT_NE(message.find("no such dataset file"), std::string::npos) << message;
+  message = error_message([&] { load_dataset_config_file(folder / long_name); });
+  EXPECT_NE(message.find("dataset config file does not exist"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace fast_llm::data

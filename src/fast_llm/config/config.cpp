@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <limits>
 
 namespace fast_llm::config {
@@ -320,12 +319,7 @@ void apply_override(YAML::Node& root, std::string_view assignment) {
     throw ConfigError("", fmt::format("override '{}' is not of the form a.b.c=value", assignment));
   std::string key(assignment.substr(0, equals));
   std::string text(assignment.substr(equals + 1));
-  YAML::Node value;
-  try {
-    value = YAML::Load(text);
-  } catch (const YAML::Exception& error) {
-    throw ConfigError(key, fmt::format("cannot parse override value '{}': {}", text, error.msg));
-  }
+  YAML::Node value = parse_yaml(text, fmt::format("override '{}'", assignment), key);
   std::vector<std::string> parts;
   for (size_t begin = 0;;) {
     size_t dot = key.find('.', begin);
@@ -346,20 +340,6 @@ void apply_override(YAML::Node& root, std::string_view assignment) {
     node.reset(child);
   }
   node[parts.back()] = value;
-}
-
-YAML::Node load_yaml_file(const std::filesystem::path& path) {
-  std::ifstream stream(path);
-  if (!stream) throw ConfigError("", fmt::format("{}: cannot open config file", path.string()));
-  try {
-    YAML::Node node = YAML::Load(stream);
-    if (node.IsNull()) return YAML::Node(YAML::NodeType::Map);
-    if (!node.IsMap()) throw ConfigError("", fmt::format("{}: the top level must be a mapping of fields", path.string()));
-    return node;
-  } catch (const YAML::Exception& error) {
-    throw ConfigError("", fmt::format("{}: line {}, column {}: {}", path.string(), error.mark.line + 1,
-                                      error.mark.column + 1, error.msg));
-  }
 }
 
 std::optional<std::string> nearest_name(std::string_view name, const std::vector<std::string>& candidates) {

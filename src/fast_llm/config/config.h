@@ -38,6 +38,7 @@
 
 #include "fast_llm/config/codec.h"
 #include "fast_llm/config/hint.h"
+#include "fast_llm/config/yaml_reading.h"
 #include "fast_llm/core/error.h"
 
 namespace fast_llm::config {
@@ -176,12 +177,9 @@ class Config {
 // Architecture comparison: differences between the architecture fields of two configs, as "path: a != b" lines.
 std::vector<std::string> compare_architecture(const Config& a, const Config& b);
 
-// Applies `a.b.c=value` (value parsed as YAML) onto a YAML tree, creating maps as needed. Throws ConfigError on a
+// Applies `a.b.c=value` (value parsed as YAML, see yaml_reading.h) onto a YAML tree, creating maps as needed. Throws ConfigError on a
 // malformed override.
 void apply_override(YAML::Node& root, std::string_view assignment);
-
-// Loads a YAML file, naming the file in any error (missing, unreadable, malformed with line and column).
-YAML::Node load_yaml_file(const std::filesystem::path& path);
 
 // The nearest of `candidates` to `name` by edit distance, if close enough to be a plausible typo.
 std::optional<std::string> nearest_name(std::string_view name, const std::vector<std::string>& candidates);

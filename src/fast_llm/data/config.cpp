@@ -260,8 +260,10 @@ std::shared_ptr<IndexedDataset> MemmapDatasetConfig::build() const {
     else
       name += character;
   }
-  if (std::filesystem::is_regular_file(path)) return std::make_shared<MemmapDataset>(name, path);
-  if (std::filesystem::exists(legacy_memmap_path(path, ".idx"))) {
+  // The error_code forms: a path the system refuses (too long, ...) is "no such file", not a filesystem_error.
+  std::error_code error;
+  if (std::filesystem::is_regular_file(path, error)) return std::make_shared<MemmapDataset>(name, path);
+  if (std::filesystem::exists(legacy_memmap_path(path, ".idx"), error)) {
     if (log_once_key("legacy_memmap_format"))
       log_warning("Using the legacy Megatron memmap format (.bin / .idx); it is deprecated in Fast-LLM, prefer "
                   "`.fast_llm_dataset` files");
@@ -366,7 +368,9 @@ void resolve_paths(YAML::Node node, const std::filesystem::path& folder, const s
 
 config::Dynamic<DatasetConfig> load_dataset_config_file(const std::filesystem::path& path,
                                                         const DatasetNesting& reader) {
-  FLM_CHECK(std::filesystem::is_regular_file(path), "data", "{}: dataset config file does not exist", path.string());
+  std::error_code error;
+  FLM_CHECK(std::filesystem::is_regular_file(path, error), "data", "{}: dataset config file does not exist",
+            path.string());
   YAML::Node root = config::load_yaml_file(path);  // a mapping, or an error naming the file
   YAML::Node dataset = root;
   std::string label = fmt::format("{}: dataset", path.string());

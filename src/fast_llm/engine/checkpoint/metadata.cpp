@@ -20,6 +20,7 @@ constexpr std::string_view kComponent = "checkpoint";
 YAML::Node require(const YAML::Node& node, const std::string& key, const std::filesystem::path& file,
                    std::string_view prefix = "") {
   const std::string full = prefix.empty() ? key : fmt::format("{}.{}", prefix, key);
+  if (!node.IsMap()) fail(file, prefix, "must be a mapping");
   YAML::Node value = node[key];
   if (!value || value.IsNull()) fail(file, full, "is missing");
   return value;
@@ -79,13 +80,7 @@ CheckpointMetadata read_checkpoint_metadata(const std::filesystem::path& directo
                                         kMetadataFile));
   if (type != std::filesystem::file_type::regular)
     throw Error(kComponent, fmt::format("{}: not a file", file.string()));
-  YAML::Node node;
-  try {
-    node = YAML::LoadFile(file.string());
-  } catch (const YAML::Exception& error) {
-    throw Error(kComponent, fmt::format("{}: line {}: {}", file.string(), error.mark.line + 1, error.msg));
-  }
-  if (!node.IsMap()) throw Error(kComponent, fmt::format("{}: not a mapping", file.string()));
+  YAML::Node node = config::load_yaml_file(file);  // a mapping, or an error naming the file and line
   CheckpointMetadata metadata;
   const std::string format = scalar<std::string>(node, "format", file);
   auto parsed = config::parse_enum<CheckpointFormat>(format);

@@ -395,7 +395,9 @@ std::shared_ptr<engine::TensorSource> import_hf_weights(const HfFormat& format,
     }
     const DType dtype = specs.front().dtype;
     const HfWeightEntry::Kind kind = entry->kind;
-    result->add(engine::state_key(parameter, engine::kWeightsShard), {dtype, shape}, [hf, names, kind, shape, dtype] {
+    // `shape = shape`: clang refuses to capture a structured binding in a file built with OpenMP.
+    result->add(engine::state_key(parameter, engine::kWeightsShard), {dtype, shape},
+                [hf, names, kind, shape = shape, dtype] {
       switch (kind) {
         case HfWeightEntry::Kind::copy: return hf->load(names.front());
         case HfWeightEntry::Kind::transpose: return hf->load(names.front()).transpose(0, 1).to(Device::cpu());
