@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: installs missing Debian packages, builds the CPU backend and runs every CPU test with ctest;
 # when nvcc is present, also compiles the CUDA backend (its tests need a GPU: see docs/gpu.md).
-# Then the parsers' fuzz targets (tests/fuzz, preset `fuzz`: clang, AddressSanitizer + UBSan) run for a bounded time
-# each, and the tests of the parsers, configs and checkpoints run under the same sanitizers; FAST_LLM_FUZZ=0 skips
-# both, FAST_LLM_FUZZ_SECONDS sets each target's time (default 20).
+# The parsers' fuzz targets (tests/fuzz, preset `fuzz`: clang, AddressSanitizer + UBSan) run for a bounded time each,
+# and the tests of the parsers, configs and checkpoints run under the same sanitizers; FAST_LLM_FUZZ=0 skips both,
+# FAST_LLM_FUZZ_SECONDS sets each target's time (default 20). The CPU suite runs last.
 # Set FAST_LLM_SANITIZE_TESTS=1 to also build and run the whole suite under AddressSanitizer + UBSan (preset `asan`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,8 +27,6 @@ if [ "${FAST_LLM_SANITIZE_TESTS:-0}" = "1" ]; then
   ctest --preset asan -L cpu -j "$jobs"
 fi
 
-ctest --preset cpu -L cpu -j "$jobs"
-
 if [ "$fuzz" = "1" ]; then
   echo "== fuzzing the parsers; their tests under the sanitizers"
   sanitized_tests=(config_system_test config_yaml_reading_test data_test checkpoint_safetensors_test
@@ -39,3 +37,7 @@ if [ "$fuzz" = "1" ]; then
   ctest --preset fuzz -L fuzz -j "$jobs"
   ctest --preset fuzz -R "^($(IFS='|'; echo "${sanitized_tests[*]}"))\$" -j "$jobs"
 fi
+
+# The whole CPU suite last, so that its closing line ("100% tests passed, ...") ends the output.
+echo "== the CPU test suite"
+ctest --preset cpu -L cpu -j "$jobs"
