@@ -1,9 +1,9 @@
-// Fuzz target: a legacy Megatron `.idx` / `.bin` pair, opened and read whole (data/memmap.h). The input is the `.idx`
-// then the `.bin`, its first two bytes (little endian) giving the `.idx`'s length.
+// Fuzz target: a legacy Megatron `.idx` / `.bin` pair, opened and read whole (data/legacy_memmap.h). The input is the
+// `.idx` then the `.bin`, its first two bytes (little endian) giving the `.idx`'s length.
 #include "fuzz_target.h"
 #include "read_dataset.h"
 
-#include "fast_llm/data/memmap.h"
+#include "fast_llm/data/legacy_memmap.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
