@@ -24,10 +24,11 @@ void add_kernels_command(CLI::App& app, CommandAction& action) {
       if (*device == "cuda") filter = DeviceType::cuda;
       std::string text = kernels::format_kernel_table(filter);
       const auto& gpus = cuda_devices();
-      if (gpus.empty())
-        text += fmt::format("\nCUDA devices: none{}\n", cuda_compiled() ? "" : " (this build has no CUDA backend)");
+      text += "\nCUDA devices:";
+      if (gpus.empty()) text += fmt::format(" none{}\n", cuda_compiled() ? "" : " (this build has no CUDA backend)");
+      else text += "\n";
       for (const auto& gpu : gpus)
-        text += fmt::format("\n{}: {}, compute capability {}.{}, {} MiB, {} multiprocessors\n", gpu.device.str(),
+        text += fmt::format("  {}: {}, compute capability {}.{}, {} MiB, {} multiprocessors\n", gpu.device.str(),
                             gpu.name, gpu.compute_capability_major, gpu.compute_capability_minor,
                             gpu.total_memory >> 20, gpu.multiprocessor_count);
       write_to_standard_output(text);
