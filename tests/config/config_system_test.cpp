@@ -133,6 +133,9 @@ TEST(ConfigSystem, WrongTypesAndInvalidValuesNameThePath) {
             std::string::npos);
   EXPECT_NE(error_of("{attention: {window_size: 0}}").find("attention.window_size"), std::string::npos);
   EXPECT_NE(error_of("{sizes: 3}").find("sizes: expected a list"), std::string::npos);
+  // A list or mapping as the key of a map-valued field (found by fuzz_config: it escaped as a yaml-cpp exception).
+  EXPECT_NE(error_of("{extra_norms: {[a, b]: {}}}").find("extra_norms: keys must be plain names"), std::string::npos);
+  EXPECT_NE(error_of("{extra_norms: {{a: 1}: {}}}").find("extra_norms: keys must be plain names"), std::string::npos);
 }
 
 TEST(ConfigSystem, DynamicMapsAndRoundTrip) {

@@ -204,7 +204,8 @@ struct Codec<std::map<std::string, T>> {
     }
     if (!node.IsMap()) throw ConfigError(path, "expected a mapping of names to values");
     for (const auto& entry : node) {
-      std::string key = entry.first.as<std::string>();
+      if (!entry.first.IsScalar()) throw ConfigError(path, "keys must be plain names, not lists or mappings");
+      const std::string& key = entry.first.Scalar();
       Codec<T>::read(value[key], entry.second, path.empty() ? key : path + "." + key);
     }
   }
