@@ -7,7 +7,6 @@
 // waits a little longer than that for any answer, so a server that hangs or vanishes is an Error too. Sends use
 // MSG_NOSIGNAL, so a vanished server is an Error, not SIGPIPE. After a failure that leaves the connection in an
 // unknown state (no answer, a broken reply, a closed socket), every later call fails with the first reason.
-#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -15,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
