@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -25,13 +26,17 @@ struct ProcessLaunch {
   int local_rank = 0;
   int local_world_size = 1;
   // Where rank 0 serves the rendezvous store: MASTER_ADDR, and our port (MASTER_PORT + 1 under torchrun, whose agent
-  // already listens on MASTER_PORT; MASTER_PORT otherwise). Unset when the world is one process.
+  // already listens on MASTER_PORT; MASTER_PORT otherwise). Unset when the world is one process, and under Slurm or
+  // OpenMPI when neither variable is set (a file store needs no address); torchrun always sets both.
   std::optional<std::string> master_address;
   std::optional<int> store_port;
 };
 
 // The launch of this process, from the environment.
 ProcessLaunch read_process_launch();
+// The same, reading variables through `lookup` (nullopt: not set) instead of the process environment: tests.
+using EnvironmentLookup = std::function<std::optional<std::string>(const std::string& name)>;
+ProcessLaunch read_process_launch(const EnvironmentLookup& lookup);
 
 const char* launcher_name(Launcher launcher);
 

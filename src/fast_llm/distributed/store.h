@@ -31,8 +31,11 @@ class Store {
   virtual std::string describe() const = 0;
 };
 
-// Rank 0 serves on `port` (all interfaces) and connects to itself; the others connect to `address:port`.
+// Rank 0 serves on `port` (all interfaces) and connects to itself; the others connect to `address:port`. Rank 0 may
+// pass port 0 for a free port the system picks (tests, several stores on one machine): `tcp_store_port` says which.
 std::shared_ptr<Store> tcp_store(const std::string& address, int port, int rank, std::chrono::milliseconds timeout);
+// The port of a store made by `tcp_store` (an Error for any other store).
+int tcp_store_port(const Store& store);
 // Keys are files in `folder` (created if needed), written atomically.
 std::shared_ptr<Store> file_store(const std::filesystem::path& folder, std::chrono::milliseconds timeout);
 // `store` with every key prefixed by `prefix` + "/".
