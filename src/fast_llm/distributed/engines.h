@@ -1,7 +1,7 @@
 // What create_communicator hands to the two engines (private to the distributed library): each engine's factory,
 // called with options already checked (rank within size, a store when size > 1, a positive timeout), and the display
-// name both give their groups. A build without Gloo or without CUDA links a stub factory that throws, so that
-// communicator.cpp chooses the engine without #ifdef.
+// name both give their groups. A build without Gloo or without CUDA links, in place of that engine, a factory that
+// throws NotSupportedError, so that communicator.cpp chooses the engine without #ifdef.
 #pragma once
 
 #include <memory>

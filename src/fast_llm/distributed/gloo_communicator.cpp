@@ -407,7 +407,8 @@ class GlooCommunicator final : public Communicator {
       host_input = staged(0, operation.input);
       host_input.copy_bytes_from(operation.input, stream);
     }
-    if (operation.output.defined()) host_output = operation.in_place ? host_input : staged(output_offset, operation.output);
+    if (operation.output.defined())
+      host_output = operation.in_place ? host_input : staged(output_offset, operation.output);
     synchronize(device, stream);
     operation.run(host_input, host_output);
     if (operation.output.defined()) {

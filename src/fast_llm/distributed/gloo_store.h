@@ -1,7 +1,7 @@
-// Our rendezvous Store seen through Gloo's store interface (private to the Gloo engine), every key under `prefix` + "/",
-// so that each group's full mesh has its own key space in the one store of the job. Gloo's values are bytes as
-// `char`, ours as `uint8_t`; waits use the store's own timeout (a missing rank is reported by the store, naming the
-// key).
+// Our rendezvous Store seen through Gloo's store interface (private to the Gloo engine), every key under
+// `prefix` + "/", so that each group's full mesh has its own key space in the one store of the job. Gloo's values are
+// bytes as `char`, ours as `uint8_t`; waits use the store's own timeout (a missing rank is reported by the store,
+// naming the key).
 #pragma once
 
 #include <gloo/rendezvous/store.h>
