@@ -67,7 +67,8 @@ class ScopedEnvironment {
 
 // No launcher: world size 1, rank 0.
 inline std::map<std::string, std::optional<std::string>> single_process() {
-  return {{"WORLD_SIZE", std::nullopt}, {"RANK", std::nullopt}, {"LOCAL_WORLD_SIZE", std::nullopt}};
+  return {{"WORLD_SIZE", std::nullopt}, {"RANK", std::nullopt}, {"LOCAL_WORLD_SIZE", std::nullopt},
+          {"LOCAL_RANK", std::nullopt}};
 }
 
 }  // namespace fast_llm::testing

@@ -426,10 +426,13 @@ TEST_F(GPTConfigTest, NotSupportedYetReportsThePath) {
   EXPECT_TRUE(has(unsupported("{base_model: {head: {prediction_heads: 2}}}"), "model.base_model.head.prediction_heads"));
   EXPECT_TRUE(has(unsupported("{base_model: {head: {losses: {kd: {type: distillation}}}}}"),
                   "model.base_model.head.losses.kd.type: distillation is not supported yet"));
-  EXPECT_TRUE(has(unsupported("{multi_stage: {zero_stage: 3}}"), "model.multi_stage.num_weight_buffers: 2"));
-  EXPECT_TRUE(unsupported("{multi_stage: {zero_stage: 1}}").empty());
+  // Every ZeRO stage is supported.
+  for (const char* zero : {"{multi_stage: {zero_stage: 1}}", "{multi_stage: {zero_stage: 2}}",
+                           "{multi_stage: {zero_stage: 3}}"})
+    EXPECT_TRUE(unsupported(zero).empty()) << zero;
   {
-    ScopedEnvironment two_gpus({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"}});
+    ScopedEnvironment two_gpus({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"},
+                                {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
     EXPECT_TRUE(has(unsupported("{distributed: {tensor_parallel: 2}}"), "model.distributed.tensor_parallel: 2"));
     // Plain data parallelism is in scope.
     EXPECT_TRUE(unsupported("{multi_stage: {zero_stage: 2}}").empty());
@@ -471,7 +474,8 @@ TEST_F(GPTConfigTest, ArchitectureComparisonIgnoresNonArchitectureFields) {
 }
 
 TEST_F(GPTConfigTest, DistributedLayoutFromTheEnvironment) {
-  ScopedEnvironment launcher({{"WORLD_SIZE", "8"}, {"RANK", "5"}, {"LOCAL_WORLD_SIZE", "4"}});
+  ScopedEnvironment launcher({{"WORLD_SIZE", "8"}, {"RANK", "5"}, {"LOCAL_WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
+                              {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
   GPTModelConfig config = load("{distributed: {tensor_parallel: 2}}");
   const auto& distributed = config.distributed;
   EXPECT_EQ(distributed.world_size, 8);
@@ -498,9 +502,18 @@ TEST_F(GPTConfigTest, DistributedLayoutFromTheEnvironment) {
 }
 
 TEST_F(GPTConfigTest, MalformedEnvironmentIsAnError) {
-  ScopedEnvironment launcher({{"WORLD_SIZE", "eight"}, {"RANK", std::nullopt}});
+  ScopedEnvironment launcher({{"WORLD_SIZE", "eight"}, {"RANK", "0"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
+                              {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
   std::string message = error("{}");
-  EXPECT_TRUE(contains(message, "model.distributed.world_size: environment variable WORLD_SIZE is 'eight'")) << message;
+  EXPECT_TRUE(contains(message, "model.distributed.world_size: is not set, and the launcher's environment does not give "
+                                "it"))
+      << message;
+  EXPECT_TRUE(contains(message, "WORLD_SIZE")) << message;
+  // An incomplete launch names what is missing.
+  ScopedEnvironment incomplete({{"WORLD_SIZE", "2"}, {"RANK", std::nullopt}, {"MASTER_PORT", std::nullopt}});
+  message = error("{}");
+  EXPECT_TRUE(contains(message, "RANK")) << message;
+  EXPECT_TRUE(contains(message, "MASTER_PORT")) << message;
 }
 
 }  // namespace

@@ -1,6 +1,11 @@
-// `fast-llm train gpt -c config.yaml [a.b.c=value ...] [--validate]` (also `train_gpt`, Fast-LLM's flat alias).
+// `fast-llm train gpt -c config.yaml [a.b.c=value ...] [--validate] [--nproc-per-node N]` (also `train_gpt`,
+// Fast-LLM's flat alias). With --nproc-per-node the command runs itself as N processes (local_launcher.h).
+#include <cstdlib>
+
 #include "fast_llm/cli/commands.h"
 #include "fast_llm/cli/config_loading.h"
+#include "fast_llm/cli/local_launcher.h"
+#include "fast_llm/core/logging.h"
 #include "fast_llm/engine/checkpoint/loading.h"
 #include "fast_llm/models/gpt/model_type.h"
 #include "fast_llm/models/gpt/trainer_config.h"
@@ -13,14 +18,29 @@ namespace {
 struct TrainOptions {
   std::string config;
   bool validate = false;
+  int processes = 0;
   std::vector<std::string> overrides;
 };
+
+// The arguments each launched process gets: this command without --nproc-per-node.
+std::vector<std::string> process_arguments(const TrainOptions& options) {
+  std::vector<std::string> arguments;
+  if (log_level() <= LogLevel::debug) arguments.push_back("--debug");
+  arguments.insert(arguments.end(), {"train", "gpt"});
+  if (!options.config.empty()) arguments.insert(arguments.end(), {"-c", options.config});
+  arguments.insert(arguments.end(), options.overrides.begin(), options.overrides.end());
+  return arguments;
+}
 
 void add_gpt_training(CLI::App& command, CommandAction& action) {
   auto options = std::make_shared<TrainOptions>();
   command.add_option("-c,--config", options->config, "YAML configuration file (Fast-LLM's schema).");
   command.add_flag("-v,--validate", options->validate,
                    "Print the resolved configuration (every field, defaults included) and exit.");
+  command.add_option("--nproc-per-node", options->processes,
+                     "Run the training as this many processes on this machine (data parallel), as torchrun "
+                     "--nproc_per_node would; they meet at 127.0.0.1.")
+      ->check(CLI::Range(1, 1024));
   command.add_option("overrides", options->overrides,
                      "Overrides `a.b.c=value` (value read as YAML), applied after the file, in order.");
   command.callback([&action, options] {
@@ -36,6 +56,13 @@ void add_gpt_training(CLI::App& command, CommandAction& action) {
         return 0;
       }
       require_supported(config);
+      if (options->processes > 0) {
+        if (std::getenv("RANK") != nullptr)
+          throw Error("launcher", "--nproc-per-node inside a process that a launcher already started (RANK is set): "
+                                  "use one launcher");
+        // The configuration was checked once here; each process reads it again.
+        return run_local_processes({.processes = options->processes, .arguments = process_arguments(*options)});
+      }
       models::gpt::train(config);
       return 0;
     };

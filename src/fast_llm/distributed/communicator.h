@@ -72,6 +72,8 @@ struct CommunicatorOptions {
   std::shared_ptr<Store> store;  // rendezvous of this group (unused when size is 1)
   std::chrono::milliseconds timeout{60000};
   std::string name = "world";
+  // Every rank runs on this machine: Gloo binds to 127.0.0.1 unless FAST_LLM_GLOO_INTERFACE says otherwise.
+  bool local = false;
 };
 
 // The communicator of the group `options` describes; every rank of the group calls it with the same backend, size,

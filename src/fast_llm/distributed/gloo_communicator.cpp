@@ -2,8 +2,9 @@
 //
 // Rendezvous: a group's keys live under a prefix of the store ("gloo/<name>", a split's "<parent>/split<k>/<color>"),
 // where Gloo's full mesh publishes every rank's pair addresses and connects a TCP pair to every peer. The TCP device
-// binds to FAST_LLM_GLOO_INTERFACE (an address of this machine, or a network interface such as eth0), else to the
-// address of this machine's hostname. A group of one binds to 127.0.0.1 and meets through an in-process store, so a
+// binds to FAST_LLM_GLOO_INTERFACE (an address of this machine, or a network interface such as eth0), else to
+// 127.0.0.1 when every rank runs on this machine (CommunicatorOptions::local), else to the address of this machine's
+// hostname. A group of one binds to 127.0.0.1 and meets through an in-process store, so a
 // single-process run needs neither a store nor a hostname that resolves. Splits share their parent's device.
 //
 // Operations run on the communicator's worker thread (operation_queue.h) in issue order, collectives with consecutive
@@ -71,13 +72,13 @@ bool is_numeric_address(const char* text) {
   return inet_pton(AF_INET, text, address.data()) == 1 || inet_pton(AF_INET6, text, address.data()) == 1;
 }
 
-gloo::transport::tcp::attr device_attributes(int size) {
+gloo::transport::tcp::attr device_attributes(int size, bool local) {
   gloo::transport::tcp::attr attributes;
-  if (size == 1) {
+  const char* setting = std::getenv("FAST_LLM_GLOO_INTERFACE");
+  if (size == 1 || (local && (setting == nullptr || *setting == '\0'))) {
     attributes.hostname = "127.0.0.1";
     return attributes;
   }
-  const char* setting = std::getenv("FAST_LLM_GLOO_INTERFACE");
   if (setting != nullptr && *setting != '\0') {
     if (is_numeric_address(setting)) {
       attributes.hostname = setting;
@@ -593,7 +594,7 @@ std::unique_ptr<Communicator> create_gloo_communicator(const CommunicatorOptions
               "a Gloo group named '{}' was already created on {}: give each group its own name or store",
               options.name, options.store->describe());
   }
-  const gloo::transport::tcp::attr attributes = device_attributes(options.size);
+  const gloo::transport::tcp::attr attributes = device_attributes(options.size, options.local);
   std::shared_ptr<gloo::Context> context;
   try {
     shared->device = gloo::transport::tcp::CreateDevice(attributes);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <optional>
 #include <system_error>
 
 #include "fast_llm/core/error.h"
@@ -119,14 +120,12 @@ bool checkpoint_file(std::string_view name) {
          name.ends_with(".safetensors.index.json");
 }
 
-void write_checkpoint_directory(const std::filesystem::path& directory,
-                                const std::function<void(const std::filesystem::path&)>& write, bool sync) {
-  const std::filesystem::path target = resolved(directory);
+namespace {
+
+// Moves the complete temporary folder to `target` (see the header) and writes `ok`.
+void publish(TemporaryFolder& temporary, const std::filesystem::path& directory, const std::filesystem::path& target,
+             bool sync) {
   const std::filesystem::path parent = target.parent_path();
-  create_folder(parent, kComponent);
-  TemporaryFolder temporary(parent / fmt::format(".{}.tmp-{}", target.filename().string(), ::getpid()));
-  write(temporary.path());
-  if (sync) sync_tree(temporary.path());
   switch (file_type_of(target, kComponent)) {
     case std::filesystem::file_type::not_found: move(temporary.path(), target); break;
     case std::filesystem::file_type::directory: publish_into(temporary.path(), target, sync); break;
@@ -137,6 +136,43 @@ void write_checkpoint_directory(const std::filesystem::path& directory,
   temporary.mark_published();
   if (sync) sync_path(parent, true);
   write_file(target / kCompleteMarker, "", {.component = kComponent, .sync = sync});
+}
+
+}  // namespace
+
+void write_checkpoint_directory(const std::filesystem::path& directory,
+                                const std::function<void(const std::filesystem::path&)>& write, bool sync) {
+  const std::filesystem::path target = resolved(directory);
+  create_folder(target.parent_path(), kComponent);
+  TemporaryFolder temporary(target.parent_path() / fmt::format(".{}.tmp-{}", target.filename().string(), ::getpid()));
+  write(temporary.path());
+  if (sync) sync_tree(temporary.path());
+  publish(temporary, directory, target, sync);
+}
+
+void write_checkpoint_directory(const std::filesystem::path& directory,
+                                const std::function<void(const std::filesystem::path&)>& write, bool sync,
+                                const ProcessGroups& groups) {
+  if (groups.world_size() == 1) return write_checkpoint_directory(directory, write, sync);
+  const std::filesystem::path target = resolved(directory);
+  // One name every rank knows; a folder of that name is a leftover of a killed run (the experiment lock keeps two
+  // runs apart), which rank 0 replaces.
+  const std::filesystem::path path = target.parent_path() / fmt::format(".{}.tmp-ranks", target.filename().string());
+  std::optional<TemporaryFolder> temporary;
+  if (groups.is_main()) {
+    create_folder(target.parent_path(), kComponent);
+    temporary.emplace(path);
+  }
+  groups.barrier();
+  write(path);
+  // Every rank's files are complete (a rank that failed never arrives: the others stop at the barrier's timeout and
+  // the folder stays unpublished); rank 0 flushes them all, which it can only do once none is being renamed.
+  groups.barrier();
+  if (temporary) {
+    if (sync) sync_tree(path);
+    publish(*temporary, directory, target, sync);
+  }
+  groups.barrier();
 }
 
 void check_separate_folders(const std::filesystem::path& output, std::string_view output_field,

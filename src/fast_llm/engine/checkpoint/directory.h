@@ -21,6 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "fast_llm/engine/distributed/process_groups.h"
+
 namespace fast_llm::engine {
 
 // Whether a file of this name is part of a checkpoint this program writes (replaced when another is published over
@@ -31,6 +33,11 @@ bool checkpoint_file(std::string_view name);
 // folder, which is then published as `directory`, and `ok` is written last.
 void write_checkpoint_directory(const std::filesystem::path& directory,
                                 const std::function<void(const std::filesystem::path&)>& write, bool sync);
+// The same, by every process of `groups` together: rank 0 prepares one temporary folder, every rank's `write` adds its
+// own files to it, and rank 0 publishes it once every rank has finished (host barriers between the three).
+void write_checkpoint_directory(const std::filesystem::path& directory,
+                                const std::function<void(const std::filesystem::path&)>& write, bool sync,
+                                const ProcessGroups& groups);
 
 // Throws unless `output` (the folder a conversion writes) and `input` (the checkpoint it reads) are apart: the same
 // folder, one inside the other, is refused, compared by filesystem identity so that symbolic links, `..` and bind

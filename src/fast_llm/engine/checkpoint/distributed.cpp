@@ -209,6 +209,8 @@ void write_distributed_checkpoint(const std::filesystem::path& directory, MultiS
                     {{"format", "distributed"},
                      {"step", std::to_string(contents.state.completed_steps)},
                      {"rank", std::to_string(settings.data_rank)}});
+  // The metadata describes every rank's file: rank 0 writes it.
+  if (settings.data_rank != 0) return;
   CheckpointMetadata metadata{.format = CheckpointFormat::distributed,
                               .model = contents.model,
                               .config = contents.model_config,
@@ -270,37 +272,57 @@ TrainingState load_distributed_checkpoint(const std::filesystem::path& directory
 std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesystem::path& directory,
                                                             const CheckpointMetadata& metadata) {
   const RecordedLayout layout = read_layout(directory, metadata);
-  if (layout.data_parallel != 1)
-    throw NotSupportedError(kComponent, fmt::format("{}: reading a checkpoint written by {} data-parallel ranks needs "
-                                                    "the distributed engine",
-                                                    directory.string(), layout.data_parallel));
-  auto file = std::make_shared<SafetensorsFile>(directory / layout.files.front());
+  const int ranks = layout.data_parallel;
+  std::vector<std::shared_ptr<SafetensorsFile>> files;
+  for (const std::string& name : layout.files) files.push_back(std::make_shared<SafetensorsFile>(directory / name));
   auto result = std::make_shared<TensorList>(fmt::format("checkpoint {} (distributed)", directory.string()));
   const DType dtype = layout.optimization_dtype;
+  const size_t element_size = dtype_size(dtype);
   for (size_t index = 0; index < layout.stages.size(); ++index) {
     const RecordedStage& stage = layout.stages[index];
-    for (const std::string& shard : metadata.shards) {
-      const std::string key = stage_key(index, shard);
-      const SafetensorsTensorInfo& info = file->info(key);
-      const int64_t expected = shard == kWeightsShard ? stage.trainable_size + stage.frozen_size : stage.trainable_size;
-      if (info.dtype.dtype != dtype || info.numel() != expected)
-        throw Error(kComponent, fmt::format("{}: tensor '{}' is {} x {}, the layout says {} x {}",
-                                            file->path().string(), key, info.dtype.name, info.numel(),
-                                            dtype_name(dtype), expected));
-    }
+    if (stage.trainable_size % ranks != 0 || stage.frozen_size % ranks != 0)
+      throw Error(kComponent, fmt::format("{}: stage {} of the layout does not split into {} equal shards",
+                                          directory.string(), index, ranks));
+    // Rank r's shard of each region: [r * shard, (r + 1) * shard) of the region, stored from `file_offset` on in the
+    // rank's tensor (the frozen part follows the trainable one in `weights`).
+    const int64_t trainable_shard = stage.trainable_size / ranks, frozen_shard = stage.frozen_size / ranks;
+    for (const std::shared_ptr<SafetensorsFile>& file : files)
+      for (const std::string& shard : metadata.shards) {
+        const std::string key = stage_key(index, shard);
+        const SafetensorsTensorInfo& info = file->info(key);
+        const int64_t expected = shard == kWeightsShard ? trainable_shard + frozen_shard : trainable_shard;
+        if (info.dtype.dtype != dtype || info.numel() != expected)
+          throw Error(kComponent, fmt::format("{}: tensor '{}' is {} x {}, the layout says {} x {}",
+                                              file->path().string(), key, info.dtype.name, info.numel(),
+                                              dtype_name(dtype), expected));
+      }
     for (const RecordedParameter& parameter : stage.parameters) {
+      // The parameter's elements in its region's coordinates, and the size of that region's shards.
+      const int64_t region_begin = parameter.frozen ? parameter.offset - stage.trainable_size : parameter.offset;
+      const int64_t shard_size = parameter.frozen ? frozen_shard : trainable_shard;
+      const int64_t file_offset = parameter.frozen ? trainable_shard : 0;
       for (const std::string& shard : metadata.shards) {
         if (shard != kWeightsShard && parameter.frozen) continue;
         const std::string key = stage_key(index, shard);
-        const int64_t offset = parameter.offset, numel = parameter.shape.numel();
         const Shape shape = parameter.shape;
-        result->add(state_key(parameter.name, shard), {dtype, shape}, [file, key, offset, numel, shape, dtype] {
-          Tensor values = Tensor::empty(shape, dtype);
-          const std::span<const std::byte> bytes = file->bytes(key);
-          const size_t size = dtype_size(dtype);
-          std::memcpy(values.data(), bytes.data() + size_t(offset) * size, size_t(numel) * size);
-          return values;
-        });
+        result->add(state_key(parameter.name, shard), {dtype, shape},
+                    [files, key, region_begin, shape, dtype, element_size, shard_size, file_offset] {
+                      Tensor values = Tensor::empty(shape, dtype);
+                      char* output = static_cast<char*>(values.data());
+                      // The pieces of the parameter in each rank's shard, in order.
+                      const int64_t numel = shape.numel();
+                      for (int64_t element = 0; element < numel;) {
+                        const int64_t position = region_begin + element;
+                        const int64_t rank = position / shard_size, within = position % shard_size;
+                        const int64_t count = std::min(numel - element, shard_size - within);
+                        const std::span<const std::byte> bytes = files[size_t(rank)]->bytes(key);
+                        std::memcpy(output + size_t(element) * element_size,
+                                    bytes.data() + size_t(file_offset + within) * element_size,
+                                    size_t(count) * element_size);
+                        element += count;
+                      }
+                      return values;
+                    });
       }
     }
   }

@@ -8,8 +8,9 @@
 //     ok                    written last (metadata.h): a directory without it is ignored
 //
 // Loading copies the shards as they are when the layout is the same (stages, parameter offsets, data-parallel size,
-// dtype), and otherwise parameter by parameter through the recorded layout (so `layers_per_stage` or the optimization
-// dtype may change between runs).
+// dtype), and otherwise parameter by parameter through the recorded layout, gathering each from the rank files that
+// hold its pieces (so `layers_per_stage`, the optimization dtype or the number of data-parallel ranks may change
+// between runs).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +33,8 @@ struct DistributedCheckpointContents {
   std::string trainer_config;  // the run's resolved config (YAML text)
 };
 
-// Writes the checkpoint files of `multi_stage` (weights and optimizer state) into `directory`, which must exist.
+// Writes the checkpoint files of `multi_stage` (weights and optimizer state) into `directory`, which must exist: this
+// data-parallel rank's shards, and on rank 0 the metadata.
 void write_distributed_checkpoint(const std::filesystem::path& directory, MultiStage& multi_stage,
                                   const DistributedCheckpointContents& contents);
 // The same, atomically (metadata.h): a temporary directory renamed to `directory`, then `ok`.
@@ -44,8 +46,8 @@ void save_distributed_checkpoint(const std::filesystem::path& directory, MultiSt
 TrainingState load_distributed_checkpoint(const std::filesystem::path& directory, const CheckpointMetadata& metadata,
                                           MultiStage& multi_stage, bool optimizer_state);
 
-// The state of every parameter of a distributed checkpoint (state.h names), read through its recorded layout; the
-// checkpoint must have been written by one data-parallel rank.
+// The state of every parameter of a distributed checkpoint (state.h names), read through its recorded layout from
+// the shards of every rank that wrote it (so a checkpoint of N data-parallel ranks loads on M, and converts).
 std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesystem::path& directory,
                                                             const CheckpointMetadata& metadata);
 

@@ -85,18 +85,23 @@ void export_checkpoint(const std::filesystem::path& directory, const CheckpointS
 
 std::filesystem::path save_training_checkpoint(const std::filesystem::path& experiment_dir, int64_t step,
                                                MultiStage& multi_stage, const TrainingSave& save,
-                                               const CheckpointRetention& retention) {
+                                               const CheckpointRetention& retention, const ProcessGroups& groups) {
   const std::filesystem::path root = training_checkpoint_folder(experiment_dir);
   const std::filesystem::path directory = root / std::to_string(step);
-  save_distributed_checkpoint(directory, multi_stage, distributed_contents(save));
-  prune_checkpoints(root, retention);
+  write_checkpoint_directory(
+      directory,
+      [&](const std::filesystem::path& temporary) {
+        write_distributed_checkpoint(temporary, multi_stage, distributed_contents(save));
+      },
+      /*sync=*/true, groups);
+  if (groups.is_main()) prune_checkpoints(root, retention);
   return directory;
 }
 
 std::filesystem::path save_training_export(const std::filesystem::path& experiment_dir, int64_t step,
                                            MultiStage& multi_stage, const TrainingSave& save,
                                            const CheckpointStateSaveOptions& options,
-                                           const CheckpointRetention& retention) {
+                                           const CheckpointRetention& retention, const ProcessGroups& groups) {
   const std::filesystem::path root = experiment_dir / "export" / std::string(config::enum_name(options.format));
   const std::filesystem::path directory = root / std::to_string(step);
   const bool optimizer_state = options.optimizer_state.value_or(false) && multi_stage.settings().training;
@@ -110,8 +115,8 @@ std::filesystem::path save_training_export(const std::filesystem::path& experime
         export_checkpoint(temporary, options, save.model, multi_stage_source(multi_stage, optimizer_state),
                           save.state, save.consumed_samples);
       },
-      /*sync=*/true);
-  prune_checkpoints(root, retention);
+      /*sync=*/true, groups);
+  if (groups.is_main()) prune_checkpoints(root, retention);
   return directory;
 }
 

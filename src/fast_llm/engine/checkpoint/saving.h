@@ -19,6 +19,7 @@
 #include "fast_llm/engine/checkpoint/config.h"
 #include "fast_llm/engine/checkpoint/state.h"
 #include "fast_llm/engine/checkpoint/training_state.h"
+#include "fast_llm/engine/distributed/process_groups.h"
 #include "fast_llm/engine/model_type.h"
 #include "fast_llm/engine/multi_stage/multi_stage.h"
 
@@ -47,16 +48,17 @@ struct TrainingSave {
 };
 
 // `training.checkpoint` at `step`: `<experiment_dir>/checkpoint/<step>`, then pruned by `retention`. Returns the
-// directory written.
+// directory written. Every process of `groups` calls it: each writes its shard, rank 0 the metadata, and the folder
+// is published once all are complete (directory.h).
 std::filesystem::path save_training_checkpoint(const std::filesystem::path& experiment_dir, int64_t step,
                                                MultiStage& multi_stage, const TrainingSave& save,
-                                               const CheckpointRetention& retention);
+                                               const CheckpointRetention& retention, const ProcessGroups& groups);
 
 // `training.export` at `step`: `<experiment_dir>/export/<format>/<step>` in `options`, with the optimizer state when
 // asked for and `multi_stage` has one, then pruned by `retention`. Returns the directory written.
 std::filesystem::path save_training_export(const std::filesystem::path& experiment_dir, int64_t step,
                                            MultiStage& multi_stage, const TrainingSave& save,
                                            const CheckpointStateSaveOptions& options,
-                                           const CheckpointRetention& retention);
+                                           const CheckpointRetention& retention, const ProcessGroups& groups);
 
 }  // namespace fast_llm::engine

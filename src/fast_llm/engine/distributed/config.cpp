@@ -3,8 +3,9 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
-#include <cstdlib>
+#include "fast_llm/core/error.h"
+#include "fast_llm/distributed/launch.h"
+
 
 namespace fast_llm::engine {
 
@@ -24,15 +25,26 @@ void DistributedConfig::visit(Visitor& v) {
   v(sequence_data_parallel, "sequence_data_parallel",
     "Split each sequence over this many data-parallel ranks; must divide the data-parallel size.", Hint::performance,
     check::gt(0), config::not_supported_yet(1, "sequence-data parallelism"));
-  v(world_size, "world_size", "Number of processes. Unset: the WORLD_SIZE environment variable, or 1.", Hint::setup,
+  v(world_size, "world_size", "Number of processes. Unset: the launcher's (torchrun's WORLD_SIZE, Slurm's SLURM_NTASKS, OpenMPI's "
+    "OMPI_COMM_WORLD_SIZE), or 1.", Hint::setup,
     check::gt(0));
-  v(rank, "rank", "Rank of this process. Unset: the RANK environment variable, or 0.", Hint::setup, check::ge(0));
+  v(rank, "rank", "Rank of this process. Unset: the launcher's (RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK), or 0.", Hint::setup, check::ge(0));
   v(local_world_size, "local_world_size",
-    "Number of processes on each node. Unset: the LOCAL_WORLD_SIZE environment variable, or 1.", Hint::setup,
+    "Number of processes on each node. Unset: the launcher's (LOCAL_WORLD_SIZE, SLURM_NTASKS_PER_NODE, "
+    "OMPI_COMM_WORLD_LOCAL_SIZE), or 1.", Hint::setup,
     check::gt(0));
   v(pipeline_first, "pipeline_first", "Place pipeline-parallel groups on nearby ranks before data-parallel groups.",
     Hint::expert);
-  v(backend, "backend", "Communication library for GPU process groups.", Hint::expert);
+  v(backend, "backend",
+    "Communication library of the data-parallel group on a GPU (nccl; gloo stages the tensors through host memory, "
+    "which lets several processes share one GPU). CPU runs always use gloo.",
+    Hint::expert);
+  v(rendezvous, "rendezvous",
+    "How the processes meet: tcp (a store served by rank 0 at MASTER_ADDR) or file (a folder every process sees, "
+    "rendezvous_directory).",
+    Hint::expert);
+  v(rendezvous_directory, "rendezvous_directory",
+    "Folder of the file rendezvous, seen by every process and empty of an earlier run's files.", Hint::expert);
   v(timeout, "timeout", "Timeout of collective operations, in seconds.", Hint::optional, check::gt(0.0));
   v(use_cuda, "use_cuda", "Run on the GPU when one is available.", Hint::expert);
   v(force_cpu_initialization, "force_cpu_initialization",
@@ -58,24 +70,20 @@ void DistributedConfig::visit(Visitor& v) {
     "Give the same initial weights whatever the parallel layout (slower, for testing).", Hint::testing);
 }
 
-namespace {
-// The integer in environment variable `name`, `fallback` when unset. Throws naming `field` and the variable.
-int environment_integer(const DistributedConfig& config, std::string_view field, const char* name, int fallback) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  std::string_view view(text);
-  int value = 0;
-  auto [end, error] = std::from_chars(view.data(), view.data() + view.size(), value);
-  if (error != std::errc() || end != view.data() + view.size())
-    config.fail(field, fmt::format("environment variable {} is '{}', not an integer", name, view));
-  return value;
-}
-}  // namespace
-
 void DistributedConfig::derive() {
-  if (!world_size) world_size = environment_integer(*this, "world_size", "WORLD_SIZE", 1);
-  if (!rank) rank = environment_integer(*this, "rank", "RANK", 0);
-  if (!local_world_size) local_world_size = environment_integer(*this, "local_world_size", "LOCAL_WORLD_SIZE", 1);
+  if (!world_size || !rank || !local_world_size) {
+    // Whatever the config leaves unset comes from the launcher: torchrun, Slurm or OpenMPI (distributed/launch.h).
+    distributed::ProcessLaunch launch;
+    try {
+      launch = distributed::read_process_launch();
+    } catch (const Error& error) {
+      fail(!world_size ? "world_size" : !rank ? "rank" : "local_world_size",
+           fmt::format("is not set, and the launcher's environment does not give it: {}", error.what()));
+    }
+    if (!world_size) world_size = launch.world_size;
+    if (!rank) rank = launch.rank;
+    if (!local_world_size) local_world_size = launch.local_world_size;
+  }
   // Sequence-tensor parallelism means nothing without tensor parallelism (as Fast-LLM).
   if (tensor_parallel == 1) sequence_tensor_parallel = false;
 }
@@ -91,6 +99,8 @@ void DistributedConfig::check() const {
     fail("tensor_parallel", fmt::format("must divide local_world_size ({}): a tensor-parallel group stays on one node, "
                                         "got {}",
                                         *local_world_size, tensor_parallel));
+  if (rendezvous == RendezvousKind::file && !rendezvous_directory && *world_size > 1)
+    fail("rendezvous_directory", "must be set when rendezvous is file");
   if (*rank >= *world_size) fail("rank", fmt::format("must be less than world_size ({}), got {}", *world_size, *rank));
   if (!is_floating(compute_dtype))
     fail("compute_dtype", fmt::format("must be a floating-point type, got {}", dtype_name(compute_dtype)));

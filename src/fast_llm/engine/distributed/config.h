@@ -1,13 +1,14 @@
 // The process layout and global numerics of a run (`model.distributed`), as Fast-LLM's DistributedConfig.
 //
-// world_size, rank and local_world_size default to the launcher's WORLD_SIZE, RANK and LOCAL_WORLD_SIZE (1, 0, 1 when
-// unset), resolved in derive(). Derived layout (reference/fast-llm.md §6.1): data_parallel = world_size /
+// world_size, rank and local_world_size default to the launcher's (distributed/launch.h: torchrun, Slurm, OpenMPI; 1,
+// 0, 1 without one), resolved in derive(). Derived layout (reference/fast-llm.md §6.1): data_parallel = world_size /
 // (tensor_parallel * pipeline_parallel); tensor_rank = rank % tp; data and pipeline ranks follow, swapped when
 // pipeline_first. Note Fast-LLM's default compute_dtype is float32.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -19,6 +20,10 @@
 namespace fast_llm::engine {
 
 enum class DistributedBackend { nccl, gloo };
+
+// Where the processes of a run meet to set up their communicators: a TCP store served by rank 0 (at MASTER_ADDR, on
+// the port distributed/launch.h gives), or files in `rendezvous_directory`, a folder every process sees.
+enum class RendezvousKind { tcp, file };
 
 // A seed shift. Fast-LLM's defaults are primes above 2^64 and every seed it derives from them is reduced modulo 2^64,
 // so keeping the value modulo 2^64 gives the same derived seeds; integers of any length are accepted.
@@ -52,6 +57,8 @@ struct DistributedConfig : config::Config {
   std::optional<int> local_world_size;
   bool pipeline_first = false;
   DistributedBackend backend = DistributedBackend::nccl;
+  RendezvousKind rendezvous = RendezvousKind::tcp;
+  std::optional<std::filesystem::path> rendezvous_directory;
   double timeout = 60.0;
   bool use_cuda = true;
   bool force_cpu_initialization = false;
@@ -100,6 +107,12 @@ template <>
 struct fast_llm::config::EnumNames<fast_llm::engine::DistributedBackend> {
   using E = fast_llm::engine::DistributedBackend;
   static constexpr std::array<std::pair<E, std::string_view>, 2> values{{{E::nccl, "nccl"}, {E::gloo, "gloo"}}};
+};
+
+template <>
+struct fast_llm::config::EnumNames<fast_llm::engine::RendezvousKind> {
+  using E = fast_llm::engine::RendezvousKind;
+  static constexpr std::array<std::pair<E, std::string_view>, 2> values{{{E::tcp, "tcp"}, {E::file, "file"}}};
 };
 
 template <>

@@ -41,9 +41,9 @@ void MultiStageConfig::visit(Visitor& v) {
       return fmt::format("must be 1, got {}", value);
     });
   v(num_weight_buffers, "num_weight_buffers",
-    "Weight buffers per stage when weights are sharded; normally set by zero_stage 3.", Hint::expert, check::ge(1),
-    config::not_supported_yet(std::optional<int>(), "sharded weights, i.e. ZeRO stage 3"));
-  v(num_grad_buffers, "num_grad_buffers", "Gradient buffers per stage; normally set by zero_stage.", Hint::expert,
+    "Full weight buffers the stages share when weights are sharded (ZeRO-3); normally set by zero_stage 3.",
+    Hint::expert, check::ge(1));
+  v(num_grad_buffers, "num_grad_buffers", "Full gradient buffers the stages share when gradients are sharded (ZeRO-2); normally set by zero_stage.", Hint::expert,
     check::ge(1));
   v(zero_stage, "zero_stage",
     "ZeRO stage: 1 shards the optimizer state, 2 also the gradients, 3 also the weights. Unset: 1.",

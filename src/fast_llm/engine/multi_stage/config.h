@@ -1,9 +1,10 @@
 // How the model is cut into stages and sharded (`model.multi_stage`), as Fast-LLM's MultiStageConfig (and the
 // StageConfig fields it inherits).
 //
-// Each stage owns flat buffers (DESIGN.md §4.2). zero_stage 1 shards the optimizer state (always the case), 2 also
-// the gradients (num_grad_buffers = 2), 3 also the weights (num_weight_buffers = 2); the buffer counts are resolved in
-// derive() from zero_stage when it is set.
+// Each stage owns flat buffers (DESIGN.md §4.2). Over several data-parallel ranks, zero_stage 1 shards the optimizer
+// state (always the case), 2 also the gradients (num_grad_buffers = 2 full gradient buffers shared by the stages), 3
+// also the weights (num_weight_buffers = 2); the buffer counts are resolved in derive() from zero_stage when it is set
+// (multi_stage.h says how the stages use them).
 #pragma once
 
 #include <optional>

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
 
@@ -55,23 +57,90 @@ std::vector<std::vector<layers::Layer*>> split_into_stages(const std::vector<lay
   return stages;
 }
 
+SharedBufferCounts shared_buffer_counts(const MultiStageConfig& multi_stage, int data_parallel, size_t num_stages,
+                                        bool training) {
+  if (data_parallel == 1) return {};
+  auto count = [&](const std::optional<int>& buffers) {
+    return buffers && size_t(*buffers) < num_stages ? *buffers : 0;
+  };
+  return {.weights = count(multi_stage.num_weight_buffers),
+          .gradients = training ? count(multi_stage.num_grad_buffers) : 0};
+}
+
+int64_t multi_stage_buffer_bytes(const std::vector<std::vector<layers::Layer*>>& stages,
+                                 const MultiStageConfig& multi_stage, const StageSettings& settings) {
+  const SharedBufferCounts shared =
+      shared_buffer_counts(multi_stage, settings.data_parallel, stages.size(), settings.training);
+  int64_t bytes = 0, largest_weights = 0, largest_gradients = 0;
+  for (const auto& layers : stages) {
+    const StageRegions regions = stage_regions(layers, settings.data_parallel);
+    bytes += stage_buffer_bytes(regions, settings, {.weights = shared.weights > 0, .gradients = shared.gradients > 0});
+    largest_weights = std::max(largest_weights, regions.trainable + regions.frozen);
+    largest_gradients = std::max(largest_gradients, regions.trainable);
+  }
+  return bytes + shared.weights * largest_weights * int64_t(dtype_size(settings.compute_dtype)) +
+         shared.gradients * largest_gradients * int64_t(dtype_size(settings.gradient_dtype));
+}
+
 MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, const DistributedConfig& distributed,
-                       Device device, bool training)
+                       Device device, bool training, distributed::Communicator* data_group)
     : model_(model), layers_(model.layers()) {
   FLM_CHECK(multi_stage.validated() && distributed.validated(), "multi_stage",
             "the multi-stage and distributed configs must be validated first");
-  if (*distributed.world_size > 1)
-    throw NotSupportedError("multi_stage",
-                            fmt::format("world size {}: data-parallel training (sharded stages, gradient reduction) "
-                                        "needs the distributed engine, which is not built yet; run one process",
-                                        *distributed.world_size));
+  const int data_parallel = distributed.data_parallel();
+  FLM_CHECK(data_parallel == 1 || (data_group && data_group->size() == data_parallel &&
+                                   data_group->rank() == distributed.data_rank()),
+            "multi_stage", "{} data-parallel ranks need their process group (engine/distributed/process_groups.h)",
+            data_parallel);
   FLM_CHECK(!layers_.empty(), "multi_stage", "the model has no layers");
 
   settings_ = stage_settings(multi_stage, distributed, device, training);
-  for (std::vector<layers::Layer*>& stage_layers : split_into_stages(layers_, multi_stage.layers_per_stage))
-    stages_.push_back(std::make_unique<Stage>(int(stages_.size()), std::move(stage_layers), settings_));
+  settings_.data_group = data_parallel > 1 ? data_group : nullptr;
+  std::vector<std::vector<layers::Layer*>> stage_layers = split_into_stages(layers_, multi_stage.layers_per_stage);
+  shared_counts_ = shared_buffer_counts(multi_stage, data_parallel, stage_layers.size(), training);
+  int64_t largest_weights = 0, largest_gradients = 0;
+  for (const auto& layers : stage_layers) {
+    const StageRegions regions = stage_regions(layers, data_parallel);
+    largest_weights = std::max(largest_weights, regions.trainable + regions.frozen);
+    largest_gradients = std::max(largest_gradients, regions.trainable);
+  }
+  // Zeroed like a stage's own buffers: the padding between parameters must read as zeros.
+  auto zeros = [&](int64_t numel, DType dtype) {
+    Tensor tensor = Tensor::empty(Shape{numel}, dtype, device);
+    if (numel > 0) set_bytes(tensor.data(), device, 0, tensor.nbytes(), Stream{});
+    return tensor;
+  };
+  for (int index = 0; index < shared_counts_.weights; ++index)
+    shared_weights_.push_back(zeros(largest_weights, settings_.compute_dtype));
+  for (int index = 0; index < shared_counts_.gradients; ++index)
+    shared_gradients_.push_back(zeros(largest_gradients, settings_.gradient_dtype));
+  weight_occupant_.assign(shared_weights_.size(), -1);
+  pending_gathers_.resize(shared_weights_.size());
+  for (std::vector<layers::Layer*>& layers : stage_layers) {
+    const size_t index = stages_.size();
+    SharedStageBuffers shared;
+    if (!shared_weights_.empty()) shared.weights = shared_weights_[index % shared_weights_.size()];
+    if (!shared_gradients_.empty()) shared.gradients = shared_gradients_[index % shared_gradients_.size()];
+    stages_.push_back(std::make_unique<Stage>(int(index), std::move(layers), settings_, shared));
+  }
+  gradients_reduced_.assign(stages_.size(), false);
+  // A stage that adds to its gradients in its forward (the head) begins them there; that is safe in a shared buffer
+  // only for the last stage, whose backward (and reduction) comes right after its forward, before any other stage
+  // writes gradients.
+  for (size_t index = 0; index + 1 < stages_.size(); ++index)
+    FLM_CHECK(!stages_[index]->shares_gradients() || !gradients_in_forward(index), "multi_stage",
+              "stage {} computes gradients in its forward but is not the last stage: it cannot share a gradient buffer "
+              "(ZeRO-2); set model.multi_stage.num_grad_buffers to the number of stages or use zero_stage 1",
+              index);
   log_main("Model: {} layers in {} stages, {} parameters ({} trainable) on {}", layers_.size(), stages_.size(),
            num_parameters(), num_trainable_parameters(), device.str());
+  if (data_parallel > 1)
+    log_main("ZeRO over {} data-parallel ranks: optimizer state sharded{}{}", data_parallel,
+             shared_counts_.gradients > 0
+                 ? fmt::format(", gradients in {} shared buffers", shared_counts_.gradients)
+                 : std::string(),
+             shared_counts_.weights > 0 ? fmt::format(", weights in {} shared buffers", shared_counts_.weights)
+                                        : std::string());
 }
 
 int64_t MultiStage::num_parameters() const {
@@ -97,6 +166,7 @@ layers::Parameter* MultiStage::find_parameter(const std::string& name) const {
 
 void MultiStage::initialize_weights() {
   for (auto& stage : stages_) stage->initialize_weights();
+  invalidate_gathered_weights();
 }
 
 void MultiStage::zero_gradients(Stream stream) {
@@ -104,7 +174,10 @@ void MultiStage::zero_gradients(Stream stream) {
 }
 
 void MultiStage::begin_gradients(Stream stream) {
-  for (auto& stage : stages_) stage->begin_gradients(stream);
+  std::fill(gradients_reduced_.begin(), gradients_reduced_.end(), false);
+  // Stages that share a gradient buffer begin before each of their backwards (before_backward).
+  for (auto& stage : stages_)
+    if (!stage->shares_gradients()) stage->begin_gradients(stream);
 }
 
 void MultiStage::finish_gradients(Stream stream) {
@@ -112,11 +185,65 @@ void MultiStage::finish_gradients(Stream stream) {
 }
 
 void MultiStage::copy_gradients_to_shards(Stream stream) {
-  for (auto& stage : stages_) stage->copy_gradients_to_shard(stream);
+  for (size_t index = 0; index < stages_.size(); ++index)
+    if (!gradients_reduced_[index]) stages_[index]->copy_gradients_to_shard(stream);
+  std::fill(gradients_reduced_.begin(), gradients_reduced_.end(), false);
 }
 
 void MultiStage::copy_weights_from_shards(Stream stream) {
   for (auto& stage : stages_) stage->copy_weights_from_shard(stream);
+  invalidate_gathered_weights();
+}
+
+void MultiStage::invalidate_gathered_weights() {
+  // A gather still on its way writes into a buffer that is about to be gathered again: let it land first.
+  for (PendingGather& pending : pending_gathers_) pending.wait(compute_stream(settings_.device));
+  std::fill(weight_occupant_.begin(), weight_occupant_.end(), -1);
+}
+
+void MultiStage::gather_weights(size_t stage, Stream stream, bool prefetch) {
+  const size_t buffer = stage % shared_weights_.size();
+  if (weight_occupant_[buffer] != int64_t(stage)) {
+    // The buffer's previous stage is done with it: everything that reads it is queued on `stream` before this.
+    pending_gathers_[buffer].wait(stream);
+    pending_gathers_[buffer] = stages_[stage]->start_gather_weights(stream);
+    weight_occupant_[buffer] = int64_t(stage);
+  }
+  if (!prefetch) pending_gathers_[buffer].wait(stream);
+}
+
+void MultiStage::before_forward(size_t stage, Stream stream, bool training) {
+  if (!shared_weights_.empty()) {
+    gather_weights(stage, stream, /*prefetch=*/false);
+    if (stage + 1 < stages_.size() && shared_weights_.size() > 1) gather_weights(stage + 1, stream, /*prefetch=*/true);
+  }
+  if (training && stages_[stage]->shares_gradients() && gradients_in_forward(stage))
+    stages_[stage]->begin_gradients(stream);
+}
+
+void MultiStage::before_backward(size_t stage, Stream stream) {
+  if (!shared_weights_.empty()) {
+    gather_weights(stage, stream, /*prefetch=*/false);
+    if (stage > 0 && shared_weights_.size() > 1) gather_weights(stage - 1, stream, /*prefetch=*/true);
+  }
+  // A shared gradient buffer holds another stage's (already reduced) gradients: start this stage's afresh, unless its
+  // forward already began them.
+  if (stages_[stage]->shares_gradients() && !gradients_in_forward(stage)) stages_[stage]->begin_gradients(stream);
+}
+
+bool MultiStage::gradients_in_forward(size_t stage) const {
+  for (layers::Layer* layer : stages_[stage]->layers())
+    if (layer->accumulates_gradients_in_forward()) return true;
+  return false;
+}
+
+void MultiStage::after_backward(size_t stage, bool first_group, bool last_group, Stream stream) {
+  if (settings_.data_parallel == 1 || !settings_.training) return;
+  Stage& current = *stages_[stage];
+  if (!current.shares_gradients() && !last_group) return;
+  current.finish_gradients(stream);
+  current.reduce_gradients(stream, /*accumulate=*/current.shares_gradients() && !first_group);
+  gradients_reduced_[stage] = true;
 }
 
 }  // namespace fast_llm::engine

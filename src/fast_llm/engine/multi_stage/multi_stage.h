@@ -3,7 +3,18 @@
 //
 // Stages are cut greedily, as Fast-LLM does: a stage closes after the layer that brings it to at least
 // layers_per_stage layers, and after the last layer (so a value below 1 puts each layer in its own stage).
-// Data parallelism (ZeRO sharding over several ranks) needs the distributed engine: world sizes above one are refused.
+// ZeRO (model.multi_stage.zero_stage), with several data-parallel ranks: each stage keeps this rank's shard of the
+// master weights and Adam state (stage 1), and its full gradient buffer (stage 2) or full weight buffer (stage 3) is one
+// of num_grad_buffers / num_weight_buffers buffers that the stages share in turn (stage s uses buffer s % count), so
+// the full buffers of only that many stages exist at once. The schedule calls the hooks below around each stage's
+// forward and backward:
+//   - gradients: when a depth-first group's backward of a stage is done, they are reduce-scattered into the stage's
+//     shard (stage 1: after the last group; stage 2: after every group, added up in the shard, so the shared buffer is
+//     free for the next stage), on the data-parallel group's stream, while the backward goes on with other stages;
+//   - weights (stage 3): gathered from the shards into the stage's buffer before its forward and backward, and the
+//     next stage's (in that direction) started at once, so its gather runs while this stage computes; after an
+//     optimizer step the gathered weights are stale and are gathered again at their next use.
+// With one data-parallel rank there is nothing to shard and each stage has its own buffers.
 #pragma once
 
 #include <memory>
@@ -33,11 +44,22 @@ StageSettings stage_settings(const MultiStageConfig& multi_stage, const Distribu
 std::vector<std::vector<layers::Layer*>> split_into_stages(const std::vector<layers::Layer*>& layers,
                                                            double layers_per_stage);
 
+// How many full weight and gradient buffers the stages share (0: each stage has its own).
+struct SharedBufferCounts {
+  int weights = 0, gradients = 0;
+};
+SharedBufferCounts shared_buffer_counts(const MultiStageConfig& multi_stage, int data_parallel, size_t num_stages,
+                                        bool training);
+// Bytes of every buffer of the stages of `stages` (their own and the shared ones), computed without building them.
+int64_t multi_stage_buffer_bytes(const std::vector<std::vector<layers::Layer*>>& stages,
+                                 const MultiStageConfig& multi_stage, const StageSettings& settings);
+
 class MultiStage {
  public:
   // `training` false builds weights only (no gradient buffers, no optimizer state). Both configs must be validated.
+  // `data_group` (not owned, outliving this) is the data-parallel group, needed when there are several ranks.
   MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, const DistributedConfig& distributed,
-             Device device, bool training = true);
+             Device device, bool training = true, distributed::Communicator* data_group = nullptr);
   MultiStage(const MultiStage&) = delete;
   MultiStage& operator=(const MultiStage&) = delete;
 
@@ -61,14 +83,39 @@ class MultiStage {
   // Stage::begin_gradients / finish_gradients over every stage.
   void begin_gradients(Stream stream = {});
   void finish_gradients(Stream stream = {});
+  // Every stage's gradients into its shard: a cast, or (several data-parallel ranks) the reduce-scatter of the stages
+  // whose gradients the schedule has not reduced yet.
   void copy_gradients_to_shards(Stream stream = {});
+  // Every stage's compute weights from its master shard (stages that share weight buffers gather at their next use).
   void copy_weights_from_shards(Stream stream = {});
+  // The master shards changed (an optimizer step, a load): weights gathered into shared buffers are stale.
+  void invalidate_gathered_weights();
+
+  // The schedule's hooks (see the file comment), for stage `stage` of a depth-first group of micro-batches.
+  void before_forward(size_t stage, Stream stream, bool training);
+  void before_backward(size_t stage, Stream stream);
+  void after_backward(size_t stage, bool first_group, bool last_group, Stream stream);
+
+  const SharedBufferCounts& shared_buffers() const { return shared_counts_; }
 
  private:
+  // Makes `stage`'s weights ready in its shared buffer (gathering them unless they are there or on their way), then
+  // `stream` waits for them; `prefetch` only starts the gather.
+  void gather_weights(size_t stage, Stream stream, bool prefetch);
+  // Whether a layer of the stage adds to parameter gradients in its forward (layers::Layer).
+  bool gradients_in_forward(size_t stage) const;
+
   BaseModel& model_;
   StageSettings settings_;
   std::vector<layers::Layer*> layers_;
   std::vector<std::unique_ptr<Stage>> stages_;
+  SharedBufferCounts shared_counts_;
+  std::vector<Tensor> shared_weights_, shared_gradients_;
+  // Per shared weight buffer: the stage whose weights it holds or is receiving (-1: none), and that gather.
+  std::vector<int64_t> weight_occupant_;
+  std::vector<PendingGather> pending_gathers_;
+  // Per stage: the schedule reduced its gradients this step.
+  std::vector<bool> gradients_reduced_;
 };
 
 }  // namespace fast_llm::engine

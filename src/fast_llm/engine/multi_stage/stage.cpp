@@ -11,6 +11,7 @@
 #include "fast_llm/core/random.h"
 #include "fast_llm/engine/multi_stage/initialization.h"
 #include "fast_llm/kernels/copy.h"
+#include "fast_llm/kernels/pointwise.h"
 
 namespace fast_llm::engine {
 namespace {
@@ -47,19 +48,20 @@ StageRegions stage_regions(const std::vector<layers::Layer*>& layers, int data_p
   return {.trainable = round_up(trainable, region_multiple), .frozen = round_up(frozen, region_multiple)};
 }
 
-int64_t stage_buffer_bytes(const StageRegions& regions, const StageSettings& settings) {
+int64_t stage_buffer_bytes(const StageRegions& regions, const StageSettings& settings, SharedBufferUse shared) {
   const int64_t shard = regions.trainable / settings.data_parallel;
   const int64_t optimization = int64_t(dtype_size(settings.optimization_dtype));
   int64_t bytes = (shard + regions.frozen / settings.data_parallel) * optimization;  // weight_shard
-  if (!weights_alias_shard(settings))
+  if (!weights_alias_shard(settings) && !shared.weights)
     bytes += (regions.trainable + regions.frozen) * int64_t(dtype_size(settings.compute_dtype));  // weight_buffer
   if (!settings.training) return bytes;
-  bytes += regions.trainable * int64_t(dtype_size(settings.gradient_dtype));  // grad_buffer
+  if (!shared.gradients) bytes += regions.trainable * int64_t(dtype_size(settings.gradient_dtype));  // grad_buffer
   if (!gradients_alias_shard(settings)) bytes += shard * optimization;        // grad_shard
   return bytes + 2 * shard * optimization;                                    // exp_avg, exp_avg_sq
 }
 
-Stage::Stage(int index, std::vector<layers::Layer*> layers, const StageSettings& settings)
+Stage::Stage(int index, std::vector<layers::Layer*> layers, const StageSettings& settings,
+             const SharedStageBuffers& shared)
     : index_(index), layers_(std::move(layers)), settings_(settings) {
   FLM_CHECK(settings_.data_parallel >= 1 && settings_.data_rank >= 0 && settings_.data_rank < settings_.data_parallel,
             "multi_stage", "data rank {} is outside a data-parallel group of {}", settings_.data_rank,
@@ -119,16 +121,35 @@ Stage::Stage(int index, std::vector<layers::Layer*> layers, const StageSettings&
   const Device device = settings_.device;
   weight_shard_ = zeros(trainable_shard_size() + frozen_shard_size(), settings_.optimization_dtype, device);
   weights_alias_shard_ = weights_alias_shard(settings_);
+  weights_shared_ = shared.weights.defined();
+  gradients_shared_ = settings_.training && shared.gradients.defined();
+  FLM_ASSERT(!weights_shared_ || (!weights_alias_shard_ && shared.weights.dtype() == settings_.compute_dtype &&
+                                  shared.weights.numel() >= trainable_size_ + frozen_size_),
+             "stage {}: a shared weight buffer that cannot hold its weights", index_);
+  FLM_ASSERT(!gradients_shared_ || (shared.gradients.dtype() == settings_.gradient_dtype &&
+                                    shared.gradients.numel() >= trainable_size_ && settings_.data_parallel > 1),
+             "stage {}: a shared gradient buffer that cannot hold its gradients", index_);
   weight_buffer_ = weights_alias_shard_ ? weight_shard_
+                   : weights_shared_    ? shared.weights.slice(0, 0, trainable_size_ + frozen_size_)
                                         : zeros(trainable_size_ + frozen_size_, settings_.compute_dtype, device);
   if (settings_.training) {
-    grad_buffer_ = zeros(trainable_size_, settings_.gradient_dtype, device);
+    grad_buffer_ = gradients_shared_ ? shared.gradients.slice(0, 0, trainable_size_)
+                                     : zeros(trainable_size_, settings_.gradient_dtype, device);
     gradients_alias_shard_ = gradients_alias_shard(settings_);
     grad_shard_ = gradients_alias_shard_ ? grad_buffer_
                                          : zeros(trainable_shard_size(), settings_.optimization_dtype, device);
     exp_avg_ = zeros(trainable_shard_size(), settings_.optimization_dtype, device);
     exp_avg_sq_ = zeros(trainable_shard_size(), settings_.optimization_dtype, device);
   }
+
+  // The trainable region's elements outside every parameter (alignment gaps and the region's padding).
+  int64_t covered = 0;
+  for (const ParameterSlot& slot : slots_) {
+    if (slot.parameter->meta.frozen) continue;
+    if (slot.offset > covered) gradient_gaps_.emplace_back(covered, slot.offset);
+    covered = slot.offset + slot.numel;
+  }
+  if (trainable_size_ > covered) gradient_gaps_.emplace_back(covered, trainable_size_);
 
   for (const ParameterSlot& slot : slots_) {
     layers::Parameter& parameter = *slot.parameter;
@@ -217,19 +238,69 @@ Tensor Stage::trainable_compute_weight_shard() const {
   return weight_buffer_.slice(0, 0, trainable_shard_size());
 }
 
-void Stage::copy_weights_from_shard(Stream stream) {
-  if (weights_alias_shard_ || weight_buffer_.numel() == 0) return;
-  FLM_CHECK(settings_.data_parallel == 1, "multi_stage",
-            "gathering weight shards over {} data-parallel ranks needs the distributed engine",
-            settings_.data_parallel);
-  kernels::cast({.source = weight_shard_, .destination = weight_buffer_, .stream = stream});
+void PendingGather::wait(Stream stream) {
+  for (const auto& work : works) work->wait(stream);
+  works.clear();
+  parts.clear();
+}
+
+void Stage::copy_weights_from_shard(Stream stream, bool frozen) {
+  if (weights_alias_shard_ || weights_shared_ || weight_buffer_.numel() == 0) return;
+  if (settings_.data_parallel == 1) {
+    kernels::cast({.source = weight_shard_, .destination = weight_buffer_, .stream = stream});
+    return;
+  }
+  start_gather_weights(stream, frozen).wait(stream);
+}
+
+PendingGather Stage::start_gather_weights(Stream stream, bool frozen) {
+  FLM_ASSERT(settings_.data_parallel > 1 && settings_.data_group &&
+                 settings_.data_group->size() == settings_.data_parallel,
+             "stage {}: gathering weights without a data-parallel group", index_);
+  PendingGather pending;
+  // This rank's master shard (both regions, or the trainable one) in the compute dtype; each region is gathered on
+  // its own, rank r's part landing at r * shard of the region, where the layout puts it.
+  Tensor part = frozen ? weight_shard_ : weight_shard_.slice(0, 0, trainable_shard_size());
+  if (part.numel() == 0) return pending;
+  if (settings_.compute_dtype != settings_.optimization_dtype) {
+    Tensor cast = Tensor::empty(part.shape(), settings_.compute_dtype, settings_.device);
+    kernels::cast({.source = part, .destination = cast, .stream = stream});
+    part = cast;
+  }
+  if (trainable_size_ > 0) {
+    Tensor full = weight_buffer_.slice(0, 0, trainable_size_);
+    pending.works.push_back(
+        settings_.data_group->all_gather(part.slice(0, 0, trainable_shard_size()), full, stream));
+  }
+  if (frozen && frozen_size_ > 0) {
+    Tensor full = weight_buffer_.slice(0, trainable_size_, trainable_size_ + frozen_size_);
+    pending.works.push_back(settings_.data_group->all_gather(
+        part.slice(0, trainable_shard_size(), trainable_shard_size() + frozen_shard_size()), full, stream));
+  }
+  pending.parts.push_back(part);
+  return pending;
 }
 
 void Stage::copy_gradients_to_shard(Stream stream) {
   if (gradients_alias_shard_ || !grad_buffer_.defined() || grad_buffer_.numel() == 0) return;
-  FLM_CHECK(settings_.data_parallel == 1, "multi_stage",
-            "reducing gradients over {} data-parallel ranks needs the distributed engine", settings_.data_parallel);
+  if (settings_.data_parallel > 1) return reduce_gradients(stream, /*accumulate=*/false);
   kernels::cast({.source = grad_buffer_, .destination = grad_shard_, .stream = stream});
+}
+
+void Stage::reduce_gradients(Stream stream, bool accumulate) {
+  FLM_ASSERT(settings_.data_parallel > 1 && settings_.data_group &&
+                 settings_.data_group->size() == settings_.data_parallel,
+             "stage {}: reducing gradients without a data-parallel group", index_);
+  if (!grad_buffer_.defined() || grad_buffer_.numel() == 0) return;
+  const bool direct = !accumulate && settings_.gradient_dtype == settings_.optimization_dtype;
+  Tensor reduced = direct ? grad_shard_
+                          : Tensor::empty(grad_shard_.shape(), settings_.gradient_dtype, settings_.device);
+  settings_.data_group->reduce_scatter(grad_buffer_, reduced, distributed::ReduceOp::sum, stream)->wait(stream);
+  if (direct) return;
+  if (accumulate)
+    kernels::axpy({.input = reduced, .output = grad_shard_, .alpha = 1.0, .stream = stream});
+  else
+    kernels::cast({.source = reduced, .destination = grad_shard_, .stream = stream});
 }
 
 void Stage::zero_gradients(Stream stream) {
@@ -237,6 +308,12 @@ void Stage::zero_gradients(Stream stream) {
 }
 
 void Stage::begin_gradients(Stream stream) {
+  // A shared buffer's gaps between parameters hold what another stage left there: they must read as zero again (the
+  // reduction and the gradient norm see them).
+  if (gradients_shared_)
+    for (const auto& [begin, end] : gradient_gaps_)
+      set_bytes(static_cast<char*>(grad_buffer_.data()) + size_t(begin) * dtype_size(settings_.gradient_dtype),
+                settings_.device, 0, size_t(end - begin) * dtype_size(settings_.gradient_dtype), stream);
   bool all_tracked = true;
   for (const ParameterSlot& slot : slots_)
     if (slot.parameter->grad.defined()) all_tracked = all_tracked && slot.parameter->tracks_grad_start;

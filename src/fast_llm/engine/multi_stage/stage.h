@@ -18,16 +18,26 @@
 //   exp_avg, exp_avg_sq (trainable shard)           optimization dtype: Adam state
 // With one data-parallel rank and equal dtypes the shard and the full buffer are the same memory (views), so nothing
 // is copied; otherwise `copy_weights_from_shard` casts master -> compute weights and `copy_gradients_to_shard` casts
-// full gradients -> shard. After an optimizer step the compute weights are refreshed by adam_step itself where they
+// full gradients -> shard. With several data-parallel ranks (ZeRO-1: every rank keeps the full compute weights and
+// gradients, and the master weights and Adam state of its shard) those two go through the data-parallel group:
+// `copy_gradients_to_shard` reduce-scatters the full gradients (summed over the ranks) into each rank's shard, and
+// `copy_weights_from_shard` casts each rank's master shard and all-gathers the parts into every rank's full buffer.
+// ZeRO-2 and 3 go further (multi_stage.h): a stage's full gradient buffer, or its full weight buffer, is a view of a
+// buffer it shares with other stages (SharedStageBuffers), used only while the schedule works on the stage: gradients
+// are reduce-scattered (and added up over depth-first groups) as soon as a group's backward of the stage is done, and
+// weights are gathered just before the stage's forward or backward. After an optimizer step the compute weights are refreshed by adam_step itself where they
 // line up with the master shard (`trainable_compute_weight_shard`), which saves reading the master weights again.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fast_llm/core/device.h"
 #include "fast_llm/core/dtype.h"
+#include "fast_llm/distributed/communicator.h"
 #include "fast_llm/layers/layer.h"
 #include "fast_llm/tensor/tensor.h"
 
@@ -58,9 +68,26 @@ struct StageSettings {
   DType optimization_dtype = DType::float32;
   int data_parallel = 1;
   int data_rank = 0;
+  // The data-parallel group (size data_parallel, rank data_rank); needed when data_parallel > 1. Not owned.
+  distributed::Communicator* data_group = nullptr;
   uint64_t seed = 0;        // initialisation seed (model.distributed.seed)
   bool training = true;     // false: no gradient or optimizer buffers (inference, evaluation-only runs)
   bool store_frozen_weights_in_optimization_precision = true;
+};
+
+// Full buffers a stage uses instead of allocating its own, shared with other stages (ZeRO-2: gradients, ZeRO-3:
+// weights), each at least as large as the stage's regions. Undefined: the stage allocates its own.
+struct SharedStageBuffers {
+  Tensor weights;    // compute dtype, >= trainable_size + frozen_size
+  Tensor gradients;  // gradient dtype, >= trainable_size
+};
+
+// Weights on their way into a stage's full buffer: `wait` before the buffer is read.
+struct PendingGather {
+  std::vector<std::unique_ptr<distributed::Work>> works;
+  std::vector<Tensor> parts;  // what is being sent, kept alive until then
+  // `stream` waits for the gathers.
+  void wait(Stream stream);
 };
 
 // Elements of a stage's two regions (the layout above, padding included), from its layers' parameters alone.
@@ -72,13 +99,18 @@ struct StageRegions {
 StageRegions stage_regions(const std::vector<layers::Layer*>& layers, int data_parallel);
 // Bytes the buffers of a stage with `regions` allocate (those that are views of another take nothing), computed
 // without building it: the memory check at the start of a run adds them up before anything is allocated.
-int64_t stage_buffer_bytes(const StageRegions& regions, const StageSettings& settings);
+// `shared` says which full buffers the stage takes from SharedStageBuffers (they are counted once, by the caller).
+struct SharedBufferUse {
+  bool weights = false, gradients = false;
+};
+int64_t stage_buffer_bytes(const StageRegions& regions, const StageSettings& settings, SharedBufferUse shared = {});
 
 class Stage {
  public:
   // Lays out and allocates the buffers of `layers` and binds every parameter to its views. Parameters are not
   // initialised: call `initialize_weights` (or load a checkpoint into the shards, then `copy_weights_from_shard`).
-  Stage(int index, std::vector<layers::Layer*> layers, const StageSettings& settings);
+  Stage(int index, std::vector<layers::Layer*> layers, const StageSettings& settings,
+        const SharedStageBuffers& shared = {});
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
 
@@ -88,6 +120,8 @@ class Stage {
   const std::vector<ParameterGroup>& groups() const { return groups_; }
   const StageSettings& settings() const { return settings_; }
 
+  bool shares_weights() const { return weights_shared_; }
+  bool shares_gradients() const { return gradients_shared_; }
   int64_t trainable_size() const { return trainable_size_; }
   int64_t frozen_size() const { return frozen_size_; }
   int64_t trainable_shard_size() const { return trainable_size_ / settings_.data_parallel; }
@@ -119,10 +153,19 @@ class Stage {
   // initialize_shard, then the result into the compute-dtype weights.
   void initialize_weights();
   // weight_buffer <- weight_shard (cast to the compute dtype). One data-parallel rank: a cast, or nothing when the two
-  // are the same memory.
-  void copy_weights_from_shard(Stream stream = {});
-  // grad_shard <- grad_buffer (cast to the optimization dtype); nothing when they are the same memory.
+  // are the same memory; several: this rank's part cast, then all-gathered. `frozen` false leaves the frozen region
+  // (which the optimizer never changes) as it is. Nothing when the stage shares its weight buffer: those weights are
+  // gathered when the stage is used (start_gather_weights).
+  void copy_weights_from_shard(Stream stream = {}, bool frozen = true);
+  // Several data-parallel ranks: queues the gather of the weight buffer (the trainable region only when `frozen` is
+  // false) from every rank's master shard.
+  PendingGather start_gather_weights(Stream stream, bool frozen = true);
+  // grad_shard <- grad_buffer (cast to the optimization dtype); nothing when they are the same memory. Several
+  // data-parallel ranks: reduce_gradients.
   void copy_gradients_to_shard(Stream stream = {});
+  // Several data-parallel ranks: this rank's part of the sum over the ranks of their grad_buffer (a reduce-scatter),
+  // written into grad_shard, or added to it with `accumulate`.
+  void reduce_gradients(Stream stream, bool accumulate);
   void zero_gradients(Stream stream = {});
   // A training step's gradients without zeroing the buffer first (4 bytes per parameter less to write, and the
   // weight-gradient gemms skip reading it): begin_gradients marks the gradient of every parameter whose layers track
@@ -149,6 +192,9 @@ class Stage {
   int64_t frozen_size_ = 0;
   bool weights_alias_shard_ = false;
   bool gradients_alias_shard_ = false;
+  bool weights_shared_ = false;
+  bool gradients_shared_ = false;
+  std::vector<std::pair<int64_t, int64_t>> gradient_gaps_;  // [begin, end) of the trainable region no parameter holds
 
   Tensor weight_buffer_;  // (trainable_size + frozen_size) compute dtype
   Tensor grad_buffer_;    // (trainable_size) gradient dtype

@@ -113,6 +113,10 @@ void Optimizer::queue_update(Stream stream) {
     if (stage->trainable_shard_size() == 0) continue;
     kernels::squared_norm({.input = stage->grad_shard(), .result = squared_norm, .stream = stream});
   }
+  // Each rank summed its own shards: the global norm is the sum over the data-parallel group, so every rank takes the
+  // same clipping and skip decisions (on the device, without the host waiting).
+  if (distributed::Communicator* group = multi_stage_.settings().data_group; group && group->size() > 1)
+    group->all_reduce(squared_norm, distributed::ReduceOp::sum, stream)->wait(stream);
   kernels::optimizer_decision({.state = state_,
                                .learning_rates = learning_rates_,
                                .loss_scale = grad_scaler_.scale(),
@@ -145,8 +149,9 @@ void Optimizer::queue_update(Stream stream) {
                           .compute_weights = compute_weights.defined() ? &group_compute_weights : nullptr,
                           .stream = stream});
     }
-    if (!compute_weights.defined()) stage->copy_weights_from_shard(stream);
+    if (!compute_weights.defined()) stage->copy_weights_from_shard(stream, /*frozen=*/false);
   }
+  multi_stage_.invalidate_gathered_weights();
 }
 
 }  // namespace fast_llm::engine

@@ -2,8 +2,9 @@
 //
 // One step, after every micro-batch's backward has accumulated into the gradient buffers, all queued on the device
 // without the host waiting (kernels/optimizer_ops.h):
-//   1. gradients -> optimization-dtype shards (a cast, or nothing when they are the same memory);
-//   2. sum over stages of squared_norm(grad shard) into the device state;
+//   1. gradients -> optimization-dtype shards (a cast, or nothing when they are the same memory; with several
+//      data-parallel ranks a reduce-scatter, Stage::copy_gradients_to_shard);
+//   2. sum over stages of squared_norm(grad shard) into the device state (then over the data-parallel group);
 //   3. optimizer_decision: global norm = sqrt(sum) / loss scale; a non-finite norm skips the step (weights, Adam state
 //      and the step counter unchanged); clipping coefficient = min(1, gradient_norm_clipping / (norm + 1e-6)); the
 //      step counter, the rate schedule(step) (from a table of rates uploaded ahead) and the bias corrections;
@@ -12,7 +13,8 @@
 //      where the stage's compute-dtype weights line up with its shard (one data-parallel rank, distinct dtypes), the
 //      same launch writes the updated weights in the compute dtype (bit for bit the cast of step 5, without reading
 //      the master weights again; frozen weights never change, so they need nothing);
-//   5. otherwise master shards -> compute-dtype weights (one cast per stage, nothing when they are the same memory).
+//   5. otherwise master shards -> compute-dtype weights (one cast per stage, nothing when they are the same memory;
+//      with several data-parallel ranks the cast of this rank's part and an all-gather).
 // A skipped step changes neither the master nor the compute-dtype weights.
 // The step counter (for the schedule and Adam's bias correction) counts successful updates from 1, as Fast-LLM's, and
 // lives on the device: reading it (`optimizer_step`, `state`, `last_step_result`) waits for the device, which the

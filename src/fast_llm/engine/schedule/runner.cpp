@@ -24,6 +24,9 @@ ScheduleRunner::ScheduleRunner(MultiStage& multi_stage, const ScheduleConfig& sc
 
 layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batch, Phase phase, int64_t iteration,
                                                   double loss_gradient_scale, layers::LossSums& losses) const {
+  // Micro-batch m of data rank r is the step's micro-batch m * data_parallel + r: the one a single process with
+  // data_parallel times the micro-batches reads at that place (data/data_loader.h), and gets the same seed.
+  const int64_t global_index = batch.index * distributed_.batch_data_parallel() + distributed_.batch_data_rank();
   const uint64_t phase_shift =
       phase == Phase::training ? distributed_.train_seed_shift.value : distributed_.valid_seed_shift.value;
   return layers::LayerContext{
@@ -33,7 +36,8 @@ layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batc
       .stream = stream_,
       .training = phase == Phase::training,
       .loss_gradient_scale = loss_gradient_scale,
-      .dropout_seed = derive_seed(uint64_t(distributed_.seed), phase_shift, uint64_t(iteration), uint64_t(batch.index)),
+      .dropout_seed = derive_seed(uint64_t(distributed_.seed), phase_shift, uint64_t(iteration),
+                                  uint64_t(global_index)),
       .losses = &losses};
 }
 
@@ -60,28 +64,42 @@ void ScheduleRunner::run_training_step(std::span<layers::MicroBatch> micro_batch
     }
     // (micro-batch) activation between stages: the embeddings ignore their input, the head returns nothing.
     std::vector<Tensor> activations(static_cast<size_t>(breadth_first));
-    for (const auto& stage : stages)
+    for (size_t stage = 0; stage < stages.size(); ++stage) {
+      multi_stage_.before_forward(stage, stream_, /*training=*/true);
       for (int slot = 0; slot < breadth_first; ++slot)
-        for (layers::Layer* layer : stage->layers())
+        for (layers::Layer* layer : stages[stage]->layers())
           activations[size_t(slot)] = layer->forward(contexts[size_t(slot)], activations[size_t(slot)]);
+    }
     // The head ignores grad_output (it computed the gradient of its input in forward).
     std::vector<Tensor> gradients(static_cast<size_t>(breadth_first));
-    for (auto stage = stages.rbegin(); stage != stages.rend(); ++stage)
+    for (size_t stage = stages.size(); stage-- > 0;) {
+      multi_stage_.before_backward(stage, stream_);
       for (int slot = 0; slot < breadth_first; ++slot)
-        for (auto layer = (*stage)->layers().rbegin(); layer != (*stage)->layers().rend(); ++layer)
+        for (auto layer = stages[stage]->layers().rbegin(); layer != stages[stage]->layers().rend(); ++layer)
           gradients[size_t(slot)] = (*layer)->backward(contexts[size_t(slot)], gradients[size_t(slot)]);
+      multi_stage_.after_backward(stage, group == 0, group + 1 == depth_first, stream_);
+    }
   }
   multi_stage_.finish_gradients(stream_);
 }
 
 void ScheduleRunner::run_forward(std::span<layers::MicroBatch> micro_batches, int64_t iteration,
                                  layers::LossSums& losses) {
+  // Stage by stage over all the micro-batches, so that a stage whose weights are gathered at use (ZeRO-3) is gathered
+  // once.
+  std::vector<layers::LayerContext> contexts;
+  contexts.reserve(micro_batches.size());
   for (size_t index = 0; index < micro_batches.size(); ++index) {
-    layers::MicroBatch& batch = micro_batches[index];
-    batch.index = int64_t(index);
-    layers::LayerContext context = make_context(batch, Phase::validation, iteration, 1.0, losses);
-    Tensor activation;
-    for (layers::Layer* layer : multi_stage_.layers()) activation = layer->forward(context, activation);
+    micro_batches[index].index = int64_t(index);
+    contexts.push_back(make_context(micro_batches[index], Phase::validation, iteration, 1.0, losses));
+  }
+  std::vector<Tensor> activations(micro_batches.size());
+  const auto& stages = multi_stage_.stages();
+  for (size_t stage = 0; stage < stages.size(); ++stage) {
+    multi_stage_.before_forward(stage, stream_, /*training=*/false);
+    for (size_t index = 0; index < micro_batches.size(); ++index)
+      for (layers::Layer* layer : stages[stage]->layers())
+        activations[index] = layer->forward(contexts[index], activations[index]);
   }
 }
 

@@ -1,14 +1,17 @@
-// Runs the micro-batches of one step through the stages (reference/fast-llm.md §6.3, data-parallel size 1).
+// Runs the micro-batches of one step through the stages (reference/fast-llm.md §6.3).
 //
 // A training step holds depth_first_micro_batches x breadth_first_micro_batches micro-batches, in that order
 // (micro-batch d * breadth_first + b is breadth-first slot b of depth-first group d). For each depth-first group:
 // forward every micro-batch of the group stage by stage (all micro-batches through stage 0, then stage 1, ...), then
-// backward stage by stage in reverse. Gradients start the step at zero and accumulate (+=) over its micro-batches
+// backward stage by stage in reverse, calling the multi-stage's hooks around each stage (ZeRO: gathering its weights,
+// reducing its gradients as soon as the group's backward of it is done). Gradients start the step at zero and accumulate (+=) over its micro-batches
 // (without a zeroing pass: the first accumulation into each parameter writes, Stage::begin_gradients); every micro-batch sees loss_gradient_scale = loss scale / (unmasked labels in the whole step), so
 // the gradients are those of the step's mean loss whatever the split (DESIGN.md §4.6). Losses add into one LossSums
 // for the step (numerators: divide by the step's labels for the mean).
 //
-// Micro-batch m of step `iteration` gets dropout seed derive_seed(seed, phase seed shift, iteration, m).
+// Micro-batch m of step `iteration` gets dropout seed derive_seed(seed, phase seed shift, iteration, m'), m' its index
+// in the whole step over the data-parallel ranks (m * data_parallel + data rank), so the micro-batch sees the same
+// dropout whatever the layout.
 #pragma once
 
 #include <cstdint>

@@ -47,6 +47,13 @@ void check_saves(const TrainerSections& sections) {
     throw ConfigError(run.field_path("experiment_dir"),
                       fmt::format("is needed to save exports ({} is set)", training.export_.field_path("interval")));
   if (!training.export_.enabled()) return;
+  if (sections.model.distributed.data_parallel() > 1 && training.export_.format != CheckpointFormat::distributed)
+    throw NotSupportedError("training",
+                            fmt::format("{}: exports in format {} from {} data-parallel ranks are not supported yet; "
+                                        "export with `fast-llm convert` from the run's checkpoints",
+                                        training.export_.field_path("format"),
+                                        config::enum_name(training.export_.format),
+                                        sections.model.distributed.data_parallel()));
   if (!training.export_.model_weights)
     throw ConfigError(training.export_.field_path("model_weights"),
                       "exports without weights are not written: set model_weights: true");
@@ -92,11 +99,14 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
     lock_ = std::make_unique<ExperimentLock>(*sections_.run.experiment_dir);
   const std::vector<std::pair<std::string, int64_t>> samplings = check_run();
   check_memory(estimate_memory(samplings), device_);
+  // Every process joins here (a one-process run builds nothing).
+  groups_ = std::make_unique<ProcessGroups>(distributed, device_);
 
-  multi_stage_ = std::make_unique<MultiStage>(model_, sections_.model.multi_stage, distributed, device_, training_);
+  multi_stage_ = std::make_unique<MultiStage>(model_, sections_.model.multi_stage, distributed, device_, training_,
+                                              groups_->data());
   runner_ = std::make_unique<ScheduleRunner>(*multi_stage_, sections_.schedule, distributed);
   // Two steps of micro-batches: the step the device runs and the one the host prepares.
-  uploader_ = std::make_unique<BatchUploader>(device_, stream_, int(2 * samples_per_step_));
+  uploader_ = std::make_unique<BatchUploader>(device_, stream_, int(2 * rank_samples_per_step_));
   if (training_) {
     optimizer_ = std::make_unique<Optimizer>(sections_.optimizer, *multi_stage_);
     optimizer_->reserve_steps(training.train_iters, stream_);
@@ -106,9 +116,14 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
     step_records_ = std::make_unique<StepRecords>(
         device_, std::clamp<int64_t>(training.logs.interval.value_or(kMaxRecordedSteps), 1, kMaxRecordedSteps));
   }
-  for (const auto& [name, num_samples] : samplings) data_.sample_dataset(name, num_samples);
+  // Rank 0 samples first, so that the sampling caches it writes are what the other ranks read.
+  if (groups_->is_main())
+    for (const auto& [name, num_samples] : samplings) data_.sample_dataset(name, num_samples);
+  groups_->barrier();
+  if (!groups_->is_main())
+    for (const auto& [name, num_samples] : samplings) data_.sample_dataset(name, num_samples);
 
-  if (const auto& experiment = sections_.run.experiment_dir) {
+  if (const auto& experiment = sections_.run.experiment_dir; experiment && groups_->is_main()) {
     std::string text = resolved_config_yaml_;
     if (!text.empty() && text.back() != '\n') text += '\n';
     write_file(*experiment / "config.yaml", text, {.component = "training"});
@@ -134,7 +149,8 @@ std::vector<std::pair<std::string, int64_t>> Trainer::check_run() {
     throw ConfigError(sections_.schedule.field_path("cuda_graphs"),
                       fmt::format("needs a CUDA device; this run is on {}", device_.str()));
   training_ = training.train_iters > 0;
-  samples_per_step_ = int64_t(sections_.schedule.sequential_micro_batches()) * distributed.batch_data_parallel();
+  rank_samples_per_step_ = sections_.schedule.sequential_micro_batches();
+  samples_per_step_ = rank_samples_per_step_ * distributed.batch_data_parallel();
   tokens_per_sample_ = data_.config().micro_batch_size;
   if (data_.sampling_parameters().predicted_tokens != 1)
     throw NotSupportedError("training", fmt::format("{} predicted tokens per position (multi-token prediction heads) "
@@ -181,18 +197,16 @@ MemoryEstimate Trainer::estimate_memory(const std::vector<std::pair<std::string,
       stage_settings(sections_.model.multi_stage, sections_.model.distributed, device_, training_);
   const std::vector<std::vector<layers::Layer*>> stages =
       split_into_stages(model_.layers(), sections_.model.multi_stage.layers_per_stage);
-  int64_t stage_bytes = 0, largest = 0;
-  size_t largest_index = 0;
-  for (size_t index = 0; index < stages.size(); ++index) {
-    const int64_t bytes = stage_buffer_bytes(stage_regions(stages[index], settings.data_parallel), settings);
-    stage_bytes += bytes;
-    if (bytes > largest) std::tie(largest, largest_index) = std::pair(bytes, index);
-  }
+  const SharedBufferCounts shared = shared_buffer_counts(sections_.model.multi_stage, settings.data_parallel,
+                                                         stages.size(), training_);
   estimate.device.push_back(
-      {fmt::format("{} of {} stages (the largest: stage {}, {:.2f} MiB)",
-                   training_ ? "weights, gradients and optimizer state" : "weights", stages.size(), largest_index,
-                   double(largest) / 1024.0 / 1024.0),
-       stage_bytes});
+      {fmt::format("{} of {} stages{}", training_ ? "weights, gradients and optimizer state" : "weights",
+                   stages.size(),
+                   settings.data_parallel > 1
+                       ? fmt::format(" (this rank's shard of {}; {} shared weight and {} shared gradient buffers)",
+                                     settings.data_parallel, shared.weights, shared.gradients)
+                       : std::string()),
+       multi_stage_buffer_bytes(stages, sections_.model.multi_stage, settings)});
   if (training_) {
     // The optimizer's table of learning rates, one fp64 per step (optimizer.h).
     estimate.device.push_back({fmt::format("learning rates of {} steps", sections_.training.train_iters),
@@ -252,7 +266,7 @@ std::vector<layers::MicroBatch> Trainer::next_micro_batches(data::DataLoader& lo
                                                             int64_t& num_labels) {
   std::vector<layers::MicroBatch> micro_batches;
   num_labels = 0;
-  for (int64_t index = 0; index < samples_per_step_; ++index) {
+  for (int64_t index = 0; index < rank_samples_per_step_; ++index) {
     std::optional<data::Batch> batch = loader.next();
     FLM_CHECK(batch.has_value(), "training", "dataset '{}' ran out of samples after step {}", dataset,
               completed_steps_);
@@ -261,6 +275,8 @@ std::vector<layers::MicroBatch> Trainer::next_micro_batches(data::DataLoader& lo
     micro_batches.push_back(uploader_->upload(shared));
     keep_alive.push_back(std::move(shared));
   }
+  // The loss is normalised by the labels of the whole step, on every rank.
+  num_labels = groups_->sum(num_labels);
   return micro_batches;
 }
 
@@ -342,7 +358,7 @@ void Trainer::train_step() {
 
 void Trainer::run() {
   initialize_or_load();
-  const MemoryUsage memory = memory_usage(device_, /*reset_peak=*/false);
+  const MemoryUsage memory = fullest_rank_memory(memory_usage(device_, /*reset_peak=*/false));
   log_main("After initial setup: allocated {} MiB | max allocated {} MiB | reserved {} MiB | max reserved {} MiB",
            format_with_commas(memory.allocated_mib, 2), format_with_commas(memory.max_allocated_mib, 2),
            format_with_commas(memory.reserved_mib, 2), format_with_commas(memory.max_reserved_mib, 2));
@@ -375,7 +391,7 @@ void Trainer::train() {
                    .data_rank = sections_.model.distributed.batch_data_rank(),
                    .data_parallel = sections_.model.distributed.batch_data_parallel(),
                    .num_workers = workers,
-                   .prefetch = int(std::max<int64_t>(samples_per_step_, int64_t(workers) *
+                   .prefetch = int(std::max<int64_t>(rank_samples_per_step_, int64_t(workers) *
                                                                             training.prefetch_factor.value_or(2)))});
   log_main("Training ...");
   // Setup (initialisation, loading) is done before the clock starts; from here on only logging waits.
@@ -412,6 +428,7 @@ void Trainer::train() {
 
 void Trainer::read_step_records() {
   std::vector<StepRecords::Step> steps = step_records_->read(stream_);
+  sum_over_ranks(steps);
   // The records end with the step just completed.
   int64_t step = completed_steps_ - int64_t(steps.size());
   for (StepRecords::Step& record : steps) {
@@ -430,6 +447,28 @@ void Trainer::read_step_records() {
     }
     interval_steps_.push_back(std::move(record));
   }
+}
+
+MemoryUsage Trainer::fullest_rank_memory(MemoryUsage memory) const {
+  std::vector<double> values{memory.allocated_mib, memory.max_allocated_mib, memory.reserved_mib,
+                             memory.max_reserved_mib, memory.global_max_reserved_mib};
+  groups_->max(values);
+  return {.allocated_mib = values[0],
+          .max_allocated_mib = values[1],
+          .reserved_mib = values[2],
+          .max_reserved_mib = values[3],
+          .global_max_reserved_mib = values[4]};
+}
+
+void Trainer::sum_over_ranks(std::vector<StepRecords::Step>& steps) const {
+  if (groups_->world_size() == 1) return;
+  std::vector<double> sums;
+  for (const StepRecords::Step& step : steps)
+    for (const auto& entry : step.loss_sums) sums.push_back(entry.second);
+  groups_->sum(sums);
+  size_t next = 0;
+  for (StepRecords::Step& step : steps)
+    for (auto& entry : step.loss_sums) entry.second = sums[next++];
 }
 
 void Trainer::stop_if_diverged() const {
@@ -498,10 +537,11 @@ void Trainer::log_training(int64_t completed) {
   metrics.batch_size = samples_per_step_;
   metrics.step_time_ms = step_time * 1000.0;
   // No activation recomputation: the hardware does the model's FLOPs.
-  metrics.model_tflops = flops_per_step / world_size / step_time / 1e12;
+  // This rank's micro-batches: every rank runs as many tokens, so this is the FLOP rate per GPU.
+  metrics.model_tflops = flops_per_step / step_time / 1e12;
   metrics.hardware_tflops = metrics.model_tflops;
   metrics.tokens_per_sec_per_gpu = double(tokens_per_step) / world_size / step_time;
-  metrics.memory = memory_usage(device_, /*reset_peak=*/true);
+  metrics.memory = fullest_rank_memory(memory_usage(device_, /*reset_peak=*/true));
   for (const LossTotal& total : loss_totals) metrics.losses.emplace_back(total.name, total.mean());
   metrics.learning_rate = last_update.learning_rate;
   metrics.loss_scale = optimizer_->loss_scale();
@@ -535,7 +575,7 @@ void Trainer::run_evaluators(bool done) {
                             .data_rank = sections_.model.distributed.batch_data_rank(),
                             .data_parallel = sections_.model.distributed.batch_data_parallel(),
                             .num_workers = std::max(1, sections_.training.num_workers),
-                            .prefetch = int(samples_per_step_)});
+                            .prefetch = int(rank_samples_per_step_)});
     }
     const double start = now_seconds();
     double flops = 0.0;
@@ -550,10 +590,18 @@ void Trainer::run_evaluators(bool done) {
       // Forward only: a third of forward + backward.
       flops += runner_->flops(micro_batches) / 3.0;
     }
-    std::vector<LossTotal> totals;
+    // Each rank's loss sums, added over the ranks (the label counts already are).
+    std::vector<double> sums;
     for (const auto& [losses, num_labels] : iteration_losses)
-      for (const auto& [name, sum] : losses.all())
-        accumulate(totals, name, num_labels > 0 ? sum.item() / double(num_labels) : 0.0);
+      for (const auto& [name, sum] : losses.all()) sums.push_back(sum.item());
+    groups_->sum(sums);
+    std::vector<LossTotal> totals;
+    size_t next_sum = 0;
+    for (const auto& [losses, num_labels] : iteration_losses)
+      for (const auto& [name, sum] : losses.all()) {
+        const double total = sums[next_sum++];
+        accumulate(totals, name, num_labels > 0 ? total / double(num_labels) : 0.0);
+      }
     const double step_time = (now_seconds() - start) / double(iterations);
     const int world_size = *sections_.model.distributed.world_size;
     const int64_t tokens_per_step = samples_per_step_ * tokens_per_sample_;
@@ -565,10 +613,10 @@ void Trainer::run_evaluators(bool done) {
     metrics.consumed_tokens = completed_steps_ * tokens_per_step;
     metrics.batch_size = samples_per_step_;
     metrics.step_time_ms = step_time * 1000.0;
-    metrics.model_tflops = flops / double(iterations) / world_size / step_time / 1e12;
+    metrics.model_tflops = flops / double(iterations) / step_time / 1e12;
     metrics.hardware_tflops = metrics.model_tflops;
     metrics.tokens_per_sec_per_gpu = double(tokens_per_step) / world_size / step_time;
-    metrics.memory = memory_usage(device_, /*reset_peak=*/false);
+    metrics.memory = fullest_rank_memory(memory_usage(device_, /*reset_peak=*/false));
     for (const LossTotal& total : totals) metrics.losses.emplace_back(total.name, total.mean());
     log_main("{}", format_validation_metrics(metrics, evaluator->name));
     write_metrics(validation_metrics_json(metrics, evaluator->name));
@@ -587,12 +635,12 @@ void Trainer::save(bool done, bool stopping) {
   clear_progress();
   if (checkpoint) {
     last_checkpoint_ = save_training_checkpoint(*sections_.run.experiment_dir, completed_steps_, *multi_stage_,
-                                                training_save(), retention(training.checkpoint));
+                                                training_save(), retention(training.checkpoint), *groups_);
     log_main("Saved checkpoint of step {} in {}", completed_steps_, last_checkpoint_->string());
   }
   if (exported) {
     last_export_ = save_training_export(*sections_.run.experiment_dir, completed_steps_, *multi_stage_,
-                                        training_save(), training.export_, retention(training.export_));
+                                        training_save(), training.export_, retention(training.export_), *groups_);
     log_main("Exported step {} to {}", completed_steps_, last_export_->string());
   }
 }
@@ -608,7 +656,7 @@ void Trainer::write_metrics(const nlohmann::json& record) {
 }
 
 void Trainer::show_progress(double average_step_ms) {
-  if (!progress_on_terminal_) return;
+  if (!progress_on_terminal_ || !groups_->is_main()) return;
   const int64_t total = sections_.training.train_iters;
   const double remaining_s = average_step_ms / 1000.0 * double(total - completed_steps_);
   write_to_terminal(fmt::format("\r\033[Ktraining: step {}/{} ({:.1f} %) | {:.1f} ms/step | remaining {}",

@@ -49,6 +49,7 @@
 #include "fast_llm/engine/checkpoint/config.h"
 #include "fast_llm/engine/checkpoint/saving.h"
 #include "fast_llm/engine/checkpoint/training_state.h"
+#include "fast_llm/engine/distributed/process_groups.h"
 #include "fast_llm/engine/model_type.h"
 #include "fast_llm/engine/multi_stage/multi_stage.h"
 #include "fast_llm/engine/optimizer/config.h"
@@ -115,6 +116,10 @@ class Trainer {
   MemoryEstimate estimate_memory(const std::vector<std::pair<std::string, int64_t>>& samplings) const;
   // Moves the step records to interval_steps_ (waits for the device) and follows the streak of skipped steps.
   void read_step_records();
+  // Each figure's largest value over the ranks (the log line reports the fullest rank).
+  MemoryUsage fullest_rank_memory(MemoryUsage memory) const;
+  // The steps' loss sums added over the ranks (each rank recorded its own micro-batches'; the label counts are global).
+  void sum_over_ranks(std::vector<StepRecords::Step>& steps) const;
   // Throws when the streak of skipped steps reached `training.max_consecutive_skipped_iterations`.
   void stop_if_diverged() const;
 
@@ -150,10 +155,12 @@ class Trainer {
   std::string resolved_config_yaml_;
   Device device_;
   Stream stream_;
-  int64_t samples_per_step_ = 0;
+  int64_t samples_per_step_ = 0;       // of all data-parallel ranks together
+  int64_t rank_samples_per_step_ = 0;  // of this rank: the schedule's micro-batches
   int64_t tokens_per_sample_ = 0;
   bool training_ = false;
 
+  std::unique_ptr<ProcessGroups> groups_;
   std::unique_ptr<MultiStage> multi_stage_;
   std::unique_ptr<ScheduleRunner> runner_;
   std::unique_ptr<Optimizer> optimizer_;

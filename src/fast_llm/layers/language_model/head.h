@@ -36,6 +36,7 @@ class LanguageModelHead : public Layer {
 
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
+  bool accumulates_gradients_in_forward() const override { return true; }
   double flops(const MicroBatch& batch) const override;
 
   Parameter& output_weights() { return *output_weights_; }

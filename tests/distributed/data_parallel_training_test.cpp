@@ -1,0 +1,222 @@
+// Data-parallel training, run as users run it: `fast-llm train gpt --nproc-per-node N` on CPU processes that talk
+// through Gloo over loopback. Fast-LLM's principle is the test: the same global batch gives the same losses, gradient
+// norms and updated weights (master weights and Adam state) as one process that runs the micro-batches in sequence
+// (fp32, tight tolerance: the sums are the same numbers added in another order). Checkpoints resume bit for bit in the
+// same layout and load into another number of processes. A rank that dies ends the job with an error, and a bad
+// launch is refused with a message naming what is wrong.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "../cli/run_fast_llm.h"
+#include "fast_llm/engine/checkpoint/distributed.h"
+#include "fast_llm/engine/checkpoint/metadata.h"
+
+namespace fast_llm {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Outcome;
+
+// A small model that trains in about a second per process; every run gets 16-token micro-batches of the same
+// random dataset, so a layout only changes which process reads which sample. The attention has no biases, as Llama:
+// the key bias has a gradient of zero up to rounding (softmax ignores what it adds), and Adam's first steps turn that
+// rounding noise into updates of the order of the learning rate, different in every summation order.
+constexpr const char* kConfig = R"(
+training: {train_iters: 3, logs: {interval: 1}, checkpoint: {interval: 1, keep: 10}}
+data:
+  datasets: {training: {type: random}}
+  micro_batch_size: 16
+optimizer: {learning_rate: {base: 1.0e-2}, gradient_norm_clipping: 0.5}
+model:
+  base_model:
+    embeddings: {vocab_size: 64}
+    decoder:
+      block:
+        mixer: {type: attention, heads: 2, head_groups: 1, head_size: 8, add_linear_biases: false}
+        mlp: {intermediate_size: 32, gated: true}
+        normalization: {type: rms_norm}
+      num_blocks: 2
+    hidden_size: 16
+  multi_stage: {layers_per_stage: 2}
+  distributed: {compute_dtype: fp32, use_cuda: false, timeout: 20}
+)";
+
+struct TrainingRecord {
+  double loss = 0, grad_norm = 0;
+};
+
+class DataParallelTrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    directory_ = fs::temp_directory_path() /
+                 ("fast_llm_dp_test_" + std::to_string(getpid()) + "_" +
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(directory_);
+    fs::create_directories(directory_);
+    std::ofstream(directory_ / "config.yaml") << kConfig;
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(directory_);
+  }
+
+  // Trains in `<directory>/<name>` with `processes` processes (0: one process, no launcher) and `overrides`; expects
+  // success.
+  fs::path train(const std::string& name, int processes, std::vector<std::string> overrides) {
+    std::vector<std::string> arguments{"train", "gpt", "-c", (directory_ / "config.yaml").string(),
+                                       "run.experiment_dir=" + (directory_ / name).string()};
+    if (processes > 0) arguments.insert(arguments.begin() + 2, {"--nproc-per-node", std::to_string(processes)});
+    arguments.insert(arguments.end(), overrides.begin(), overrides.end());
+    const Outcome outcome = testing::run_fast_llm(arguments, directory_, std::chrono::seconds(300), std::nullopt,
+                                                  {{"OMP_NUM_THREADS", "1"}});
+    EXPECT_TRUE(outcome.exited && outcome.status == 0) << name << ":\n" << outcome.output;
+    output_ = outcome.output;
+    return directory_ / name;
+  }
+
+  // The training records of the experiment's first run, by step.
+  static std::vector<TrainingRecord> records(const fs::path& experiment) {
+    std::vector<TrainingRecord> result;
+    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
+    for (std::string line; std::getline(stream, line);) {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      if (record.value("phase", "") != "training") continue;
+      result.push_back({.loss = record.at("lm_head_loss").get<double>(),
+                        .grad_norm = record.at("grad_norm").get<double>()});
+    }
+    return result;
+  }
+
+  // Every tensor of checkpoint `step` of the two experiments (master weights, Adam moments), compared.
+  static void expect_same_checkpoint(const fs::path& actual, const fs::path& expected, int step, double tolerance) {
+    const fs::path actual_folder = actual / "checkpoint" / std::to_string(step);
+    const fs::path expected_folder = expected / "checkpoint" / std::to_string(step);
+    auto actual_state = engine::distributed_checkpoint_source(actual_folder,
+                                                              engine::read_checkpoint_metadata(actual_folder));
+    auto expected_state = engine::distributed_checkpoint_source(expected_folder,
+                                                                engine::read_checkpoint_metadata(expected_folder));
+    // The same tensors, in an order that follows each run's stage layout.
+    std::vector<std::string> names = expected_state->names(), actual_names = actual_state->names();
+    std::sort(names.begin(), names.end());
+    std::sort(actual_names.begin(), actual_names.end());
+    ASSERT_EQ(actual_names, names);
+    for (const std::string& name : names) {
+      const Tensor a = actual_state->load(name), b = expected_state->load(name);
+      ASSERT_EQ(a.numel(), b.numel()) << name;
+      const float* x = a.data_as<float>();
+      const float* y = b.data_as<float>();
+      for (int64_t i = 0; i < a.numel(); ++i) {
+        if (tolerance == 0) {
+          ASSERT_EQ(x[i], y[i]) << name << "[" << i << "]";
+        } else {
+          ASSERT_NEAR(x[i], y[i], tolerance * (1 + std::abs(y[i]))) << name << "[" << i << "]";
+        }
+      }
+    }
+  }
+
+  static void expect_same_records(const std::vector<TrainingRecord>& actual,
+                                  const std::vector<TrainingRecord>& expected, double tolerance) {
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t step = 0; step < expected.size(); ++step) {
+      EXPECT_NEAR(actual[step].loss, expected[step].loss, tolerance * expected[step].loss) << "step " << step + 1;
+      EXPECT_NEAR(actual[step].grad_norm, expected[step].grad_norm, tolerance * expected[step].grad_norm)
+          << "step " << step + 1;
+    }
+  }
+
+  // A copy of `experiment` holding only its checkpoint of `step` (as if the run had stopped there).
+  fs::path stopped_copy(const fs::path& experiment, const std::string& name, int step) {
+    const fs::path copy = directory_ / name;
+    fs::create_directories(copy / "checkpoint");
+    fs::copy(experiment / "checkpoint" / std::to_string(step), copy / "checkpoint" / std::to_string(step),
+             fs::copy_options::recursive);
+    return copy;
+  }
+
+  fs::path directory_;
+  std::string output_;  // of the last run
+};
+
+constexpr double kTolerance = 2e-5;
+
+TEST_F(DataParallelTrainingTest, TwoProcessesMatchOneWithTwoMicroBatchesAndResume) {
+  const fs::path single = train("df2", 0, {"schedule.depth_first_micro_batches=2"});
+  const fs::path parallel = train("dp2", 2, {});
+  expect_same_records(records(parallel), records(single), kTolerance);
+  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  // Each rank wrote its shard; the metadata lists both.
+  EXPECT_TRUE(fs::exists(parallel / "checkpoint" / "3" / "rank_0.safetensors"));
+  EXPECT_TRUE(fs::exists(parallel / "checkpoint" / "3" / "rank_1.safetensors"));
+  EXPECT_TRUE(fs::exists(parallel / "checkpoint" / "3" / "ok"));
+
+  // Stopped after step 2 and restarted in the same layout: bit for bit the uninterrupted run.
+  const fs::path resumed = stopped_copy(parallel, "dp2_resumed", 2);
+  train("dp2_resumed", 2, {});
+  expect_same_checkpoint(resumed, parallel, 3, 0.0);
+
+  // The two-process checkpoint of step 2 loaded by one process (same global batch): the same step 3.
+  const fs::path loaded = stopped_copy(parallel, "dp2_loaded_by_1", 2);
+  train("dp2_loaded_by_1", 0, {"schedule.depth_first_micro_batches=2"});
+  expect_same_checkpoint(loaded, single, 3, kTolerance);
+}
+
+// ZeRO-2 and 3 with one stage per layer (four stages, two shared buffers: the buffers really are shared).
+TEST_F(DataParallelTrainingTest, ZeroStagesTwoAndThreeMatchOneProcess) {
+  const fs::path single = train("df2", 0, {"schedule.depth_first_micro_batches=2"});
+  for (int zero : {2, 3}) {
+    const std::string name = "dp2_z" + std::to_string(zero);
+    const fs::path parallel =
+        train(name, 2, {"model.multi_stage.layers_per_stage=1", "model.multi_stage.zero_stage=" + std::to_string(zero)});
+    EXPECT_NE(output_.find("gradients in 2 shared buffers"), std::string::npos) << output_;
+    EXPECT_EQ(output_.find("weights in 2 shared buffers") != std::string::npos, zero == 3) << output_;
+    expect_same_records(records(parallel), records(single), kTolerance);
+    expect_same_checkpoint(parallel, single, 3, kTolerance);
+  }
+  // Two micro-batches per rank: ZeRO-2 and 3 add each depth-first group's reduced gradients up in the shard.
+  const fs::path single_df4 = train("df4", 0, {"schedule.depth_first_micro_batches=4"});
+  const fs::path accumulated = train("dp2_z3_df2", 2, {"model.multi_stage.layers_per_stage=1",
+                                                        "model.multi_stage.zero_stage=3",
+                                                        "schedule.depth_first_micro_batches=2"});
+  expect_same_records(records(accumulated), records(single_df4), kTolerance);
+  expect_same_checkpoint(accumulated, single_df4, 3, kTolerance);
+
+  // The ZeRO-3 checkpoint of step 2: resumed bit for bit in its own layout, continued by one process and by four.
+  const fs::path z3 = directory_ / "dp2_z3";
+  const fs::path resumed = stopped_copy(z3, "dp2_z3_resumed", 2);
+  train("dp2_z3_resumed", 2, {"model.multi_stage.layers_per_stage=1", "model.multi_stage.zero_stage=3"});
+  expect_same_checkpoint(resumed, z3, 3, 0.0);
+  const fs::path by_one = stopped_copy(z3, "dp2_z3_by_1", 2);
+  train("dp2_z3_by_1", 0, {"schedule.depth_first_micro_batches=2"});
+  expect_same_checkpoint(by_one, single, 3, kTolerance);
+  // Four processes make a batch of four: compared with one process that continues the same checkpoint with four
+  // micro-batches.
+  const fs::path by_four = stopped_copy(z3, "dp2_z3_by_4", 2);
+  train("dp2_z3_by_4", 4, {"model.multi_stage.zero_stage=3", "model.multi_stage.layers_per_stage=1"});
+  const fs::path by_one_df4 = stopped_copy(z3, "dp2_z3_by_1_df4", 2);
+  train("dp2_z3_by_1_df4", 0, {"schedule.depth_first_micro_batches=4"});
+  expect_same_checkpoint(by_four, by_one_df4, 3, kTolerance);
+}
+
+TEST_F(DataParallelTrainingTest, FourProcessesWithTwoMicroBatchesEachMatchOneWithEight) {
+  const fs::path single = train("df8", 0, {"schedule.depth_first_micro_batches=8"});
+  const fs::path parallel = train("dp4_df2", 4, {"schedule.depth_first_micro_batches=2"});
+  expect_same_records(records(parallel), records(single), kTolerance);
+  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  // Four ranks' checkpoint of step 2 continued by two processes with four micro-batches each.
+  const fs::path loaded = stopped_copy(parallel, "dp4_loaded_by_2", 2);
+  train("dp4_loaded_by_2", 2, {"schedule.depth_first_micro_batches=4"});
+  expect_same_checkpoint(loaded, single, 3, kTolerance);
+}
+
+}  // namespace
+}  // namespace fast_llm
