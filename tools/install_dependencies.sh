@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages fast-llm builds against, if any is missing (needs root or sudo). g++ brings its own
-# OpenMP (libgomp).
+# OpenMP (libgomp). openmpi-bin is only for the test that launches training with mpirun.
 # --fuzz: also clang 16 with libFuzzer, the sanitizers and LLVM's OpenMP, for the `fuzz` preset (clang 14, Debian 12's
 # default, has no std::source_location). Debian's libomp-dev is clang 14's and conflicts with libomp-16-dev: it is not
 # installed.
 set -euo pipefail
 packages=(cmake ninja-build g++ libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev
-          libgloo-dev libgtest-dev libbenchmark-dev python3 ccache)
+          libgloo-dev libgtest-dev libbenchmark-dev python3 ccache openmpi-bin)
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang-16 libclang-rt-16-dev libomp-16-dev)
 fi

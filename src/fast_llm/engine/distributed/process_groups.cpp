@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
@@ -20,6 +22,17 @@ std::shared_ptr<distributed::Store> rendezvous_store(const DistributedConfig& co
   if (config.rendezvous == RendezvousKind::file)
     return distributed::file_store(*config.rendezvous_directory, timeout);
   const distributed::ProcessLaunch launch = distributed::read_process_launch();
+  // mpirun on one machine without MASTER_ADDR: its job's temporary folder (removed by mpirun when the job ends) is a
+  // place every process sees, so the processes meet through files there.
+  const char* job = std::getenv("OMPI_MCA_ess_base_jobid");
+  if (launch.launcher == distributed::Launcher::openmpi && !launch.master_address && job != nullptr &&
+      launch.local_world_size == launch.world_size) {
+    const char* job_folder = std::getenv("PMIX_SERVER_TMPDIR");
+    const std::filesystem::path folder =
+        job_folder != nullptr ? std::filesystem::path(job_folder) / "fast-llm-rendezvous"
+                              : std::filesystem::temp_directory_path() / fmt::format("fast-llm-rendezvous-{}", job);
+    return distributed::file_store(folder, timeout);
+  }
   if (!launch.master_address || !launch.store_port)
     throw ConfigError(config.field_path("world_size"),
                       fmt::format("is {}, but the environment gives no MASTER_ADDR and MASTER_PORT to meet at: start "

@@ -2,8 +2,9 @@
 // validated `model.distributed` config before the model's buffers exist.
 //
 // World size 1 builds nothing that talks: no store, and the groups below are null, so a one-process run takes the
-// same paths as before this existed. Otherwise rank 0 serves the rendezvous (`rendezvous: tcp` at MASTER_ADDR on the
-// port distributed/launch.h gives, or files in `rendezvous_directory`) and every process builds:
+// same paths as before this existed. Otherwise the processes meet at a store (`rendezvous: tcp`: served by rank 0 at
+// MASTER_ADDR, on the port distributed/launch.h gives; under mpirun on one machine without MASTER_ADDR, files in the
+// job's temporary folder; `rendezvous: file`: files in `rendezvous_directory`) and every process builds:
 //   data  the data-parallel group (every rank today: tensor and pipeline parallelism are part 2), over the run's
 //         device: NCCL on a GPU by default, Gloo on the CPU and when `backend: gloo` (GPU tensors staged through host
 //         memory, so several processes can share one GPU);
