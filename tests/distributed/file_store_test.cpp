@@ -10,6 +10,7 @@
 #include <string>
 
 #include "distributed/processes.h"
+#include "distributed/distributed_test_util.h"
 #include "fast_llm/core/error.h"
 #include "fast_llm/distributed/store.h"
 
@@ -21,24 +22,12 @@ using testing::run_processes;
 
 constexpr milliseconds kPatient{60000};
 
-template <class Function>
-std::string error_of(Function function) {
-  try {
-    function();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
+using fast_llm::testing::error_of;
 
 class FileStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = std::filesystem::temp_directory_path() /
-            fmt::format("fast_llm_file_store_test_{}_{}",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name(), ::getpid());
-    std::filesystem::remove_all(root_);
-    std::filesystem::create_directories(root_);
+    root_ = fast_llm::testing::fresh_test_folder("fast_llm_file_store_test");
   }
   void TearDown() override { std::filesystem::remove_all(root_); }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../cli/run_fast_llm.h"
+#include "distributed_test_util.h"
 
 namespace fast_llm {
 namespace {
@@ -112,11 +113,7 @@ Environment torchrun_environment(int rank, int world_size, int port) {
 class LaunchTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    directory_ = fs::temp_directory_path() /
-                 ("fast_llm_launch_test_" + std::to_string(getpid()) + "_" +
-                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(directory_);
-    fs::create_directories(directory_);
+    directory_ = testing::fresh_test_folder("fast_llm_launch_test");
     std::ofstream(directory_ / "config.yaml") << kConfig;
   }
   void TearDown() override {

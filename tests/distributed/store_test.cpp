@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "distributed/distributed_test_util.h"
 #include "distributed/processes.h"
 #include "fast_llm/core/error.h"
 
@@ -35,15 +36,7 @@ constexpr auto kBound = std::chrono::seconds(30);
 std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
 std::string text(const std::vector<uint8_t>& value) { return {value.begin(), value.end()}; }
 
-template <class Function>
-std::string error_of(Function function) {
-  try {
-    function();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
+using fast_llm::testing::error_of;
 
 enum class Kind { tcp, file };
 

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "distributed/distributed_test_util.h"
 #include "fast_llm/core/error.h"
 #include "fast_llm/distributed/store.h"
 #include "fast_llm/distributed/tcp_store_protocol.h"
@@ -27,15 +28,7 @@ using std::chrono::milliseconds;
 constexpr milliseconds kPatient{60000};
 constexpr auto kBound = std::chrono::seconds(30);
 
-template <class Function>
-std::string error_of(Function function) {
-  try {
-    function();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
+using fast_llm::testing::error_of;
 
 std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
 std::string text(const std::vector<uint8_t>& value) { return {value.begin(), value.end()}; }

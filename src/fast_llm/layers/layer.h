@@ -61,6 +61,9 @@ class Layer : public Module {
   // Whether a training forward already adds to parameter gradients (the head's fused loss computes its weight
   // gradients there): the engine must have the gradient buffer ready before the forward, not only the backward.
   virtual bool accumulates_gradients_in_forward() const { return false; }
+  // Parameters this layer reads (and adds gradients to) that another layer declares: the head's output weights when
+  // they are tied to the word embeddings. The engine needs them in the buffers of the declaring layer's stage.
+  virtual std::vector<Parameter*> borrowed_parameters() const { return {}; }
 };
 
 }  // namespace fast_llm::layers

@@ -124,6 +124,18 @@ MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, co
     stages_.push_back(std::make_unique<Stage>(int(index), std::move(layers), settings_, shared));
   }
   gradients_reduced_.assign(stages_.size(), false);
+  // A parameter read by a layer of another stage than its own (tied embeddings) would be read or written in its
+  // stage's shared buffer while another stage holds it.
+  if (shared_counts_.weights > 0 || shared_counts_.gradients > 0)
+    for (const auto& stage : stages_)
+      for (layers::Layer* layer : stage->layers())
+        for (layers::Parameter* borrowed : layer->borrowed_parameters())
+          if (!stage->find(borrowed->meta.name))
+            throw NotSupportedError("multi_stage",
+                                    fmt::format("stage {} reads parameter {} of another stage (tied weights), which "
+                                                "ZeRO-2 and 3 cannot hold in shared buffers yet; use zero_stage 1, or "
+                                                "untie the weights",
+                                                stage->index(), borrowed->meta.name));
   // A stage that adds to its gradients in its forward (the head) begins them there; that is safe in a shared buffer
   // only for the last stage, whose backward (and reduction) comes right after its forward, before any other stage
   // writes gradients.

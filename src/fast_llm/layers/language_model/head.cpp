@@ -68,6 +68,7 @@ LanguageModelHead::LanguageModelHead(std::string name, const LanguageModelHeadCo
                "tied output weights of shape {} for vocab {} and hidden {}", tied_output_weights->meta.shape.str(),
                vocab_size, hidden_size);
     output_weights_ = tied_output_weights;
+    output_weights_tied_ = true;
   } else {
     auto weight = parameter_settings(config.output_weight, default_weight_initialization(hidden_size), lr_scale);
     output_weights_ = &declare("output_weights", Shape{vocab_size, hidden_size}, weight.initialization,

@@ -37,6 +37,10 @@ class LanguageModelHead : public Layer {
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
   bool accumulates_gradients_in_forward() const override { return true; }
+  std::vector<Parameter*> borrowed_parameters() const override {
+    if (output_weights_tied_) return {output_weights_};
+    return {};
+  }
   double flops(const MicroBatch& batch) const override;
 
   Parameter& output_weights() { return *output_weights_; }
@@ -62,6 +66,7 @@ class LanguageModelHead : public Layer {
   std::optional<Loss> z_loss_;
   Normalization final_norm_;
   Parameter* output_weights_ = nullptr;
+  bool output_weights_tied_ = false;  // the word embeddings', declared by the embedding layer
   SavedPerMicroBatch<Saved> saved_;
 };
 
