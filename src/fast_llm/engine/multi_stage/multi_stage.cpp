@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
@@ -67,14 +68,32 @@ SharedBufferCounts shared_buffer_counts(const MultiStageConfig& multi_stage, int
           .gradients = training ? count(multi_stage.num_grad_buffers) : 0};
 }
 
+std::vector<bool> stages_lending_parameters(const std::vector<std::vector<layers::Layer*>>& stages) {
+  std::map<const layers::Parameter*, size_t> owner;
+  for (size_t index = 0; index < stages.size(); ++index)
+    for (layers::Layer* layer : stages[index])
+      for (layers::Parameter* parameter : layer->parameters()) owner[parameter] = index;
+  std::vector<bool> lending(stages.size(), false);
+  for (size_t index = 0; index < stages.size(); ++index)
+    for (layers::Layer* layer : stages[index])
+      for (layers::Parameter* borrowed : layer->borrowed_parameters())
+        if (auto found = owner.find(borrowed); found != owner.end() && found->second != index)
+          lending[found->second] = true;
+  return lending;
+}
+
 int64_t multi_stage_buffer_bytes(const std::vector<std::vector<layers::Layer*>>& stages,
                                  const MultiStageConfig& multi_stage, const StageSettings& settings) {
   const SharedBufferCounts shared =
       shared_buffer_counts(multi_stage, settings.data_parallel, stages.size(), settings.training);
+  const std::vector<bool> lending = stages_lending_parameters(stages);
   int64_t bytes = 0, largest_weights = 0, largest_gradients = 0;
-  for (const auto& layers : stages) {
-    const StageRegions regions = stage_regions(layers, settings.data_parallel);
-    bytes += stage_buffer_bytes(regions, settings, {.weights = shared.weights > 0, .gradients = shared.gradients > 0});
+  for (size_t index = 0; index < stages.size(); ++index) {
+    const StageRegions regions = stage_regions(stages[index], settings.data_parallel);
+    const bool own = lending[index];
+    bytes += stage_buffer_bytes(regions, settings,
+                                {.weights = !own && shared.weights > 0, .gradients = !own && shared.gradients > 0});
+    if (own) continue;
     largest_weights = std::max(largest_weights, regions.trainable + regions.frozen);
     largest_gradients = std::max(largest_gradients, regions.trainable);
   }
@@ -98,9 +117,13 @@ MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, co
   settings_.data_group = data_parallel > 1 ? data_group : nullptr;
   std::vector<std::vector<layers::Layer*>> stage_layers = split_into_stages(layers_, multi_stage.layers_per_stage);
   shared_counts_ = shared_buffer_counts(multi_stage, data_parallel, stage_layers.size(), training);
+  // A stage whose parameters a layer of another stage reads (the embeddings, when the head's output weights are tied
+  // to them) keeps its own full buffers: the other stage uses them while the shared ones hold other stages.
+  const std::vector<bool> lending = stages_lending_parameters(stage_layers);
   int64_t largest_weights = 0, largest_gradients = 0;
-  for (const auto& layers : stage_layers) {
-    const StageRegions regions = stage_regions(layers, data_parallel);
+  for (size_t index = 0; index < stage_layers.size(); ++index) {
+    if (lending[index]) continue;
+    const StageRegions regions = stage_regions(stage_layers[index], data_parallel);
     largest_weights = std::max(largest_weights, regions.trainable + regions.frozen);
     largest_gradients = std::max(largest_gradients, regions.trainable);
   }
@@ -119,23 +142,15 @@ MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, co
   for (std::vector<layers::Layer*>& layers : stage_layers) {
     const size_t index = stages_.size();
     SharedStageBuffers shared;
+    if (lending[index]) {
+      stages_.push_back(std::make_unique<Stage>(int(index), std::move(layers), settings_, shared));
+      continue;
+    }
     if (!shared_weights_.empty()) shared.weights = shared_weights_[index % shared_weights_.size()];
     if (!shared_gradients_.empty()) shared.gradients = shared_gradients_[index % shared_gradients_.size()];
     stages_.push_back(std::make_unique<Stage>(int(index), std::move(layers), settings_, shared));
   }
   gradients_reduced_.assign(stages_.size(), false);
-  // A parameter read by a layer of another stage than its own (tied embeddings) would be read or written in its
-  // stage's shared buffer while another stage holds it.
-  if (shared_counts_.weights > 0 || shared_counts_.gradients > 0)
-    for (const auto& stage : stages_)
-      for (layers::Layer* layer : stage->layers())
-        for (layers::Parameter* borrowed : layer->borrowed_parameters())
-          if (!stage->find(borrowed->meta.name))
-            throw NotSupportedError("multi_stage",
-                                    fmt::format("stage {} reads parameter {} of another stage (tied weights), which "
-                                                "ZeRO-2 and 3 cannot hold in shared buffers yet; use zero_stage 1, or "
-                                                "untie the weights",
-                                                stage->index(), borrowed->meta.name));
   // A stage that adds to its gradients in its forward (the head) begins them there; that is safe in a shared buffer
   // only for the last stage, whose backward (and reduction) comes right after its forward, before any other stage
   // writes gradients.

@@ -14,7 +14,9 @@
 //   - weights (stage 3): gathered from the shards into the stage's buffer before its forward and backward, and the
 //     next stage's (in that direction) started at once, so its gather runs while this stage computes; after an
 //     optimizer step the gathered weights are stale and are gathered again at their next use.
-// With one data-parallel rank there is nothing to shard and each stage has its own buffers.
+// A stage whose parameters another stage's layer reads (the embeddings, when the head's output weights are tied to
+// them) keeps its own full buffers, gathered and reduced as in stage 1. With one data-parallel rank there is nothing to
+// shard and each stage has its own buffers.
 #pragma once
 
 #include <memory>
@@ -50,6 +52,9 @@ struct SharedBufferCounts {
 };
 SharedBufferCounts shared_buffer_counts(const MultiStageConfig& multi_stage, int data_parallel, size_t num_stages,
                                         bool training);
+// Per stage: whether a layer of another stage reads one of its parameters (tied weights); such a stage keeps its own
+// full buffers under ZeRO-2 and 3.
+std::vector<bool> stages_lending_parameters(const std::vector<std::vector<layers::Layer*>>& stages);
 // Bytes of every buffer of the stages of `stages` (their own and the shared ones), computed without building them.
 int64_t multi_stage_buffer_bytes(const std::vector<std::vector<layers::Layer*>>& stages,
                                  const MultiStageConfig& multi_stage, const StageSettings& settings);
