@@ -291,11 +291,16 @@ class NcclCommunicator final : public Communicator {
       }
     }
     CudaDeviceGuard guard(state_->device);
-    ncclConfig_t config = nonblocking_config();
+    // The split itself is blocking: with a non-blocking config NCCL 2.28 handed back no communicator for a rank alone
+    // in its group (H200, 2026-12-02). Every rank has published its color above, so all of them are here.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 1;
     ncclComm_t child = nullptr;
     ncclComm_t parent = state_->comm;
     settle(*state_, parent, ncclCommSplit(parent, color < 0 ? NCCL_SPLIT_NOCOLOR : color, rank_, &child, &config),
            operation);
+    FLM_CHECK(color < 0 || child != nullptr, kComponent, "{} on {}: NCCL returned no communicator", operation,
+              state_->name);
     if (color < 0) return nullptr;
     std::vector<int> world_ranks;
     int group_rank = 0;
@@ -309,7 +314,6 @@ class NcclCommunicator final : public Communicator {
     state->device = state_->device;
     state->timeout = state_->timeout;
     state->name = group_display_name(name, world_ranks);
-    settle(*state, child, ncclInProgress, operation);
     const int group_size = int(world_ranks.size());
     return std::make_unique<NcclCommunicator>(std::move(state), group_rank, group_size, store_,
                                               std::move(world_ranks), fmt::format("{}/{}", split_prefix, color));
