@@ -139,6 +139,8 @@ MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, co
     shared_gradients_.push_back(zeros(largest_gradients, settings_.gradient_dtype));
   weight_occupant_.assign(shared_weights_.size(), -1);
   pending_gathers_.resize(shared_weights_.size());
+  pending_refreshes_.resize(stage_layers.size());
+  pending_reductions_.resize(stage_layers.size());
   for (std::vector<layers::Layer*>& layers : stage_layers) {
     const size_t index = stages_.size();
     SharedStageBuffers shared;
@@ -212,19 +214,34 @@ void MultiStage::finish_gradients(Stream stream) {
 }
 
 void MultiStage::copy_gradients_to_shards(Stream stream) {
+  for (PendingCollectives& pending : pending_reductions_) pending.wait(stream);
   for (size_t index = 0; index < stages_.size(); ++index)
     if (!gradients_reduced_[index]) stages_[index]->copy_gradients_to_shard(stream);
   std::fill(gradients_reduced_.begin(), gradients_reduced_.end(), false);
 }
 
 void MultiStage::copy_weights_from_shards(Stream stream) {
+  wait_for_collectives(stream);
   for (auto& stage : stages_) stage->copy_weights_from_shard(stream);
   invalidate_gathered_weights();
 }
 
+void MultiStage::refresh_weights(size_t stage, Stream stream) {
+  Stage& current = *stages_[stage];
+  if (settings_.data_parallel == 1 || current.shares_weights()) return current.copy_weights_from_shard(stream, false);
+  pending_refreshes_[stage].wait(stream);
+  pending_refreshes_[stage] = current.start_gather_weights(stream, /*frozen=*/false);
+}
+
+void MultiStage::wait_for_collectives(Stream stream) {
+  for (PendingCollectives& pending : pending_refreshes_) pending.wait(stream);
+  for (PendingCollectives& pending : pending_reductions_) pending.wait(stream);
+  for (PendingCollectives& pending : pending_gathers_) pending.wait(stream);
+}
+
 void MultiStage::invalidate_gathered_weights() {
   // A gather still on its way writes into a buffer that is about to be gathered again: let it land first.
-  for (PendingGather& pending : pending_gathers_) pending.wait(compute_stream(settings_.device));
+  for (PendingCollectives& pending : pending_gathers_) pending.wait(compute_stream(settings_.device));
   std::fill(weight_occupant_.begin(), weight_occupant_.end(), -1);
 }
 
@@ -240,12 +257,19 @@ void MultiStage::gather_weights(size_t stage, Stream stream, bool prefetch) {
 }
 
 void MultiStage::before_forward(size_t stage, Stream stream, bool training) {
+  pending_refreshes_[stage].wait(stream);
   if (!shared_weights_.empty()) {
     gather_weights(stage, stream, /*prefetch=*/false);
     if (stage + 1 < stages_.size() && shared_weights_.size() > 1) gather_weights(stage + 1, stream, /*prefetch=*/true);
   }
-  if (training && stages_[stage]->shares_gradients() && gradients_in_forward(stage))
-    stages_[stage]->begin_gradients(stream);
+  if (training && stages_[stage]->shares_gradients() && gradients_in_forward(stage)) begin_shared_gradients(stage, stream);
+}
+
+void MultiStage::begin_shared_gradients(size_t stage, Stream stream) {
+  // The stages before it in the buffer may still be reading it.
+  const size_t count = shared_gradients_.size();
+  for (size_t other = stage % count; other < stages_.size(); other += count) pending_reductions_[other].wait(stream);
+  stages_[stage]->begin_gradients(stream);
 }
 
 void MultiStage::before_backward(size_t stage, Stream stream) {
@@ -255,7 +279,7 @@ void MultiStage::before_backward(size_t stage, Stream stream) {
   }
   // A shared gradient buffer holds another stage's (already reduced) gradients: start this stage's afresh, unless its
   // forward already began them.
-  if (stages_[stage]->shares_gradients() && !gradients_in_forward(stage)) stages_[stage]->begin_gradients(stream);
+  if (stages_[stage]->shares_gradients() && !gradients_in_forward(stage)) begin_shared_gradients(stage, stream);
 }
 
 bool MultiStage::gradients_in_forward(size_t stage) const {
@@ -269,7 +293,9 @@ void MultiStage::after_backward(size_t stage, bool first_group, bool last_group,
   Stage& current = *stages_[stage];
   if (!current.shares_gradients() && !last_group) return;
   current.finish_gradients(stream);
-  current.reduce_gradients(stream, /*accumulate=*/current.shares_gradients() && !first_group);
+  pending_reductions_[stage].wait(stream);
+  pending_reductions_[stage] =
+      current.reduce_gradients(stream, /*accumulate=*/current.shares_gradients() && !first_group);
   gradients_reduced_[stage] = true;
 }
 

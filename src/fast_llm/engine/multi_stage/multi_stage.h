@@ -10,7 +10,11 @@
 // forward and backward:
 //   - gradients: when a depth-first group's backward of a stage is done, they are reduce-scattered into the stage's
 //     shard (stage 1: after the last group; stage 2: after every group, added up in the shard, so the shared buffer is
-//     free for the next stage), on the data-parallel group's stream, while the backward goes on with other stages;
+//     free for the next stage), on the data-parallel group's stream or thread, while the backward goes on with other
+//     stages; the compute stream waits for a reduction only before the buffer is written again (the next stage that
+//     shares it) and before the optimizer reads the shards;
+//   - weights (stages 1 and 2): after the optimizer step each stage's are gathered from the shards while the next
+//     forward runs the stages before it, which wait for it only when they reach it;
 //   - weights (stage 3): gathered from the shards into the stage's buffer before its forward and backward, and the
 //     next stage's (in that direction) started at once, so its gather runs while this stage computes; after an
 //     optimizer step the gathered weights are stale and are gathered again at their next use.
@@ -93,8 +97,14 @@ class MultiStage {
   void copy_gradients_to_shards(Stream stream = {});
   // Every stage's compute weights from its master shard (stages that share weight buffers gather at their next use).
   void copy_weights_from_shards(Stream stream = {});
+  // After an optimizer step, stage `stage`'s compute weights from its master shard, trainable region only: a cast
+  // (one data-parallel rank), or a gather that the stage's next forward waits for (several), or nothing (ZeRO-3: it
+  // is gathered at its next use).
+  void refresh_weights(size_t stage, Stream stream);
   // The master shards changed (an optimizer step, a load): weights gathered into shared buffers are stale.
   void invalidate_gathered_weights();
+  // `stream` waits for every collective still on its way.
+  void wait_for_collectives(Stream stream);
 
   // The schedule's hooks (see the file comment), for stage `stage` of a depth-first group of micro-batches.
   void before_forward(size_t stage, Stream stream, bool training);
@@ -107,6 +117,8 @@ class MultiStage {
   // Makes `stage`'s weights ready in its shared buffer (gathering them unless they are there or on their way), then
   // `stream` waits for them; `prefetch` only starts the gather.
   void gather_weights(size_t stage, Stream stream, bool prefetch);
+  // Takes a shared gradient buffer over for `stage` (ZeRO-2), once the reductions of its other stages are done.
+  void begin_shared_gradients(size_t stage, Stream stream);
   // Whether a layer of the stage adds to parameter gradients in its forward (layers::Layer).
   bool gradients_in_forward(size_t stage) const;
 
@@ -118,7 +130,10 @@ class MultiStage {
   std::vector<Tensor> shared_weights_, shared_gradients_;
   // Per shared weight buffer: the stage whose weights it holds or is receiving (-1: none), and that gather.
   std::vector<int64_t> weight_occupant_;
-  std::vector<PendingGather> pending_gathers_;
+  std::vector<PendingCollectives> pending_gathers_;
+  // Per stage: the gather of its own full buffer after an optimizer step (waited for before its forward), and the
+  // reduction of its gradients (waited for before the optimizer reads the shards or the buffer is written again).
+  std::vector<PendingCollectives> pending_refreshes_, pending_reductions_;
   // Per stage: the schedule reduced its gradients this step.
   std::vector<bool> gradients_reduced_;
 };

@@ -238,10 +238,10 @@ Tensor Stage::trainable_compute_weight_shard() const {
   return weight_buffer_.slice(0, 0, trainable_shard_size());
 }
 
-void PendingGather::wait(Stream stream) {
+void PendingCollectives::wait(Stream stream) {
   for (const auto& work : works) work->wait(stream);
   works.clear();
-  parts.clear();
+  tensors.clear();
 }
 
 void Stage::copy_weights_from_shard(Stream stream, bool frozen) {
@@ -253,11 +253,11 @@ void Stage::copy_weights_from_shard(Stream stream, bool frozen) {
   start_gather_weights(stream, frozen).wait(stream);
 }
 
-PendingGather Stage::start_gather_weights(Stream stream, bool frozen) {
+PendingCollectives Stage::start_gather_weights(Stream stream, bool frozen) {
   FLM_ASSERT(settings_.data_parallel > 1 && settings_.data_group &&
                  settings_.data_group->size() == settings_.data_parallel,
              "stage {}: gathering weights without a data-parallel group", index_);
-  PendingGather pending;
+  PendingCollectives pending;
   // This rank's master shard (both regions, or the trainable one) in the compute dtype; each region is gathered on
   // its own, rank r's part landing at r * shard of the region, where the layout puts it.
   Tensor part = frozen ? weight_shard_ : weight_shard_.slice(0, 0, trainable_shard_size());
@@ -277,30 +277,35 @@ PendingGather Stage::start_gather_weights(Stream stream, bool frozen) {
     pending.works.push_back(settings_.data_group->all_gather(
         part.slice(0, trainable_shard_size(), trainable_shard_size() + frozen_shard_size()), full, stream));
   }
-  pending.parts.push_back(part);
+  pending.tensors.push_back(part);
   return pending;
 }
 
 void Stage::copy_gradients_to_shard(Stream stream) {
   if (gradients_alias_shard_ || !grad_buffer_.defined() || grad_buffer_.numel() == 0) return;
-  if (settings_.data_parallel > 1) return reduce_gradients(stream, /*accumulate=*/false);
+  if (settings_.data_parallel > 1) return reduce_gradients(stream, /*accumulate=*/false).wait(stream);
   kernels::cast({.source = grad_buffer_, .destination = grad_shard_, .stream = stream});
 }
 
-void Stage::reduce_gradients(Stream stream, bool accumulate) {
+PendingCollectives Stage::reduce_gradients(Stream stream, bool accumulate) {
   FLM_ASSERT(settings_.data_parallel > 1 && settings_.data_group &&
                  settings_.data_group->size() == settings_.data_parallel,
              "stage {}: reducing gradients without a data-parallel group", index_);
-  if (!grad_buffer_.defined() || grad_buffer_.numel() == 0) return;
+  PendingCollectives pending;
+  if (!grad_buffer_.defined() || grad_buffer_.numel() == 0) return pending;
   const bool direct = !accumulate && settings_.gradient_dtype == settings_.optimization_dtype;
   Tensor reduced = direct ? grad_shard_
                           : Tensor::empty(grad_shard_.shape(), settings_.gradient_dtype, settings_.device);
-  settings_.data_group->reduce_scatter(grad_buffer_, reduced, distributed::ReduceOp::sum, stream)->wait(stream);
-  if (direct) return;
+  pending.works.push_back(
+      settings_.data_group->reduce_scatter(grad_buffer_, reduced, distributed::ReduceOp::sum, stream));
+  pending.tensors.push_back(reduced);
+  if (direct) return pending;
+  pending.wait(stream);
   if (accumulate)
     kernels::axpy({.input = reduced, .output = grad_shard_, .alpha = 1.0, .stream = stream});
   else
     kernels::cast({.source = reduced, .destination = grad_shard_, .stream = stream});
+  return pending;
 }
 
 void Stage::zero_gradients(Stream stream) {

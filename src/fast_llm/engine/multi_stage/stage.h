@@ -82,11 +82,12 @@ struct SharedStageBuffers {
   Tensor gradients;  // gradient dtype, >= trainable_size
 };
 
-// Weights on their way into a stage's full buffer: `wait` before the buffer is read.
-struct PendingGather {
+// Collectives on their way (weights into a stage's full buffer, gradients into its shard): `wait` before their
+// output is read or their input written again.
+struct PendingCollectives {
   std::vector<std::unique_ptr<distributed::Work>> works;
-  std::vector<Tensor> parts;  // what is being sent, kept alive until then
-  // `stream` waits for the gathers.
+  std::vector<Tensor> tensors;  // temporaries they read or write, kept alive until then
+  // `stream` waits for them (nothing when none is pending).
   void wait(Stream stream);
 };
 
@@ -159,13 +160,15 @@ class Stage {
   void copy_weights_from_shard(Stream stream = {}, bool frozen = true);
   // Several data-parallel ranks: queues the gather of the weight buffer (the trainable region only when `frozen` is
   // false) from every rank's master shard.
-  PendingGather start_gather_weights(Stream stream, bool frozen = true);
+  PendingCollectives start_gather_weights(Stream stream, bool frozen = true);
   // grad_shard <- grad_buffer (cast to the optimization dtype); nothing when they are the same memory. Several
   // data-parallel ranks: reduce_gradients.
   void copy_gradients_to_shard(Stream stream = {});
   // Several data-parallel ranks: this rank's part of the sum over the ranks of their grad_buffer (a reduce-scatter),
-  // written into grad_shard, or added to it with `accumulate`.
-  void reduce_gradients(Stream stream, bool accumulate);
+  // written into grad_shard, or added to it with `accumulate`. Without `accumulate` the reduction is only queued:
+  // wait for what it returns before reading grad_shard or writing grad_buffer (the accumulation waits itself, as its
+  // addition follows on the stream).
+  PendingCollectives reduce_gradients(Stream stream, bool accumulate);
   void zero_gradients(Stream stream = {});
   // A training step's gradients without zeroing the buffer first (4 bytes per parameter less to write, and the
   // weight-gradient gemms skip reading it): begin_gradients marks the gradient of every parameter whose layers track

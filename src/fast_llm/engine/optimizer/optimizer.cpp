@@ -125,7 +125,8 @@ void Optimizer::queue_update(Stream stream) {
                                .beta_2 = config_.beta_2,
                                .stream = stream});
   const int rank = multi_stage_.settings().data_rank;
-  for (auto& stage : multi_stage_.stages()) {
+  for (size_t index = 0; index < multi_stage_.stages().size(); ++index) {
+    Stage* stage = multi_stage_.stages()[index].get();
     Tensor weights = stage->trainable_weight_shard();
     // Where the compute-dtype weights line up with the shard, Adam writes them in its own pass; else a cast follows.
     Tensor compute_weights = stage->trainable_compute_weight_shard();
@@ -149,7 +150,7 @@ void Optimizer::queue_update(Stream stream) {
                           .compute_weights = compute_weights.defined() ? &group_compute_weights : nullptr,
                           .stream = stream});
     }
-    if (!compute_weights.defined()) stage->copy_weights_from_shard(stream, /*frozen=*/false);
+    if (!compute_weights.defined()) multi_stage_.refresh_weights(index, stream);
   }
   multi_stage_.invalidate_gathered_weights();
 }
