@@ -27,6 +27,7 @@
 #include "../cli/run_fast_llm.h"
 #include "distributed_test_util.h"
 #include "fast_llm/engine/checkpoint/distributed.h"
+#include "fast_llm/engine/checkpoint/fast_llm_format.h"
 #include "fast_llm/engine/checkpoint/metadata.h"
 
 namespace fast_llm {
@@ -121,17 +122,29 @@ class DataParallelTrainingTest : public ::testing::Test {
   static void expect_same_checkpoint(const fs::path& actual, const fs::path& expected, int step, double tolerance) {
     const fs::path actual_folder = actual / "checkpoint" / std::to_string(step);
     const fs::path expected_folder = expected / "checkpoint" / std::to_string(step);
-    auto actual_state = engine::distributed_checkpoint_source(actual_folder,
-                                                              engine::read_checkpoint_metadata(actual_folder));
-    auto expected_state = engine::distributed_checkpoint_source(expected_folder,
-                                                                engine::read_checkpoint_metadata(expected_folder));
+    expect_same_state(*engine::distributed_checkpoint_source(actual_folder,
+                                                             engine::read_checkpoint_metadata(actual_folder)),
+                      *engine::distributed_checkpoint_source(expected_folder,
+                                                             engine::read_checkpoint_metadata(expected_folder)),
+                      tolerance);
+  }
+
+  // The `fast_llm` exports of step `step` of the two experiments, compared.
+  static void expect_same_export(const fs::path& actual, const fs::path& expected, int step, double tolerance) {
+    const fs::path folder = fs::path("export") / "fast_llm" / std::to_string(step);
+    expect_same_state(*engine::open_fast_llm_checkpoint(actual / folder).state,
+                      *engine::open_fast_llm_checkpoint(expected / folder).state, tolerance);
+  }
+
+  static void expect_same_state(const engine::TensorSource& actual_state, const engine::TensorSource& expected_state,
+                                double tolerance) {
     // The same tensors, in an order that follows each run's stage layout.
-    std::vector<std::string> names = expected_state->names(), actual_names = actual_state->names();
+    std::vector<std::string> names = expected_state.names(), actual_names = actual_state.names();
     std::sort(names.begin(), names.end());
     std::sort(actual_names.begin(), actual_names.end());
     ASSERT_EQ(actual_names, names);
     for (const std::string& name : names) {
-      const Tensor a = actual_state->load(name), b = expected_state->load(name);
+      const Tensor a = actual_state.load(name), b = expected_state.load(name);
       ASSERT_EQ(a.numel(), b.numel()) << name;
       const float* x = a.data_as<float>();
       const float* y = b.data_as<float>();
@@ -171,10 +184,16 @@ class DataParallelTrainingTest : public ::testing::Test {
 };
 
 TEST_F(DataParallelTrainingTest, TwoProcessesMatchOneWithTwoMicroBatchesAndResume) {
-  const fs::path single = train("df2", 0, {"schedule.depth_first_micro_batches=2"});
-  const fs::path parallel = train("dp2", 2, {});
+  // Both export the model of step 3 in the layout-free fast_llm format too (the two ranks' shards gathered).
+  const std::vector<std::string> exported{"training.export.format=fast_llm", "training.export.interval=3",
+                                          "training.export.optimizer_state=true"};
+  std::vector<std::string> single_overrides = exported;
+  single_overrides.push_back("schedule.depth_first_micro_batches=2");
+  const fs::path single = train("df2", 0, single_overrides);
+  const fs::path parallel = train("dp2", 2, exported);
   expect_same_records(records(parallel), records(single), kTolerance);
   expect_same_checkpoint(parallel, single, 3, kTolerance);
+  expect_same_export(parallel, single, 3, kTolerance);
   // Each rank wrote its shard; the metadata lists both.
   EXPECT_TRUE(fs::exists(parallel / "checkpoint" / "3" / "rank_0.safetensors"));
   EXPECT_TRUE(fs::exists(parallel / "checkpoint" / "3" / "rank_1.safetensors"));
@@ -193,15 +212,17 @@ TEST_F(DataParallelTrainingTest, TwoProcessesMatchOneWithTwoMicroBatchesAndResum
 
 // ZeRO-2 and 3 with one stage per layer (four stages, two shared buffers: the buffers really are shared).
 TEST_F(DataParallelTrainingTest, ZeroStagesTwoAndThreeMatchOneProcess) {
-  const fs::path single = train("df2", 0, {"schedule.depth_first_micro_batches=2"});
+  const std::string exported = "training.export={format: fast_llm, interval: 3}";
+  const fs::path single = train("df2", 0, {"schedule.depth_first_micro_batches=2", exported});
   for (int zero : {2, 3}) {
     const std::string name = "dp2_z" + std::to_string(zero);
-    const fs::path parallel =
-        train(name, 2, {"model.multi_stage.layers_per_stage=1", "model.multi_stage.zero_stage=" + std::to_string(zero)});
+    const fs::path parallel = train(name, 2, {"model.multi_stage.layers_per_stage=1",
+                                              "model.multi_stage.zero_stage=" + std::to_string(zero), exported});
     EXPECT_NE(output_.find("gradients in 2 shared buffers"), std::string::npos) << output_;
     EXPECT_EQ(output_.find("weights in 2 shared buffers") != std::string::npos, zero == 3) << output_;
     expect_same_records(records(parallel), records(single), kTolerance);
     expect_same_checkpoint(parallel, single, 3, kTolerance);
+    expect_same_export(parallel, single, 3, kTolerance);
   }
   // Two micro-batches per rank: ZeRO-2 and 3 add each depth-first group's reduced gradients up in the shard.
   const fs::path single_df4 = train("df4", 0, {"schedule.depth_first_micro_batches=4"});

@@ -112,8 +112,10 @@ std::filesystem::path save_training_export(const std::filesystem::path& experime
           write_distributed_checkpoint(temporary, multi_stage, distributed_contents(save));
           return;
         }
-        export_checkpoint(temporary, options, save.model, multi_stage_source(multi_stage, optimizer_state),
-                          save.state, save.consumed_samples);
+        // Every rank takes part in gathering the state; rank 0 writes the export.
+        std::shared_ptr<TensorSource> state = multi_stage_source(multi_stage, optimizer_state);
+        if (groups.is_main())
+          export_checkpoint(temporary, options, save.model, state, save.state, save.consumed_samples);
       },
       /*sync=*/true, groups);
   if (groups.is_main()) prune_checkpoints(root, retention);

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "fast_llm/core/error.h"
@@ -258,14 +259,46 @@ std::map<std::string, std::string> write_safetensors_set(const std::filesystem::
 // ---------------------------------------------------------------------------------------------------------------
 // Stages
 
+namespace {
+
+// Several data-parallel ranks: each stage's master weights (trainable and frozen regions) and Adam moments gathered
+// from every rank's shard into host tensors in stage coordinates. Every rank of the group calls it.
+struct GatheredStage {
+  Tensor trainable, frozen, exp_avg, exp_avg_sq;
+};
+
+GatheredStage gather_stage(Stage& stage, bool optimizer_state) {
+  const StageSettings& settings = stage.settings();
+  const Stream stream = compute_stream(settings.device);
+  auto gather = [&](const Tensor& part, int64_t full_size) {
+    Tensor full = Tensor::empty(Shape{full_size}, part.dtype(), settings.device);
+    if (full_size > 0) settings.data_group->all_gather(part, full, stream)->wait(stream);
+    return host_copy(full);
+  };
+  const int64_t trainable_shard = stage.trainable_shard_size();
+  GatheredStage gathered;
+  gathered.trainable = gather(elements(stage.weight_shard(), 0, trainable_shard), stage.trainable_size());
+  gathered.frozen = gather(elements(stage.weight_shard(), trainable_shard, stage.frozen_shard_size()),
+                           stage.frozen_size());
+  if (optimizer_state) {
+    gathered.exp_avg = gather(stage.exp_avg(), stage.trainable_size());
+    gathered.exp_avg_sq = gather(stage.exp_avg_sq(), stage.trainable_size());
+  }
+  return gathered;
+}
+
+}  // namespace
+
 std::shared_ptr<TensorSource> multi_stage_source(MultiStage& multi_stage, bool optimizer_state) {
   auto result = std::make_shared<TensorList>("the model being trained");
-  FLM_CHECK(multi_stage.settings().data_parallel == 1, kComponent,
-            "saving the model state from {} data-parallel shards needs the distributed engine",
-            multi_stage.settings().data_parallel);
   FLM_CHECK(!optimizer_state || multi_stage.settings().training, kComponent,
             "the model has no optimizer state (it was built for inference)");
   const DType dtype = multi_stage.settings().optimization_dtype;
+  // Sharded over several ranks: the whole state comes to every rank's host first (a collective).
+  std::map<const Stage*, std::shared_ptr<GatheredStage>> gathered;
+  if (multi_stage.settings().data_parallel > 1)
+    for (auto& stage : multi_stage.stages())
+      gathered[stage.get()] = std::make_shared<GatheredStage>(gather_stage(*stage, optimizer_state));
   // Parameters in the layers' declaration order.
   for (layers::Layer* layer : multi_stage.layers()) {
     for (layers::Parameter* parameter : layer->parameters()) {
@@ -277,16 +310,35 @@ std::shared_ptr<TensorSource> multi_stage_source(MultiStage& multi_stage, bool o
           break;
         }
       FLM_ASSERT(slot != nullptr, "parameter {} is in no stage", parameter->meta.name);
+      const Shape shape = parameter->meta.shape;
+      const bool frozen = parameter->meta.frozen;
+      if (auto found = gathered.find(owner); found != gathered.end()) {
+        const std::shared_ptr<GatheredStage> stage = found->second;
+        const int64_t begin = frozen ? slot->offset - owner->trainable_size() : slot->offset;
+        const int64_t count = slot->numel;
+        auto read_from = [stage, begin, count, shape](Tensor GatheredStage::*buffer) {
+          return [stage, begin, count, shape, buffer] {
+            return host_copy(elements((*stage).*buffer, begin, count)).reshape(shape);
+          };
+        };
+        result->add(state_key(parameter->meta.name, kWeightsShard), {dtype, shape},
+                    read_from(frozen ? &GatheredStage::frozen : &GatheredStage::trainable));
+        if (optimizer_state && !frozen) {
+          result->add(state_key(parameter->meta.name, kExpAvgShard), {dtype, shape}, read_from(&GatheredStage::exp_avg));
+          result->add(state_key(parameter->meta.name, kExpAvgSqShard), {dtype, shape},
+                      read_from(&GatheredStage::exp_avg_sq));
+        }
+        continue;
+      }
       const Overlap overlap = overlap_of(*owner, *slot);
       FLM_ASSERT(overlap.count == slot->numel, "parameter {} is not whole in this rank's shard", parameter->meta.name);
-      const Shape shape = parameter->meta.shape;
       auto read_from = [owner, overlap, shape](Tensor& (Stage::*buffer)()) {
         return [owner, overlap, shape, buffer] {
           return host_copy(elements((owner->*buffer)(), overlap.shard_position, overlap.count)).reshape(shape);
         };
       };
       result->add(state_key(parameter->meta.name, kWeightsShard), {dtype, shape}, read_from(&Stage::weight_shard));
-      if (optimizer_state && !parameter->meta.frozen) {
+      if (optimizer_state && !frozen) {
         result->add(state_key(parameter->meta.name, kExpAvgShard), {dtype, shape}, read_from(&Stage::exp_avg));
         result->add(state_key(parameter->meta.name, kExpAvgSqShard), {dtype, shape}, read_from(&Stage::exp_avg_sq));
       }

@@ -125,9 +125,10 @@ std::map<std::string, std::string> write_safetensors_set(const std::filesystem::
                                                          const std::map<std::string, std::string>& metadata = {},
                                                          bool sync = false);
 
-// The state of every parameter of `multi_stage` (this rank's shards must hold whole parameters: one data-parallel
-// rank), in the optimization dtype: `P/weights` for every parameter, and with `optimizer_state` `P/exp_avg` and
-// `P/exp_avg_sq` for trainable ones. Tensors are read from the stage buffers when loaded.
+// The state of every parameter of `multi_stage`, in the optimization dtype: `P/weights` for every parameter, and with
+// `optimizer_state` `P/exp_avg` and `P/exp_avg_sq` for trainable ones. With one data-parallel rank tensors are read
+// from the stage buffers when loaded; with several, every rank must call it: the shards are gathered from all ranks
+// into this process's memory first (the whole state in the optimization dtype).
 std::shared_ptr<TensorSource> multi_stage_source(MultiStage& multi_stage, bool optimizer_state);
 
 // Loads the state of every parameter of `multi_stage` from `source`: `P/weights` for every parameter (converted to

@@ -47,13 +47,6 @@ void check_saves(const TrainerSections& sections) {
     throw ConfigError(run.field_path("experiment_dir"),
                       fmt::format("is needed to save exports ({} is set)", training.export_.field_path("interval")));
   if (!training.export_.enabled()) return;
-  if (sections.model.distributed.data_parallel() > 1 && training.export_.format != CheckpointFormat::distributed)
-    throw NotSupportedError("training",
-                            fmt::format("{}: exports in format {} from {} data-parallel ranks are not supported yet; "
-                                        "export with `fast-llm convert` from the run's checkpoints",
-                                        training.export_.field_path("format"),
-                                        config::enum_name(training.export_.format),
-                                        sections.model.distributed.data_parallel()));
   if (!training.export_.model_weights)
     throw ConfigError(training.export_.field_path("model_weights"),
                       "exports without weights are not written: set model_weights: true");
