@@ -172,6 +172,17 @@ MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, co
                                         : std::string());
 }
 
+MultiStage::~MultiStage() {
+  try {
+    const Stream stream = compute_stream(settings_.device);
+    wait_for_collectives(stream);
+    synchronize(settings_.device, stream);
+  } catch (const Error& error) {
+    // A destructor must not throw: the collective's own error was reported where it was waited for, or is here.
+    log_error("{}", error.what());
+  }
+}
+
 int64_t MultiStage::num_parameters() const {
   int64_t count = 0;
   for (const auto& stage : stages_)

@@ -69,6 +69,8 @@ class MultiStage {
   // `data_group` (not owned, outliving this) is the data-parallel group, needed when there are several ranks.
   MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, const DistributedConfig& distributed,
              Device device, bool training = true, distributed::Communicator* data_group = nullptr);
+  // Waits for the collectives still on their way (they write into this model's buffers).
+  ~MultiStage();
   MultiStage(const MultiStage&) = delete;
   MultiStage& operator=(const MultiStage&) = delete;
 
