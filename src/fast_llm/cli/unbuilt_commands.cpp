@@ -27,14 +27,6 @@ void add_refused_command(CLI::App& parent, CommandAction& action, const std::str
   });
 }
 
-void add_evaluate_command(CLI::App& app, CommandAction& action) {
-  auto* evaluate = app.add_subcommand("evaluate", "Run the evaluators of a training config on a pretrained model.");
-  evaluate->require_subcommand(0, 1);
-  add_refused_command(*evaluate, action, "gpt", "Evaluate a GPT model.", "evaluate",
-                      "stand-alone evaluation needs loading a pretrained checkpoint, which is not available yet; "
-                      "evaluators of type `loss` run inside `train gpt`");
-}
-
 void add_generate_command(CLI::App& app, CommandAction& action) {
   add_refused_command(app, action, "generate", "Generate text with a trained model.", "generate",
                       "text generation is not available yet");
