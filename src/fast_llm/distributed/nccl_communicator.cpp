@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <numeric>
@@ -291,16 +292,27 @@ class NcclCommunicator final : public Communicator {
       }
     }
     CudaDeviceGuard guard(state_->device);
-    // The split itself is blocking: with a non-blocking config NCCL 2.28 handed back no communicator for a rank alone
-    // in its group (H200, 2026-12-02). Every rank has published its color above, so all of them are here.
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 1;
+    // On a non-blocking parent the split runs like a collective of the parent: the call may return before the work is
+    // done (even with ncclSuccess), the parent reports ncclInProgress until it is, and only then is the new handle
+    // written (NCCL 2.28 on the H200 handed back no handle when it was read right after the call). So: wait for the
+    // parent, then for the handle, then for the new communicator's own initialisation.
+    ncclConfig_t config = nonblocking_config();
     ncclComm_t child = nullptr;
     ncclComm_t parent = state_->comm;
-    settle(*state_, parent, ncclCommSplit(parent, color < 0 ? NCCL_SPLIT_NOCOLOR : color, rank_, &child, &config),
-           operation);
-    FLM_CHECK(color < 0 || child != nullptr, kComponent, "{} on {}: NCCL returned no communicator", operation,
-              state_->name);
+    ncclResult_t result = ncclCommSplit(parent, color < 0 ? NCCL_SPLIT_NOCOLOR : color, rank_, &child, &config);
+    if (result == ncclSuccess) {
+      const ncclResult_t query = ncclCommGetAsyncError(parent, &result);
+      if (query != ncclSuccess) result = query;
+    }
+    settle(*state_, parent, result, operation);
+    if (color >= 0) {
+      std::atomic_ref<ncclComm_t> handle(child);
+      const auto deadline = std::chrono::steady_clock::now() + state_->timeout;
+      while (handle.load() == nullptr && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(kPollInterval);
+      FLM_CHECK(handle.load() != nullptr, kComponent, "{} on {}: NCCL returned no communicator within {} ms", operation,
+                state_->name, state_->timeout.count());
+    }
     if (color < 0) return nullptr;
     std::vector<int> world_ranks;
     int group_rank = 0;
@@ -314,6 +326,7 @@ class NcclCommunicator final : public Communicator {
     state->device = state_->device;
     state->timeout = state_->timeout;
     state->name = group_display_name(name, world_ranks);
+    settle(*state, child, ncclInProgress, operation);
     const int group_size = int(world_ranks.size());
     return std::make_unique<NcclCommunicator>(std::move(state), group_rank, group_size, store_,
                                               std::move(world_ranks), fmt::format("{}/{}", split_prefix, color));
