@@ -32,6 +32,10 @@ void GPTTrainerConfig::visit(config::Visitor& v) {
 void GPTTrainerConfig::check() const {
   for (const auto& [name, evaluator] : training.evaluators) {
     if (!evaluator.is<engine::LossEvaluatorConfig>()) continue;
+    // An evaluator without an interval or without iterations never runs (Fast-LLM's meaning of `iterations: null`,
+    // as in its examples/mistral.yaml): it needs no dataset.
+    const auto& loss = static_cast<const engine::LossEvaluatorConfig&>(evaluator.get());
+    if (!loss.enabled() || !loss.iterations) continue;
     if (!data.datasets.contains(name))
       throw ConfigError(training.evaluators.empty() ? path() : training.path() + ".evaluators." + name,
                         fmt::format("a loss evaluator needs the dataset `data.datasets.{}`", name));

@@ -285,8 +285,12 @@ std::vector<HfConfigEntry> llama_family_config(const LlamaFamilyDefaults& defaul
       hf_rename("attention_dropout", {mixer + ".dropout"}, HfValueType::number, 0.0),
       hf_custom({"rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor"}, import_rotary,
                 export_rotary),
-      // Keys that do not change what the model computes.
-      hf_ignored({"bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+      // nanotron's exports (SmolLM2) say their rotary pairs halves, as Hugging Face's does; interleaved pairs would be
+      // another function.
+      hf_fixed_key("rope_interleaved", false, /*write=*/false),
+      // Keys that do not change what the model computes (`is_llama_config`: a marker nanotron writes, read by nothing;
+      // `pretraining_tp`: transformers slices the same matmuls into that many pieces).
+      hf_ignored({"is_llama_config", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
                   "transformers_version", "initializer_range", "use_cache", "torch_dtype", "dtype", "_name_or_path",
                   "pretraining_tp", "output_attentions", "output_hidden_states", "return_dict", "tokenizer_class",
                   "id2label", "label2id", "problem_type", "finetuning_task", "task_specific_params", "prefix",
