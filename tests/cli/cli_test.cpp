@@ -275,6 +275,84 @@ TEST_F(CliTest, Prepare) {
   expect({"prepare", "gpt_memmap", "--nonsense"}, 109, "--nonsense");
 }
 
+// Fast-LLM's examples/mistral.yaml as Fast-LLM ships it (its test suite validates it): its evaluator has
+// `iterations: null` and no dataset, which Fast-LLM accepts as an evaluator that never runs.
+constexpr const char* kFastLlmMistralExample = R"(
+training:
+  train_iters: 100
+  num_workers: 8
+  logs:
+    interval: 10
+  evaluators:
+    validation:
+      type: loss
+      iterations: null
+data:
+  datasets:
+    training:
+      type: random
+  micro_batch_size: 8192
+  maximum_document_length: 4096
+optimizer:
+  learning_rate:
+    base: 1.0e-05
+    decay_style: constant
+    warmup_iterations: 0
+  weight_decay: 0.1
+  beta_1: 0.9
+  beta_2: 0.95
+model:
+  base_model:
+    embeddings:
+      vocab_size: 32000
+      dropout: 0.0
+    decoder:
+      block:
+        mixer:
+          type: attention
+          rotary:
+            type: default
+            theta: 10000
+          heads: 32
+          head_groups: 8
+          head_size: 128
+          add_linear_biases: false
+          window_size: 4096
+          dropout: 0.0
+        mlp:
+          intermediate_size: 14336
+          add_linear_biases: false
+          gated: true
+          activation: silu
+        normalization:
+          type: rms_norm
+          epsilon: 1.0e-05
+        dropout: 0.0
+      num_blocks: 32
+    head:
+      normalization:
+        type: rms_norm
+        epsilon: 1.0e-05
+    hidden_size: 4096
+    tied_embedding_weight: false
+  multi_stage:
+    zero_stage: 2
+  distributed:
+    compute_dtype: bf16
+    seed: 984059
+run:
+  experiment_dir: mistral_example
+)";
+
+TEST_F(CliTest, FastLlmMistralExampleValidates) {
+  const fs::path config = write("mistral.yaml", kFastLlmMistralExample);
+  expect({"train", "gpt", "-c", config.string(), "--validate"}, 0, "window_size: 4096");
+  // The same evaluator, once it runs, needs its dataset.
+  expect({"train", "gpt", "-c", config.string(), "training.evaluators.validation.iterations=2",
+          "training.evaluators.validation.interval=10", "--validate"},
+         1, "data.datasets.validation");
+}
+
 // The loss that the last line of evaluator `validation` printed in `output`, or -1 when there is none.
 double validation_loss(const std::string& output) {
   const size_t line = output.rfind("validation/validation");
