@@ -104,6 +104,36 @@ TEST(ConfigSystem, DefaultsAndValues) {
   EXPECT_FALSE(config.is_explicit("name"));
 }
 
+// Plain scalars read as PyYAML (YAML 1.1) reads them, so a Fast-LLM config means the same here; and an exponent
+// without a dot is the number its writer meant (PyYAML would make it a string that Fast-LLM refuses).
+TEST(ConfigSystem, Yaml11ScalarsMeanWhatPyYamlReads) {
+  for (const char* yes : {"yes", "Yes", "YES", "on", "On", "ON", "true", "True", "TRUE"})
+    EXPECT_TRUE(load(fmt::format("{{normalization: {{type: rms_norm, zero_centered: {}}}}}", yes))
+                    .normalization.as<RmsNormConfig>()
+                    ->zero_centered)
+        << yes;
+  for (const char* no : {"no", "No", "NO", "off", "Off", "OFF", "false", "False", "FALSE"})
+    EXPECT_FALSE(load(fmt::format("{{normalization: {{type: rms_norm, zero_centered: {}}}}}", no))
+                     .normalization.as<RmsNormConfig>()
+                     ->zero_centered)
+        << no;
+  // y and n are strings to PyYAML.
+  EXPECT_NE(error_of("{normalization: {type: rms_norm, zero_centered: y}}").find("expected true or false"),
+            std::string::npos);
+  const std::pair<const char*, int> integers[] = {{"100_000", 100000}, {"010", 8},  {"0x1F", 31},  {"0b101", 5},
+                                                  {"1:30", 90},        {"+12", 12}, {"4096.0", 4096}, {"1e3", 1000}};
+  for (const auto& [text, value] : integers) EXPECT_EQ(load(fmt::format("{{hidden_size: {}}}", text)).hidden_size, value) << text;
+  const std::pair<const char*, double> floats[] = {{"1.0e-05", 1e-5}, {"1e-05", 1e-5}, {"1E-5", 1e-5},  {".5", 0.5},
+                                                   {"1_000.5", 1000.5}, {"010", 8.0},   {"1:30.5", 90.5}};
+  for (const auto& [text, value] : floats)
+    EXPECT_DOUBLE_EQ(load(fmt::format("{{normalization: {{epsilon: {}}}}}", text)).normalization->epsilon, value)
+        << text;
+  for (const char* bad : {"_1", "0x", "1:60", "1e5_0", "0x1p3", "infinity", "1.2.3"})
+    EXPECT_NE(error_of(fmt::format("{{hidden_size: {}}}", bad)).find("hidden_size"), std::string::npos) << bad;
+  EXPECT_NE(error_of("{hidden_size: 99999999999999999999}").find("out of range"), std::string::npos);
+  EXPECT_NE(error_of("{normalization: {epsilon: -1:30.5}}").find("got -90.5"), std::string::npos);
+}
+
 TEST(ConfigSystem, OverridesSetOnlyTheLeaf) {
   ModelConfig config = load("{attention: {heads: 4, head_groups: 2}}", {"attention.heads=8", "normalization.type=rms_norm",
                                                                          "normalization.epsilon=1e-6"});

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "fast_llm/config/yaml11_scalars.h"
+
 namespace fast_llm::config {
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -71,26 +73,21 @@ const std::string& require_scalar(const YAML::Node& node, const std::string& pat
 
 bool parse_bool(const YAML::Node& node, const std::string& path) {
   const std::string& text = require_scalar(node, path, "true or false");
-  static const std::array<std::string_view, 6> truthy{"true", "True", "TRUE", "yes", "Yes", "on"};
-  static const std::array<std::string_view, 6> falsy{"false", "False", "FALSE", "no", "No", "off"};
-  if (std::find(truthy.begin(), truthy.end(), text) != truthy.end()) return true;
-  if (std::find(falsy.begin(), falsy.end(), text) != falsy.end()) return false;
+  if (const std::optional<bool> value = yaml11::read_bool(text)) return *value;
   throw ConfigError(path, fmt::format("expected true or false, got '{}'", text));
 }
 
 int64_t parse_int(const YAML::Node& node, const std::string& path, int64_t min, int64_t max) {
   const std::string& text = require_scalar(node, path, "an integer");
-  int64_t value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error == std::errc::result_out_of_range)
-    throw ConfigError(path, fmt::format("integer '{}' is out of range", text));
-  if (error != std::errc() || end != text.data() + text.size()) {
+  const yaml11::IntegerReading reading = yaml11::read_integer(text);
+  if (reading.out_of_range) throw ConfigError(path, fmt::format("integer '{}' is out of range", text));
+  int64_t value = reading.value;
+  if (!reading.matched) {
     // Accept an integral float written like 1.0e3 or 4096.0, as YAML users do.
-    char* parse_end = nullptr;
-    double as_double = std::strtod(text.c_str(), &parse_end);
-    if (parse_end == text.c_str() + text.size() && !text.empty() && std::isfinite(as_double) &&
-        as_double == std::floor(as_double) && std::fabs(as_double) < 9.0e15)
-      value = int64_t(as_double);
+    const std::optional<double> as_double = yaml11::read_float(text);
+    if (as_double && std::isfinite(*as_double) && *as_double == std::floor(*as_double) &&
+        std::fabs(*as_double) < 9.0e15)
+      value = int64_t(*as_double);
     else
       throw ConfigError(path, fmt::format("expected an integer, got '{}'", text));
   }
@@ -103,21 +100,18 @@ uint64_t parse_uint(const YAML::Node& node, const std::string& path) {
   const std::string& text = require_scalar(node, path, "a non-negative integer");
   uint64_t value = 0;
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size())
+  if (error == std::errc() && end == text.data() + text.size()) return value;
+  // The YAML 1.1 forms (underscores, octal, hex, ...) up to int64's range, which covers every such field.
+  const yaml11::IntegerReading reading = yaml11::read_integer(text);
+  if (!reading.matched || reading.out_of_range || reading.value < 0)
     throw ConfigError(path, fmt::format("expected a non-negative integer, got '{}'", text));
-  return value;
+  return uint64_t(reading.value);
 }
 
 double parse_double(const YAML::Node& node, const std::string& path) {
   const std::string& text = require_scalar(node, path, "a number");
-  if (text == ".inf" || text == ".Inf" || text == "inf" || text == "+.inf") return std::numeric_limits<double>::infinity();
-  if (text == "-.inf" || text == "-.Inf" || text == "-inf") return -std::numeric_limits<double>::infinity();
-  if (text == ".nan" || text == ".NaN" || text == "nan") return std::numeric_limits<double>::quiet_NaN();
-  char* end = nullptr;
-  double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size())
-    throw ConfigError(path, fmt::format("expected a number, got '{}'", text));
-  return value;
+  if (const std::optional<double> value = yaml11::read_float(text)) return *value;
+  throw ConfigError(path, fmt::format("expected a number, got '{}'", text));
 }
 
 YAML::Node write_double(double value) {
