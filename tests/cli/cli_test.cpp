@@ -353,6 +353,70 @@ TEST_F(CliTest, FastLlmMistralExampleValidates) {
          1, "data.datasets.validation");
 }
 
+// The training config of Fast-LLM's quick-start ("Small"), in the forms of before Fast-LLM 0.4 that its
+// documentation still shows (nested evaluator with dataset_name, data.sampling, a `sampled` dataset), on SmolLM2's
+// config.json as the hub publishes it: it validates, with a warning per old form showing the current spelling.
+TEST_F(CliTest, FastLlmQuickStartConfigRunsWithMigrationWarnings) {
+  std::ifstream hub(std::string(FAST_LLM_SOURCE_DIR) + "/tests/data/hf_configs/smollm2-135m.json");
+  ASSERT_TRUE(hub.good());
+  std::stringstream smollm2;
+  smollm2 << hub.rdbuf();
+  write("pretrained-model/config.json", smollm2.str());
+  const fs::path config = write("train-config.yaml", R"(
+training:
+  train_iters: 100_000
+  logs:
+    interval: 10
+  evaluators:
+    validation:
+      interval: 100
+      evaluator:
+        type: loss
+        iterations: 25
+        dataset_name: validation
+  export:
+    format: llama
+    interval: 20_000
+data:
+  datasets:
+    training:
+      type: random
+    validation:
+      type: sampled
+      dataset:
+        type: random
+      sampling:
+        shuffle: disabled
+  sampling:
+    shuffle: skip_first_epoch
+  micro_batch_size: 61440
+  maximum_document_length: 1024
+optimizer:
+  learning_rate:
+    base: 6.0e-04
+pretrained:
+  format: llama
+  path: pretrained-model
+  model_weights: no
+model:
+  base_model:
+    decoder:
+      block:
+        mixer:
+          use_flash_attention: yes
+  distributed:
+    compute_dtype: bf16
+run:
+  experiment_dir: fast-llm-tutorial/experiment
+)");
+  const Outcome validated = expect({"train", "gpt", "-c", config.string(), "--validate"}, 0,
+                                   "read as `training.evaluators.validation: {interval: 100, type: loss, "
+                                   "iterations: 25}`");
+  for (const char* printed : {"iterations: 25", "shuffle: skip_first_epoch", "train_iters: 100000",
+                              "hidden_size: 576", "its sampling {shuffle: disabled} no longer applies"})
+    EXPECT_NE(validated.output.find(printed), std::string::npos) << printed << "\n" << validated.output;
+}
+
 // The loss that the last line of evaluator `validation` printed in `output`, or -1 when there is none.
 double validation_loss(const std::string& output) {
   const size_t line = output.rfind("validation/validation");

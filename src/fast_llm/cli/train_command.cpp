@@ -10,6 +10,7 @@
 #include "fast_llm/cli/local_launcher.h"
 #include "fast_llm/core/logging.h"
 #include "fast_llm/engine/checkpoint/loading.h"
+#include "fast_llm/engine/training/legacy_forms.h"
 #include "fast_llm/models/gpt/model_type.h"
 #include "fast_llm/models/gpt/trainer_config.h"
 #include "fast_llm/models/gpt/training.h"
@@ -66,9 +67,10 @@ void add_gpt_run(CLI::App& command, CommandAction& action, RunKind kind) {
       models::gpt::GPTTrainerConfig config;
       std::optional<std::filesystem::path> file;
       if (!options->config.empty()) file = options->config;
+      YAML::Node tree = read_config_tree(file, run_overrides(*options));
+      for (const std::string& warning : engine::migrate_legacy_config_forms(tree)) log_warning("{}", warning);
       // The pretrained checkpoint's model config goes under the run's own values.
-      engine::load_config_with_pretrained(config, read_config_tree(file, run_overrides(*options)),
-                                          models::gpt::gpt_model_type());
+      engine::load_config_with_pretrained(config, tree, models::gpt::gpt_model_type());
       if (options->validate) {
         print_resolved_config(config);
         return 0;
