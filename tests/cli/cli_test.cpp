@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -415,6 +416,46 @@ run:
   for (const char* printed : {"iterations: 25", "shuffle: skip_first_epoch", "train_iters: 100000",
                               "hidden_size: 576", "its sampling {shuffle: disabled} no longer applies"})
     EXPECT_NE(validated.output.find(printed), std::string::npos) << printed << "\n" << validated.output;
+}
+
+// The tensor-log lines of `output` (model.multi_stage.debug_layer_*), without time stamps and rank prefixes, sorted.
+std::vector<std::string> layer_log_lines(const std::string& output) {
+  std::vector<std::string> lines;
+  std::istringstream stream(output);
+  for (std::string line; std::getline(stream, line);) {
+    size_t begin = line.find("Global ");
+    if (begin == std::string::npos) continue;
+    lines.push_back(line.substr(begin));
+  }
+  std::sort(lines.begin(), lines.end());
+  return lines;
+}
+
+// debug_layer_outputs / debug_layer_gradients log each layer's output and input gradient as Fast-LLM does, numbered
+// by the micro-batch's place in the whole step, so two layouts of one run print the same lines: 2 processes with one
+// micro-batch each against one process with 2 sequential micro-batches.
+TEST_F(CliTest, LayerLogsAreTheSameForTwoLayoutsOfOneRun) {
+  const fs::path config = write("train.yaml", kTrainConfig);
+  const std::vector<std::string> logs = {"training.train_iters=1", "model.multi_stage.debug_layer_outputs=3",
+                                         "model.multi_stage.debug_layer_gradients=2"};
+  std::vector<std::string> one = {"train", "gpt", "-c", config.string(), "run.experiment_dir=one",
+                                  "schedule.depth_first_micro_batches=2"};
+  one.insert(one.end(), logs.begin(), logs.end());
+  std::vector<std::string> two = {"train", "gpt", "--nproc-per-node", "2", "-c", config.string(),
+                                  "run.experiment_dir=two"};
+  two.insert(two.end(), logs.begin(), logs.end());
+  const std::vector<std::string> sequential = layer_log_lines(expect(one, 0, "Global decoder.0 fw, mb=1/2").output);
+  const std::vector<std::string> parallel = layer_log_lines(expect(two, 0, "Global decoder.0 fw, mb=1/2").output);
+  // Forward: embeddings and the block; backward: the head and the block (the embeddings have no input gradient).
+  EXPECT_EQ(sequential.size(), 8u);
+  EXPECT_EQ(sequential, parallel);
+  for (const std::string& line : sequential) {
+    EXPECT_NE(line.find("shape=(16, 8)"), std::string::npos) << line;
+    EXPECT_NE(line.find(" mu="), std::string::npos) << line;
+  }
+  // Level 3 on outputs: one value sampled at the largest stride that divides no dimension (16 x 8 -> 127).
+  for (const std::string& line : sequential)
+    EXPECT_EQ(line.find("samples (step=127)") != std::string::npos, line.find(" fw") != std::string::npos) << line;
 }
 
 // The loss that the last line of evaluator `validation` printed in `output`, or -1 when there is none.

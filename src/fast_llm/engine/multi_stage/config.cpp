@@ -17,9 +17,9 @@ void MultiStageConfig::visit(Visitor& v) {
     Hint::optional);
   static constexpr std::string_view debug_logs = "debug tensor logs";
   v(debug_layer_outputs, "debug_layer_outputs", "Log each layer's output (the value is the detail level).",
-    Hint::logging, check::ge(0), config::not_supported_yet(0, debug_logs));
+    Hint::logging, check::ge(0));
   v(debug_layer_gradients, "debug_layer_gradients", "Log each layer's input gradient (the value is the detail level).",
-    Hint::logging, check::ge(0), config::not_supported_yet(0, debug_logs));
+    Hint::logging, check::ge(0));
   v(debug_param_init, "debug_param_init", "Log the parameters after initialization.", Hint::logging, check::ge(0),
     config::not_supported_yet(0, debug_logs));
   v(debug_param_gradients, "debug_param_gradients", "Log the gradient shards after reduction.", Hint::logging,

@@ -6,16 +6,19 @@
 #include <vector>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/core/logging.h"
 #include "fast_llm/core/random.h"
 
 namespace fast_llm::engine {
 
 ScheduleRunner::ScheduleRunner(MultiStage& multi_stage, const ScheduleConfig& schedule,
-                               const DistributedConfig& distributed)
+                               const DistributedConfig& distributed, LayerLogSettings logs, bool global_tensor_names)
     : multi_stage_(multi_stage),
       schedule_(schedule),
       distributed_(distributed),
-      stream_(compute_stream(multi_stage.device())) {
+      stream_(compute_stream(multi_stage.device())),
+      logs_(logs),
+      global_tensor_names_(global_tensor_names) {
   if (schedule.micro_batch_splits != 1)
     throw NotSupportedError("schedule", fmt::format("schedule.micro_batch_splits {}: splitting micro-batches along the "
                                                     "sequence is not supported; use 1",
@@ -67,16 +70,22 @@ void ScheduleRunner::run_training_step(std::span<layers::MicroBatch> micro_batch
     for (size_t stage = 0; stage < stages.size(); ++stage) {
       multi_stage_.before_forward(stage, stream_, /*training=*/true);
       for (int slot = 0; slot < breadth_first; ++slot)
-        for (layers::Layer* layer : stages[stage]->layers())
+        for (layers::Layer* layer : stages[stage]->layers()) {
           activations[size_t(slot)] = layer->forward(contexts[size_t(slot)], activations[size_t(slot)]);
+          log_layer_tensor(*layer, activations[size_t(slot)], /*forward=*/true, group * breadth_first + slot,
+                           int64_t(micro_batches.size()));
+        }
     }
     // The head ignores grad_output (it computed the gradient of its input in forward).
     std::vector<Tensor> gradients(static_cast<size_t>(breadth_first));
     for (size_t stage = stages.size(); stage-- > 0;) {
       multi_stage_.before_backward(stage, stream_);
       for (int slot = 0; slot < breadth_first; ++slot)
-        for (auto layer = stages[stage]->layers().rbegin(); layer != stages[stage]->layers().rend(); ++layer)
+        for (auto layer = stages[stage]->layers().rbegin(); layer != stages[stage]->layers().rend(); ++layer) {
           gradients[size_t(slot)] = (*layer)->backward(contexts[size_t(slot)], gradients[size_t(slot)]);
+          log_layer_tensor(**layer, gradients[size_t(slot)], /*forward=*/false, group * breadth_first + slot,
+                           int64_t(micro_batches.size()));
+        }
       multi_stage_.after_backward(stage, group == 0, group + 1 == depth_first, stream_);
     }
   }
@@ -98,9 +107,27 @@ void ScheduleRunner::run_forward(std::span<layers::MicroBatch> micro_batches, in
   for (size_t stage = 0; stage < stages.size(); ++stage) {
     multi_stage_.before_forward(stage, stream_, /*training=*/false);
     for (size_t index = 0; index < micro_batches.size(); ++index)
-      for (layers::Layer* layer : stages[stage]->layers())
+      for (layers::Layer* layer : stages[stage]->layers()) {
         activations[index] = layer->forward(contexts[index], activations[index]);
+        log_layer_tensor(*layer, activations[index], /*forward=*/true, int64_t(index), int64_t(micro_batches.size()));
+      }
   }
+}
+
+void ScheduleRunner::log_layer_tensor(const layers::Layer& layer, const Tensor& tensor, bool forward, int64_t index,
+                                      int64_t count) const {
+  const int level = forward ? logs_.outputs : logs_.gradients;
+  // The embeddings return no input gradient and the head no output.
+  if (level <= 0 || !tensor.defined()) return;
+  std::string name = fmt::format("{} {} {}", global_tensor_names_ ? "Global" : "Local", layer.name(),
+                                 forward ? "fw" : "bw");
+  // Numbered within the whole step over the data-parallel ranks (micro-batch m of data rank r is the step's
+  // m * data_parallel + r), so that the lines of two layouts of the same run are the same lines.
+  const int64_t data_parallel = distributed_.batch_data_parallel();
+  if (count * data_parallel > 1)
+    name += fmt::format(", mb={}/{}", index * data_parallel + distributed_.batch_data_rank(), count * data_parallel);
+  log_info("{}", describe_tensor(fmt::format("{}: {} {}", name, layer.name(), forward ? "output" : "input gradient"),
+                                 tensor, level));
 }
 
 double ScheduleRunner::flops(std::span<const layers::MicroBatch> micro_batches) const {

@@ -19,6 +19,7 @@
 
 #include "fast_llm/engine/distributed/config.h"
 #include "fast_llm/engine/multi_stage/multi_stage.h"
+#include "fast_llm/engine/schedule/layer_logs.h"
 #include "fast_llm/engine/schedule/config.h"
 #include "fast_llm/layers/context.h"
 
@@ -29,7 +30,9 @@ enum class Phase { training, validation };
 class ScheduleRunner {
  public:
   // The configs must be validated and outlive the runner.
-  ScheduleRunner(MultiStage& multi_stage, const ScheduleConfig& schedule, const DistributedConfig& distributed);
+  // `logs`: per-layer tensor logs (layer_logs.h), off by default.
+  ScheduleRunner(MultiStage& multi_stage, const ScheduleConfig& schedule, const DistributedConfig& distributed,
+                 LayerLogSettings logs = {}, bool global_tensor_names = true);
 
   // Micro-batches in one step (depth_first x breadth_first x micro_batch_splits; splits are refused above 1).
   int micro_batches_per_step() const { return schedule_.sequential_micro_batches(); }
@@ -50,10 +53,17 @@ class ScheduleRunner {
   layers::LayerContext make_context(const layers::MicroBatch& batch, Phase phase, int64_t iteration,
                                     double loss_gradient_scale, layers::LossSums& losses) const;
 
+  // The layer logs of `layer`'s output (forward) or input gradient (backward) of this rank's micro-batch `index` of
+  // `count`.
+  void log_layer_tensor(const layers::Layer& layer, const Tensor& tensor, bool forward, int64_t index,
+                        int64_t count) const;
+
   MultiStage& multi_stage_;
   const ScheduleConfig& schedule_;
   const DistributedConfig& distributed_;
   Stream stream_;
+  LayerLogSettings logs_;
+  bool global_tensor_names_;
 };
 
 }  // namespace fast_llm::engine

@@ -17,6 +17,8 @@ std::optional<std::string> cuda_graphs_refusal(const GraphedRunFacts& facts) {
   if (facts.dropout) return "the model uses dropout (its masks come from a seed the host derives every step)";
   if (facts.dynamic_loss_scaling)
     return "dynamic fp16 loss scaling reads each step's outcome on the host and changes the loss scale";
+  if (facts.tensor_logs)
+    return "model.multi_stage.debug_layer_outputs / debug_layer_gradients read every layer's tensors on the host";
   return std::nullopt;
 }
 

@@ -35,6 +35,7 @@ struct GraphedRunFacts {
   int world_size = 1;
   bool dropout = false;               // some layer uses dropout (its seed changes every step, on the host)
   bool dynamic_loss_scaling = false;  // the loss scale changes with each step's outcome, read on the host
+  bool tensor_logs = false;           // debug_layer_outputs / debug_layer_gradients read every layer's tensors
 };
 
 // Why a run cannot replay graphs (for the log line), or nothing when it can.

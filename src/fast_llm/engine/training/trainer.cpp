@@ -97,7 +97,11 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
 
   multi_stage_ = std::make_unique<MultiStage>(model_, sections_.model.multi_stage, distributed, device_, training_,
                                               groups_->data());
-  runner_ = std::make_unique<ScheduleRunner>(*multi_stage_, sections_.schedule, distributed);
+  const MultiStageConfig& stage_config = sections_.model.multi_stage;
+  runner_ = std::make_unique<ScheduleRunner>(
+      *multi_stage_, sections_.schedule, distributed,
+      LayerLogSettings{.outputs = stage_config.debug_layer_outputs, .gradients = stage_config.debug_layer_gradients},
+      stage_config.debug_global_tensors);
   // Two steps of micro-batches: the step the device runs and the one the host prepares.
   uploader_ = std::make_unique<BatchUploader>(device_, stream_, int(2 * rank_samples_per_step_));
   if (training_) {
@@ -236,7 +240,9 @@ void Trainer::set_up_cuda_graphs() {
       cuda_graphs_refusal({.cuda = device_.is_cuda(),
                            .world_size = *sections_.model.distributed.world_size,
                            .dropout = dropout,
-                           .dynamic_loss_scaling = optimizer_->dynamic_loss_scaling()});
+                           .dynamic_loss_scaling = optimizer_->dynamic_loss_scaling(),
+                           .tensor_logs = sections_.model.multi_stage.debug_layer_outputs > 0 ||
+                                          sections_.model.multi_stage.debug_layer_gradients > 0});
   if (refusal) {
     log_main("{} is set, but the training steps run without CUDA graphs: {}",
              sections_.schedule.field_path("cuda_graphs"), *refusal);
