@@ -1,5 +1,5 @@
 // The `data:` section: Fast-LLM's names and defaults, dataset types, validation errors with full paths, the `fim`
-// refusal, and dataset config files as `prepare` writes them.
+// fields, and dataset config files as `prepare` writes them.
 #include <gtest/gtest.h>
 
 #include "data_test_util.h"
@@ -179,7 +179,7 @@ TEST(DataConfig, SliceSelectingNoDocumentNamesTheConfig) {
       << message;
 }
 
-TEST(DataConfig, FimIsAcceptedButRefused) {
+TEST(DataConfig, FimReadsFastLLMsFields) {
   GPTDataConfig config = load(R"(
 datasets:
   training:
@@ -192,13 +192,27 @@ datasets:
   ASSERT_NE(fim, nullptr);
   EXPECT_DOUBLE_EQ(fim->rate, 0.5);
   EXPECT_DOUBLE_EQ(fim->spm_rate, 0.5);
+  EXPECT_DOUBLE_EQ(fim->fragment_rate, 0.0);
+  EXPECT_FALSE(fim->max_middle_len.has_value());
+  EXPECT_FALSE(fim->split_sample.has_value());
+  EXPECT_FALSE(fim->ignore_prefix.has_value());
+  EXPECT_FALSE(fim->truncate_or_pad);
   EXPECT_EQ(fim->prefix_token, "<fim_prefix>");
-  auto messages = config.unsupported_fields();
-  ASSERT_EQ(messages.size(), 1u);
-  EXPECT_NE(messages[0].find("data.datasets.training.type: fim is not supported yet"), std::string::npos)
-      << messages[0];
-  SamplingParameters parameters;
-  EXPECT_THROW(config.datasets.at("training")->build_and_sample(parameters, 10, 0), NotSupportedError);
+  EXPECT_EQ(fim->middle_token, "<fim_middle>");
+  EXPECT_EQ(fim->pad_token, "<fim_pad>");
+  EXPECT_EQ(fim->suffix_token, "<fim_suffix>");
+  EXPECT_EQ(fim->tokenizer.path, std::filesystem::path("/tokenizer"));
+  EXPECT_TRUE(config.unsupported_fields().empty());
+
+  std::string message = load_error("{datasets: {training: {type: fim, dataset: {type: random}, rate: 0.5}}}");
+  EXPECT_NE(message.find("data.datasets.training.tokenizer.path: fill-in-the-middle needs a tokenizer"),
+            std::string::npos)
+      << message;
+  message = load_error("{datasets: {training: {type: fim, tokenizer: {path: t}}}}");
+  EXPECT_NE(message.find("data.datasets.training.dataset: a dataset is required"), std::string::npos) << message;
+  message = load_error("{datasets: {training: {type: fim, dataset: {type: random}, tokenizer: {path: t}, "
+                       "max_middle_len: 0}}}");
+  EXPECT_NE(message.find("data.datasets.training.max_middle_len"), std::string::npos) << message;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

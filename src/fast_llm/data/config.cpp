@@ -187,9 +187,6 @@ void TokenizerConfig::visit(config::Visitor& v) {
 }
 
 void FimDatasetConfig::visit(config::Visitor& v) {
-  // The `type` key is listed as a field too, so `unsupported_fields()` reports the whole dataset type.
-  v(type, "type", "Name of this dataset type.", Hint::core,
-    config::not_supported_yet(std::string(), "fill-in-the-middle datasets"));
   v(dataset, "dataset", "The dataset to wrap with fim.", Hint::core);
   v(tokenizer, "tokenizer", "Configuration for the tokenizer.", Hint::feature);
   v(rate, "rate", "FIM rate for each sample.", Hint::core, in_range(0.0, 1.0));
@@ -205,6 +202,14 @@ void FimDatasetConfig::visit(config::Visitor& v) {
   v(middle_token, "middle_token", "The FIM middle token.", Hint::feature);
   v(pad_token, "pad_token", "The FIM padding token.", Hint::feature);
   v(suffix_token, "suffix_token", "The FIM suffix token.", Hint::feature);
+}
+
+void FimDatasetConfig::check() const {
+  if (!dataset.has_value()) fail("dataset", "a dataset is required");
+  // Fast-LLM finds out when it builds the dataset; the config can say so before anything runs.
+  if (!tokenizer.path)
+    fail("tokenizer.path", "fill-in-the-middle needs a tokenizer: its token names are looked up in it and the "
+                           "documents are decoded and encoded again with it");
 }
 
 void GPTDataConfig::visit(config::Visitor& v) {

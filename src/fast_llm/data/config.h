@@ -7,9 +7,9 @@
 //     micro_batch_size: 4096            # tokens per micro-batch sample (Fast-LLM merged batch and sequence dims)
 //     truncate_documents: false
 //
-// Dataset types (`type:`, required): random, memmap, file, blended, concatenated, slice, fim (accepted, refused at
-// run time). Indexed types (memmap, file, concatenated, slice) hold documents; the others only produce samples.
-// The configs build their datasets (`build_and_sample`); the runtime classes live in dataset.h and sampling.h.
+// Dataset types (`type:`, required): random, memmap, file, blended, concatenated, slice, fim. Indexed types (memmap,
+// file, concatenated, slice) hold documents; the others only produce samples. The configs build their datasets
+// (`build_and_sample`); the runtime classes live in dataset.h, sampling.h and fim.h.
 #pragma once
 
 #include <cstdint>
@@ -162,10 +162,9 @@ struct TokenizerConfig : config::Config {
   void visit(config::Visitor& v) override;
 };
 
-// `fim`: fill-in-the-middle over another dataset. The schema is accepted so Fast-LLM configs read, but the transform
-// is not built: the `type` is reported by `unsupported_fields()` and a run refuses it.
+// `fim`: fill-in-the-middle over another dataset (fim.h), with Fast-LLM's fields and defaults. The token names are
+// looked up in the tokenizer, which is loaded when the dataset is built.
 struct FimDatasetConfig : DatasetConfig {
-  std::string type = "fim";
   config::Dynamic<DatasetConfig> dataset;
   TokenizerConfig tokenizer;
   double rate = 0.0;
@@ -180,6 +179,7 @@ struct FimDatasetConfig : DatasetConfig {
   std::string pad_token = "<fim_pad>";
   std::string suffix_token = "<fim_suffix>";
   void visit(config::Visitor& v) override;
+  void check() const override;
   std::shared_ptr<SampledDataset> build_and_sample(const SamplingParameters& parameters, int64_t num_samples,
                                                    uint64_t seed) const override;
 };
