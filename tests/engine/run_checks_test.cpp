@@ -126,5 +126,25 @@ TEST(MemoryCheck, SamplingIndexBytesBoundTheIndexTheSamplingWrites) {
   std::filesystem::remove_all(directory);
 }
 
+// A fill-in-the-middle dataset rewrites the samples of the dataset it wraps, whose index is all it keeps.
+TEST(MemoryCheck, SamplingIndexBytesOfFimAreTheWrappedDatasets) {
+  const auto directory = fresh_directory("checks_fim_index");
+  const std::filesystem::path file = directory / "documents.fast_llm_dataset";
+  data::MemmapWriter writer(file, {});
+  for (int64_t document = 0; document < 40; ++document)
+    writer.add_document({.tokens = std::vector<int64_t>(size_t(10 + document), 7)});
+  writer.finish();
+  const std::string memmap = "{type: memmap, path: '" + file.string() + "'}";
+  const auto config = testing::load_config<data::GPTDataConfig>(
+      "{datasets: {plain: " + memmap + ", fim: {type: fim, dataset: " + memmap +
+          ", tokenizer: {path: tokenizer.json}, rate: 0.5}}, micro_batch_size: 16}",
+      "data");
+  data::GPTData data(config, {.vocab_size = 20});
+  const int64_t plain = sampling_index_bytes(config.datasets.at("plain"), data.sampling_parameters(), 100);
+  EXPECT_GT(plain, 0);
+  EXPECT_EQ(sampling_index_bytes(config.datasets.at("fim"), data.sampling_parameters(), 100), plain);
+  std::filesystem::remove_all(directory);
+}
+
 }  // namespace
 }  // namespace fast_llm::engine

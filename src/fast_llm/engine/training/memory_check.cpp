@@ -54,6 +54,9 @@ int64_t sampling_index_bytes(const config::Dynamic<data::DatasetConfig>& dataset
     }
     return bytes;
   }
+  // Fill-in-the-middle rewrites samples as they are read: the index is the wrapped dataset's.
+  if (const auto* fim = dataset.as<data::FimDatasetConfig>())
+    return sampling_index_bytes(fim->dataset, parameters, num_samples);
   const int64_t entries = 2 * num_samples + 1 + document_order_entries(dataset, parameters, num_samples);
   return 2 * 8 * entries;
 }
