@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "data/byte_tokenizer_json.h"
 #include "run_fast_llm.h"
 
 namespace {
@@ -456,6 +458,62 @@ TEST_F(CliTest, LayerLogsAreTheSameForTwoLayoutsOfOneRun) {
   // Level 3 on outputs: one value sampled at the largest stride that divides no dimension (16 x 8 -> 127).
   for (const std::string& line : sequential)
     EXPECT_EQ(line.find("samples (step=127)") != std::string::npos, line.find(" fw") != std::string::npos) << line;
+}
+
+// The loss the last training line of `output` printed, or -1 when there is none.
+double training_loss(const std::string& output) {
+  const size_t line = output.rfind("training @ iteration");
+  if (line == std::string::npos) return -1.0;
+  const std::string field = "lm_head_loss: ";
+  const size_t value = output.find(field, line);
+  if (value == std::string::npos) return -1.0;
+  return std::stod(output.substr(value + field.size()));
+}
+
+// Training on a fill-in-the-middle dataset: a byte corpus wrapped in `fim`, with a tokenizer.json of the corpus's ids
+// and the FIM sentinels. The rewritten samples are the same in one process (two sequential micro-batches) and in two
+// (one each), so the losses are; they differ from those of the unwritten corpus (rate 0). A sentinel the tokenizer
+// lacks is an error naming the field.
+TEST_F(CliTest, TrainGptOnAFimDataset) {
+  const fs::path text = write("text/a.txt", "def add(a, b):\n    return a + b\n\nprint(add(2, 3))\n");
+  write("text/b.txt", "int main() { return 0; }\n");
+  write("text/c.txt", "The quick brown fox jumps over the lazy dog, again and again.\n");
+  expect({"prepare", "byte_corpus", "--output", "corpus", "--source", text.parent_path().string()}, 0,
+         "wrote 3 documents");
+  fast_llm::testing::write_byte_tokenizer(directory_ / "tokenizer");
+  const fs::path config = write("train.yaml", kTrainConfig);
+  auto fim = [](const std::string& fields) {
+    return "data.datasets.training={type: fim, dataset: {type: file, path: corpus/fast_llm_config.yaml}, "
+           "tokenizer: {path: tokenizer}, " + fields + "}";
+  };
+  const std::vector<std::string> common = {"model.base_model.embeddings.vocab_size=264", "training.train_iters=1"};
+  auto with = [&](std::vector<std::string> arguments) {
+    arguments.insert(arguments.end(), common.begin(), common.end());
+    return arguments;
+  };
+  const Outcome one = expect(with({"train", "gpt", "-c", config.string(), fim("rate: 1.0"), "run.experiment_dir=one",
+                                   "schedule.depth_first_micro_batches=2"}),
+                             0, "Loading the tokenizer of dataset data.datasets.training");
+  const Outcome two = expect(with({"train", "gpt", "--nproc-per-node", "2", "-c", config.string(), fim("rate: 1.0"),
+                                   "run.experiment_dir=two"}),
+                             0);
+  const Outcome plain = expect(with({"train", "gpt", "-c", config.string(), fim("rate: 0.0"),
+                                     "run.experiment_dir=plain", "schedule.depth_first_micro_batches=2"}),
+                               0);
+  ASSERT_GT(training_loss(one.output), 0.0) << one.output;
+  EXPECT_NEAR(training_loss(two.output), training_loss(one.output), 1e-4) << two.output;
+  EXPECT_GT(std::abs(training_loss(plain.output) - training_loss(one.output)), 1e-4) << plain.output;
+  // Two iterations, as a user runs it.
+  expect({"train", "gpt", "-c", config.string(), fim("rate: 0.5, spm_rate: 0.5, max_middle_len: 8"),
+          "model.base_model.embeddings.vocab_size=264", "run.experiment_dir=two_iterations"},
+         0, "training @ iteration      2/     2");
+
+  expect(with({"train", "gpt", "-c", config.string(), fim("rate: 0.5, prefix_token: '<PRE>'"),
+               "run.experiment_dir=unknown"}),
+         1, "data.datasets.training.prefix_token: token '<PRE>' is not in the vocabulary of the tokenizer tokenizer");
+  expect(with({"train", "gpt", "-c", config.string(), "data.datasets.training={type: fim, dataset: {type: random}}",
+               "run.experiment_dir=no_tokenizer"}),
+         1, "data.datasets.training.tokenizer.path: fill-in-the-middle needs a tokenizer");
 }
 
 // The loss that the last line of evaluator `validation` printed in `output`, or -1 when there is none.

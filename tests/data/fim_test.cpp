@@ -7,7 +7,9 @@
 
 #include <map>
 
+#include "byte_tokenizer_json.h"
 #include "data_test_util.h"
+#include "fast_llm/data/data.h"
 #include "fast_llm/tokenizer/tokenizer.h"
 
 namespace fast_llm::data {
@@ -98,9 +100,9 @@ FimSettings settings(double rate, double spm_rate = 0.0) {
 }
 
 std::vector<int64_t> transform(const std::vector<int64_t>& tokens, const FimSettings& fim, uint64_t seed = 5,
-                               int64_t index = 0) {
+                               int64_t index = 0, int64_t place = 0) {
   CharacterTokenizer tokenizer;
-  FimRandom random(seed, index, 0);
+  FimRandom random(seed, index, place);
   return fim_transform(tokens, fim, tokenizer, random);
 }
 
@@ -448,6 +450,57 @@ TEST(Fim, RefusesSpansAndForeignTokens) {
   FimSampledDataset foreign(std::make_shared<FixedSampledDataset>(documents), tokenizer, settings(1.0), 0);
   message = error_message([&] { foreign.get_sample(3); });
   EXPECT_NE(message.find("sample 3 holds token 300, outside the tokenizer's 262 ids"), std::string::npos) << message;
+}
+
+// Built from its config, as a run builds it: the tokenizer file is loaded (a tokenizer.json with the ids of
+// CharacterTokenizer for ASCII text), the wrapped dataset is sampled with data.seed, and each document of each sample
+// is the rewrite of the wrapped one that the transform gives for (seed, sample, place).
+TEST(FimDataset, BuiltFromItsConfigWithATokenizerFile) {
+  testing::TemporaryFolder folder;
+  std::vector<Document> documents;
+  for (std::string text : {"def twice(x):\n    return x * 2\n", "fill in the middle, please", "0123456789abcdef"})
+    documents.push_back({.tokens = join({{kBos}, ids(text), {kEos}})});
+  testing::write_dataset(folder / "data.fast_llm_dataset", documents);
+  const std::filesystem::path tokenizer = fast_llm::testing::write_byte_tokenizer(folder / "tokenizer");
+  const std::string memmap = "{type: memmap, path: '" + (folder / "data.fast_llm_dataset").string() + "'}";
+  auto fim = [&](const std::string& fields) {
+    return "{type: fim, dataset: " + memmap + ", tokenizer: {path: '" + tokenizer.string() + "'}, " + fields + "}";
+  };
+  GPTDataConfig config;
+  config.load(YAML::Load("{datasets: {plain: " + memmap + ", fim: " + fim("rate: 1.0") + ", identity: " +
+                         fim("rate: 0.0") + "}, micro_batch_size: 24, seed: 31}"),
+              "data");
+  config.validate("data");
+  GPTData data(config, {.vocab_size = 262});
+  const auto plain = data.sample_dataset("plain", 12);
+  const auto rewritten = data.sample_dataset("fim", 12);
+  const auto identity = data.sample_dataset("identity", 12);
+  EXPECT_EQ(rewritten->name(), plain->name() + "_fim");
+  ASSERT_EQ(rewritten->num_samples(), 12);
+  int64_t changed = 0;
+  for (int64_t index = 0; index < 12; ++index) {
+    const std::vector<Document> original = plain->get_sample(index), sample = rewritten->get_sample(index),
+                                unchanged = identity->get_sample(index);
+    ASSERT_EQ(sample.size(), original.size());
+    ASSERT_EQ(unchanged.size(), original.size());
+    for (size_t place = 0; place < original.size(); ++place) {
+      EXPECT_EQ(unchanged[place].tokens, original[place].tokens) << index << " " << place;
+      EXPECT_EQ(sample[place].tokens, transform(original[place].tokens, settings(1.0, 0.5), 31, index, int64_t(place)))
+          << index << " " << place;
+      changed += sample[place].tokens != original[place].tokens;
+    }
+  }
+  EXPECT_GT(changed, 12);
+
+  // A sentinel the tokenizer file lacks: an error naming the field, when the dataset is built.
+  GPTDataConfig unknown;
+  unknown.load(YAML::Load("{datasets: {training: " + fim("middle_token: '<MID>'") + "}}"), "data");
+  unknown.validate("data");
+  GPTData unknown_data(unknown, {.vocab_size = 262});
+  const std::string message = error_message([&] { unknown_data.sample_dataset("training", 4); });
+  EXPECT_NE(message.find("data.datasets.training.middle_token: token '<MID>' is not in the vocabulary of the tokenizer"),
+            std::string::npos)
+      << message;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

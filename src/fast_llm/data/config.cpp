@@ -330,11 +330,7 @@ std::shared_ptr<SampledDataset> BlendedDatasetConfig::build_and_sample(const Sam
   return std::make_shared<BlendedDataset>(name, std::move(sampled), weights, num_samples);
 }
 
-std::shared_ptr<SampledDataset> FimDatasetConfig::build_and_sample(const SamplingParameters&, int64_t,
-                                                                   uint64_t) const {
-  throw NotSupportedError("data", fmt::format("{}: fill-in-the-middle (`fim`) datasets are not supported yet",
-                                              path().empty() ? std::string("dataset") : path()));
-}
+// FimDatasetConfig::build_and_sample is in fim.cpp, with the tokenizer it loads.
 
 // ---------------------------------------------------------------------------------------------------------------
 // Dataset config files

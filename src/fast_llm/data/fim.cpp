@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/core/logging.h"
 #include "fast_llm/core/random.h"
 #include "fast_llm/tokenizer/tokenizer.h"
 
@@ -241,6 +242,17 @@ std::vector<Document> FimSampledDataset::get_sample(int64_t index) const {
     document.tokens = fim_transform(document.tokens, settings_, *tokenizer_, random);
   }
   return documents;
+}
+
+std::shared_ptr<SampledDataset> FimDatasetConfig::build_and_sample(const SamplingParameters& parameters,
+                                                                   int64_t num_samples, uint64_t seed) const {
+  // check() requires the path.
+  log_main("Loading the tokenizer of dataset {} from {}", path(), tokenizer.path->string());
+  std::shared_ptr<const tokenizer::Tokenizer> loaded = tokenizer::Tokenizer::load(*tokenizer.path);
+  FimSettings settings = resolve_fim_settings(*this, *loaded);
+  // The wrapped dataset is sampled with the same seed, as in Fast-LLM.
+  return std::make_shared<FimSampledDataset>(dataset->build_and_sample(parameters, num_samples, seed),
+                                             std::move(loaded), std::move(settings), seed);
 }
 
 }  // namespace fast_llm::data
