@@ -88,6 +88,50 @@ data:
             std::string::npos);
 }
 
+TEST(LegacyForms, EvaluationsWithNestedEvaluatorsTakeTheirOwnType) {
+  YAML::Node tree = YAML::Load("{training: {evaluations: {stack: {interval: 5, evaluator: {type: loss, iterations: 2, "
+                               "dataset_name: the_stack}}}}}");
+  EXPECT_EQ(migrate_legacy_config_forms(tree).size(), 2u);
+  EXPECT_EQ(dump(tree["training"]), "{evaluators: {the_stack: {interval: 5, type: loss, iterations: 2}}}");
+}
+
+TEST(LegacyForms, TwoNestedEvaluatorsOfOneDatasetAreRefusedByName) {
+  const std::string error = error_of(YAML::Load(
+      "{training: {evaluators: {a: {evaluator: {type: loss, dataset_name: v}}, b: {evaluator: {type: loss, "
+      "dataset_name: v}}}}}"));
+  EXPECT_NE(error.find("training.evaluators.b"), std::string::npos) << error;
+  EXPECT_NE(error.find("as does evaluator `a`"), std::string::npos) << error;
+}
+
+TEST(LegacyForms, DataTokenizerGoesToLmEvalEvaluatorsAndFimDatasets) {
+  YAML::Node tree = YAML::Load(R"(
+data:
+  tokenizer: {path: tok.json}
+  datasets:
+    training: {type: blended, datasets: [{type: fim, dataset: {type: file, path: a.yaml}}, {type: file, path: b.yaml}],
+               weights: [1, 1]}
+    code: {type: fim, dataset: {type: file, path: c.yaml}, tokenizer: {path: own.json}}
+training:
+  evaluators:
+    harness: {type: lm_eval}
+    validation: {type: loss}
+)");
+  const auto warnings = migrate_legacy_config_forms(tree);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("training.evaluators.harness.tokenizer"), std::string::npos) << warnings[0];
+  EXPECT_FALSE(tree["data"]["tokenizer"]);
+  EXPECT_EQ(dump(tree["data"]["datasets"]["training"]["datasets"][0]["tokenizer"]), "{path: tok.json}");
+  EXPECT_FALSE(tree["data"]["datasets"]["training"]["datasets"][1]["tokenizer"]);
+  EXPECT_EQ(dump(tree["data"]["datasets"]["code"]["tokenizer"]), "{path: own.json}");
+  EXPECT_EQ(dump(tree["training"]["evaluators"]["harness"]["tokenizer"]), "{path: tok.json}");
+  EXPECT_FALSE(tree["training"]["evaluators"]["validation"]["tokenizer"]);
+
+  YAML::Node unused = YAML::Load("{data: {tokenizer: {path: t.json}}}");
+  const auto unused_warnings = migrate_legacy_config_forms(unused);
+  ASSERT_EQ(unused_warnings.size(), 1u);
+  EXPECT_NE(unused_warnings[0].find("ignored"), std::string::npos) << unused_warnings[0];
+}
+
 TEST(LegacyForms, CurrentFormsAreLeftAlone) {
   const std::string text = "{training: {evaluators: {validation: {type: loss, interval: 1, iterations: 2}}}, data: "
                            "{seed: 3, datasets: {training: {type: random}}}}";

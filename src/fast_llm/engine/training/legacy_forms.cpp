@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 #include "fast_llm/core/error.h"
 
 namespace fast_llm::engine {
@@ -47,7 +49,8 @@ void migrate_evaluations(YAML::Node training, std::vector<std::string>& warnings
       throw ConfigError("training.evaluators." + name,
                         fmt::format("defined twice: here and in its older spelling {}", old_path));
     YAML::Node evaluator = YAML::Clone(settings);
-    if (!evaluator["type"]) evaluator["type"] = "loss";
+    // The oldest form was always a loss evaluation; a nested `evaluator:` says its own type (migrated next).
+    if (!evaluator["type"] && !evaluator["evaluator"]) evaluator["type"] = "loss";
     training["evaluators"][name] = evaluator;
     warnings.push_back(fmt::format("`{}` is Fast-LLM's spelling before 0.4; read as `training.evaluators.{}: {}`",
                                    old_path, name, flow(evaluator)));
@@ -72,7 +75,12 @@ void migrate_evaluations(YAML::Node training, std::vector<std::string>& warnings
 void migrate_nested_evaluators(YAML::Node training, std::vector<std::string>& warnings) {
   YAML::Node evaluators = training["evaluators"];
   if (!is_map(evaluators)) return;
-  std::vector<std::pair<std::string, YAML::Node>> migrated;
+  struct Migrated {
+    std::string name;  // the evaluator's old name
+    std::string dataset;
+    YAML::Node flat;
+  };
+  std::vector<Migrated> migrated;
   std::vector<std::string> removed;
   for (const auto& entry : evaluators) {
     const std::string name = entry.first.as<std::string>();
@@ -94,7 +102,7 @@ void migrate_nested_evaluators(YAML::Node training, std::vector<std::string>& wa
       move_key(YAML::Clone(inner), flat, key, path + ".evaluator", path);
     }
     removed.push_back(name);
-    migrated.emplace_back(dataset, flat);
+    migrated.push_back({name, dataset, flat});
     warnings.push_back(fmt::format("`{}: {}` is Fast-LLM's spelling before 0.4; read as `training.evaluators.{}: {}`{}",
                                    path, flow(outer), dataset, flow(flat),
                                    dataset == name ? ""
@@ -103,10 +111,16 @@ void migrate_nested_evaluators(YAML::Node training, std::vector<std::string>& wa
                                                                  dataset)));
   }
   for (const std::string& name : removed) evaluators.remove(name);
-  for (const auto& [dataset, flat] : migrated) {
-    if (evaluators[dataset])
-      throw ConfigError("training.evaluators." + dataset,
-                        "two evaluators evaluate this dataset once their older spelling is migrated");
+  std::map<std::string, std::string> evaluator_of_dataset;
+  for (const auto& [name, dataset, flat] : migrated) {
+    if (evaluators[dataset] || evaluator_of_dataset.contains(dataset))
+      throw ConfigError("training.evaluators." + name,
+                        fmt::format("evaluates data.datasets.{} (`dataset_name`), as does evaluator `{}`: since "
+                                    "Fast-LLM 0.4 an evaluator is named after the one dataset it evaluates, so the "
+                                    "two cannot both be kept; remove one",
+                                    dataset, evaluator_of_dataset.contains(dataset) ? evaluator_of_dataset[dataset]
+                                                                                     : dataset));
+    evaluator_of_dataset[dataset] = name;
     evaluators[dataset] = flat;
   }
 }
@@ -165,6 +179,50 @@ YAML::Node unwrap_sampled(const YAML::Node& dataset, const std::string& path, st
   return result;
 }
 
+// Every `fim` dataset in a dataset tree without its own tokenizer gets `tokenizer`; returns how many did.
+int give_fim_datasets(YAML::Node dataset, const YAML::Node& tokenizer) {
+  int count = 0;
+  if (dataset && dataset.IsSequence()) {
+    for (size_t i = 0; i < dataset.size(); ++i) count += give_fim_datasets(dataset[i], tokenizer);
+    return count;
+  }
+  if (!is_map(dataset)) return 0;
+  if (dataset["type"] && dataset["type"].IsScalar() && dataset["type"].Scalar() == "fim" && !dataset["tokenizer"]) {
+    dataset["tokenizer"] = YAML::Clone(tokenizer);
+    ++count;
+  }
+  for (const char* key : {"dataset", "datasets"})
+    if (dataset[key]) count += give_fim_datasets(dataset[key], tokenizer);
+  return count;
+}
+
+// data.tokenizer: before 0.4 the one tokenizer of lm_eval evaluators and fim datasets, which now have their own.
+void migrate_data_tokenizer(YAML::Node tree, std::vector<std::string>& warnings) {
+  YAML::Node data = tree["data"];
+  if (!is_map(data) || !static_cast<const YAML::Node&>(data)["tokenizer"]) return;
+  const YAML::Node tokenizer = YAML::Clone(data["tokenizer"]);
+  std::vector<std::string> receivers;
+  if (is_map(tree["training"]) && is_map(tree["training"]["evaluators"]))
+    for (auto entry : tree["training"]["evaluators"]) {
+      YAML::Node evaluator = entry.second;
+      if (is_map(evaluator) && evaluator["type"] && evaluator["type"].IsScalar() &&
+          evaluator["type"].Scalar() == "lm_eval" && !evaluator["tokenizer"]) {
+        evaluator["tokenizer"] = YAML::Clone(tokenizer);
+        receivers.push_back("training.evaluators." + entry.first.as<std::string>() + ".tokenizer");
+      }
+    }
+  if (is_map(data["datasets"]))
+    for (auto entry : data["datasets"])
+      if (int count = give_fim_datasets(entry.second, tokenizer); count > 0)
+        receivers.push_back(fmt::format("the tokenizer of {} fim dataset(s) in data.datasets.{}", count,
+                                        entry.first.as<std::string>()));
+  data.remove("tokenizer");
+  warnings.push_back(fmt::format("`data.tokenizer: {}` is Fast-LLM's spelling before 0.4; {}", flow(tokenizer),
+                                 receivers.empty() ? "nothing uses it since (lm_eval evaluators and fim datasets "
+                                                     "have their own `tokenizer`), so it is ignored"
+                                                   : fmt::format("read as {}", fmt::join(receivers, ", "))));
+}
+
 }  // namespace
 
 std::vector<std::string> migrate_legacy_config_forms(YAML::Node& tree) {
@@ -185,6 +243,7 @@ std::vector<std::string> migrate_legacy_config_forms(YAML::Node& tree) {
         datasets[name] = unwrap_sampled(entry.second, "data.datasets." + name, warnings);
       }
     }
+    migrate_data_tokenizer(tree, warnings);
   }
   return warnings;
 }

@@ -10,6 +10,8 @@
 //   data.sampling: {shuffle, seed, gpu}                         -> data.shuffle, data.seed, data.gpu
 //   {type: sampled, dataset: D, sampling: {...}} (any dataset)  -> D; 0.4 has no per-dataset sampling, so the
 //                                                                  warning says which settings no longer apply
+//   data.tokenizer                                              -> the `tokenizer` of each lm_eval evaluator and
+//                                                                  fim dataset that has none
 // A form that cannot be migrated without changing its meaning (the old and the new spelling both present with
 // different values) is a ConfigError naming both paths.
 #pragma once
