@@ -508,6 +508,13 @@ TEST_F(CliTest, TrainGptOnAFimDataset) {
           "model.base_model.embeddings.vocab_size=264", "run.experiment_dir=two_iterations"},
          0, "training @ iteration      2/     2");
 
+  // Fast-LLM's spelling before 0.4: the tokenizer in `data.tokenizer`, given to the fim datasets.
+  expect(with({"train", "gpt", "-c", config.string(),
+               "data.datasets.training={type: fim, dataset: {type: file, path: corpus/fast_llm_config.yaml}, "
+               "rate: 1.0}",
+               "data.tokenizer={path: tokenizer}", "run.experiment_dir=legacy"}),
+         0, "Loading the tokenizer of dataset data.datasets.training from tokenizer");
+
   expect(with({"train", "gpt", "-c", config.string(), fim("rate: 0.5, prefix_token: '<PRE>'"),
                "run.experiment_dir=unknown"}),
          1, "data.datasets.training.prefix_token: token '<PRE>' is not in the vocabulary of the tokenizer tokenizer");
