@@ -38,6 +38,8 @@ class BpeModel {
   const std::string* id_to_token(int32_t id) const;
   // One more than the largest id of the vocabulary.
   int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
+  // The number of entries of the vocabulary.
+  int64_t entries() const { return static_cast<int64_t>(vocabulary_.size()); }
   bool byte_fallback() const { return byte_fallback_; }
 
  private:
