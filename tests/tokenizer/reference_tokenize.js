@@ -17,7 +17,7 @@ if (!referencesDir || !outputFile) {
   console.error('usage: node reference_tokenize.js REFERENCES_DIR OUTPUT.json');
   process.exit(2);
 }
-const modules = path.join(referencesDir, 'node_modules');
+const modules = path.resolve(referencesDir, 'node_modules');
 const {Tokenizer} = require(path.join(modules, 'tokenizers'));
 
 const tokenizerFiles = {

@@ -53,7 +53,9 @@ int32_t AddedVocabulary::Trie::longest_at(std::string_view text, size_t position
   return found;
 }
 
-AddedVocabulary::AddedVocabulary(const Json& list, const JsonPlace& place, const Normalizer* normalizer) {
+AddedVocabulary::AddedVocabulary(const Json& list, const JsonPlace& place, const Normalizer* normalizer,
+                                 const std::function<std::optional<int32_t>(std::string_view)>& model_id,
+                                 int64_t model_size) {
   if (list.is_null()) return;
   if (!list.is_array()) json_error(place, "expected an array");
   for (size_t i = 0; i < list.size(); ++i) {
@@ -68,6 +70,24 @@ AddedVocabulary::AddedVocabulary(const Json& list, const JsonPlace& place, const
                      .normalized = json_bool(node, "normalized", token_place, true)};
     if (token.content.empty()) json_error(token_place / "content", "an added token cannot be empty");
     if (!is_valid_utf8(token.content)) json_error(token_place / "content", "not valid UTF-8");
+    // The id Hugging Face's AddedVocabulary::add_tokens gives it.
+    std::optional<int32_t> library_id = find_token(ids_, token.content);
+    if (!library_id) library_id = model_id(token.content);
+    if (!library_id) {
+      int64_t next = model_size;
+      if (!ids_.empty()) {
+        int64_t largest = 0;
+        for (const auto& [content, id] : ids_) largest = std::max<int64_t>(largest, id);
+        if (largest >= model_size || model_size == 0) next = largest + 1;
+      }
+      library_id = static_cast<int32_t>(next);
+    }
+    if (*library_id != token.id)
+      json_error(token_place / "id",
+                 fmt::format("{} for \"{}\", but Hugging Face's library gives it id {} (the model's id of the same "
+                             "string, else the next id after the vocabulary of {}); refused rather than tokenized with "
+                             "ids the file does not state",
+                             token.id, token.content, *library_id, model_size));
     end_id_ = std::max<int64_t>(end_id_, int64_t{token.id} + 1);
     ids_.insert_or_assign(token.content, token.id);
     index_of_id_[token.id] = tokens_.size();

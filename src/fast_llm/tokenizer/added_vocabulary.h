@@ -3,10 +3,14 @@
 // are found in the raw text; the rest of the text is normalized, then tokens with `normalized: true` (their content
 // normalized too) are found in it. Matching is leftmost-longest over all tokens of a kind (a trie walked from each
 // position); `single_word` drops a match touching a word character, `lstrip` / `rstrip` take the whitespace beside it.
+// The library does not take an added token's id from the file: it gives the model's id when the model has the
+// content, else the next id after the vocabulary; a file whose ids disagree is refused rather than tokenized with ids
+// it does not state.
 #pragma once
 
 #include <bitset>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,7 +42,9 @@ struct TextSegment {
 
 class AddedVocabulary {
  public:
-  AddedVocabulary(const Json& list, const JsonPlace& place, const Normalizer* normalizer);
+  // `model_id`: the model's id of a token string; `model_size`: the number of entries of its vocabulary.
+  AddedVocabulary(const Json& list, const JsonPlace& place, const Normalizer* normalizer,
+                  const std::function<std::optional<int32_t>(std::string_view)>& model_id, int64_t model_size);
 
   // `text` (valid UTF-8) as segments; text segments are normalized.
   std::vector<TextSegment> split(std::string_view text, const Normalizer* normalizer) const;

@@ -53,9 +53,24 @@ BpeModel::BpeModel(const Json& model, const JsonPlace& place) {
     byte_fallback_ids_[byte] = id ? *id : -1;
   }
 
+  bmp_character_ids_.assign(0x10000, -1);
+  for (const auto& [token, id] : vocabulary_) {
+    size_t position = 0;
+    if (!token.empty() && is_valid_utf8(token)) {
+      const char32_t code_point = next_code_point(token, position);
+      if (position == token.size() && code_point < 0x10000) bmp_character_ids_[code_point] = id;
+    }
+  }
+
   const Json& merges = json_required(model, "merges", place);
   if (!merges.is_array()) json_error(place / "merges", "expected an array");
-  merges_.reserve(merges.size());
+  // At most half full, so that probes stay short.
+  size_t capacity = 16;
+  while (capacity < merges.size() * 2) capacity *= 2;
+  merge_keys_.assign(capacity, kEmptyKey);
+  merge_values_.resize(capacity);
+  merge_mask_ = capacity - 1;
+  merge_shift_ = 64 - __builtin_ctzll(capacity);
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const Json& merge = merges[rank];
     const JsonPlace merge_place = (place / "merges")[rank];
@@ -80,7 +95,7 @@ BpeModel::BpeModel(const Json& model, const JsonPlace& place) {
       json_error(merge_place, fmt::format("token \"{}\" is not in the vocabulary",
                                           !left_id ? left : !right_id ? right : left + right));
     // A repeated pair keeps its last rank, as in Hugging Face's map.
-    merges_.insert_or_assign(pair_key(*left_id, *right_id), Merge{static_cast<int32_t>(rank), *merged_id});
+    insert_merge(pair_key(*left_id, *right_id), Merge{static_cast<int32_t>(rank), *merged_id});
   }
 }
 
@@ -89,9 +104,23 @@ const std::string* BpeModel::id_to_token(int32_t id) const {
   return &tokens_[id];
 }
 
-const BpeModel::Merge* BpeModel::find_merge(int32_t left, int32_t right) const {
-  const auto it = merges_.find(pair_key(left, right));
-  return it == merges_.end() ? nullptr : &it->second;
+void BpeModel::insert_merge(uint64_t key, Merge merge) {
+  for (size_t slot = (key * 0x9E3779B97F4A7C15ull) >> merge_shift_;; slot = (slot + 1) & merge_mask_) {
+    if (merge_keys_[slot] == key || merge_keys_[slot] == kEmptyKey) {
+      merge_keys_[slot] = key;
+      merge_values_[slot] = merge;
+      return;
+    }
+  }
+}
+
+int32_t BpeModel::character_id(std::string_view character) const {
+  if (character.size() <= 3) {
+    size_t position = 0;
+    return bmp_character_ids_[next_code_point(character, position)];
+  }
+  const auto id = find_token(vocabulary_, character);
+  return id ? *id : -1;
 }
 
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const {
@@ -134,8 +163,8 @@ void BpeModel::tokenize_uncached(std::string_view word, std::vector<int32_t>& id
     const auto push = [&](int32_t id) {
       symbols.push_back({id, static_cast<int32_t>(symbols.size()) - 1, static_cast<int32_t>(symbols.size()) + 1, true});
     };
-    if (const auto id = find_token(vocabulary_, character)) {
-      push(*id);
+    if (const int32_t id = character_id(character); id >= 0) {
+      push(id);
       previous_is_unk = false;
       continue;
     }

@@ -24,7 +24,9 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(const Json& json, const std::filesyst
   pre_tokenizer_ = make_pre_tokenizer(component("pre_tokenizer"), root / "pre_tokenizer");
   post_processor_ = make_post_processor(component("post_processor"), root / "post_processor");
   decoder_ = make_decoder(component("decoder"), root / "decoder");
-  added_ = std::make_unique<AddedVocabulary>(component("added_tokens"), root / "added_tokens", normalizer_.get());
+  added_ = std::make_unique<AddedVocabulary>(
+      component("added_tokens"), root / "added_tokens", normalizer_.get(),
+      [this](std::string_view token) { return model_->token_to_id(token); }, model_->entries());
 }
 
 std::vector<int32_t> HuggingFaceTokenizer::encode(std::string_view text, bool add_special_tokens) const {
