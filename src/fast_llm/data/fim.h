@@ -21,6 +21,9 @@
 // document's place in the sample: a sample is the same on every rank, in every run, whatever the process count. (The
 // draws are not numpy's, so the samples are not Fast-LLM's token for token; Fast-LLM also reuses one seed for every
 // document of a sample, which makes equal-length documents cut alike; each document has its own stream here.)
+// Text is decoded as the tokenizer decodes it; Fast-LLM's transformers decode also applies
+// `clean_up_tokenization_spaces` where a tokenizer_config.json asks (deleting the space before punctuation), which
+// is not reproduced: it would change the text of every rewritten segment.
 #pragma once
 
 #include <cstdint>
