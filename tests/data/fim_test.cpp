@@ -220,6 +220,18 @@ TEST(Fim, SpmLayoutByHand) {
             join({{kPrefix, kSuffix}, ids("nop"), {kEos, kMiddle, kBos}, ids("ab"), ids("cdefgh")}));
 }
 
+// tokenizer.max_vocab_size: re-encoded ids (BOS and EOS included) are taken modulo it, the sentinels are not.
+TEST(Fim, MaxVocabSizeFoldsReencodedIds) {
+  FimSettings fim = settings(1.0, 0.0);
+  fim.max_vocab_size = 100;
+  const std::vector<int64_t> golden =
+      join({{kPrefix, kBos}, ids("ab"), {kSuffix}, ids("nop"), {kEos, kMiddle}, ids("cdefgh")});
+  std::vector<int64_t> expected;
+  for (int64_t token : golden)
+    expected.push_back(token == kPrefix || token == kSuffix || token == kMiddle ? token : token % 100);
+  EXPECT_EQ(transform(ids("abcdefghijklmnop"), fim), expected);
+}
+
 // Over many streams: every rewrite keeps the length, reads back as a layout whose parts are the text in order, and
 // both layouts occur at spm_rate 0.5.
 TEST(Fim, EveryRewriteIsALayoutOfTheText) {
