@@ -359,6 +359,22 @@ TEST_F(CliTest, FastLlmMistralExampleValidates) {
 // The training config of Fast-LLM's quick-start ("Small"), in the forms of before Fast-LLM 0.4 that its
 // documentation still shows (nested evaluator with dataset_name, data.sampling, a `sampled` dataset), on SmolLM2's
 // config.json as the hub publishes it: it validates, with a warning per old form showing the current spelling.
+// examples/fast-llm-quick-start: Fast-LLM's quick-start config, run as its README says, on a byte corpus of this
+// repository's sources (3 iterations instead of 100).
+TEST_F(CliTest, FastLlmQuickStartExampleTrains) {
+  const fs::path source(FAST_LLM_SOURCE_DIR);
+  fs::create_directory_symlink(source / "examples", directory_ / "examples");
+  expect({"prepare", "byte_corpus", "--output", "fast-llm-tutorial/dataset", "--source", (source / "src").string(),
+          "--max-bytes", "600000"},
+         0);
+  const Outcome trained = expect({"train", "gpt", "-c", "examples/fast-llm-quick-start/train-config.yaml",
+                                  "training.train_iters=3", "training.evaluators.validation.interval=3",
+                                  "training.evaluators.validation.evaluator.iterations=2", "training.export.interval=3"},
+                                 0, "read as `training.evaluators.validation: {interval: 3, type: loss, iterations: 2}`");
+  EXPECT_NE(trained.output.find("validation/validation @ iteration      3"), std::string::npos) << trained.output;
+  EXPECT_TRUE(fs::exists(directory_ / "fast-llm-tutorial/experiment/export/llama/3/config.json")) << trained.output;
+}
+
 TEST_F(CliTest, FastLlmQuickStartConfigRunsWithMigrationWarnings) {
   std::ifstream hub(std::string(FAST_LLM_SOURCE_DIR) + "/tests/data/hf_configs/smollm2-135m.json");
   ASSERT_TRUE(hub.good());
