@@ -511,10 +511,21 @@ TEST(FimDataset, BuiltFromItsConfigWithATokenizerFile) {
   unknown.load(YAML::Load("{datasets: {training: " + fim("middle_token: '<MID>'") + "}}"), "data");
   unknown.validate("data");
   GPTData unknown_data(unknown, {.vocab_size = 262});
-  const std::string message = error_message([&] { unknown_data.sample_dataset("training", 4); });
+  std::string message = error_message([&] { unknown_data.sample_dataset("training", 4); });
   EXPECT_NE(message.find("data.datasets.training.middle_token: token '<MID>' is not in the vocabulary of the tokenizer"),
             std::string::npos)
       << message;
+
+  // A sentinel the model cannot embed (a model vocabulary of 260 ids holds <fim_prefix> and <fim_middle>, not
+  // <fim_suffix>).
+  GPTDataConfig small;
+  small.load(YAML::Load("{datasets: {training: " + fim("rate: 0.5") + "}}"), "data");
+  small.validate("data");
+  GPTData small_data(small, {.vocab_size = 260});
+  message = error_message([&] { small_data.sample_dataset("training", 4); });
+  EXPECT_NE(message.find("data.datasets.training.suffix_token: token has id 260 in the tokenizer"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("outside the model's vocabulary of 260"), std::string::npos) << message;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
 #include "fast_llm/core/random.h"
+#include "fast_llm/data/sampling.h"
 #include "fast_llm/tokenizer/tokenizer.h"
 
 namespace fast_llm::data {
@@ -250,6 +251,17 @@ std::shared_ptr<SampledDataset> FimDatasetConfig::build_and_sample(const Samplin
   log_main("Loading the tokenizer of dataset {} from {}", path(), tokenizer.path->string());
   std::shared_ptr<const tokenizer::Tokenizer> loaded = tokenizer::Tokenizer::load(*tokenizer.path);
   FimSettings settings = resolve_fim_settings(*this, *loaded);
+  // The sentinels land in every rewritten sample: one the model cannot embed is refused now, not at the first batch.
+  if (parameters.vocab_size > 0) {
+    const std::pair<std::string_view, int64_t> placed[] = {
+        {"prefix_token", settings.prefix_id}, {"middle_token", settings.middle_id},
+        {"suffix_token", settings.suffix_id}, {"pad_token", settings.pad_id}};
+    for (const auto& [field, id] : placed)
+      if (id >= parameters.vocab_size)
+        fail(field, fmt::format("token has id {} in the tokenizer {}, outside the model's vocabulary of {} "
+                                "(model.base_model.embeddings.vocab_size)",
+                                id, tokenizer.path->string(), parameters.vocab_size));
+  }
   // The wrapped dataset is sampled with the same seed, as in Fast-LLM.
   return std::make_shared<FimSampledDataset>(dataset->build_and_sample(parameters, num_samples, seed),
                                              std::move(loaded), std::move(settings), seed);
