@@ -125,13 +125,20 @@ int32_t BpeModel::character_id(std::string_view character) const {
 
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const {
   if (word.empty()) return;
+  // A whole word of the vocabulary needs no merging: found without touching the cache and its lock.
+  if (ignore_merges_) {
+    if (const auto id = find_token(vocabulary_, word)) {
+      ids.push_back(*id);
+      return;
+    }
+  }
   if (word.size() > kCacheMaxWordBytes) {
     tokenize_uncached(word, ids);
     return;
   }
   CacheShard& shard = cache_[StringViewHash{}(word) % kCacheShards];
   {
-    std::lock_guard lock(shard.mutex);
+    std::shared_lock lock(shard.mutex);
     const auto it = shard.entries.find(word);
     if (it != shard.entries.end()) {
       ids.insert(ids.end(), it->second.begin(), it->second.end());
@@ -140,18 +147,12 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const 
   }
   const size_t first = ids.size();
   tokenize_uncached(word, ids);
-  std::lock_guard lock(shard.mutex);
+  std::unique_lock lock(shard.mutex);
   if (shard.entries.size() < kCacheEntriesPerShard)
     shard.entries.emplace(std::string(word), std::vector<int32_t>(ids.begin() + first, ids.end()));
 }
 
 void BpeModel::tokenize_uncached(std::string_view word, std::vector<int32_t>& ids) const {
-  if (ignore_merges_) {
-    if (const auto id = find_token(vocabulary_, word)) {
-      ids.push_back(*id);
-      return;
-    }
-  }
   // Characters to initial symbols.
   std::vector<Symbol> symbols;
   symbols.reserve(word.size());

@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <mutex>
+#include <shared_mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -82,7 +83,7 @@ class BpeModel {
   static constexpr size_t kCacheEntriesPerShard = 4096;
   static constexpr size_t kCacheMaxWordBytes = 128;
   struct CacheShard {
-    std::mutex mutex;
+    std::shared_mutex mutex;
     std::unordered_map<std::string, std::vector<int32_t>, StringViewHash, std::equal_to<>> entries;
   };
   mutable std::array<CacheShard, kCacheShards> cache_;

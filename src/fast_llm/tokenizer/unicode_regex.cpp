@@ -4,6 +4,8 @@
 
 #include <pcre2.h>
 
+#include <new>
+
 #include "fast_llm/core/error.h"
 #include "fast_llm/tokenizer/utf8.h"
 
@@ -66,7 +68,8 @@ struct UnicodeRegex::Compiled {
   pcre2_code* code = nullptr;
 };
 
-UnicodeRegex::UnicodeRegex(std::string_view pattern, std::string_view where) : compiled_(std::make_unique<Compiled>()) {
+UnicodeRegex::UnicodeRegex(std::string_view pattern, std::string_view where)
+    : pattern_(pattern), compiled_(std::make_unique<Compiled>()) {
   const std::string rewritten = oniguruma_classes_for_pcre2(pattern);
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
@@ -86,17 +89,23 @@ UnicodeRegex::~UnicodeRegex() { pcre2_code_free(compiled_->code); }
 
 void UnicodeRegex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const {
   matches.clear();
-  pcre2_match_data* data = pcre2_match_data_create_from_pattern(compiled_->code, nullptr);
-  FLM_ASSERT(data != nullptr, "PCRE2 could not allocate match data");
+  const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
+      pcre2_match_data_create_from_pattern(compiled_->code, nullptr), &pcre2_match_data_free);
+  if (data == nullptr) throw std::bad_alloc();
   const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t start = 0;
   while (start <= text.size()) {
-    const int result = pcre2_match(compiled_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data, nullptr);
+    const int result =
+        pcre2_match(compiled_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data.get(), nullptr);
+    if (result == PCRE2_ERROR_NOMATCH) break;
     if (result < 0) {
-      FLM_ASSERT(result == PCRE2_ERROR_NOMATCH, "PCRE2 match failed with code {}", result);
-      break;
+      // Resource limits (match, depth, JIT stack) on pathological text: an error, never a different tokenization.
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(result, message, sizeof(message));
+      throw Error("tokenizer", fmt::format("regex /{}/ failed on a text of {} bytes at byte {}: {}", pattern_,
+                                           text.size(), start, reinterpret_cast<const char*>(message)));
     }
-    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
     const size_t begin = ovector[0], end = ovector[1];
     matches.emplace_back(begin, end);
     if (end > begin) {
@@ -106,7 +115,6 @@ void UnicodeRegex::find_all(std::string_view text, std::vector<std::pair<size_t,
       start = end + utf8_length(static_cast<unsigned char>(text[end]));
     }
   }
-  pcre2_match_data_free(data);
 }
 
 }  // namespace fast_llm::tokenizer

@@ -29,6 +29,7 @@ class UnicodeRegex {
 
  private:
   struct Compiled;
+  std::string pattern_;
   std::unique_ptr<Compiled> compiled_;
 };
 
