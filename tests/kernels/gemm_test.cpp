@@ -123,6 +123,22 @@ TEST(GemmReference, OpenblasMatchesHandComputed) {
   }
 }
 
+TEST(GemmReference, OpenblasWidenedMatchesHandComputed) {
+  for (DType dtype : {DType::bfloat16, DType::float16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor a = make_tensor(kATransposed, Shape{3, 2}, dtype);
+    Tensor b = make_tensor(kB, Shape{3, 2}, dtype);
+    Tensor out = filled(Shape{2, 2}, dtype, 1);
+    Tensor bias = make_tensor({0.25, -1}, Shape{2}, dtype);
+    run_variant("openblas_widened",
+                {.a = a, .b = b, .out = out, .bias = &bias, .transpose_a = true, .alpha = 0.5, .beta = 2});
+    expect_near(out, {7.25, 4, 13.25, 7}, 0, 0, "0.5 a b + 2 out + bias");
+    Tensor nan_out = filled(Shape{2, 2}, DType::float32, NAN);
+    run_variant("openblas_widened", {.a = a, .b = b, .out = nan_out, .transpose_a = true});
+    expect_near(nan_out, {10, 6, 22, 12}, 0, 0, "beta 0 into fp32 never reads out");
+  }
+}
+
 TEST(GemmReference, ShapeErrors) {
   Tensor a = make_tensor(kA, Shape{2, 3}, DType::float32);
   Tensor b = make_tensor(kB, Shape{3, 2}, DType::float32);
@@ -156,12 +172,12 @@ TEST(GemmSelection, AutoPrefersOpenblasAndNoneKeepsTheReference) {
   Tensor out = filled(Shape{2, 2}, DType::float32, 0);
   const GemmArgs args{.a = a, .b = b, .out = out};
   EXPECT_EQ(OpRegistry<Gemm>::instance().select(args, Device::cpu()).info.id(), "gemm:cpu:openblas");
-  // bf16 is not openblas's: auto falls through to the reference.
+  // bf16 is not openblas's: auto takes the widening variant.
   Tensor a16 = make_tensor(kA, Shape{2, 3}, DType::bfloat16);
   Tensor b16 = make_tensor(kB, Shape{3, 2}, DType::bfloat16);
   Tensor out16 = filled(Shape{2, 2}, DType::bfloat16, 0);
   EXPECT_EQ(OpRegistry<Gemm>::instance().select({.a = a16, .b = b16, .out = out16}, Device::cpu()).info.id(),
-            "gemm:cpu:reference");
+            "gemm:cpu:openblas_widened");
   {
     SelectionScope scope({.mode = KernelSelection::Mode::baseline_only, .included = {}, .excluded = {}});
     EXPECT_EQ(OpRegistry<Gemm>::instance().select(args, Device::cpu()).info.id(), "gemm:cpu:reference");
@@ -286,6 +302,8 @@ TEST(GemmConsistency, CpuVariantsMatchTheReference) {
     EXPECT_EQ(report_ran(report, "gemm:cpu:openblas"), blas_dtype && gemm_case.out_dtype == gemm_case.dtype)
         << make_problem(gemm_case, 0).name;
     openblas_runs += report_ran(report, "gemm:cpu:openblas");
+    // openblas_widened takes every bf16 / fp16 case, whatever the layout, and no other.
+    EXPECT_EQ(report_ran(report, "gemm:cpu:openblas_widened"), !blas_dtype) << make_problem(gemm_case, 0).name;
   }
   EXPECT_GT(openblas_runs, 0);
 }

@@ -3,11 +3,16 @@
 //              fp64). Rows run in parallel (OpenMP); nothing else is tuned.
 //   openblas:  cblas_sgemm / cblas_dgemm for fp32 / fp64 matrices that BLAS can address (row- or column-major views),
 //              then the bias added row by row.
+//   openblas_widened: bf16 / fp16 operands widened to fp32 (exactly) into contiguous copies, one cblas_sgemm per batch
+//              entry into an fp32 result, then beta, the bias and the one rounding to out's dtype, as the contract says.
+//              The copies cost O(mk + kn + mn) against the product's O(mnk), so a CPU run in bf16 runs at sgemm speed
+//              instead of the reference's loops.
 #include "fast_llm/kernels/gemm.h"
 
 #include <cblas.h>
 
 #include <limits>
+#include <vector>
 
 #include "fast_llm/kernels/cpu/dtype_dispatch.h"
 
@@ -133,11 +138,72 @@ void gemm_openblas(const GemmArgs& args) {
   });
 }
 
+std::optional<std::string> supports_openblas_widened(const GemmArgs& args) {
+  const GemmShape shape = gemm_shape(args);
+  const DType dtype = args.a.dtype();
+  if (dtype != DType::bfloat16 && dtype != DType::float16)
+    return fmt::format("a has dtype {}; openblas_widened multiplies bfloat16 and float16 only", dtype_name(dtype));
+  for (int64_t size : {shape.m, shape.n, shape.k})
+    if (!fits_blas_int(size)) return fmt::format("a size of {} exceeds cblas's int", size);
+  return std::nullopt;
+}
+
+void gemm_openblas_widened(const GemmArgs& args) {
+  const GemmShape shape = gemm_shape(args);
+  if (shape.m == 0 || shape.n == 0) return;
+  const MatrixView a_view = MatrixView::of(args.a, args.transpose_a, shape.batched);
+  const MatrixView b_view = MatrixView::of(args.b, args.transpose_b, shape.b_batched);
+  const MatrixView out_view = MatrixView::of(args.out, false, shape.batched);
+  const int m = int(shape.m), n = int(shape.n), k = int(shape.k);
+  std::vector<float> a32(size_t(shape.m * shape.k)), b32(size_t(shape.k * shape.n)), product(size_t(shape.m * shape.n));
+
+  visit_floating_dtype(args.a.dtype(), [&]<class T>(std::type_identity<T>) {
+    const T* a = args.a.data_as<T>();
+    const T* b = args.b.data_as<T>();
+    auto write = [&]<class Out>(std::type_identity<Out>) {
+      Out* out = args.out.data_as<Out>();
+      const Out* bias = args.bias ? args.bias->data_as<Out>() : nullptr;
+      const int64_t bias_stride = args.bias ? args.bias->stride(0) : 0;
+      for (int64_t batch = 0; batch < shape.batch; ++batch) {
+#pragma omp parallel for
+        for (int64_t row = 0; row < shape.m; ++row)
+          for (int64_t inner = 0; inner < shape.k; ++inner)
+            a32[size_t(row * shape.k + inner)] = load_value(a[a_view.offset(batch, row, inner)]);
+        if (batch == 0 || shape.b_batched) {
+#pragma omp parallel for
+          for (int64_t inner = 0; inner < shape.k; ++inner)
+            for (int64_t column = 0; column < shape.n; ++column)
+              b32[size_t(inner * shape.n + column)] = load_value(b[b_view.offset(batch, inner, column)]);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, float(args.alpha), a32.data(), k, b32.data(),
+                    n, 0.0f, product.data(), n);
+#pragma omp parallel for
+        for (int64_t row = 0; row < shape.m; ++row)
+          for (int64_t column = 0; column < shape.n; ++column) {
+            Out& element = out[out_view.offset(batch, row, column)];
+            float value = product[size_t(row * shape.n + column)];
+            // beta = 0 never reads out, so uninitialised (or NaN) outputs do not leak into the result.
+            if (args.beta != 0) value += float(args.beta) * load_value(element);
+            if (bias) value += load_value(bias[column * bias_stride]);
+            element = store_value<Out>(value);
+          }
+      }
+    };
+    if (args.out.dtype() == args.a.dtype())
+      write(std::type_identity<T>{});
+    else
+      write(std::type_identity<float>{});
+  });
+}
+
 }  // namespace
 
 FLM_REGISTER_KERNEL(Gemm, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr, &gemm_reference,
                     "plain loops over (batch, row, column), fp32 accumulation (fp64 for fp64), any strides");
 FLM_REGISTER_KERNEL(Gemm, DeviceType::cpu, "openblas", /*priority=*/100, KernelKind::optimized, &supports_openblas,
                     &gemm_openblas, "OpenBLAS sgemm / dgemm (float32, float64), bias added after");
+FLM_REGISTER_KERNEL(Gemm, DeviceType::cpu, "openblas_widened", /*priority=*/90, KernelKind::optimized,
+                    &supports_openblas_widened, &gemm_openblas_widened,
+                    "bfloat16 / float16 widened to float32 copies, OpenBLAS sgemm, one rounding to out's dtype");
 
 }  // namespace fast_llm::kernels::cpu
