@@ -34,8 +34,13 @@ BpeModel::BpeModel(const Json& model, const JsonPlace& place) {
   const Json& vocabulary = json_required(model, "vocab", place);
   if (!vocabulary.is_object()) json_error(place / "vocab", "expected an object of token: id");
   vocabulary_.reserve(vocabulary.size());
+  // Ids are 0..n-1 in every real file; a few holes are allowed, not an id that would size the tables to gigabytes.
+  const int64_t largest_allowed_id = static_cast<int64_t>(vocabulary.size()) + 65536;
   for (const auto& [token, id_value] : vocabulary.items()) {
     const int32_t id = json_token_id(id_value, place / "vocab" / token);
+    if (id > largest_allowed_id)
+      json_error(place / "vocab" / token, fmt::format("id {} is far beyond the vocabulary's {} entries", id,
+                                                      vocabulary.size()));
     vocabulary_.emplace(token, id);
     if (static_cast<size_t>(id) >= tokens_.size()) {
       tokens_.resize(id + 1);
