@@ -212,7 +212,8 @@ TrainedBpe train_byte_level_bpe(std::span<const std::string_view> documents, con
   for (size_t w = 0; w < word_counts.size(); ++w) {
     const std::string& word = word_counts[w].first;
     counts[w] = word_counts[w].second;
-    for (size_t position = 0; position < word.size();) words[w].push_back(character_ids[next_code_point(word, position)]);
+    for (size_t position = 0; position < word.size();)
+      words[w].push_back(character_ids[next_code_point(word, position)]);
     for (size_t i = 0; i + 1 < words[w].size(); ++i) {
       const uint64_t pair = pair_key(words[w][i], words[w][i + 1]);
       pair_counts[pair] += counts[w];
@@ -268,7 +269,8 @@ TrainedBpe train_byte_level_bpe(std::span<const std::string_view> documents, con
                         options.vocab_size});
   }
   if (options.progress)
-    options.progress({BpeTrainingProgress::Stage::merging, static_cast<int64_t>(vocabulary.size()), options.vocab_size});
+    options.progress(
+        {BpeTrainingProgress::Stage::merging, static_cast<int64_t>(vocabulary.size()), options.vocab_size});
   return trained;
 }
 
