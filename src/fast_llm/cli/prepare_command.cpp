@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
 
 #include "fast_llm/cli/commands.h"
 #include "fast_llm/core/error.h"
@@ -69,11 +70,14 @@ int train_bpe_tokenizer(const BpeTokenizerOptions& options) {
   const bool on_terminal = isatty(STDERR_FILENO) == 1;
   auto last_shown = Clock::now() - std::chrono::seconds(1);
   tokenizer::BpeTrainerOptions trainer_options{.vocab_size = options.vocab_size, .special_tokens = kSpecialTokens};
+  const auto read_end = Clock::now();
+  std::optional<Clock::time_point> merging_start;
   trainer_options.progress = [&](const tokenizer::BpeTrainingProgress& progress) {
     const auto now = Clock::now();
+    const bool counting = progress.stage == tokenizer::BpeTrainingProgress::Stage::counting_words;
+    if (!counting && !merging_start) merging_start = now;
     if (!on_terminal || now - last_shown < std::chrono::milliseconds(100)) return;
     last_shown = now;
-    const bool counting = progress.stage == tokenizer::BpeTrainingProgress::Stage::counting_words;
     write_to_terminal(fmt::format("\r\033[K{}: {}/{} {} ({:.0f} s)", counting ? "counting words" : "merging",
                                   progress.done, progress.total, counting ? "files" : "tokens",
                                   std::chrono::duration<double>(now - start).count()));
@@ -81,9 +85,13 @@ int train_bpe_tokenizer(const BpeTokenizerOptions& options) {
   const std::vector<std::string_view> documents(texts.begin(), texts.end());
   const tokenizer::TrainedBpe trained = tokenizer::train_byte_level_bpe(documents, trainer_options);
   if (on_terminal) write_to_terminal("\r\033[K");
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  log_main("{} words ({} distinct) -> {} tokens, {} merges in {:.1f} s", trained.words, trained.distinct_words,
-           trained.vocabulary.size(), trained.merges.size(), seconds);
+  const auto end = Clock::now();
+  auto seconds = [](Clock::duration duration) { return std::chrono::duration<double>(duration).count(); };
+  log_main("{} words ({} distinct) -> {} tokens, {} merges in {:.1f} s (reading {:.1f} s, counting {:.1f} s, merging "
+           "{:.1f} s)",
+           trained.words, trained.distinct_words, trained.vocabulary.size(), trained.merges.size(), seconds(end - start),
+           seconds(read_end - start), seconds(merging_start.value_or(end) - read_end),
+           seconds(end - merging_start.value_or(end)));
   if (static_cast<int64_t>(trained.vocabulary.size()) < options.vocab_size)
     log_warning("the text has no pair left to merge: the vocabulary has {} tokens, not the {} asked for",
                 trained.vocabulary.size(), options.vocab_size);

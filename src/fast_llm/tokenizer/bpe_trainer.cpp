@@ -168,6 +168,7 @@ TrainedBpe train_byte_level_bpe(std::span<const std::string_view> documents, con
   TrainedBpe trained;
   const std::vector<std::pair<std::string, int64_t>> word_counts = count_words(documents, options, trained.words);
   trained.distinct_words = static_cast<int64_t>(word_counts.size());
+  if (options.progress) options.progress({BpeTrainingProgress::Stage::merging, 0, options.vocab_size});
 
   // Vocabulary: special tokens, then the alphabet by code point (the byte-level characters are U+0021..U+0143).
   std::vector<std::string>& vocabulary = trained.vocabulary;
