@@ -1,4 +1,4 @@
-// `fast-llm prepare`: writes datasets in Fast-LLM's `.fast_llm_dataset` format.
+// `fast-llm prepare`: writes datasets in Fast-LLM's `.fast_llm_dataset` format, and tokenizers to make them with.
 //   prepare byte_corpus --output DIR [--source PATH ...] [--max-bytes N]
 //       text files already on this machine, one document per file, byte-level tokens (vocabulary 258); writes
 //       DIR/shard_0_0.fast_llm_dataset and DIR/fast_llm_config.yaml for `data.datasets.<name>: {type: file, path:
@@ -104,7 +104,7 @@ int train_bpe_tokenizer(const BpeTokenizerOptions& options) {
 }  // namespace
 
 void add_prepare_command(CLI::App& app, CommandAction& action) {
-  auto* prepare = app.add_subcommand("prepare", "Prepare a dataset in Fast-LLM's memory-mapped format.");
+  auto* prepare = app.add_subcommand("prepare", "Prepare a dataset in Fast-LLM's memory-mapped format, or a tokenizer.");
   prepare->require_subcommand(0, 1);
 
   auto* corpus = prepare->add_subcommand("byte_corpus", "Byte-level dataset from text files on this machine.");
