@@ -278,6 +278,31 @@ TEST_F(CliTest, Prepare) {
   expect({"prepare", "gpt_memmap", "--nonsense"}, 109, "--nonsense");
 }
 
+TEST_F(CliTest, PrepareBpeTokenizer) {
+  // The project's own tokenizer sources are the text: ~200 KB, enough for 600 tokens.
+  const std::string source = std::string(FAST_LLM_SOURCE_DIR) + "/src/fast_llm/tokenizer";
+  expect({"prepare", "bpe_tokenizer", "--output", "tokenizer", "--source", source, "--vocab-size", "600",
+          "--model-max-length", "512"},
+         0, "-> 600 tokens");
+  std::stringstream tokenizer_json, tokenizer_config;
+  tokenizer_json << std::ifstream(directory_ / "tokenizer" / "tokenizer.json").rdbuf();
+  tokenizer_config << std::ifstream(directory_ / "tokenizer" / "tokenizer_config.json").rdbuf();
+  EXPECT_NE(tokenizer_json.str().find("\"content\": \"<fim_pad>\""), std::string::npos);
+  EXPECT_NE(tokenizer_config.str().find("\"model_max_length\": 512"), std::string::npos);
+  // A text too small for the vocabulary asked for: a smaller vocabulary and a warning, not a failure.
+  const fs::path text = write("text/a.txt", "tiny text, tiny text\n");
+  expect({"prepare", "bpe_tokenizer", "--output", "small", "--source", text.string()}, 0, "no pair left to merge");
+  EXPECT_TRUE(fs::exists(directory_ / "small" / "tokenizer.json"));
+  write("a_file", "text");
+  expect({"prepare", "bpe_tokenizer", "--output", "a_file", "--source", text.string()}, 1,
+         "--output a_file: is a file, not a folder");
+  expect({"prepare", "bpe_tokenizer", "--output", "t2", "--source", text.string(), "--vocab-size", "100"}, 105,
+         "--vocab-size");
+  expect({"prepare", "bpe_tokenizer", "--output", "t3", "--source", (directory_ / "nothing").string()}, 1,
+         "no files found");
+  expect({"prepare", "bpe_tokenizer"}, 106, "--output");
+}
+
 // Fast-LLM's examples/mistral.yaml as Fast-LLM ships it (its test suite validates it): its evaluator has
 // `iterations: null` and no dataset, which Fast-LLM accepts as an evaluator that never runs.
 constexpr const char* kFastLlmMistralExample = R"(

@@ -1,16 +1,26 @@
-// `fast-llm prepare`: writes datasets in Fast-LLM's `.fast_llm_dataset` format.
+// `fast-llm prepare`: writes datasets in Fast-LLM's `.fast_llm_dataset` format, and tokenizers to make them with.
 //   prepare byte_corpus --output DIR [--source PATH ...] [--max-bytes N]
 //       text files already on this machine, one document per file, byte-level tokens (vocabulary 258); writes
 //       DIR/shard_0_0.fast_llm_dataset and DIR/fast_llm_config.yaml for `data.datasets.<name>: {type: file, path:
 //       DIR/fast_llm_config.yaml}`.
+//   prepare bpe_tokenizer --output DIR [--source PATH ...] [--vocab-size N] [--max-bytes N] [--model-max-length N]
+//       trains a byte-level BPE tokenizer (Llama 3's pipeline) on the same text files (by default those byte_corpus
+//       takes) and writes DIR/tokenizer.json and DIR/tokenizer_config.json in Hugging Face's formats; special tokens
+//       <|endoftext|> (BOS and EOS) and the FIM tokens <fim_prefix>, <fim_middle>, <fim_suffix>, <fim_pad>.
 //   prepare gpt_memmap -c CONFIG   (Fast-LLM's: Hugging Face datasets and tokenizers; not available yet)
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <optional>
 
 #include "fast_llm/cli/commands.h"
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
 #include "fast_llm/data/corpus.h"
 #include "fast_llm/engine/checkpoint/directory.h"
+#include "fast_llm/tokenizer/bpe_tokenizer_json.h"
+#include "fast_llm/tokenizer/bpe_trainer.h"
 
 namespace fast_llm::cli {
 
@@ -20,10 +30,81 @@ struct ByteCorpusOptions {
   std::vector<std::string> sources;
   int64_t max_bytes = int64_t(64) << 20;
 };
+
+struct BpeTokenizerOptions {
+  std::string output;
+  std::vector<std::string> sources;
+  int64_t max_bytes = int64_t(64) << 20;
+  int64_t vocab_size = 4096;
+  int64_t model_max_length = 2048;
+};
+
+// BOS/EOS first (id 0), then the fill-in-the-middle tokens as StarCoder names them (ids 1 to 4).
+const std::vector<std::string> kSpecialTokens = {"<|endoftext|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>",
+                                                 "<fim_pad>"};
+
+void check_output_folder(const std::string& output) {
+  const std::filesystem::file_type output_type = engine::file_type_of(output, "prepare");
+  if (output_type != std::filesystem::file_type::not_found && output_type != std::filesystem::file_type::directory)
+    throw Error("prepare", fmt::format("--output {}: is a file, not a folder", output));
+}
+
+int train_bpe_tokenizer(const BpeTokenizerOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  check_output_folder(options.output);
+  const auto start = Clock::now();
+  data::CorpusOptions corpus_options;
+  if (!options.sources.empty()) corpus_options.sources = options.sources;
+  corpus_options.max_bytes = options.max_bytes;
+  data::CorpusStats stats;
+  std::vector<std::string> texts;
+  int64_t text_bytes = 0;
+  data::for_each_corpus_text(corpus_options, stats, [&](std::string&& text) {
+    text_bytes += static_cast<int64_t>(text.size());
+    texts.push_back(std::move(text));
+  });
+  log_main("read {} text files, {:.1f} MB ({} binary and {} empty or oversized skipped)", stats.documents,
+           double(text_bytes) / 1e6, stats.skipped_binary, stats.skipped_size);
+
+  // The progress line is redrawn in place on a terminal, at most ten times a second.
+  const bool on_terminal = isatty(STDERR_FILENO) == 1;
+  auto last_shown = Clock::now() - std::chrono::seconds(1);
+  tokenizer::BpeTrainerOptions trainer_options{.vocab_size = options.vocab_size, .special_tokens = kSpecialTokens};
+  const auto read_end = Clock::now();
+  std::optional<Clock::time_point> merging_start;
+  trainer_options.progress = [&](const tokenizer::BpeTrainingProgress& progress) {
+    const auto now = Clock::now();
+    const bool counting = progress.stage == tokenizer::BpeTrainingProgress::Stage::counting_words;
+    if (!counting && !merging_start) merging_start = now;
+    if (!on_terminal || now - last_shown < std::chrono::milliseconds(100)) return;
+    last_shown = now;
+    write_to_terminal(fmt::format("\r\033[K{}: {}/{} {} ({:.0f} s)", counting ? "counting words" : "merging",
+                                  progress.done, progress.total, counting ? "files" : "tokens",
+                                  std::chrono::duration<double>(now - start).count()));
+  };
+  const std::vector<std::string_view> documents(texts.begin(), texts.end());
+  const tokenizer::TrainedBpe trained = tokenizer::train_byte_level_bpe(documents, trainer_options);
+  if (on_terminal) write_to_terminal("\r\033[K");
+  const auto end = Clock::now();
+  auto seconds = [](Clock::duration duration) { return std::chrono::duration<double>(duration).count(); };
+  log_main("{} words ({} distinct) -> {} tokens, {} merges in {:.1f} s (reading {:.1f} s, counting {:.1f} s, merging "
+           "{:.1f} s)",
+           trained.words, trained.distinct_words, trained.vocabulary.size(), trained.merges.size(), seconds(end - start),
+           seconds(read_end - start), seconds(merging_start.value_or(end) - read_end),
+           seconds(end - merging_start.value_or(end)));
+  if (static_cast<int64_t>(trained.vocabulary.size()) < options.vocab_size)
+    log_warning("the text has no pair left to merge: the vocabulary has {} tokens, not the {} asked for",
+                trained.vocabulary.size(), options.vocab_size);
+  tokenizer::write_byte_level_bpe_tokenizer(options.output, trained,
+                                            {.special_tokens = kSpecialTokens,
+                                             .model_max_length = options.model_max_length});
+  log_main("tokenizer: {}", (std::filesystem::path(options.output) / "tokenizer.json").string());
+  return 0;
+}
 }  // namespace
 
 void add_prepare_command(CLI::App& app, CommandAction& action) {
-  auto* prepare = app.add_subcommand("prepare", "Prepare a dataset in Fast-LLM's memory-mapped format.");
+  auto* prepare = app.add_subcommand("prepare", "Prepare a dataset in Fast-LLM's memory-mapped format, or a tokenizer.");
   prepare->require_subcommand(0, 1);
 
   auto* corpus = prepare->add_subcommand("byte_corpus", "Byte-level dataset from text files on this machine.");
@@ -36,9 +117,7 @@ void add_prepare_command(CLI::App& app, CommandAction& action) {
       ->check(CLI::PositiveNumber);
   corpus->callback([&action, options] {
     action = [options] {
-      const std::filesystem::file_type output_type = engine::file_type_of(options->output, "prepare");
-      if (output_type != std::filesystem::file_type::not_found && output_type != std::filesystem::file_type::directory)
-        throw Error("prepare", fmt::format("--output {}: is a file, not a folder", options->output));
+      check_output_folder(options->output);
       data::CorpusOptions corpus_options;
       if (!options->sources.empty()) corpus_options.sources = options->sources;
       corpus_options.max_bytes = options->max_bytes;
@@ -52,6 +131,24 @@ void add_prepare_command(CLI::App& app, CommandAction& action) {
       return 0;
     };
   });
+
+  auto* bpe = prepare->add_subcommand(
+      "bpe_tokenizer", "Train a byte-level BPE tokenizer (Hugging Face tokenizer.json) on text files on this machine.");
+  auto bpe_options = std::make_shared<BpeTokenizerOptions>();
+  bpe->add_option("-o,--output", bpe_options->output, "Output folder (tokenizer.json, tokenizer_config.json).")
+      ->required();
+  bpe->add_option("-s,--source", bpe_options->sources,
+                  "File, folder or wildcard path to read (repeatable; default: the files `prepare byte_corpus` "
+                  "reads).");
+  bpe->add_option("--vocab-size", bpe_options->vocab_size,
+                  "Tokens in the vocabulary, the 5 special tokens and the 256 bytes included.")
+      ->check(CLI::Range(int64_t(261), int64_t(INT32_MAX)));
+  bpe->add_option("--max-bytes", bpe_options->max_bytes, "Stop reading after this many bytes of text.")
+      ->check(CLI::PositiveNumber);
+  bpe->add_option("--model-max-length", bpe_options->model_max_length,
+                  "model_max_length written to tokenizer_config.json.")
+      ->check(CLI::PositiveNumber);
+  bpe->callback([&action, bpe_options] { action = [bpe_options] { return train_bpe_tokenizer(*bpe_options); }; });
 
   add_refused_command(*prepare, action, "gpt_memmap", "Tokenize a Hugging Face dataset into memmap shards.", "prepare",
                       "gpt_memmap needs Hugging Face datasets and tokenizers, which are not available yet; "

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -143,16 +144,10 @@ bool looks_like_text(std::string_view bytes) {
   return control * 100 <= bytes.size();
 }
 
-CorpusStats build_byte_corpus(const std::filesystem::path& output_directory, const CorpusOptions& options) {
+void for_each_corpus_text(const CorpusOptions& options, CorpusStats& stats,
+                          const std::function<void(std::string&& text)>& take) {
   const std::vector<std::filesystem::path> files = collect_corpus_files(options.sources);
   FLM_CHECK(!files.empty(), kComponent, "no files found in {}", fmt::join(options.sources, ", "));
-
-  CorpusStats stats;
-  stats.dataset_path = output_directory / "shard_0_0.fast_llm_dataset";
-  stats.config_path = output_directory / "fast_llm_config.yaml";
-  const ByteTokenizer tokenizer;
-  const TokenDataType data_type = token_data_type_for_vocab(ByteTokenizer::kVocabSize);
-  MemmapWriter writer(stats.dataset_path, {.data_type = data_type});
   int64_t text_bytes = 0;
   for (const auto& file : files) {
     if (text_bytes >= options.max_bytes) break;
@@ -163,20 +158,32 @@ CorpusStats build_byte_corpus(const std::filesystem::path& output_directory, con
       ++stats.skipped_size;
       continue;
     }
-    const std::string text = read_file(file);
+    std::string text = read_file(file);
     if (!looks_like_text(text)) {
       ++stats.skipped_binary;
       continue;
     }
-    Document document;
-    document.tokens = tokenizer.encode(text, options.add_bos, options.add_eos);
-    writer.add_document(document);
     text_bytes += int64_t(text.size());
     ++stats.documents;
-    stats.tokens += document.size();
+    take(std::move(text));
   }
   FLM_CHECK(stats.documents > 0, kComponent, "no text files among the {} files found in {}", files.size(),
             fmt::join(options.sources, ", "));
+}
+
+CorpusStats build_byte_corpus(const std::filesystem::path& output_directory, const CorpusOptions& options) {
+  CorpusStats stats;
+  stats.dataset_path = output_directory / "shard_0_0.fast_llm_dataset";
+  stats.config_path = output_directory / "fast_llm_config.yaml";
+  const ByteTokenizer tokenizer;
+  const TokenDataType data_type = token_data_type_for_vocab(ByteTokenizer::kVocabSize);
+  MemmapWriter writer(stats.dataset_path, {.data_type = data_type});
+  for_each_corpus_text(options, stats, [&](std::string&& text) {
+    Document document;
+    document.tokens = tokenizer.encode(text, options.add_bos, options.add_eos);
+    writer.add_document(document);
+    stats.tokens += document.size();
+  });
   writer.finish();
 
   // The dataset config `prepare` writes for a single shard: the memmap entry (path relative to this folder) and the

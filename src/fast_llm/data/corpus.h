@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -54,6 +55,12 @@ std::vector<std::filesystem::path> collect_corpus_files(const std::vector<std::s
 
 // Whether `bytes` is text: valid UTF-8, no NUL, and (almost) no control characters besides whitespace.
 bool looks_like_text(std::string_view bytes);
+
+// Hands the text of each file that build_byte_corpus takes to `take`, in the same order and under the same limits
+// (max_bytes, max_file_bytes, looks_like_text), counting files, documents and skips in `stats`; so that a tokenizer
+// trained on this text (`prepare bpe_tokenizer`) sees the corpus. Throws when no text file is found.
+void for_each_corpus_text(const CorpusOptions& options, CorpusStats& stats,
+                          const std::function<void(std::string&& text)>& take);
 
 // Encodes the text files of `options.sources`, one document per file, into `output_directory`.
 CorpusStats build_byte_corpus(const std::filesystem::path& output_directory, const CorpusOptions& options = {});

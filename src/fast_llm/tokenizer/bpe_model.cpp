@@ -1,6 +1,8 @@
 // BPE tokenization of one word as Hugging Face's library does it (see bpe_model.h).
 #include "fast_llm/tokenizer/bpe_model.h"
 
+#include <atomic>
+#include <memory>
 #include <queue>
 
 #include "fast_llm/tokenizer/utf8.h"
@@ -19,9 +21,34 @@ struct Symbol {
 // Below this many symbols a linear scan for the best pair beats the priority queue.
 constexpr size_t kLinearScanSymbols = 48;
 
+std::atomic<uint64_t> next_model_serial{1};
+
+// Word -> ids of one model in one thread; stops taking entries when full (as Hugging Face's cache does).
+struct WordCache {
+  static constexpr size_t kEntries = size_t{1} << 17;
+  uint64_t model_serial;
+  std::unordered_map<std::string, std::vector<int32_t>, StringViewHash, std::equal_to<>> entries;
+};
+
+// This thread's word cache for the model `serial`; a thread keeps the caches of its last few models.
+WordCache& thread_word_cache(uint64_t serial) {
+  constexpr size_t kModelsPerThread = 4;
+  thread_local std::vector<std::unique_ptr<WordCache>> caches;
+  for (size_t i = 0; i < caches.size(); ++i) {
+    if (caches[i]->model_serial == serial) {
+      if (i > 0) std::swap(caches[i], caches[0]);
+      return *caches[0];
+    }
+  }
+  if (caches.size() == kModelsPerThread) caches.pop_back();
+  caches.insert(caches.begin(), std::make_unique<WordCache>());
+  caches[0]->model_serial = serial;
+  return *caches[0];
+}
+
 }  // namespace
 
-BpeModel::BpeModel(const Json& model, const JsonPlace& place) {
+BpeModel::BpeModel(const Json& model, const JsonPlace& place) : serial_(next_model_serial++) {
   if (json_present(model, "dropout")) json_unsupported(place / "dropout", "BPE dropout (random merges)");
   for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const auto value = json_optional_string(model, affix, place);
@@ -130,7 +157,7 @@ int32_t BpeModel::character_id(std::string_view character) const {
 
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const {
   if (word.empty()) return;
-  // A whole word of the vocabulary needs no merging: found without touching the cache and its lock.
+  // A whole word of the vocabulary needs no merging: found without the cache.
   if (ignore_merges_) {
     if (const auto id = find_token(vocabulary_, word)) {
       ids.push_back(*id);
@@ -141,20 +168,16 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const 
     tokenize_uncached(word, ids);
     return;
   }
-  CacheShard& shard = cache_[StringViewHash{}(word) % kCacheShards];
-  {
-    std::shared_lock lock(shard.mutex);
-    const auto it = shard.entries.find(word);
-    if (it != shard.entries.end()) {
-      ids.insert(ids.end(), it->second.begin(), it->second.end());
-      return;
-    }
+  WordCache& cache = thread_word_cache(serial_);
+  const auto it = cache.entries.find(word);
+  if (it != cache.entries.end()) {
+    ids.insert(ids.end(), it->second.begin(), it->second.end());
+    return;
   }
   const size_t first = ids.size();
   tokenize_uncached(word, ids);
-  std::unique_lock lock(shard.mutex);
-  if (shard.entries.size() < kCacheEntriesPerShard)
-    shard.entries.emplace(std::string(word), std::vector<int32_t>(ids.begin() + first, ids.end()));
+  if (cache.entries.size() < WordCache::kEntries)
+    cache.entries.emplace(std::string(word), std::vector<int32_t>(ids.begin() + first, ids.end()));
 }
 
 void BpeModel::tokenize_uncached(std::string_view word, std::vector<int32_t>& ids) const {
