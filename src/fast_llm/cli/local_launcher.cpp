@@ -1,6 +1,9 @@
 // The single-machine launcher: fork and exec of this program per rank, and a supervisor loop over waitpid.
 #include "fast_llm/cli/local_launcher.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -140,8 +143,32 @@ int run_local_processes(const LocalLaunch& launch) {
     running.erase(child);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
     if (failure) continue;  // the others end because they were stopped
-    failure = fmt::format("rank {} {}", rank, describe_status(status));
-    exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    // A rank that dies takes its peers down at their next collective ("connection reset by peer"), and waitpid may
+    // hand over such a peer first. Ranks that end within a moment of the first failure are collected with it, and one
+    // killed by a signal (the likely cause) is named first.
+    std::vector<std::pair<int, int>> failed{{rank, status}};
+    const auto settled = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (!running.empty() && std::chrono::steady_clock::now() < settled) {
+      int other_status = 0;
+      const pid_t other = ::waitpid(-1, &other_status, WNOHANG);
+      if (other <= 0) {
+        if (other < 0 && errno != EINTR) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      const auto other_child = running.find(other);
+      if (other_child == running.end()) continue;
+      if (!WIFEXITED(other_status) || WEXITSTATUS(other_status) != 0)
+        failed.emplace_back(other_child->second, other_status);
+      running.erase(other_child);
+    }
+    std::stable_partition(failed.begin(), failed.end(),
+                          [](const std::pair<int, int>& entry) { return WIFSIGNALED(entry.second); });
+    std::vector<std::string> descriptions;
+    for (const auto& [failed_rank, failed_status] : failed)
+      descriptions.push_back(fmt::format("rank {} {}", failed_rank, describe_status(failed_status)));
+    failure = fmt::format("{}", fmt::join(descriptions, "; then "));
+    exit_code = WIFEXITED(failed.front().second) ? WEXITSTATUS(failed.front().second) : 1;
     if (!running.empty()) {
       log_error("[launcher] {}: stopping the other {} processes", *failure, running.size());
       stop_all(SIGTERM);
