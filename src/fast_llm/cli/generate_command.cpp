@@ -3,7 +3,8 @@
 // and the overrides: --pretrained PATH (pretrained.path), --format (pretrained.format, default auto), --prompt TEXT
 // (repeatable: prompts), --prompt-ids 1,2,3 (repeatable: prompt_ids), --prompts-file, --max-new-tokens,
 // --temperature, --top-k, --top-p, --seed, --batch-size, --stream, --tokenizer, --output, --dtype
-// (model.distributed.compute_dtype), --cpu (model.distributed.use_cuda=false).
+// (model.distributed.compute_dtype), --cpu (model.distributed.use_cuda=false). Format auto (the default) also takes a
+// native checkpoint (fast_llm, distributed) by its metadata.yaml.
 #include <charconv>
 
 #include "fast_llm/cli/commands.h"
@@ -72,7 +73,7 @@ YAML::Node generation_tree(const GenerateOptions& options) {
   if (options.seed) tree["seed"] = *options.seed;
   if (options.batch_size) tree["batch_size"] = *options.batch_size;
   if (options.stream) tree["stream"] = true;
-  return tree;
+  return models::gpt::with_native_format_resolved(tree);
 }
 
 }  // namespace

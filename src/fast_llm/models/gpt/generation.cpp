@@ -90,11 +90,26 @@ std::vector<Prompt> read_prompts_file(const std::filesystem::path& path, const t
   return prompts;
 }
 
-// Text of `ids` (special tokens skipped), or the ids themselves without a tokenizer.
+// Text of `ids` (special tokens skipped), or the ids themselves without a tokenizer. A model's vocabulary may be
+// larger than its tokenizer's (padded embeddings): ids the tokenizer does not have are shown as `<id N>`.
 std::string render(const tokenizer::Tokenizer* tokenizer, const std::vector<int64_t>& ids) {
   if (tokenizer == nullptr) return fmt::format("{}", fmt::join(ids, " "));
-  const std::vector<int32_t> narrow(ids.begin(), ids.end());
-  return tokenizer->decode(narrow, /*skip_special_tokens=*/true);
+  std::string text;
+  std::vector<int32_t> known;
+  auto flush = [&] {
+    if (!known.empty()) text += tokenizer->decode(known, /*skip_special_tokens=*/true);
+    known.clear();
+  };
+  for (int64_t id : ids) {
+    if (id < tokenizer->vocab_size()) {
+      known.push_back(int32_t(id));
+    } else {
+      flush();
+      text += fmt::format("<id {}>", id);
+    }
+  }
+  flush();
+  return text;
 }
 
 // Prints a completion as it grows: the decoded text so far, less what was printed, held back while it ends in an
@@ -167,6 +182,24 @@ void GenerationConfig::check() const {
   if (prompts.empty() && prompt_ids.empty() && !prompts_file)
     fail("prompts", "no prompts: give prompts (text), prompt_ids or prompts_file");
   if (top_p <= 0.0) fail("top_p", "must be in (0, 1]");
+}
+
+YAML::Node with_native_format_resolved(YAML::Node tree) {
+  const YAML::Node pretrained = tree["pretrained"];
+  if (!pretrained || !pretrained.IsMap() || !pretrained["path"] || !pretrained["path"].IsScalar()) return tree;
+  if (pretrained["format"] && (!pretrained["format"].IsScalar() || pretrained["format"].as<std::string>() != "auto"))
+    return tree;
+  const std::filesystem::path metadata = std::filesystem::path(pretrained["path"].as<std::string>()) / "metadata.yaml";
+  tree["pretrained"]["format"] = "auto";
+  if (!std::filesystem::is_regular_file(metadata)) return tree;
+  YAML::Node format;
+  try {
+    format = YAML::LoadFile(metadata.string())["format"];
+  } catch (const YAML::Exception& error) {
+    throw Error(kComponent, fmt::format("{}: not readable as YAML: {}", metadata.string(), error.what()));
+  }
+  if (format && format.IsScalar()) tree["pretrained"]["format"] = format.as<std::string>();
+  return tree;
 }
 
 void generate(const GenerationConfig& config) {

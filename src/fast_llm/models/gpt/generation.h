@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <yaml-cpp/yaml.h>
+
 #include "fast_llm/config/config.h"
 #include "fast_llm/engine/checkpoint/config.h"
 #include "fast_llm/models/gpt/config.h"
@@ -53,6 +55,11 @@ struct GenerationConfig : config::Config {
  protected:
   void check() const override;
 };
+
+// `tree` (a generation config tree) with `pretrained.format: auto` (also the default here, unlike training's
+// fast_llm) made concrete for native checkpoints: a folder with a metadata.yaml takes the format it names (fast_llm or distributed); otherwise auto stays,
+// which reads a Hugging Face folder's config.json (its model_type names the format).
+YAML::Node with_native_format_resolved(YAML::Node tree);
 
 // Loads the model and the tokenizer, generates every prompt and prints the completions to standard output (and writes
 // them to config.output). The config must be validated.
