@@ -2,7 +2,7 @@
 // (models/gpt/generation.h; docs/generation.md). The options are shortcuts for config fields, applied after the file
 // and the overrides: --pretrained PATH (pretrained.path), --format (pretrained.format, default auto), --prompt TEXT
 // (repeatable: prompts), --prompt-ids 1,2,3 (repeatable: prompt_ids), --prompts-file, --max-new-tokens,
-// --temperature, --top-k, --top-p, --seed, --batch-size, --stream, --tokenizer, --output, --dtype
+// --temperature, --top-k, --top-p, --seed, --batch-size, --stream, --ignore-eos, --tokenizer, --output, --dtype
 // (model.distributed.compute_dtype), --cpu (model.distributed.use_cuda=false). Format auto (the default) also takes a
 // native checkpoint (fast_llm, distributed) by its metadata.yaml.
 #include <charconv>
@@ -26,7 +26,7 @@ struct GenerateOptions {
   std::vector<std::string> prompts, prompt_ids;
   std::optional<int64_t> max_new_tokens, top_k, seed, batch_size;
   std::optional<double> temperature, top_p;
-  bool stream = false, cpu = false;
+  bool stream = false, cpu = false, ignore_eos = false;
 };
 
 // "1,2,3" (or spaces) as token ids.
@@ -73,6 +73,7 @@ YAML::Node generation_tree(const GenerateOptions& options) {
   if (options.seed) tree["seed"] = *options.seed;
   if (options.batch_size) tree["batch_size"] = *options.batch_size;
   if (options.stream) tree["stream"] = true;
+  if (options.ignore_eos) tree["ignore_eos"] = true;
   return models::gpt::with_native_format_resolved(tree);
 }
 
@@ -99,6 +100,7 @@ void add_generate_command(CLI::App& app, CommandAction& action) {
   command->add_option("--seed", options->seed, "Sampling seed.");
   command->add_option("--batch-size", options->batch_size, "Prompts generated together.");
   command->add_flag("--stream", options->stream, "Print tokens as they are generated (one prompt at a time).");
+  command->add_flag("--ignore-eos", options->ignore_eos, "Always generate --max-new-tokens tokens.");
   command->add_option("--output", options->output, "Also write the completions to this JSONL file.");
   command->add_option("--dtype", options->dtype, "Compute dtype (model.distributed.compute_dtype).");
   command->add_flag("--cpu", options->cpu, "Run on the CPU even when a GPU is visible.");
