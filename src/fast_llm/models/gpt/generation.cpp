@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <chrono>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -238,6 +239,7 @@ void generate(const GenerationConfig& config) {
   if (config.output) output = std::make_unique<FileWriter>(*config.output, FileWriter::Options{.component = kComponent});
   const size_t batch_size = config.stream ? 1 : size_t(config.batch_size);
   int64_t generated = 0;
+  double total_seconds = 0.0;
   for (size_t first = 0; first < prompts.size(); first += batch_size) {
     const size_t count = std::min(batch_size, prompts.size() - first);
     std::vector<std::vector<int64_t>> batch;
@@ -250,7 +252,16 @@ void generate(const GenerationConfig& config) {
       printer = std::make_unique<StreamPrinter>(tokenizer.get());
       on_token = [&printer](size_t, int64_t token) { printer->add(token); };
     }
+    const auto start = std::chrono::steady_clock::now();
     const std::vector<std::vector<int64_t>> completions = generator.generate(batch, settings, first, on_token);
+    // The generator read its last logits on the host: the device work of the batch is done.
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    int64_t batch_tokens = 0;
+    for (const std::vector<int64_t>& completion : completions) batch_tokens += int64_t(completion.size());
+    total_seconds += seconds;
+    log_main("Batch {}/{}: {} prompts, {} new tokens in {:.3f} s ({:.1f} tokens/s)", first / batch_size + 1,
+             (prompts.size() + batch_size - 1) / batch_size, count, batch_tokens, seconds,
+             double(batch_tokens) / seconds);
     for (size_t offset = 0; offset < count; ++offset) {
       const Prompt& prompt = prompts[first + offset];
       const std::vector<int64_t>& completion = completions[offset];
@@ -270,7 +281,7 @@ void generate(const GenerationConfig& config) {
     }
   }
   if (output) output->commit();
-  log_main("Generated {} tokens for {} prompts", generated, prompts.size());
+  log_main("Generated {} tokens for {} prompts in {:.3f} s", generated, prompts.size(), total_seconds);
 }
 
 }  // namespace fast_llm::models::gpt
