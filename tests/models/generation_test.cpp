@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <set>
 
+#include "fast_llm/core/random.h"
 #include "fast_llm/engine/inference/sampling.h"
 #include "fast_llm/models/gpt/generator.h"
 #include "fast_llm/models/gpt/model.h"
@@ -200,6 +202,35 @@ TEST(Sampling, DrawsFollowTheSoftmaxAndFiltersKeepWhatTheyShould) {
   // Every logit -inf but one: that one, whatever the draw.
   const std::vector<float> one{-INFINITY, -INFINITY, 0.0f};
   for (uint64_t step = 0; step < 100; ++step) EXPECT_EQ(engine::sample_token(one, {.temperature = 1.0}, 0, step), 2);
+}
+
+// Top-p and top-k on a vocabulary larger than the sampler's first sorted piece (64): every draw is in the set a plain
+// full sort gives, and the draws cover it.
+TEST(Sampling, NucleusOfALargeVocabularyIsTheSortedPrefix) {
+  std::vector<float> logits(3000);
+  for (size_t index = 0; index < logits.size(); ++index)
+    logits[index] = float(fast_llm::random_normal(77, index));
+  for (const auto& [top_k, top_p] : std::vector<std::pair<int64_t, double>>{{0, 0.9}, {300, 0.95}, {150, 1.0}}) {
+    std::vector<size_t> order(logits.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return logits[a] > logits[b]; });
+    const size_t candidates = top_k > 0 ? size_t(top_k) : logits.size();
+    double total = 0;
+    for (size_t rank = 0; rank < candidates; ++rank) total += std::exp(double(logits[order[rank]] - logits[order[0]]));
+    std::set<int64_t> nucleus;
+    double cumulative = 0;
+    for (size_t rank = 0; rank < candidates && (rank == 0 || cumulative < top_p * total); ++rank) {
+      cumulative += std::exp(double(logits[order[rank]] - logits[order[0]]));
+      nucleus.insert(int64_t(order[rank]));
+    }
+    ASSERT_GT(nucleus.size(), 64u) << "the case must need more than the first sorted piece";
+    std::set<int64_t> drawn;
+    for (uint64_t step = 0; step < 2000; ++step)
+      drawn.insert(engine::sample_token(logits, {.temperature = 1.0, .top_k = top_k, .top_p = top_p, .seed = 2}, 0,
+                                        step));
+    for (int64_t token : drawn) EXPECT_TRUE(nucleus.contains(token)) << "token " << token << " is outside the nucleus";
+    EXPECT_GT(drawn.size(), nucleus.size() / 4) << "top_k " << top_k << ", top_p " << top_p;
+  }
 }
 
 }  // namespace
