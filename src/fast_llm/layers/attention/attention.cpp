@@ -178,15 +178,22 @@ Tensor Attention::forward_cached(const Tensor& input, const MicroBatch& batch, K
   const Device device = input.device();
   Projections projections = project(input, nullptr, nullptr, stream);
   if (rotary_->enabled()) {
-    // The rows of the tables at each token's position in its own sequence.
-    const Rotary::Tables tables = rotary_->tables(cache.capacity(), device, stream);
-    const int64_t half = tables.cos.size(1);
-    Tensor cos = Tensor::empty(Shape{tokens, half}, DType::float32, device, stream);
-    Tensor sin = Tensor::empty(Shape{tokens, half}, DType::float32, device, stream);
-    kernels::embedding_forward({.indices = batch.positions, .weight = tables.cos, .output = cos, .stream = stream});
-    kernels::embedding_forward({.indices = batch.positions, .weight = tables.sin, .output = sin, .stream = stream});
+    // The rows of the tables at each token's position in its own sequence (gathered once per step).
+    const KeyValueCache::PositionTables* tables = cache.step_rotary(rotary_.get());
+    if (tables == nullptr) {
+      const Rotary::Tables full = rotary_->tables(cache.capacity(), device, stream);
+      const int64_t half = full.cos.size(1);
+      KeyValueCache::PositionTables gathered{.cos = Tensor::empty(Shape{tokens, half}, DType::float32, device, stream),
+                                             .sin = Tensor::empty(Shape{tokens, half}, DType::float32, device, stream)};
+      kernels::embedding_forward({.indices = batch.positions, .weight = full.cos, .output = gathered.cos,
+                                  .stream = stream});
+      kernels::embedding_forward({.indices = batch.positions, .weight = full.sin, .output = gathered.sin,
+                                  .stream = stream});
+      tables = &cache.keep_step_rotary(rotary_.get(), std::move(gathered));
+    }
     for (Tensor* tensor : {&projections.query, &projections.key})
-      kernels::rotary_apply({.tensor = *tensor, .cos = cos, .sin = sin, .inverse = false, .stream = stream});
+      kernels::rotary_apply({.tensor = *tensor, .cos = tables->cos, .sin = tables->sin, .inverse = false,
+                             .stream = stream});
   }
   KeyValueCache::LayerCache& layer = cache.layer(this, head_groups_, head_size_, stream);
   Tensor output;

@@ -31,6 +31,7 @@ void KeyValueCache::begin_prefill(const std::vector<int64_t>& prompt_lengths, St
     FLM_CHECK(length > 0 && length <= capacity_, "generate",
               "a prompt of {} tokens; the cache holds 1 to {} tokens per sequence", length, capacity_);
   step_ = Step::prefill;
+  step_rotary_.clear();
   prompt_lengths_ = prompt_lengths;
   std::fill(lengths_.begin(), lengths_.end(), 0);
   upload_lengths(stream);
@@ -40,7 +41,17 @@ void KeyValueCache::begin_decode(Stream stream) {
   for (int64_t length : lengths_)
     FLM_CHECK(length < capacity_, "generate", "a sequence of {} tokens fills its cache of {}", length, capacity_);
   step_ = Step::decode;
+  step_rotary_.clear();
   upload_lengths(stream);
+}
+
+const KeyValueCache::PositionTables* KeyValueCache::step_rotary(const void* rotary) const {
+  const auto found = step_rotary_.find(rotary);
+  return found == step_rotary_.end() ? nullptr : &found->second;
+}
+
+const KeyValueCache::PositionTables& KeyValueCache::keep_step_rotary(const void* rotary, PositionTables tables) {
+  return step_rotary_[rotary] = std::move(tables);
 }
 
 void KeyValueCache::advance() {
@@ -52,7 +63,8 @@ void KeyValueCache::advance() {
 
 void KeyValueCache::upload_lengths(Stream stream) {
   Tensor host = Tensor::empty(Shape{batch_size_}, DType::int32);
-  for (int64_t index = 0; index < batch_size_; ++index) host.data_as<int32_t>()[index] = int32_t(lengths_[size_t(index)]);
+  for (int64_t index = 0; index < batch_size_; ++index)
+    host.data_as<int32_t>()[index] = int32_t(lengths_[size_t(index)]);
   device_lengths_ = device_.is_cpu() ? host : host.to(device_, stream);
 }
 

@@ -51,6 +51,14 @@ class KeyValueCache {
   // Prompt lengths of the current prefill step.
   const std::vector<int64_t>& prompt_lengths() const { return prompt_lengths_; }
 
+  // The rotary tables at the step's positions, (tokens, rotary_dims / 2) fp32, gathered by the first attention layer
+  // of a step and reused by the others with the same rotary (keyed by it); forgotten when a step begins.
+  struct PositionTables {
+    Tensor cos, sin;
+  };
+  const PositionTables* step_rotary(const void* rotary) const;
+  const PositionTables& keep_step_rotary(const void* rotary, PositionTables tables);
+
  private:
   void upload_lengths(Stream stream);
 
@@ -61,6 +69,7 @@ class KeyValueCache {
   std::vector<int64_t> lengths_, prompt_lengths_;
   Tensor device_lengths_;  // (batch) int32
   std::map<const void*, LayerCache> layers_;
+  std::map<const void*, PositionTables> step_rotary_;
 };
 
 }  // namespace fast_llm::layers
