@@ -557,7 +557,8 @@ TEST_F(CliTest, Generate) {
   expect({"convert", "gpt", "input.format=distributed", "input.path=experiment/checkpoint/2",
           "output.format=fast_llm", "output.path=native"},
          0, "Done");
-  const std::vector<std::string> prompts{"--prompt-ids", "1,2,3", "--prompt-ids", "5", "--prompt-ids", "7 8 9 10 11 12"};
+  const std::vector<std::string> prompts{"--prompt-ids", "1,2,3", "--prompt-ids", "5",
+                                         "--prompt-ids", "7 8 9 10 11 12"};
   auto run = [&](const std::string& pretrained, const std::string& output, std::vector<std::string> extra) {
     std::vector<std::string> arguments{"generate", "--pretrained", pretrained, "--max-new-tokens", "6",
                                        "--output", output};

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "fast_llm/kernels/attention.h"
 #include "kernels/consistency.h"
@@ -42,19 +43,18 @@ std::vector<double> full_attention_last_row(const DecodeCase& c, int64_t sequenc
   Tensor full_key = Tensor::empty(Shape{length, groups, size}, c.dtype);
   Tensor full_value = Tensor::empty(Shape{length, groups, size}, c.dtype);
   const size_t element = dtype_size(c.dtype);
-  auto copy_row = [&](Tensor& destination, int64_t row, const Tensor& source, const void* from) {
-    (void)source;
+  auto copy_row = [&](Tensor& destination, int64_t row, const void* from) {
     std::memcpy(static_cast<char*>(destination.data()) + size_t(row * groups * size) * element, from,
                 size_t(groups * size) * element);
   };
   for (int64_t position = 0; position + 1 < length; ++position) {
     const size_t offset = size_t((sequence * c.capacity + position) * groups * size) * element;
-    copy_row(full_key, position, key_cache, static_cast<const char*>(key_cache.data()) + offset);
-    copy_row(full_value, position, value_cache, static_cast<const char*>(value_cache.data()) + offset);
+    copy_row(full_key, position, static_cast<const char*>(key_cache.data()) + offset);
+    copy_row(full_value, position, static_cast<const char*>(value_cache.data()) + offset);
   }
-  copy_row(full_key, length - 1, key, static_cast<const char*>(key.data()) + size_t(sequence * groups * size) * element);
-  copy_row(full_value, length - 1, value,
-           static_cast<const char*>(value.data()) + size_t(sequence * groups * size) * element);
+  const size_t new_row = size_t(sequence * groups * size) * element;
+  copy_row(full_key, length - 1, static_cast<const char*>(key.data()) + new_row);
+  copy_row(full_value, length - 1, static_cast<const char*>(value.data()) + new_row);
   std::memcpy(static_cast<char*>(full_query.data()) + size_t((length - 1) * c.heads * size) * element,
               static_cast<const char*>(query.data()) + size_t(sequence * c.heads * size) * element,
               size_t(c.heads * size) * element);

@@ -39,9 +39,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_decode_kernel(DecodePar
   const int first = p.window > 0 && last - p.window + 1 > 0 ? last - p.window + 1 : 0;
   const int64_t cache_row_stride = int64_t(p.groups) * kHeadSize;  // between positions of one sequence
   const int64_t cache_base = (int64_t(sequence) * p.capacity * p.groups + group) * kHeadSize + lane * kPerLane;
-  const T* new_key = static_cast<const T*>(p.key) + (int64_t(sequence) * p.groups + group) * kHeadSize + lane * kPerLane;
-  const T* new_value =
-      static_cast<const T*>(p.value) + (int64_t(sequence) * p.groups + group) * kHeadSize + lane * kPerLane;
+  const int64_t new_row = (int64_t(sequence) * p.groups + group) * kHeadSize + lane * kPerLane;
+  const T* new_key = static_cast<const T*>(p.key) + new_row;
+  const T* new_value = static_cast<const T*>(p.value) + new_row;
   T* key_cache = static_cast<T*>(p.key_cache);
   T* value_cache = static_cast<T*>(p.value_cache);
 

@@ -85,7 +85,8 @@ std::vector<Prompt> read_prompts_file(const std::filesystem::path& path, const t
       }
       prompts.push_back(std::move(prompt));
     } else {
-      throw Error(kComponent, fmt::format("{}: expected an object with a string `text` or an integer list `ids`", where));
+      throw Error(kComponent,
+                  fmt::format("{}: expected an object with a string `text` or an integer list `ids`", where));
     }
   }
   return prompts;
@@ -236,7 +237,8 @@ void generate(const GenerationConfig& config) {
   Generator generator(model, device, model_config.distributed.compute_dtype);
 
   std::unique_ptr<FileWriter> output;
-  if (config.output) output = std::make_unique<FileWriter>(*config.output, FileWriter::Options{.component = kComponent});
+  if (config.output)
+    output = std::make_unique<FileWriter>(*config.output, FileWriter::Options{.component = kComponent});
   const size_t batch_size = config.stream ? 1 : size_t(config.batch_size);
   int64_t generated = 0;
   double total_seconds = 0.0;
