@@ -598,8 +598,14 @@ TEST_F(CliTest, Generate) {
   ASSERT_EQ(file_lines.size(), 2u);
   EXPECT_EQ(file_lines[0], text_lines[0]);
 
+  // Overrides after the repeatable options stay overrides.
+  expect({"generate", "--pretrained", "hf", "--prompt-ids", "1", "max_new_tokens=2", "--ignore-eos"}, 0,
+         "Generated 2 tokens for 1 prompts");
+
   // Mistakes.
   expect({"generate", "--pretrained", "hf"}, 1, "no prompts");
+  expect({"generate", "--pretrained", "hf", "--prompt-ids", "1", "kernels.include=[nonsense]"}, 1,
+         "kernels.include");
   expect({"generate", "--prompt-ids", "1"}, 1, "pretrained.path is required");
   expect({"generate", "--pretrained", "hf", "--prompt-ids", "1,x"}, 1, "`x` is not a token id");
   expect({"generate", "--pretrained", "hf", "--prompt-ids", "1,16"}, 1, "prompt 0 has token 16, outside the model's "

@@ -88,8 +88,10 @@ void add_generate_command(CLI::App& app, CommandAction& action) {
   command->add_option("--pretrained", options->pretrained, "Checkpoint folder (pretrained.path).");
   command->add_option("--format", options->format,
                       "Checkpoint format (pretrained.format): auto, fast_llm, distributed, llama, mistral, qwen2.");
-  command->add_option("--prompt", options->prompts, "A text prompt (repeatable).");
-  command->add_option("--prompt-ids", options->prompt_ids, "A prompt as token ids, `1,2,3` (repeatable).");
+  // One value per occurrence, so that the `a.b=c` overrides after them stay overrides.
+  command->add_option("--prompt", options->prompts, "A text prompt (repeatable).")->allow_extra_args(false);
+  command->add_option("--prompt-ids", options->prompt_ids, "A prompt as token ids, `1,2,3` (repeatable).")
+      ->allow_extra_args(false);
   command->add_option("--prompts-file", options->prompts_file,
                       "Prompts: JSONL objects with `text` or `ids`, or a text file with one prompt per line.");
   command->add_option("--tokenizer", options->tokenizer, "tokenizer.json, .model, or a folder (tokenizer.path).");

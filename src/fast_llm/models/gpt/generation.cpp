@@ -177,6 +177,8 @@ void GenerationConfig::visit(config::Visitor& v) {
   v(ignore_eos, "ignore_eos", "Always generate max_new_tokens tokens.", Hint::feature);
   v(output, "output", "Also write the completions to this JSONL file ({index, prompt_ids, completion_ids, text}).",
     Hint::feature);
+  v(kernels, "kernels", "Which kernel variants may run, and plugins that add more (as in training).",
+    Hint::performance);
 }
 
 void GenerationConfig::check() const {
@@ -229,6 +231,7 @@ void generate(const GenerationConfig& config) {
   if (!settings.eos_token_id && tokenizer && tokenizer->eos_id()) settings.eos_token_id = *tokenizer->eos_id();
   if (config.ignore_eos) settings.eos_token_id.reset();
 
+  config.kernels.apply();
   GPTModel model(model_config.base_model);
   const Device device = engine::resolve_device(model_config.distributed);
   engine::MultiStage multi_stage(model, model_config.multi_stage, model_config.distributed, device,

@@ -22,6 +22,7 @@
 
 #include "fast_llm/config/config.h"
 #include "fast_llm/engine/checkpoint/config.h"
+#include "fast_llm/kernels/config.h"
 #include "fast_llm/models/gpt/config.h"
 
 namespace fast_llm::models::gpt {
@@ -50,6 +51,7 @@ struct GenerationConfig : config::Config {
   std::optional<int64_t> eos_token_id;
   bool ignore_eos = false;
   std::optional<std::filesystem::path> output;
+  kernels::KernelsConfig kernels;
   void visit(config::Visitor& v) override;
 
  protected:
