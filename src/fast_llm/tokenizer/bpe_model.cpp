@@ -1,6 +1,8 @@
 // BPE tokenization of one word as Hugging Face's library does it (see bpe_model.h).
 #include "fast_llm/tokenizer/bpe_model.h"
 
+#include <atomic>
+#include <memory>
 #include <queue>
 
 #include "fast_llm/tokenizer/utf8.h"
@@ -19,9 +21,34 @@ struct Symbol {
 // Below this many symbols a linear scan for the best pair beats the priority queue.
 constexpr size_t kLinearScanSymbols = 48;
 
+std::atomic<uint64_t> next_model_serial{1};
+
+// Word -> ids of one model in one thread; stops taking entries when full (as Hugging Face's cache does).
+struct WordCache {
+  static constexpr size_t kEntries = size_t{1} << 17;
+  uint64_t model_serial;
+  std::unordered_map<std::string, std::vector<int32_t>, StringViewHash, std::equal_to<>> entries;
+};
+
+// This thread's word cache for the model `serial`; a thread keeps the caches of its last few models.
+WordCache& thread_word_cache(uint64_t serial) {
+  constexpr size_t kModelsPerThread = 4;
+  thread_local std::vector<std::unique_ptr<WordCache>> caches;
+  for (size_t i = 0; i < caches.size(); ++i) {
+    if (caches[i]->model_serial == serial) {
+      if (i > 0) std::swap(caches[i], caches[0]);
+      return *caches[0];
+    }
+  }
+  if (caches.size() == kModelsPerThread) caches.pop_back();
+  caches.insert(caches.begin(), std::make_unique<WordCache>());
+  caches[0]->model_serial = serial;
+  return *caches[0];
+}
+
 }  // namespace
 
-BpeModel::BpeModel(const Json& model, const JsonPlace& place) {
+BpeModel::BpeModel(const Json& model, const JsonPlace& place) : serial_(next_model_serial++) {
   if (json_present(model, "dropout")) json_unsupported(place / "dropout", "BPE dropout (random merges)");
   for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const auto value = json_optional_string(model, affix, place);
@@ -34,8 +61,13 @@ BpeModel::BpeModel(const Json& model, const JsonPlace& place) {
   const Json& vocabulary = json_required(model, "vocab", place);
   if (!vocabulary.is_object()) json_error(place / "vocab", "expected an object of token: id");
   vocabulary_.reserve(vocabulary.size());
+  // Ids are 0..n-1 in every real file; a few holes are allowed, not an id that would size the tables to gigabytes.
+  const int64_t largest_allowed_id = static_cast<int64_t>(vocabulary.size()) + 65536;
   for (const auto& [token, id_value] : vocabulary.items()) {
     const int32_t id = json_token_id(id_value, place / "vocab" / token);
+    if (id > largest_allowed_id)
+      json_error(place / "vocab" / token, fmt::format("id {} is far beyond the vocabulary's {} entries", id,
+                                                      vocabulary.size()));
     vocabulary_.emplace(token, id);
     if (static_cast<size_t>(id) >= tokens_.size()) {
       tokens_.resize(id + 1);
@@ -125,33 +157,30 @@ int32_t BpeModel::character_id(std::string_view character) const {
 
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const {
   if (word.empty()) return;
-  if (word.size() > kCacheMaxWordBytes) {
-    tokenize_uncached(word, ids);
-    return;
-  }
-  CacheShard& shard = cache_[StringViewHash{}(word) % kCacheShards];
-  {
-    std::lock_guard lock(shard.mutex);
-    const auto it = shard.entries.find(word);
-    if (it != shard.entries.end()) {
-      ids.insert(ids.end(), it->second.begin(), it->second.end());
-      return;
-    }
-  }
-  const size_t first = ids.size();
-  tokenize_uncached(word, ids);
-  std::lock_guard lock(shard.mutex);
-  if (shard.entries.size() < kCacheEntriesPerShard)
-    shard.entries.emplace(std::string(word), std::vector<int32_t>(ids.begin() + first, ids.end()));
-}
-
-void BpeModel::tokenize_uncached(std::string_view word, std::vector<int32_t>& ids) const {
+  // A whole word of the vocabulary needs no merging: found without the cache.
   if (ignore_merges_) {
     if (const auto id = find_token(vocabulary_, word)) {
       ids.push_back(*id);
       return;
     }
   }
+  if (word.size() > kCacheMaxWordBytes) {
+    tokenize_uncached(word, ids);
+    return;
+  }
+  WordCache& cache = thread_word_cache(serial_);
+  const auto it = cache.entries.find(word);
+  if (it != cache.entries.end()) {
+    ids.insert(ids.end(), it->second.begin(), it->second.end());
+    return;
+  }
+  const size_t first = ids.size();
+  tokenize_uncached(word, ids);
+  if (cache.entries.size() < WordCache::kEntries)
+    cache.entries.emplace(std::string(word), std::vector<int32_t>(ids.begin() + first, ids.end()));
+}
+
+void BpeModel::tokenize_uncached(std::string_view word, std::vector<int32_t>& ids) const {
   // Characters to initial symbols.
   std::vector<Symbol> symbols;
   symbols.reserve(word.size());
