@@ -618,6 +618,16 @@ TEST_F(CliTest, Generate) {
   expect({"generate", "--pretrained", "hf", "--prompts-file", "bad.jsonl"}, 1,
          "bad.jsonl:2: expected an object with a string `text` or an integer list `ids`");
   expect({"generate", "--help"}, 0, "--prompt-ids");
+
+  // EOS from the folder's generation_config.json (an id or a list): every id ends a completion at its first token.
+  write("hf/generation_config.json", R"({"eos_token_id": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]})");
+  expect({"generate", "--pretrained", "hf", "--prompt-ids", "1", "--prompt-ids", "2,3"}, 0,
+         "Generated 2 tokens for 2 prompts");
+  expect({"generate", "--pretrained", "hf", "--prompt-ids", "1", "--max-new-tokens", "3", "--ignore-eos"}, 0,
+         "Generated 3 tokens for 1 prompts");
+  write("hf/generation_config.json", R"({"eos_token_id": "</s>"})");
+  expect({"generate", "--pretrained", "hf", "--prompt-ids", "1"}, 1,
+         "generation_config.json: eos_token_id holds \"</s>\", not a token id");
 }
 
 // What a command was asked to print is checked like every other write: a full disk under standard output is an

@@ -57,7 +57,7 @@ const std::vector<std::vector<int64_t>> kPrompts{{3, 17, 40, 2, 9, 60, 61}, {44}
 TEST(GenerationCuda, GreedyTokensEqualTheCpus) {
   REQUIRE_GPU_TRAINING();
   const Device gpu = Device::cuda(0);
-  const GenerationSettings settings{.max_new_tokens = 24, .eos_token_id = std::nullopt, .sampling = {}};
+  const GenerationSettings settings{.max_new_tokens = 24, .eos_token_ids = {}, .sampling = {}};
   GPTModel cpu_model(cuda_model_config());
   bind_on(cpu_model, Device::cpu(), DType::float32);
   const auto expected = Generator(cpu_model, Device::cpu(), DType::float32).generate(kPrompts, settings);

@@ -93,7 +93,7 @@ TEST(Generation, CachedGreedyEqualsGreedyOverTheWholeSequence) {
     TestModel test(config);
     Generator generator(test.model, Device::cpu(), DType::float64);
     std::vector<std::vector<double>> cached_logits;
-    const GenerationSettings settings{.max_new_tokens = 12, .eos_token_id = std::nullopt, .sampling = {}};
+    const GenerationSettings settings{.max_new_tokens = 12, .eos_token_ids = {}, .sampling = {}};
     const auto completions = generator.generate(kPrompts, settings);
     for (size_t index = 0; index < kPrompts.size(); ++index) {
       std::vector<std::vector<double>> logits;
@@ -109,7 +109,7 @@ TEST(Generation, BatchedPromptsEqualEachPromptAlone) {
   TestModel test(model_config(", rotary: {type: default, theta: 100}"));
   Generator generator(test.model, Device::cpu(), DType::float64);
   for (double temperature : {0.0, 1.0}) {
-    const GenerationSettings settings{.max_new_tokens = 9, .eos_token_id = std::nullopt,
+    const GenerationSettings settings{.max_new_tokens = 9, .eos_token_ids = {},
                                       .sampling = {.temperature = temperature, .top_k = 0, .top_p = 0.95, .seed = 5}};
     const auto together = generator.generate(kPrompts, settings);
     for (size_t index = 0; index < kPrompts.size(); ++index) {
@@ -123,7 +123,7 @@ TEST(Generation, SamplingIsReproduciblePerSeedAndTopKOneIsGreedy) {
   TestModel test(model_config(", rotary: {type: default, theta: 100}"));
   Generator generator(test.model, Device::cpu(), DType::float64);
   auto run = [&](double temperature, int64_t top_k, uint64_t seed) {
-    return generator.generate(kPrompts, {.max_new_tokens = 16, .eos_token_id = std::nullopt,
+    return generator.generate(kPrompts, {.max_new_tokens = 16, .eos_token_ids = {},
                                          .sampling = {.temperature = temperature, .top_k = top_k, .seed = seed}});
   };
   EXPECT_EQ(run(1.0, 0, 1), run(1.0, 0, 1));
@@ -136,7 +136,7 @@ TEST(Generation, SamplingIsReproduciblePerSeedAndTopKOneIsGreedy) {
 TEST(Generation, EndOfSequenceStopsOnlyItsSequence) {
   TestModel test(model_config(", rotary: {type: default, theta: 100}"));
   Generator generator(test.model, Device::cpu(), DType::float64);
-  const GenerationSettings free{.max_new_tokens = 10, .eos_token_id = std::nullopt, .sampling = {}};
+  const GenerationSettings free{.max_new_tokens = 10, .eos_token_ids = {}, .sampling = {}};
   const auto unstopped = generator.generate(kPrompts, free);
   // The EOS: the first token of the first completion, after its first, that is new in it.
   size_t stop = 1;
@@ -144,7 +144,7 @@ TEST(Generation, EndOfSequenceStopsOnlyItsSequence) {
     ++stop;
   const int64_t eos = unstopped[0][stop];
   GenerationSettings settings = free;
-  settings.eos_token_id = eos;
+  settings.eos_token_ids = {kVocab - 1, eos};
   std::vector<std::vector<int64_t>> streamed(kPrompts.size());
   const auto stopped =
       generator.generate(kPrompts, settings, 0, [&](size_t index, int64_t token) { streamed[index].push_back(token); });
@@ -162,7 +162,7 @@ TEST(Generation, EndOfSequenceStopsOnlyItsSequence) {
 TEST(Generation, BadPromptsAreErrors) {
   TestModel test(model_config());
   Generator generator(test.model, Device::cpu(), DType::float64);
-  const GenerationSettings settings{.max_new_tokens = 2, .eos_token_id = std::nullopt, .sampling = {}};
+  const GenerationSettings settings{.max_new_tokens = 2, .eos_token_ids = {}, .sampling = {}};
   EXPECT_THROW(generator.generate({{1, 2}, {}}, settings), Error);
   try {
     generator.generate({{1, kVocab}}, settings, 4);

@@ -92,6 +92,29 @@ std::vector<Prompt> read_prompts_file(const std::filesystem::path& path, const t
   return prompts;
 }
 
+// The EOS ids of a Hugging Face folder's generation_config.json (`eos_token_id`: an id or a list), as transformers'
+// generate reads them; none when the folder has no such file or field.
+std::vector<int64_t> generation_config_eos(const std::filesystem::path& folder) {
+  const std::filesystem::path path = folder / "generation_config.json";
+  if (!std::filesystem::is_regular_file(path)) return {};
+  std::ifstream file(path);
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(file);
+  } catch (const nlohmann::json::exception& error) {
+    throw Error(kComponent, fmt::format("{}: not valid JSON: {}", path.string(), error.what()));
+  }
+  if (!config.is_object() || !config.contains("eos_token_id") || config["eos_token_id"].is_null()) return {};
+  const nlohmann::json& eos = config["eos_token_id"];
+  std::vector<int64_t> ids;
+  for (const nlohmann::json& id : eos.is_array() ? eos : nlohmann::json::array({eos})) {
+    if (!id.is_number_integer())
+      throw Error(kComponent, fmt::format("{}: eos_token_id holds {}, not a token id", path.string(), id.dump()));
+    ids.push_back(id.get<int64_t>());
+  }
+  return ids;
+}
+
 // Text of `ids` (special tokens skipped), or the ids themselves without a tokenizer. A model's vocabulary may be
 // larger than its tokenizer's (padded embeddings): ids the tokenizer does not have are shown as `<id N>`.
 std::string render(const tokenizer::Tokenizer* tokenizer, const std::vector<int64_t>& ids) {
@@ -172,7 +195,9 @@ void GenerationConfig::visit(config::Visitor& v) {
   v(seed, "seed", "Seed of the sampling: the same seed gives the same completions.", Hint::feature);
   v(batch_size, "batch_size", "Prompts generated together.", Hint::performance, check::gt(int64_t(0)));
   v(stream, "stream", "Print each token as it is generated (prompts then run one at a time).", Hint::feature);
-  v(eos_token_id, "eos_token_id", "The token that ends a completion. Unset: the tokenizer's EOS, if any.",
+  v(eos_token_ids, "eos_token_ids",
+    "Tokens that end a completion. Empty: the checkpoint folder's generation_config.json eos_token_id, else the "
+    "tokenizer's EOS.",
     Hint::feature);
   v(ignore_eos, "ignore_eos", "Always generate max_new_tokens tokens.", Hint::feature);
   v(output, "output", "Also write the completions to this JSONL file ({index, prompt_ids, completion_ids, text}).",
@@ -222,14 +247,16 @@ void generate(const GenerationConfig& config) {
   }
 
   GenerationSettings settings{.max_new_tokens = config.max_new_tokens,
-                              .eos_token_id = config.eos_token_id,
+                              .eos_token_ids = config.eos_token_ids,
                               .sampling = {.temperature = config.temperature,
                                            .top_k = config.top_k,
                                            .top_p = config.top_p,
                                            .seed = uint64_t(config.seed),
                                            .softcap = model_config.base_model.head.final_logit_softcap}};
-  if (!settings.eos_token_id && tokenizer && tokenizer->eos_id()) settings.eos_token_id = *tokenizer->eos_id();
-  if (config.ignore_eos) settings.eos_token_id.reset();
+  if (settings.eos_token_ids.empty()) settings.eos_token_ids = generation_config_eos(*config.pretrained.path);
+  if (settings.eos_token_ids.empty() && tokenizer && tokenizer->eos_id())
+    settings.eos_token_ids.push_back(*tokenizer->eos_id());
+  if (config.ignore_eos) settings.eos_token_ids.clear();
 
   config.kernels.apply();
   GPTModel model(model_config.base_model);

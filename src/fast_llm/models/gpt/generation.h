@@ -9,7 +9,9 @@
 // sampling). They are generated `batch_size` at a time (generator.h); with `stream` each is generated alone and its
 // tokens are printed as they come. Output: each completion on stdout when its batch is done (the prompt's text, then
 // the completion's, decoded with special tokens skipped; ids when there is no tokenizer), and with `output` a JSONL
-// file of {index, prompt_ids, completion_ids, text}.
+// file of {index, prompt_ids, completion_ids, text}. A completion ends at max_new_tokens or at an end-of-sequence token:
+// `eos_token_ids`, else those of the checkpoint folder's generation_config.json (`eos_token_id`, an id or a list, as
+// transformers' generate takes them), else the tokenizer's EOS.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +50,7 @@ struct GenerationConfig : config::Config {
   int64_t seed = 0;
   int64_t batch_size = 8;
   bool stream = false;
-  std::optional<int64_t> eos_token_id;
+  std::vector<int64_t> eos_token_ids;
   bool ignore_eos = false;
   std::optional<std::filesystem::path> output;
   kernels::KernelsConfig kernels;

@@ -86,7 +86,8 @@ std::vector<std::vector<int64_t>> Generator::generate(const std::vector<std::vec
       next[index] = engine::sample_token(row, settings.sampling, first_index + index, completions[index].size());
       completions[index].push_back(next[index]);
       if (on_token) on_token(index, next[index]);
-      finished[index] = (settings.eos_token_id && next[index] == *settings.eos_token_id) ||
+      finished[index] = std::find(settings.eos_token_ids.begin(), settings.eos_token_ids.end(), next[index]) !=
+                            settings.eos_token_ids.end() ||
                         int64_t(completions[index].size()) >= settings.max_new_tokens;
       running = running || !finished[index];
     }

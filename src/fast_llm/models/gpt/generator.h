@@ -24,7 +24,7 @@ namespace fast_llm::models::gpt {
 
 struct GenerationSettings {
   int64_t max_new_tokens = 64;
-  std::optional<int64_t> eos_token_id;  // unset: generate max_new_tokens
+  std::vector<int64_t> eos_token_ids;  // any of them ends a sequence; none: generate max_new_tokens
   engine::SamplingSettings sampling;
 };
 
