@@ -149,11 +149,16 @@ def speed(torch, transformers, binary, directory, work, vocab, batches, skip_com
         for batch in batches:
             input_ids = torch.randint(2, vocab, (batch, prompt_tokens), generator=generator).cuda()
             started = time.time()
-            with torch.no_grad():
-                for _ in range(2):
-                    hf_generate(torch, model, input_ids, new_tokens)
-                log(f"  transformers static+compile batch {batch}: warm-up (compilation) {time.time() - started:.0f} s")
-                _, seconds = hf_generate(torch, model, input_ids, new_tokens)
+            try:
+                with torch.no_grad():
+                    for _ in range(2):
+                        hf_generate(torch, model, input_ids, new_tokens)
+                    log(f"  transformers static+compile batch {batch}: warm-up (compilation) "
+                        f"{time.time() - started:.0f} s")
+                    _, seconds = hf_generate(torch, model, input_ids, new_tokens)
+            except Exception as error:  # the comparison goes on without this column
+                log(f"  transformers static+compile batch {batch} failed: {type(error).__name__}: {error}")
+                continue
             compiled[batch] = batch * new_tokens / seconds
             log(f"  transformers static+compile batch {batch}: {compiled[batch]:.1f} tokens/s")
     log("")
