@@ -159,6 +159,20 @@ TEST(Generation, EndOfSequenceStopsOnlyItsSequence) {
   EXPECT_GT(stopped[1].size(), 1u) << "the test needs another sequence that goes on";
 }
 
+TEST(Generation, PositionsBeyondThePositionEmbeddingsAreAnError) {
+  TestModel test(model_config("", ", position_embeddings: {enabled: true}, num_position_embeddings: 12"));
+  Generator generator(test.model, Device::cpu(), DType::float64);
+  EXPECT_NO_THROW(generator.generate({{1, 2}}, {.max_new_tokens = 10, .eos_token_ids = {}, .sampling = {}}));
+  try {
+    generator.generate({{1, 2, 3}}, {.max_new_tokens = 10, .eos_token_ids = {}, .sampling = {}});
+    ADD_FAILURE() << "13 positions were accepted for 12 position embeddings";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("need 13 positions; the model's position embeddings have 12"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(Generation, BadPromptsAreErrors) {
   TestModel test(model_config());
   Generator generator(test.model, Device::cpu(), DType::float64);

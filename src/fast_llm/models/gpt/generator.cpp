@@ -73,7 +73,12 @@ std::vector<std::vector<int64_t>> Generator::generate(const std::vector<std::vec
     cu_seqlens.push_back(cu_seqlens.back() + int64_t(prompt.size()));
     last_rows.push_back(cu_seqlens.back() - 1);
   }
-  layers::KeyValueCache cache(batch, longest + settings.max_new_tokens, compute_dtype_, device_);
+  const int64_t capacity = longest + settings.max_new_tokens;
+  if (const layers::Parameter* table = model_.embeddings().position_embeddings())
+    FLM_CHECK(capacity <= table->meta.shape[0], kComponent,
+              "a prompt of {} tokens and {} new ones need {} positions; the model's position embeddings have {}",
+              longest, settings.max_new_tokens, capacity, table->meta.shape[0]);
+  layers::KeyValueCache cache(batch, capacity, compute_dtype_, device_);
   std::vector<bool> finished(prompts.size(), false);
   std::vector<int64_t> next(prompts.size());
 
