@@ -609,20 +609,131 @@ TEST_F(CliTest, EvaluateGpt) {
   expect({"evaluate"}, 106, "A subcommand of `fast-llm evaluate` is required");
 }
 
-TEST_F(CliTest, RefusedCommands) {
-  const fs::path config = write("any.yaml", "x: 1\n");
-  for (const std::vector<std::string>& command : std::vector<std::vector<std::string>>{{"generate"}}) {
-    auto with = [&](std::vector<std::string> rest) {
-      std::vector<std::string> arguments = command;
-      arguments.insert(arguments.end(), rest.begin(), rest.end());
-      return arguments;
-    };
-    expect(with({"-c", config.string()}), 1, "not available yet");
-    expect(with({"-c", config.string(), "a.b=1", "c=2"}), 1, "not available yet");
-    expect(with({"--config", config.string()}), 1, "not available yet");
-    expect(with({"--nonsense"}), 109, "--nonsense");
-    expect(with({"--help"}), 0, "--config");
-  }
+// A model that converts to llama (rotary, RMS norms), with a vocabulary of 16 to match kByteLevelTokenizer.
+constexpr const char* kGenerationTrainConfig = R"(
+training: {train_iters: 2, logs: {interval: 1}, checkpoint: {interval: 2}}
+data:
+  datasets: {training: {type: random}}
+  micro_batch_size: 16
+optimizer: {learning_rate: {base: 1.0e-3}}
+model:
+  base_model:
+    embeddings: {vocab_size: 16}
+    decoder:
+      block:
+        mixer: {type: attention, heads: 4, head_groups: 2, head_size: 4, rotary: {type: default}}
+        mlp: {intermediate_size: 16, gated: true}
+        normalization: {type: rms_norm}
+      num_blocks: 2
+    head: {normalization: {type: rms_norm}}
+    hidden_size: 16
+  distributed: {compute_dtype: fp32}
+run: {experiment_dir: experiment}
+)";
+
+// A byte-level BPE tokenizer.json of 16 ids: "hello world" is [11, 14, 2, 6]; id 15 is the special <|end|>.
+constexpr const char* kByteLevelTokenizer = R"({"version": "1.0",
+  "added_tokens": [{"id": 15, "content": "<|end|>", "single_word": false, "lstrip": false, "rstrip": false,
+                    "normalized": false, "special": true}],
+  "normalizer": null,
+  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+  "post_processor": null,
+  "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+  "model": {"type": "BPE", "dropout": null, "unk_token": null, "fuse_unk": false, "byte_fallback": false,
+            "vocab": {"h": 0, "e": 1, "l": 2, "o": 3, "w": 4, "r": 5, "d": 6, "\u0120": 7, "ll": 8, "he": 9,
+                      "hell": 10, "hello": 11, "\u0120w": 12, "or": 13, "\u0120wor": 14},
+            "merges": ["l l", "h e", "he ll", "hell o", "\u0120 w", "o r", "\u0120w or"]}})";
+
+std::vector<std::string> lines_of(const fs::path& path) {
+  std::ifstream file(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(file, line);) lines.push_back(line);
+  return lines;
+}
+
+// `generate` end to end on a trained checkpoint in its three forms (distributed, fast_llm, llama): the same greedy
+// completions whatever the format and batch size; text prompts through the checkpoint folder's tokenizer; a prompts
+// file; streaming; and the user's mistakes named.
+TEST_F(CliTest, Generate) {
+  const fs::path config = write("train.yaml", kGenerationTrainConfig);
+  expect({"train", "gpt", "-c", config.string()}, 0);
+  expect({"convert", "gpt", "input.format=distributed", "input.path=experiment/checkpoint/2", "output.format=llama",
+          "output.path=hf"},
+         0, "Done");
+  expect({"convert", "gpt", "input.format=distributed", "input.path=experiment/checkpoint/2",
+          "output.format=fast_llm", "output.path=native"},
+         0, "Done");
+  const std::vector<std::string> prompts{"--prompt-ids", "1,2,3", "--prompt-ids", "5",
+                                         "--prompt-ids", "7 8 9 10 11 12"};
+  auto run = [&](const std::string& pretrained, const std::string& output, std::vector<std::string> extra) {
+    std::vector<std::string> arguments{"generate", "--pretrained", pretrained, "--max-new-tokens", "6",
+                                       "--output", output};
+    arguments.insert(arguments.end(), prompts.begin(), prompts.end());
+    arguments.insert(arguments.end(), extra.begin(), extra.end());
+    expect(arguments, 0, "Generated 18 tokens for 3 prompts");
+    return lines_of(directory_ / output);
+  };
+  const std::vector<std::string> expected = run("experiment/checkpoint/2", "distributed.jsonl", {});
+  ASSERT_EQ(expected.size(), 3u);
+  EXPECT_NE(expected[0].find(R"("index":0,"prompt_ids":[1,2,3])"), std::string::npos) << expected[0];
+  EXPECT_NE(expected[2].find(R"("prompt_ids":[7,8,9,10,11,12])"), std::string::npos) << expected[2];
+  EXPECT_EQ(run("native", "native.jsonl", {}), expected);
+  EXPECT_EQ(run("hf", "hf.jsonl", {"--format", "llama"}), expected);
+  EXPECT_EQ(run("hf", "hf_batch_1.jsonl", {"--batch-size", "1"}), expected);
+  EXPECT_EQ(run("hf", "hf_stream.jsonl", {"--stream"}), expected);
+  EXPECT_EQ(run("hf", "hf_fp64.jsonl", {"--dtype", "fp64"}), expected);
+  // Sampling: reproducible per seed.
+  EXPECT_EQ(run("hf", "seed_a.jsonl", {"--temperature", "1", "--top-p", "0.9", "--seed", "4"}),
+            run("hf", "seed_b.jsonl", {"--temperature", "1", "--top-p", "0.9", "--seed", "4"}));
+
+  // Text through the checkpoint folder's tokenizer; the same from a config file and from a JSONL prompts file.
+  write("hf/tokenizer.json", kByteLevelTokenizer);
+  write("hf/tokenizer_config.json", R"({"eos_token": "<|end|>"})");
+  const Outcome text = expect({"generate", "--pretrained", "hf", "--prompt", "hello world", "--max-new-tokens", "4",
+                               "--output", "text.jsonl", "--ignore-eos"},
+                              0, "hello world");
+  const std::vector<std::string> text_lines = lines_of(directory_ / "text.jsonl");
+  ASSERT_EQ(text_lines.size(), 1u);
+  EXPECT_NE(text_lines[0].find(R"("prompt_ids":[11,14,2,6])"), std::string::npos) << text_lines[0];
+  EXPECT_NE(text_lines[0].find(R"("text":)"), std::string::npos) << text_lines[0];
+  write("prompts.jsonl", "{\"text\": \"hello world\"}\n\n{\"ids\": [1, 2, 3]}\n");
+  const fs::path generate_config = write("generate.yaml", "pretrained: {path: hf}\nprompts_file: prompts.jsonl\n"
+                                                          "max_new_tokens: 4\nignore_eos: true\noutput: file.jsonl\n");
+  expect({"generate", "-c", generate_config.string()}, 0, "Generated 8 tokens for 2 prompts");
+  const std::vector<std::string> file_lines = lines_of(directory_ / "file.jsonl");
+  ASSERT_EQ(file_lines.size(), 2u);
+  EXPECT_EQ(file_lines[0], text_lines[0]);
+
+  // Overrides after the repeatable options stay overrides.
+  expect({"generate", "--pretrained", "hf", "--prompt-ids", "1", "max_new_tokens=2", "--ignore-eos"}, 0,
+         "Generated 2 tokens for 1 prompts");
+
+  // Mistakes.
+  expect({"generate", "--pretrained", "hf"}, 1, "no prompts");
+  expect({"generate", "--pretrained", "hf", "--prompt-ids", "1", "kernels.include=[nonsense]"}, 1,
+         "kernels.include");
+  expect({"generate", "--prompt-ids", "1"}, 1, "pretrained.path is required");
+  expect({"generate", "--pretrained", "hf", "--prompt-ids", "1,x"}, 1, "`x` is not a token id");
+  expect({"generate", "--pretrained", "hf", "--prompt-ids", "1,16"}, 1, "prompt 0 has token 16, outside the model's "
+                                                                        "vocabulary of 16");
+  expect({"generate", "--pretrained", "native", "--prompt", "hello"}, 1, "tokenizer.path");
+  expect({"generate", "--pretrained", "hf", "--prompt-ids", "1", "--top-p", "0"}, 1, "top_p");
+  expect({"generate", "--pretrained", "hf", "--prompt-ids", "1", "--temperature", "-1"}, 1, "temperature");
+  expect({"generate", "--pretrained", "missing", "--prompt-ids", "1"}, 1, "missing");
+  write("bad.jsonl", "{\"text\": \"hello\"}\n[1, 2]\n");
+  expect({"generate", "--pretrained", "hf", "--prompts-file", "bad.jsonl"}, 1,
+         "bad.jsonl:2: expected an object with a string `text` or an integer list `ids`");
+  expect({"generate", "--help"}, 0, "--prompt-ids");
+
+  // EOS from the folder's generation_config.json (an id or a list): every id ends a completion at its first token.
+  write("hf/generation_config.json", R"({"eos_token_id": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]})");
+  expect({"generate", "--pretrained", "hf", "--prompt-ids", "1", "--prompt-ids", "2,3"}, 0,
+         "Generated 2 tokens for 2 prompts");
+  expect({"generate", "--pretrained", "hf", "--prompt-ids", "1", "--max-new-tokens", "3", "--ignore-eos"}, 0,
+         "Generated 3 tokens for 1 prompts");
+  write("hf/generation_config.json", R"({"eos_token_id": "</s>"})");
+  expect({"generate", "--pretrained", "hf", "--prompt-ids", "1"}, 1,
+         "generation_config.json: eos_token_id holds \"</s>\", not a token id");
 }
 
 // What a command was asked to print is checked like every other write: a full disk under standard output is an

@@ -27,9 +27,4 @@ void add_refused_command(CLI::App& parent, CommandAction& action, const std::str
   });
 }
 
-void add_generate_command(CLI::App& app, CommandAction& action) {
-  add_refused_command(app, action, "generate", "Generate text with a trained model.", "generate",
-                      "text generation is not available yet");
-}
-
 }  // namespace fast_llm::cli

@@ -13,6 +13,8 @@
 
 namespace fast_llm::layers {
 
+class KeyValueCache;
+
 // One packed micro-batch, on the compute device.
 struct MicroBatch {
   int64_t index = 0;        // position in the step's schedule: keys the saved state of layers
@@ -51,6 +53,9 @@ struct LayerContext {
   // Seed for this (step, micro-batch); layers derive their own streams from it with their name.
   uint64_t dropout_seed = 0;
   LossSums* losses = nullptr;
+  // Set by generation (inference only): attention layers store their keys and values in it and attend to what it
+  // holds (attention/key_value_cache.h) instead of only within the micro-batch.
+  KeyValueCache* key_value_cache = nullptr;
 };
 
 }  // namespace fast_llm::layers

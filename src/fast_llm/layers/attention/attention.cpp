@@ -7,6 +7,8 @@
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/kernels/attention.h"
+#include "fast_llm/kernels/attention_decode.h"
+#include "fast_llm/kernels/embedding.h"
 #include "fast_llm/kernels/rotary.h"
 #include "fast_llm/layers/common/parameter_settings.h"
 
@@ -89,6 +91,10 @@ Attention::Attention(const AttentionConfig& config, const SublayerArguments& arg
 FLM_REGISTER_SUBLAYER(Mixer, Attention, AttentionConfig, "attention");
 
 Tensor Attention::forward(LayerContext& context, const Tensor& input) {
+  if (context.key_value_cache != nullptr) {
+    FLM_ASSERT(!context.training, "{}: a key/value cache in a training forward", name());
+    return forward_cached(input, context.batch, *context.key_value_cache, context.stream);
+  }
   return saved_.keep(context, [&](Saved* saved) { return forward(input, context.batch, saved, context.stream); });
 }
 
@@ -96,35 +102,36 @@ Tensor Attention::backward(LayerContext& context, const Tensor& grad_output) {
   return backward(grad_output, saved_.take(context.batch.index, name()), context.stream);
 }
 
-Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream) {
+Attention::Projections Attention::project(const Tensor& input, Normalization::Saved* query_norm,
+                                          Normalization::Saved* key_norm, Stream stream) {
   const int64_t tokens = input.size(0);
   // (tokens, heads, head_size) and (tokens, head_groups, head_size), each contiguous.
-  Tensor query = query_.forward(input, stream).reshape(Shape{tokens, heads_, head_size_});
-  Tensor key = key_value_.forward(input, stream, key_range()).reshape(Shape{tokens, head_groups_, head_size_});
-  Tensor value = key_value_.forward(input, stream, value_range()).reshape(Shape{tokens, head_groups_, head_size_});
-
-  Normalization::Saved query_norm_saved, key_norm_saved;
+  Projections result{
+      .query = query_.forward(input, stream).reshape(Shape{tokens, heads_, head_size_}),
+      .key = key_value_.forward(input, stream, key_range()).reshape(Shape{tokens, head_groups_, head_size_}),
+      .value = key_value_.forward(input, stream, value_range()).reshape(Shape{tokens, head_groups_, head_size_})};
   if (query_norm_) {
-    query = query_norm_->forward(query.reshape(Shape{tokens * heads_, head_size_}), &query_norm_saved, stream)
-                .reshape(Shape{tokens, heads_, head_size_});
+    result.query = query_norm_->forward(result.query.reshape(Shape{tokens * heads_, head_size_}), query_norm, stream)
+                       .reshape(Shape{tokens, heads_, head_size_});
   }
   if (key_norm_) {
-    key = key_norm_->forward(key.reshape(Shape{tokens * head_groups_, head_size_}), &key_norm_saved, stream)
-              .reshape(Shape{tokens, head_groups_, head_size_});
+    result.key = key_norm_->forward(result.key.reshape(Shape{tokens * head_groups_, head_size_}), key_norm, stream)
+                     .reshape(Shape{tokens, head_groups_, head_size_});
   }
-  if (rotary_->enabled()) {
-    Rotary::Tables tables = rotary_->tables(tokens, input.device(), stream);
-    kernels::rotary_apply({.tensor = query, .cos = tables.cos, .sin = tables.sin, .inverse = false, .stream = stream});
-    kernels::rotary_apply({.tensor = key, .cos = tables.cos, .sin = tables.sin, .inverse = false, .stream = stream});
-  }
+  return result;
+}
 
-  Tensor output = Tensor::empty(query.shape(), query.dtype(), input.device(), stream);
+Tensor Attention::attend(const Projections& projections, const MicroBatch& batch, Tensor* logsumexp_out,
+                         Stream stream) const {
+  const Tensor& query = projections.query;
+  const int64_t tokens = query.size(0);
+  Tensor output = Tensor::empty(query.shape(), query.dtype(), query.device(), stream);
   // fp64 statistics for fp64 compute (exact CPU tests), fp32 otherwise.
   const DType statistics_dtype = query.dtype() == DType::float64 ? DType::float64 : DType::float32;
-  Tensor logsumexp = Tensor::empty(Shape{heads_, tokens}, statistics_dtype, input.device(), stream);
+  Tensor logsumexp = Tensor::empty(Shape{heads_, tokens}, statistics_dtype, query.device(), stream);
   kernels::attention_forward({.query = query,
-                              .key = key,
-                              .value = value,
+                              .key = projections.key,
+                              .value = projections.value,
                               .cu_seqlens = batch.cu_seqlens,
                               .max_seqlen = batch.max_seqlen,
                               .output = output,
@@ -133,13 +140,29 @@ Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* s
                               .causal = causal_,
                               .window_size = window_size_,
                               .stream = stream});
+  if (logsumexp_out != nullptr) *logsumexp_out = logsumexp;
+  return output;
+}
+
+Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream) {
+  const int64_t tokens = input.size(0);
+  Normalization::Saved query_norm_saved, key_norm_saved;
+  Projections projections = project(input, &query_norm_saved, &key_norm_saved, stream);
+  if (rotary_->enabled()) {
+    Rotary::Tables tables = rotary_->tables(tokens, input.device(), stream);
+    for (Tensor* tensor : {&projections.query, &projections.key})
+      kernels::rotary_apply({.tensor = *tensor, .cos = tables.cos, .sin = tables.sin, .inverse = false,
+                             .stream = stream});
+  }
+  Tensor logsumexp;
+  Tensor output = attend(projections, batch, &logsumexp, stream);
   Tensor flat_output = output.reshape(Shape{tokens, int64_t(heads_) * head_size_});
   Tensor result = dense_.forward(flat_output, stream);
   if (saved != nullptr) {
     *saved = Saved{.input = input,
-                   .query = query,
-                   .key = key,
-                   .value = value,
+                   .query = projections.query,
+                   .key = projections.key,
+                   .value = projections.value,
                    .output = output,
                    .logsumexp = logsumexp,
                    .cu_seqlens = batch.cu_seqlens,
@@ -148,6 +171,61 @@ Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* s
                    .key_norm = std::move(key_norm_saved)};
   }
   return result;
+}
+
+Tensor Attention::forward_cached(const Tensor& input, const MicroBatch& batch, KeyValueCache& cache, Stream stream) {
+  const int64_t tokens = input.size(0);
+  const Device device = input.device();
+  Projections projections = project(input, nullptr, nullptr, stream);
+  if (rotary_->enabled()) {
+    // The rows of the tables at each token's position in its own sequence (gathered once per step).
+    const KeyValueCache::PositionTables* tables = cache.step_rotary(rotary_.get());
+    if (tables == nullptr) {
+      const Rotary::Tables full = rotary_->tables(cache.capacity(), device, stream);
+      const int64_t half = full.cos.size(1);
+      KeyValueCache::PositionTables gathered{.cos = Tensor::empty(Shape{tokens, half}, DType::float32, device, stream),
+                                             .sin = Tensor::empty(Shape{tokens, half}, DType::float32, device, stream)};
+      kernels::embedding_forward({.indices = batch.positions, .weight = full.cos, .output = gathered.cos,
+                                  .stream = stream});
+      kernels::embedding_forward({.indices = batch.positions, .weight = full.sin, .output = gathered.sin,
+                                  .stream = stream});
+      tables = &cache.keep_step_rotary(rotary_.get(), std::move(gathered));
+    }
+    for (Tensor* tensor : {&projections.query, &projections.key})
+      kernels::rotary_apply({.tensor = *tensor, .cos = tables->cos, .sin = tables->sin, .inverse = false,
+                             .stream = stream});
+  }
+  KeyValueCache::LayerCache& layer = cache.layer(this, head_groups_, head_size_, stream);
+  Tensor output;
+  if (cache.step() == KeyValueCache::Step::decode) {
+    FLM_ASSERT(tokens == cache.batch_size(), "{}: a decode step of {} tokens for {} sequences", name(), tokens,
+               cache.batch_size());
+    output = Tensor::empty(projections.query.shape(), projections.query.dtype(), device, stream);
+    kernels::attention_decode({.query = projections.query,
+                               .key = projections.key,
+                               .value = projections.value,
+                               .key_cache = layer.key,
+                               .value_cache = layer.value,
+                               .lengths = cache.device_lengths(),
+                               .output = output,
+                               .softmax_scale = softmax_scale_,
+                               .window_size = window_size_,
+                               .stream = stream});
+  } else {
+    output = attend(projections, batch, nullptr, stream);
+    // Prompt b is document b: its keys and values go to rows [0, length) of sequence b.
+    int64_t begin = 0;
+    for (int64_t sequence = 0; sequence < cache.batch_size(); ++sequence) {
+      const int64_t length = cache.prompt_lengths()[size_t(sequence)];
+      layer.key.select(0, sequence).slice(0, 0, length).copy_bytes_from(
+          projections.key.slice(0, begin, begin + length), stream);
+      layer.value.select(0, sequence).slice(0, 0, length).copy_bytes_from(
+          projections.value.slice(0, begin, begin + length), stream);
+      begin += length;
+    }
+    FLM_ASSERT(begin == tokens, "{}: prompts of {} tokens in a prefill of {}", name(), begin, tokens);
+  }
+  return dense_.forward(output.reshape(Shape{tokens, int64_t(heads_) * head_size_}), stream);
 }
 
 Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream) const {

@@ -16,6 +16,9 @@
 // and take a Saved the caller holds. Backward returns grad_input (=) and accumulates parameter gradients (+=); it takes
 // the Saved by value, so q, k, v, the attention output and logsumexp are freed once the attention backward has run,
 // before the projections' gradients are allocated. Attention dropout is refused.
+// Generation (a context with a key_value_cache, inference only): rotary at the micro-batch's per-sequence positions;
+// a prefill step attends within each prompt as above and stores its keys and values in the cache, a decode step (one
+// token per sequence) goes through attention_decode against the cache.
 #pragma once
 
 #include <memory>
@@ -24,6 +27,7 @@
 #include <string>
 
 #include "fast_llm/layers/attention/config.h"
+#include "fast_llm/layers/attention/key_value_cache.h"
 #include "fast_llm/layers/attention/rotary.h"
 #include "fast_llm/layers/block/mixer.h"
 #include "fast_llm/layers/common/linear.h"
@@ -68,6 +72,9 @@ class Attention : public Mixer {
   // heads * head_size for plain causal attention).
   double mixing_flops_per_token(int64_t sequence_length) const override;
 
+  // The generation forward described above; no Saved.
+  Tensor forward_cached(const Tensor& input, const MicroBatch& batch, KeyValueCache& cache, Stream stream);
+
   int heads() const { return heads_; }
   int head_groups() const { return head_groups_; }
   int head_size() const { return head_size_; }
@@ -75,6 +82,16 @@ class Attention : public Mixer {
   std::optional<int64_t> window_size() const { return window_size_; }
 
  private:
+  struct Projections {
+    Tensor query;  // (tokens, heads, head_size), normalised when configured, before rotary
+    Tensor key;    // (tokens, head_groups, head_size), normalised when configured, before rotary
+    Tensor value;  // (tokens, head_groups, head_size)
+  };
+  Projections project(const Tensor& input, Normalization::Saved* query_norm, Normalization::Saved* key_norm,
+                      Stream stream);
+  // attention_forward over the micro-batch's documents; logsumexp is written to `logsumexp` when given.
+  Tensor attend(const Projections& projections, const MicroBatch& batch, Tensor* logsumexp, Stream stream) const;
+
   Linear::OutputRange key_range() const { return {0, int64_t(head_groups_) * head_size_}; }
   Linear::OutputRange value_range() const {
     return {int64_t(head_groups_) * head_size_, 2 * int64_t(head_groups_) * head_size_};

@@ -77,6 +77,15 @@ LanguageModelHead::LanguageModelHead(std::string name, const LanguageModelHeadCo
   }
 }
 
+Tensor LanguageModelHead::logits(const Tensor& input, Stream stream) {
+  Tensor normalized = final_norm_.forward(input, nullptr, stream);  // (rows, hidden)
+  const DType dtype = normalized.dtype() == DType::float64 ? DType::float64 : DType::float32;
+  Tensor logits = Tensor::empty(Shape{input.size(0), vocab_size_}, dtype, input.device(), stream);
+  kernels::gemm({.a = normalized, .b = output_weights_->weight, .out = logits, .transpose_b = true,
+                 .alpha = logits_scale_factor_, .stream = stream});
+  return logits;
+}
+
 Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
   const MicroBatch& batch = context.batch;
   const Stream stream = context.stream;

@@ -43,6 +43,12 @@ class LanguageModelHead : public Layer {
   }
   double flops(const MicroBatch& batch) const override;
 
+  // Generation: the logits of rows of the residual stream, (rows, hidden) -> (rows, vocab) in fp32 (fp64 for fp64
+  // compute): final norm, output projection, times logits_scale_factor; the final softcap (final_logit_softcap) is the
+  // caller's to apply. No loss, nothing saved.
+  Tensor logits(const Tensor& input, Stream stream);
+  std::optional<double> final_logit_softcap() const { return softcap_; }
+
   Parameter& output_weights() { return *output_weights_; }
   Normalization& final_norm() { return final_norm_; }
   int64_t matmul_weight_count() const { return vocab_size_ * hidden_size_; }
