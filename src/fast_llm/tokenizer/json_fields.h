@@ -1,0 +1,83 @@
+// Reading tokenizer.json and tokenizer_config.json fields with errors that name the file and the field path, e.g.
+// `[tokenizer] models/tokenizer.json: pre_tokenizer.pretokenizers[1].behavior: "Shuffled" is not supported`.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "fast_llm/core/error.h"
+
+namespace fast_llm::tokenizer {
+
+using Json = nlohmann::json;
+
+// Where a JSON value sits: its file and its field path.
+struct JsonPlace {
+  std::string file;
+  std::string field;
+
+  JsonPlace operator/(std::string_view key) const {
+    return {file, field.empty() ? std::string(key) : field + "." + std::string(key)};
+  }
+  JsonPlace operator[](size_t index) const { return {file, field + "[" + std::to_string(index) + "]"}; }
+  std::string str() const { return field.empty() ? file : file + ": " + field; }
+};
+
+[[noreturn]] inline void json_error(const JsonPlace& place, std::string_view message) {
+  throw Error("tokenizer", fmt::format("{}: {}", place.str(), message));
+}
+
+// A feature of the file that is not implemented: `load` refuses it rather than tokenizing differently.
+[[noreturn]] inline void json_unsupported(const JsonPlace& place, std::string_view feature) {
+  throw NotSupportedError("tokenizer", fmt::format("{}: {} is not supported", place.str(), feature));
+}
+
+// node[key], which must be present and not null.
+inline const Json& json_required(const Json& node, std::string_view key, const JsonPlace& place) {
+  if (!node.is_object()) json_error(place, "expected an object");
+  const auto it = node.find(key);
+  if (it == node.end() || it->is_null()) json_error(place / key, "missing");
+  return *it;
+}
+
+inline bool json_present(const Json& node, std::string_view key) {
+  if (!node.is_object()) return false;
+  const auto it = node.find(key);
+  return it != node.end() && !it->is_null();
+}
+
+inline std::string json_string(const Json& node, std::string_view key, const JsonPlace& place) {
+  const Json& value = json_required(node, key, place);
+  if (!value.is_string()) json_error(place / key, fmt::format("expected a string, got {}", value.dump()));
+  return value.get<std::string>();
+}
+
+inline std::optional<std::string> json_optional_string(const Json& node, std::string_view key,
+                                                       const JsonPlace& place) {
+  if (!json_present(node, key)) return std::nullopt;
+  return json_string(node, key, place);
+}
+
+inline bool json_bool(const Json& node, std::string_view key, const JsonPlace& place, bool fallback) {
+  if (!json_present(node, key)) return fallback;
+  const Json& value = node.at(std::string(key));
+  if (!value.is_boolean()) json_error(place / key, fmt::format("expected true or false, got {}", value.dump()));
+  return value.get<bool>();
+}
+
+inline int64_t json_integer(const Json& node, std::string_view key, const JsonPlace& place) {
+  const Json& value = json_required(node, key, place);
+  if (!value.is_number_integer()) json_error(place / key, fmt::format("expected an integer, got {}", value.dump()));
+  return value.get<int64_t>();
+}
+
+inline int32_t json_token_id(const Json& value, const JsonPlace& place) {
+  if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > INT32_MAX)
+    json_error(place, fmt::format("expected a token id (an integer in [0, 2^31)), got {}", value.dump()));
+  return static_cast<int32_t>(value.get<int64_t>());
+}
+
+}  // namespace fast_llm::tokenizer
