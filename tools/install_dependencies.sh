@@ -9,7 +9,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev
           libgloo-dev libgtest-dev libbenchmark-dev python3 ccache openmpi-bin libpcre2-dev libicu-dev
-          libsentencepiece-dev pkg-config nodejs)
+          libsentencepiece-dev pkg-config nodejs zlib1g-dev libzstd-dev)
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang-16 libclang-rt-16-dev libomp-16-dev)
 fi
