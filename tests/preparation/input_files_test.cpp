@@ -65,10 +65,11 @@ TEST_F(InputFiles, EveryFormatInOrderWithLineNumbers) {
   const std::vector<InputFile> files = resolve_input_files({folder_.string()});
   ASSERT_EQ(files.size(), 5u);
   EXPECT_EQ(files[3].format, RecordFormat::text_file);
-  EXPECT_EQ(read_all(files), (std::vector<std::string>{"a.jsonl:1={\"text\": \"a1\"}", "a.jsonl:4={\"text\": \"a4\"}",
-                                                       "a.jsonl:5={\"text\": \"a5\"}", "b.jsonl.gz:1={\"text\": \"b1\"}",
-                                                       "b.jsonl.gz:2={\"text\": \"b2\"}",
-                                                       "c.json.zst:1={\"text\": \"c1\"}", "d.txt=A whole\nfile.\n"}));
+  const std::vector<std::string> expected{
+      "a.jsonl:1={\"text\": \"a1\"}",    "a.jsonl:4={\"text\": \"a4\"}",    "a.jsonl:5={\"text\": \"a5\"}",
+      "b.jsonl.gz:1={\"text\": \"b1\"}", "b.jsonl.gz:2={\"text\": \"b2\"}", "c.json.zst:1={\"text\": \"c1\"}",
+      "d.txt=A whole\nfile.\n"};
+  EXPECT_EQ(read_all(files), expected);
   EXPECT_EQ(empty_, std::vector<fs::path>{folder_ / "e.jsonl"});
   EXPECT_EQ(count_records(files), (std::vector<int64_t>{3, 2, 1, 1, 0}));
 }

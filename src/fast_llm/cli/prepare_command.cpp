@@ -38,15 +38,20 @@ struct ConfigOptions {
   std::vector<std::string> overrides;
 };
 
-// `-c file`, overrides and --validate, as `train gpt` takes them.
+// `-c file`, overrides and --validate, as `train gpt` takes them (the file is optional, as there).
 std::shared_ptr<ConfigOptions> add_config_options(CLI::App& command) {
   auto options = std::make_shared<ConfigOptions>();
-  command.add_option("-c,--config", options->config, "YAML configuration file (Fast-LLM's schema).")->required();
+  command.add_option("-c,--config", options->config, "YAML configuration file (Fast-LLM's schema).");
   command.add_flag("-v,--validate", options->validate,
                    "Print the resolved configuration (every field, defaults included) and exit.");
   command.add_option("overrides", options->overrides,
                      "Overrides `a.b.c=value` (value read as YAML), applied after the file, in order.");
   return options;
+}
+
+std::optional<std::filesystem::path> config_file(const ConfigOptions& options) {
+  if (options.config.empty()) return std::nullopt;
+  return std::filesystem::path(options.config);
 }
 }  // namespace
 
@@ -88,7 +93,7 @@ void add_prepare_command(CLI::App& app, CommandAction& action) {
                        "Accepted as Fast-LLM's flag; no effect: fast-llm runs no dataset or tokenizer code.");
   gpt_memmap->callback([&action, gpt_options] {
     action = [gpt_options] {
-      YAML::Node tree = read_config_tree(std::filesystem::path(gpt_options->config), gpt_options->overrides);
+      YAML::Node tree = read_config_tree(config_file(*gpt_options), gpt_options->overrides);
       for (const std::string& warning : preparation::migrate_legacy_preparation_forms(tree))
         log_warning("{}", warning);
       preparation::GPTMemmapPreparatorConfig config;
@@ -109,7 +114,7 @@ void add_prepare_command(CLI::App& app, CommandAction& action) {
   discovery->callback([&action, discovery_options] {
     action = [discovery_options] {
       preparation::DatasetDiscoveryConfig config;
-      load_config(config, std::filesystem::path(discovery_options->config), discovery_options->overrides);
+      load_config(config, config_file(*discovery_options), discovery_options->overrides);
       if (discovery_options->validate) {
         print_resolved_config(config);
         return 0;

@@ -33,7 +33,8 @@ nlohmann::json blend_metadata(const std::vector<nlohmann::json>& metadata) {
 
 nlohmann::json memmap_config(const ShardSummary& shard) { return {{"type", "memmap"}, {"path", shard.path}}; }
 
-nlohmann::json blended_config(const std::vector<nlohmann::json>& datasets, const std::vector<nlohmann::json>& metadata) {
+nlohmann::json blended_config(const std::vector<nlohmann::json>& datasets,
+                              const std::vector<nlohmann::json>& metadata) {
   nlohmann::json weights = nlohmann::json::array();
   for (const auto& entry : metadata) weights.push_back(entry["num_tokens"]);
   return {{"type", "blended"}, {"datasets", datasets}, {"weights", weights}};

@@ -4,8 +4,8 @@
 //   - loss_masking_spans: [begin, last] character (code point) spans, inclusive, given as pairs or a flat list; they
 //     become end-exclusive token spans.
 //   - chosen_span / rejected_span (preference data): the document is `text + chosen + EOS string` followed by
-//     `BOS string + text + rejected`; the chosen span covers `chosen + EOS`, the rejected span `rejected` plus the final
-//     EOS token.
+//     `BOS string + text + rejected`; the chosen span covers `chosen + EOS`, the rejected span `rejected` plus the
+//     final EOS token.
 // Text with spans is tokenized piece by piece between the span boundaries (as Fast-LLM's tokenize_with_splits), so a
 // span boundary is always a token boundary.
 //

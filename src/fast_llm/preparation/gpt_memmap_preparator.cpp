@@ -64,7 +64,8 @@ PreparationSummary prepare_gpt_memmap(const GPTMemmapPreparatorConfig& config, c
   summary.data_type = config.dataset.data_type ? *data::parse_token_data_type(*config.dataset.data_type)
                                                : data::token_data_type_for_vocab(vocab_size);
 
-  const std::vector<InputFile> files = resolve_input_files(config.dataset.path.entries, config.dataset.data_files.entries);
+  const std::vector<InputFile> files =
+      resolve_input_files(config.dataset.path.entries, config.dataset.data_files.entries);
   summary.files = int64_t(files.size());
   log_main("Counting the records of {} file{} ...", files.size(), files.size() == 1 ? "" : "s");
   const std::vector<int64_t> counts = count_records(files);
