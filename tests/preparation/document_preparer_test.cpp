@@ -35,7 +35,7 @@ TEST(DocumentPreparer, TextWithBosAndEos) {
   const data::Document document = preparer.from_json(R"({"text": "hi", "other": 3})", "x");
   EXPECT_EQ(document.tokens, concat({{kBos}, bytes_of("hi"), {kEos}}));
   EXPECT_TRUE(document.loss_masking_spans.empty());
-  EXPECT_EQ(preparer.from_text("a b").tokens, concat({{kBos}, bytes_of("a b"), {kEos}}));
+  EXPECT_EQ(preparer.from_text("a b", "f.txt").tokens, concat({{kBos}, bytes_of("a b"), {kEos}}));
   const DocumentPreparer bare(tokenizer, {.text_field = "content", .add_bos = false, .add_eos = false});
   EXPECT_EQ(bare.from_json(R"({"content": "hi"})", "x").tokens, bytes_of("hi"));
 }
@@ -82,14 +82,34 @@ TEST(DocumentPreparer, TokenizerOptions) {
   EXPECT_THROW(DocumentPreparer(no_bos, {}), Error);
   EXPECT_NO_THROW(DocumentPreparer(no_bos, {.add_bos = false}));
   const DocumentPreparer with_bos(no_bos, {.bos_token = "^"});
-  EXPECT_EQ(with_bos.from_text("a").tokens, (std::vector<int64_t>{'^', 'a', kEos}));
+  EXPECT_EQ(with_bos.from_text("a", "f.txt").tokens, (std::vector<int64_t>{'^', 'a', kEos}));
   EXPECT_THROW(DocumentPreparer(no_bos, {.bos_token = "<nothing>"}), Error);
   const ByteTestTokenizer no_eos(true, false);
   EXPECT_THROW(DocumentPreparer(no_eos, {}), Error);
   EXPECT_THROW(DocumentPreparer(no_eos, {.chosen_field = "c", .rejected_field = "r", .add_eos = false}), Error);
   const ByteTestTokenizer tokenizer;
   const DocumentPreparer modulo(tokenizer, {.max_vocab_size = 100});
-  EXPECT_EQ(modulo.from_text("a").tokens, (std::vector<int64_t>{kBos % 100, 'a' % 100, kEos % 100}));
+  EXPECT_EQ(modulo.from_text("a", "f.txt").tokens, (std::vector<int64_t>{kBos % 100, 'a' % 100, kEos % 100}));
+}
+
+TEST(DocumentPreparer, TextFilesMustBeUtf8) {
+  const ByteTestTokenizer tokenizer;
+  const DocumentPreparer preparer(tokenizer, {});
+  EXPECT_NO_THROW(preparer.from_text("h\xc3\xa9llo \xf0\x9f\x98\x80", "f.txt"));
+  // A stray byte, a sequence cut short, an overlong form, a surrogate: each named by its line.
+  const std::vector<std::pair<std::string, std::string>> cases{{"ok\nline two \xff", "f.txt:2"},
+                                                               {"ok\nok\n\xc3", "f.txt:3"},
+                                                               {"ok\nover\xc0\xaflong", "f.txt:2"},
+                                                               {"\xed\xa0\x80", "f.txt:1"}};
+  for (const auto& [bad, location] : cases) {
+    try {
+      preparer.from_text(bad, "f.txt");
+      ADD_FAILURE() << "no error for " << location;
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find(location + ": not valid UTF-8"), std::string::npos) << message;
+    }
+  }
 }
 
 TEST(DocumentPreparer, BadRecordsNameTheirLocation) {

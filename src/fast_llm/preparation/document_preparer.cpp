@@ -25,6 +25,30 @@ std::vector<size_t> character_offsets(std::string_view text) {
   return offsets;
 }
 
+// The offset of the first byte of `text` that is not part of a valid UTF-8 sequence (overlong forms and surrogates
+// included), or npos.
+size_t first_invalid_utf8(std::string_view text) {
+  for (size_t index = 0; index < text.size();) {
+    const unsigned char byte = static_cast<unsigned char>(text[index]);
+    if (byte < 0x80) {
+      ++index;
+      continue;
+    }
+    const size_t length = (byte & 0xE0) == 0xC0 ? 2 : (byte & 0xF0) == 0xE0 ? 3 : (byte & 0xF8) == 0xF0 ? 4 : 0;
+    if (length == 0 || index + length > text.size()) return index;
+    uint32_t code = byte & (0x7F >> length);
+    for (size_t next = 1; next < length; ++next) {
+      const unsigned char continuation = static_cast<unsigned char>(text[index + next]);
+      if ((continuation & 0xC0) != 0x80) return index;
+      code = (code << 6) | (continuation & 0x3F);
+    }
+    static constexpr uint32_t kMinimum[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code < kMinimum[length] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return index;
+    index += length;
+  }
+  return std::string_view::npos;
+}
+
 int64_t span_bound(const nlohmann::json& value, const std::string& location, const std::string& field) {
   if (!value.is_number_integer())
     throw Error(kComponent, fmt::format("{}: field `{}`: span bounds must be integers, got {}", location, field,
@@ -117,7 +141,12 @@ std::vector<int64_t> DocumentPreparer::tokenize_with_splits(std::string_view tex
   return tokens;
 }
 
-data::Document DocumentPreparer::from_text(std::string_view text) const {
+data::Document DocumentPreparer::from_text(std::string_view text, const std::string& location) const {
+  // Hugging Face's loaders refuse text that is not UTF-8; the tokenizer would replace the bytes silently.
+  if (const size_t bad = first_invalid_utf8(text); bad != std::string_view::npos) {
+    const int64_t line = 1 + std::count(text.begin(), text.begin() + std::ptrdiff_t(bad), '\n');
+    throw Error(kComponent, fmt::format("{}:{}: not valid UTF-8 (byte {} of the file)", location, line, bad));
+  }
   data::Document document;
   std::vector<int64_t> unused;
   document.tokens = tokenize_with_splits(text, {}, unused);
@@ -130,7 +159,8 @@ data::Document DocumentPreparer::from_json(std::string_view line, const std::str
     record = nlohmann::json::parse(line);
   } catch (const nlohmann::json::exception& error) {
     // nlohmann's messages say where in the line (and that a byte is not UTF-8).
-    throw Error(kComponent, fmt::format("{}: not a JSON line: {}", location, error.what()));
+    throw Error(kComponent, fmt::format("{}: not a JSON line (JSON Lines: one object per line): {}", location,
+                                        error.what()));
   }
   if (!record.is_object())
     throw Error(kComponent, fmt::format("{}: expected a JSON object per line, got {}", location,

@@ -41,8 +41,8 @@ class DocumentPreparer {
 
   // A JSON Lines record (`line`), at `location` ("file:line").
   data::Document from_json(std::string_view line, const std::string& location) const;
-  // A whole text file (no spans).
-  data::Document from_text(std::string_view text) const;
+  // A whole text file (no spans) at `location` (its path); text that is not UTF-8 is an error naming the line.
+  data::Document from_text(std::string_view text, const std::string& location) const;
 
   // Tokens of `text` with BOS / EOS as configured, and the token offset of each byte offset in `splits` (each a
   // code-point boundary of `text`, in any order): Fast-LLM's tokenize_with_splits.

@@ -127,7 +127,7 @@ PreparationSummary prepare_gpt_memmap(const GPTMemmapPreparatorConfig& config, c
       try {
         const Record& record = batch[index];
         documents[index] = record.file->format == RecordFormat::text_file
-                               ? preparer.from_text(record.text)
+                               ? preparer.from_text(record.text, record.location())
                                : preparer.from_json(record.text, record.location());
       } catch (...) {
         errors[index] = std::current_exception();
