@@ -115,6 +115,7 @@ TEST_F(InputFiles, RefusalsNameTheEntryAndTheReason) {
             std::string::npos);
   EXPECT_NE(message([&] { resolve_input_files({(folder_ / "*.nothing").string()}); }).find("no file matches"),
             std::string::npos);
+  EXPECT_NE(message([] { resolve_input_files({"stas/openwebtext-10k"}); }).find("hub datasets"), std::string::npos);
   // A corrupt compressed file is an error naming it, whether gzip or zstd.
   write("bad.jsonl.gz", std::string("\x1f\x8b\x08\x00garbage-garbage-garbage", 28));
   write("bad.jsonl.zst", "not zstd at all");

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <set>
 
 #include "fast_llm/core/error.h"
@@ -103,8 +104,15 @@ void add_entry(const fs::path& path, const std::string& entry, std::vector<Input
   for (const fs::path& root : roots) {
     std::error_code error;
     const fs::file_status status = fs::status(root, error);
-    if (!fs::exists(status))
-      throw Error(kComponent, fmt::format("dataset.path: {}: no such file or folder", root.string()));
+    if (!fs::exists(status)) {
+      // `owner/name` without an extension is how Fast-LLM configs name Hugging Face hub datasets.
+      const bool hub_name =
+          !root.has_extension() && !root.is_absolute() && std::distance(root.begin(), root.end()) == 2;
+      throw Error(kComponent, fmt::format("dataset.path: {}: no such file or folder{}", root.string(),
+                                          hub_name ? " (Hugging Face hub datasets are not downloaded by fast-llm: "
+                                                     "download the dataset and give its JSON Lines files here)"
+                                                   : ""));
+    }
     if (fs::is_directory(status)) {
       std::vector<fs::path> found;
       std::vector<std::string> refused;
