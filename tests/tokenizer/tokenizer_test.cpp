@@ -4,8 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/tokenizer/tokenizer.h"
@@ -162,6 +164,27 @@ TEST_F(TokenizerFiles, EncodeBatchMatchesEncode) {
   ASSERT_EQ(batch.size(), texts.size());
   EXPECT_EQ(batch[1], (std::vector<int32_t>{11, 14, 2, 6}));
   EXPECT_EQ(batch[0], (std::vector<int32_t>{4, 13, 2, 6, 15, 11, 7, 11}));
+}
+
+TEST_F(TokenizerFiles, EncodeBatchFromSeveralThreadsAtOnce) {
+  // Calls share the process's tokenizing threads (queued in turn) and each gets its own texts' ids.
+  const auto tokenizer = load(byte_level_bpe());
+  const std::vector<std::string> texts{"hello world", "world", "hello<|end|>"};
+  const std::vector<std::vector<int32_t>> expected{{11, 14, 2, 6}, {4, 13, 2, 6}, {11, 15}};
+  std::vector<std::thread> callers;
+  std::atomic<int> mismatches{0};
+  for (int caller = 0; caller < 3; ++caller) {
+    callers.emplace_back([&, caller] {
+      std::vector<std::string_view> views;
+      for (int i = 0; i < 30; ++i) views.push_back(texts[(i + caller) % 3]);
+      for (int round = 0; round < 20; ++round) {
+        const auto batch = tokenizer->encode_batch(views, false, 3);
+        for (int i = 0; i < 30; ++i) mismatches += batch[i] != expected[(i + caller) % 3];
+      }
+    });
+  }
+  for (std::thread& caller : callers) caller.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // BPE tokenization of one word as Hugging Face's library does it (see bpe_model.h).
 #include "fast_llm/tokenizer/bpe_model.h"
 
-#include <queue>
+#include <atomic>
+#include <memory>
+#include <algorithm>
+#include <functional>
 
 #include "fast_llm/tokenizer/utf8.h"
 
@@ -19,9 +22,34 @@ struct Symbol {
 // Below this many symbols a linear scan for the best pair beats the priority queue.
 constexpr size_t kLinearScanSymbols = 48;
 
+std::atomic<uint64_t> next_model_serial{1};
+
+// Word -> ids of one model in one thread; stops taking entries when full (as Hugging Face's cache does).
+struct WordCache {
+  static constexpr size_t kEntries = size_t{1} << 17;
+  uint64_t model_serial;
+  std::unordered_map<std::string, std::vector<int32_t>, StringViewHash, std::equal_to<>> entries;
+};
+
+// This thread's word cache for the model `serial`; a thread keeps the caches of its last few models.
+WordCache& thread_word_cache(uint64_t serial) {
+  constexpr size_t kModelsPerThread = 4;
+  thread_local std::vector<std::unique_ptr<WordCache>> caches;
+  for (size_t i = 0; i < caches.size(); ++i) {
+    if (caches[i]->model_serial == serial) {
+      if (i > 0) std::swap(caches[i], caches[0]);
+      return *caches[0];
+    }
+  }
+  if (caches.size() == kModelsPerThread) caches.pop_back();
+  caches.insert(caches.begin(), std::make_unique<WordCache>());
+  caches[0]->model_serial = serial;
+  return *caches[0];
+}
+
 }  // namespace
 
-BpeModel::BpeModel(const Json& model, const JsonPlace& place) {
+BpeModel::BpeModel(const Json& model, const JsonPlace& place) : serial_(next_model_serial++) {
   if (json_present(model, "dropout")) json_unsupported(place / "dropout", "BPE dropout (random merges)");
   for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const auto value = json_optional_string(model, affix, place);
@@ -34,8 +62,13 @@ BpeModel::BpeModel(const Json& model, const JsonPlace& place) {
   const Json& vocabulary = json_required(model, "vocab", place);
   if (!vocabulary.is_object()) json_error(place / "vocab", "expected an object of token: id");
   vocabulary_.reserve(vocabulary.size());
+  // Ids are 0..n-1 in every real file; a few holes are allowed, not an id that would size the tables to gigabytes.
+  const int64_t largest_allowed_id = static_cast<int64_t>(vocabulary.size()) + 65536;
   for (const auto& [token, id_value] : vocabulary.items()) {
     const int32_t id = json_token_id(id_value, place / "vocab" / token);
+    if (id > largest_allowed_id)
+      json_error(place / "vocab" / token, fmt::format("id {} is far beyond the vocabulary's {} entries", id,
+                                                      vocabulary.size()));
     vocabulary_.emplace(token, id);
     if (static_cast<size_t>(id) >= tokens_.size()) {
       tokens_.resize(id + 1);
@@ -125,7 +158,7 @@ int32_t BpeModel::character_id(std::string_view character) const {
 
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const {
   if (word.empty()) return;
-  // A whole word of the vocabulary needs no merging: found without touching the cache and its lock.
+  // A whole word of the vocabulary needs no merging: found without the cache.
   if (ignore_merges_) {
     if (const auto id = find_token(vocabulary_, word)) {
       ids.push_back(*id);
@@ -136,20 +169,16 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const 
     tokenize_uncached(word, ids);
     return;
   }
-  CacheShard& shard = cache_[StringViewHash{}(word) % kCacheShards];
-  {
-    std::shared_lock lock(shard.mutex);
-    const auto it = shard.entries.find(word);
-    if (it != shard.entries.end()) {
-      ids.insert(ids.end(), it->second.begin(), it->second.end());
-      return;
-    }
+  WordCache& cache = thread_word_cache(serial_);
+  const auto it = cache.entries.find(word);
+  if (it != cache.entries.end()) {
+    ids.insert(ids.end(), it->second.begin(), it->second.end());
+    return;
   }
   const size_t first = ids.size();
   tokenize_uncached(word, ids);
-  std::unique_lock lock(shard.mutex);
-  if (shard.entries.size() < kCacheEntriesPerShard)
-    shard.entries.emplace(std::string(word), std::vector<int32_t>(ids.begin() + first, ids.end()));
+  if (cache.entries.size() < WordCache::kEntries)
+    cache.entries.emplace(std::string(word), std::vector<int32_t>(ids.begin() + first, ids.end()));
 }
 
 void BpeModel::tokenize_uncached(std::string_view word, std::vector<int32_t>& ids) const {
@@ -210,32 +239,36 @@ void BpeModel::tokenize_uncached(std::string_view word, std::vector<int32_t>& id
       merge_at(best, best_id);
     }
   } else {
-    struct Candidate {
-      int32_t rank;
-      int32_t left;
-      int32_t merged_id;
-      bool operator>(const Candidate& other) const {
-        return rank != other.rank ? rank > other.rank : left > other.left;
-      }
-    };
-    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+    // A candidate is (rank << 32 | left symbol): ordering the integers orders by rank, then leftmost. A rank names
+    // one pair, so a candidate is still valid when its left symbol and the right neighbour form that pair's rank.
+    std::vector<uint64_t> heap;
+    heap.reserve(symbols.size());
     const auto consider = [&](int32_t left) {
       if (left < 0 || symbols[left].next < 0) return;
-      if (const Merge* merge = find_merge(symbols[left].id, symbols[symbols[left].next].id))
-        queue.push({merge->rank, left, merge->merged_id});
+      if (const Merge* merge = find_merge(symbols[left].id, symbols[symbols[left].next].id)) {
+        heap.push_back((static_cast<uint64_t>(merge->rank) << 32) | static_cast<uint32_t>(left));
+        std::push_heap(heap.begin(), heap.end(), std::greater<>());
+      }
     };
-    for (int32_t index = 0; index + 1 < static_cast<int32_t>(symbols.size()); ++index) consider(index);
-    while (!queue.empty()) {
-      const Candidate candidate = queue.top();
-      queue.pop();
-      const Symbol& left = symbols[candidate.left];
+    for (int32_t index = 0; index + 1 < static_cast<int32_t>(symbols.size()); ++index) {
+      if (const Merge* merge = find_merge(symbols[index].id, symbols[index + 1].id))
+        heap.push_back((static_cast<uint64_t>(merge->rank) << 32) | static_cast<uint32_t>(index));
+    }
+    std::make_heap(heap.begin(), heap.end(), std::greater<>());
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      const uint64_t candidate = heap.back();
+      heap.pop_back();
+      const auto left = static_cast<int32_t>(candidate & 0xFFFFFFFFu);
+      const auto rank = static_cast<int32_t>(candidate >> 32);
+      const Symbol& symbol = symbols[left];
       // Stale when either side changed since the candidate was queued.
-      if (!left.alive || left.next < 0) continue;
-      const Merge* merge = find_merge(left.id, symbols[left.next].id);
-      if (merge == nullptr || merge->merged_id != candidate.merged_id || merge->rank != candidate.rank) continue;
-      merge_at(candidate.left, candidate.merged_id);
-      consider(symbols[candidate.left].previous);
-      consider(candidate.left);
+      if (!symbol.alive || symbol.next < 0) continue;
+      const Merge* merge = find_merge(symbol.id, symbols[symbol.next].id);
+      if (merge == nullptr || merge->rank != rank) continue;
+      merge_at(left, merge->merged_id);
+      consider(symbols[left].previous);
+      consider(left);
     }
   }
   for (int32_t index = 0; index >= 0; index = symbols[index].next) ids.push_back(symbols[index].id);

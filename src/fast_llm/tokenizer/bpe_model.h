@@ -8,14 +8,14 @@
 // short ones, which is faster there and picks the same pair). Merges sit in an open-addressing table keyed by the id
 // pair, and single characters' ids in a direct table for the Basic Multilingual Plane: both are looked up once per
 // symbol, where a std::unordered_map of strings cost most of the time on long words (Llama 2's, which have no
-// pre-tokenizer). Results are cached per word in a sharded, bounded, thread-safe cache. Refused: `dropout` (random merges), non-empty `continuing_subword_prefix` /
+// pre-tokenizer). Results are cached per word in a bounded cache of each thread (no lock or shared cache line on the
+// hot path, so threads scale), keyed by the model's serial number so that a later model never sees an earlier one's
+// entries. Refused: `dropout` (random merges), non-empty `continuing_subword_prefix` /
 // `end_of_word_suffix`.
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <mutex>
-#include <shared_mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -78,15 +78,9 @@ class BpeModel {
   bool ignore_merges_ = false;
   std::optional<int32_t> unk_id_;
 
-  // Word -> ids; each shard stops taking entries when full (Hugging Face's cache does the same).
-  static constexpr size_t kCacheShards = 64;
-  static constexpr size_t kCacheEntriesPerShard = 4096;
+  // Words longer than this are not cached (they rarely repeat).
   static constexpr size_t kCacheMaxWordBytes = 128;
-  struct CacheShard {
-    std::shared_mutex mutex;
-    std::unordered_map<std::string, std::vector<int32_t>, StringViewHash, std::equal_to<>> entries;
-  };
-  mutable std::array<CacheShard, kCacheShards> cache_;
+  uint64_t serial_;
 };
 
 }  // namespace fast_llm::tokenizer

@@ -1,5 +1,6 @@
-// Tokenizer::load (which file, which implementation, BOS/EOS from tokenizer_config.json) and encode_batch's thread
-// pool: texts are handed out one at a time from an atomic counter, so long and short texts balance across threads.
+// Tokenizer::load (which file, which implementation, BOS/EOS from tokenizer_config.json) and encode_batch: texts are
+// handed out one at a time from an atomic counter to the calling thread and the process's tokenizing threads
+// (worker_pool.h), so long and short texts balance across threads.
 #include "fast_llm/tokenizer/tokenizer.h"
 
 #include <atomic>
@@ -11,6 +12,7 @@
 
 #include "fast_llm/tokenizer/huggingface_tokenizer.h"
 #include "fast_llm/tokenizer/sentencepiece_tokenizer.h"
+#include "fast_llm/tokenizer/worker_pool.h"
 
 namespace fast_llm::tokenizer {
 namespace {
@@ -92,11 +94,7 @@ std::vector<std::vector<int32_t>> Tokenizer::encode_batch(std::span<const std::s
       next = texts.size();
     }
   };
-  std::vector<std::thread> pool;
-  pool.reserve(thread_count - 1);
-  for (int i = 1; i < thread_count; ++i) pool.emplace_back(work);
-  work();
-  for (std::thread& thread : pool) thread.join();
+  run_on_workers(thread_count - 1, work);
   if (failure) std::rethrow_exception(failure);
   return results;
 }

@@ -39,7 +39,8 @@ class Tokenizer {
   // error.
   virtual std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const = 0;
 
-  // Number of ids: one more than the largest id of the vocabulary and the added tokens (`len(tokenizer)`).
+  // Number of ids: one more than the largest id of the vocabulary and the added tokens. This is `len(tokenizer)` when
+  // the ids have no holes; with holes (GPT-4o's file) it is larger, so that every id fits below it.
   virtual int64_t vocab_size() const = 0;
 
   // The id of a token string (vocabulary or added token), if any; and the string of an id.
