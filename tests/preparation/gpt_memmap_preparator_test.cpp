@@ -54,6 +54,7 @@ TEST_F(Preparator, ShardsAndConfigsReadBack) {
   for (int index = 0; index < 5; ++index) lines += "{\"text\": \"doc" + std::to_string(index) + "\"}\n";
   std::ofstream(folder_ / "in" / "a.jsonl") << lines;
   std::ofstream(folder_ / "in" / "b.txt") << "file";
+  std::ofstream(folder_ / "in" / "croissant.json") << "{\"name\": \"mine\"}";
   const ByteTestTokenizer tokenizer;
   const PreparationSummary summary = prepare_gpt_memmap(config("documents_per_shard: 2\nnum_workers: 3"), tokenizer);
   EXPECT_EQ(summary.documents, 6);
@@ -70,6 +71,7 @@ TEST_F(Preparator, ShardsAndConfigsReadBack) {
   const std::string yaml = read(folder_ / "out" / "fast_llm_config.yaml");
   EXPECT_NE(yaml.find("type: blended"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("shard_0_2.fast_llm_dataset"), std::string::npos) << yaml;
+  EXPECT_EQ(read(folder_ / "out" / "croissant.json"), "{\"name\": \"mine\"}");
 
   // The same files on one thread.
   const std::string first = read(folder_ / "out" / "shard_0_0.fast_llm_dataset");

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "fast_llm/core/error.h"
@@ -173,6 +175,16 @@ PreparationSummary prepare_gpt_memmap(const GPTMemmapPreparatorConfig& config, c
       const fs::path path = output / fmt::format("fast_llm_config_{}.yaml", name);
       write_file(path, dataset_config_yaml(description), write_options);
       summary.config_files.push_back(path);
+    }
+  }
+  // Fast-LLM keeps the dataset's Croissant metadata beside the shards when the input folder has one.
+  if (config.dataset.path.entries.size() == 1) {
+    const fs::path croissant = fs::path(config.dataset.path.entries.front()) / "croissant.json";
+    if (std::error_code croissant_error; fs::is_regular_file(croissant, croissant_error)) {
+      std::ifstream in(croissant, std::ios::binary);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      FLM_CHECK(!in.bad(), kComponent, "{}: cannot read", croissant.string());
+      write_file(output / "croissant.json", text, write_options);
     }
   }
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

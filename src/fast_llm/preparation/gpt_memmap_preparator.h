@@ -4,7 +4,8 @@
 //     Face's Dataset.shard(contiguous=True), which Fast-LLM uses), written as shard_0_<i>.fast_llm_dataset;
 //   - the token type is the smallest unsigned type holding the vocabulary, unless dataset.data_type says otherwise;
 //   - fast_llm_config.yaml (one memmap, or a blend weighted by tokens), or with `splits` one
-//     fast_llm_config_<split>.yaml per split (dataset_configs.h), so `{type: file, path: ...}` reads them.
+//     fast_llm_config_<split>.yaml per split (dataset_configs.h), so `{type: file, path: ...}` reads them;
+//   - the input folder's croissant.json (dataset metadata), when it has one, is copied beside them.
 // Records are read in order and tokenized in batches on `num_workers` threads (every core by default); each batch is
 // written in record order, so the output does not depend on the number of threads. A first pass counts the records
 // (the shard sizes need the total). Every file is written under a temporary name and renamed when complete.
