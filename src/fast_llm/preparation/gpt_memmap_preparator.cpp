@@ -115,13 +115,26 @@ PreparationSummary prepare_gpt_memmap(const GPTMemmapPreparatorConfig& config, c
   ProgressReporter progress("prepare", total);
   RecordReader reader(files);
   const size_t batch_size = size_t(std::max(256, 64 * summary.threads));
-  std::vector<Record> batch(batch_size);
+  auto read_batch = [&](std::vector<Record>& records) {
+    size_t count = 0;
+    while (count < batch_size && reader.next(records[count])) ++count;
+    return count;
+  };
+  std::vector<Record> batch(batch_size), next_batch(batch_size);
   std::vector<data::Document> documents(batch_size);
   std::vector<std::exception_ptr> errors(batch_size);
-  while (true) {
-    size_t count = 0;
-    while (count < batch_size && reader.next(batch[count])) ++count;
-    if (count == 0) break;
+  for (size_t count = read_batch(batch); count > 0;) {
+    // The next batch is read (and decompressed) on its own thread while this one is tokenized. Errors keep the input's
+    // order: this batch's are raised first, then a read error of the next.
+    size_t next_count = 0;
+    std::exception_ptr read_error;
+    std::thread prefetch([&] {
+      try {
+        next_count = read_batch(next_batch);
+      } catch (...) {
+        read_error = std::current_exception();
+      }
+    });
     // Tokenize the batch in parallel; each document lands at its record's place.
 #pragma omp parallel for schedule(dynamic, 4) num_threads(summary.threads)
     for (size_t index = 0; index < count; ++index) {
@@ -135,6 +148,7 @@ PreparationSummary prepare_gpt_memmap(const GPTMemmapPreparatorConfig& config, c
         errors[index] = std::current_exception();
       }
     }
+    prefetch.join();
     for (size_t index = 0; index < count; ++index) {
       if (errors[index]) {
         progress.finish();
@@ -157,6 +171,12 @@ PreparationSummary prepare_gpt_memmap(const GPTMemmapPreparatorConfig& config, c
       }
     }
     progress.update(summary.documents, summary.tokens);
+    if (read_error) {
+      progress.finish();
+      std::rethrow_exception(read_error);
+    }
+    std::swap(batch, next_batch);
+    count = next_count;
   }
   progress.finish();
   // The counting pass and this one read the same files; a file changed in between is caught here.

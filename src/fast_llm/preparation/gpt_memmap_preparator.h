@@ -6,8 +6,9 @@
 //   - fast_llm_config.yaml (one memmap, or a blend weighted by tokens), or with `splits` one
 //     fast_llm_config_<split>.yaml per split (dataset_configs.h), so `{type: file, path: ...}` reads them;
 //   - the input folder's croissant.json (dataset metadata), when it has one, is copied beside them.
-// Records are read in order and tokenized in batches on `num_workers` threads (every core by default); each batch is
-// written in record order, so the output does not depend on the number of threads. A first pass counts the records
+// Records are read in order and tokenized in batches on `num_workers` threads (every core by default), the next batch
+// being read on its own thread meanwhile; each batch is written in record order, so the output does not depend on the
+// number of threads. A first pass counts the records
 // (the shard sizes need the total). Every file is written under a temporary name and renamed when complete.
 //
 // Bad input stops the run with an error naming the file and line (not JSON, not UTF-8, a missing field, bad spans),

@@ -232,11 +232,6 @@ class RecordReader::Stream {
     return text;
   }
 
-  int64_t compressed_bytes() const {
-    if (gz_ != nullptr) return int64_t(gzoffset(gz_));
-    return file_ != nullptr ? int64_t(std::ftell(file_)) : 0;
-  }
-
  private:
   [[noreturn]] void fail_errno(std::string_view what) const {
     throw Error(kComponent, fmt::format("{}: {}: {}", path_.string(), what, std::strerror(errno)));
@@ -302,10 +297,7 @@ RecordReader::RecordReader(const std::vector<InputFile>& files) : files_(files) 
 RecordReader::~RecordReader() = default;
 
 bool RecordReader::open_next_file() {
-  if (stream_) {
-    bytes_done_ += stream_->compressed_bytes();
-    if (records_in_file_ == 0) empty_files_.push_back(current_->path);
-  }
+  if (stream_ && records_in_file_ == 0) empty_files_.push_back(current_->path);
   stream_.reset();
   if (next_file_ >= files_.size()) return false;
   current_ = &files_[next_file_++];
@@ -344,8 +336,6 @@ bool RecordReader::next(Record& record) {
     if (!open_next_file()) return false;
   }
 }
-
-int64_t RecordReader::bytes_read() const { return bytes_done_ + (stream_ ? stream_->compressed_bytes() : 0); }
 
 std::vector<int64_t> count_records(const std::vector<InputFile>& files) {
   std::vector<int64_t> counts;

@@ -52,8 +52,6 @@ class RecordReader {
   bool next(Record& record);
   // Files that held no record at all (empty, or only blank lines), in order: skipped and reported.
   const std::vector<std::filesystem::path>& empty_files() const { return empty_files_; }
-  // Compressed bytes read so far, over all files (for progress).
-  int64_t bytes_read() const;
 
  private:
   class Stream;
@@ -65,7 +63,6 @@ class RecordReader {
   std::unique_ptr<Stream> stream_;
   int64_t line_ = 0;
   int64_t records_in_file_ = 0;
-  int64_t bytes_done_ = 0;  // compressed bytes of the files already finished
   std::vector<std::filesystem::path> empty_files_;
 };
 
