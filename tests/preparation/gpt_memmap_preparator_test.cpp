@@ -80,6 +80,36 @@ TEST_F(Preparator, ShardsAndConfigsReadBack) {
   EXPECT_EQ(read(folder_ / "out" / "shard_0_0.fast_llm_dataset"), first);
 }
 
+// Several batches (a batch holds at least 256 records), read ahead while the previous one is tokenized: documents stay
+// in input order across batches, shards and files, and the files are the same bytes on 1 and 4 threads.
+TEST_F(Preparator, ManyBatchesKeepTheInputOrder) {
+  fs::create_directories(folder_ / "in");
+  for (int file = 0; file < 3; ++file) {
+    std::ofstream out(folder_ / "in" / ("part-" + std::to_string(file) + ".jsonl"));
+    for (int index = 0; index < 400; ++index) out << "{\"text\": \"" << file * 1000 + index << "\"}\n";
+  }
+  const ByteTestTokenizer tokenizer;
+  prepare_gpt_memmap(config("documents_per_shard: 500\nnum_workers: 4"), tokenizer);
+  int64_t expected_number = 0;
+  std::vector<std::string> four_threads;
+  for (int shard = 0; shard < 3; ++shard) {
+    const fs::path path = folder_ / "out" / ("shard_0_" + std::to_string(shard) + ".fast_llm_dataset");
+    four_threads.push_back(read(path));
+    const data::MemmapDataset dataset("s", path);
+    EXPECT_EQ(dataset.num_documents(), 400);  // 1200 documents in ceil(1200 / 500) = 3 shards
+    for (int64_t index = 0; index < dataset.num_documents(); ++index, ++expected_number) {
+      const std::vector<int64_t> tokens = dataset.get_document(index).tokens;
+      const std::string text(tokens.begin() + 1, tokens.end() - 1);
+      ASSERT_EQ(text, std::to_string(expected_number / 400 * 1000 + expected_number % 400)) << path << " " << index;
+    }
+  }
+  fs::remove_all(folder_ / "out");
+  prepare_gpt_memmap(config("documents_per_shard: 500\nnum_workers: 1"), tokenizer);
+  for (int shard = 0; shard < 3; ++shard)
+    EXPECT_EQ(read(folder_ / "out" / ("shard_0_" + std::to_string(shard) + ".fast_llm_dataset")),
+              four_threads[size_t(shard)]);
+}
+
 TEST_F(Preparator, HuggingFaceShardSizesSplitsSpansAndDataType) {
   fs::create_directories(folder_ / "in");
   std::string lines;
