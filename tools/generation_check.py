@@ -10,7 +10,8 @@
    gap near fp32 round-off is a tie, not a bug).
 3. Speed, bf16: tokens/s (new tokens / wall time of the whole generate call, prefill included) for batch 1 and 16,
    128 prompt tokens + 256 new tokens, of fast-llm, transformers eager (its default attention, no compile) and
-   transformers with cache_implementation="static" + torch.compile(mode="reduce-overhead"), each after a warm-up.
+   transformers with cache_implementation="static" (which transformers compiles with torch.compile itself), each
+   after a warm-up.
    fast-llm's time is the one it logs for its second batch (the first is its warm-up); the model load is not timed.
 Prints a table; writes generation_check.json into $OUT when set, else the work directory. Exit 0 when the tokens
 match, 1 when they do not, 2 on a set-up error.
@@ -144,8 +145,9 @@ def speed(torch, transformers, binary, directory, work, vocab, batches, skip_com
         eager[batch] = batch * new_tokens / seconds
         log(f"  transformers eager batch {batch}: {eager[batch]:.1f} tokens/s")
     if not skip_compile:
+        # transformers compiles the decoding forward itself when the cache is static (generation_config.compile_config):
+        # wrapping model.forward in torch.compile as well made its CUDA graphs overwrite the cache's outputs.
         model.generation_config.cache_implementation = "static"
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
         for batch in batches:
             input_ids = torch.randint(2, vocab, (batch, prompt_tokens), generator=generator).cuda()
             started = time.time()

@@ -34,7 +34,7 @@ if [ "$fuzz" = "1" ]; then
   echo "== fuzzing the parsers; their tests under the sanitizers"
   sanitized_tests=(config_system_test config_yaml_reading_test data_test checkpoint_safetensors_test
                    checkpoint_huggingface_test checkpoint_native_test checkpoint_training_test gpt_config_test
-                   trainer_sections_config_test tokenizer_test)
+                   trainer_sections_config_test tokenizer_test preparation_test)
   cmake --preset fuzz -DFAST_LLM_FUZZ_SECONDS="${FAST_LLM_FUZZ_SECONDS:-20}" >/dev/null
   cmake --build --preset fuzz -j "$jobs" --target fuzz_targets "${sanitized_tests[@]}"
   ctest --preset fuzz -L fuzz -j "$jobs"

@@ -272,10 +272,77 @@ TEST_F(CliTest, Prepare) {
   expect({"prepare", "byte_corpus"}, 106, "--output");
   expect({"prepare", "byte_corpus", "--output", "corpus3", "--source", (directory_ / "nothing").string()}, 1,
          "no files found");
-  const fs::path config = write("prepare.yaml", "output_path: out\n");
-  expect({"prepare", "gpt_memmap", "-c", config.string()}, 1, "not available yet");
-  expect({"prepare", "gpt_memmap", "-c", config.string(), "dataset.path=x"}, 1, "not available yet");
   expect({"prepare", "gpt_memmap", "--nonsense"}, 109, "--nonsense");
+  expect({"prepare", "gpt_memmap"}, 1, "dataset.path: required");
+  expect({"prepare", "dataset_discovery", "--help"}, 0, "--validate");
+}
+
+// Fast-LLM's three steps on a user's own JSONL: prepare with a tokenizer.json (a pre-0.4 config, as Fast-LLM's
+// documentation shows it), then train on the prepared splits with `type: file`.
+TEST_F(CliTest, PrepareGptMemmapThenTrain) {
+  std::string lines;
+  for (int index = 0; index < 60; ++index)
+    lines += "{\"text\": \"Document " + std::to_string(index) +
+             ": the cat sat on the mat, and you ran to the sea in the morning.\"}\n";
+  write("data/part-0.jsonl", lines);
+  const std::string tokenizer = std::string(FAST_LLM_SOURCE_DIR) + "/tests/data/byte_bpe_tokenizer";
+  const fs::path config = write("prepare.yaml", "output_path: dataset\nloading_workers: 2\ntokenize_workers: 2\n"
+                                                "saving_workers: 2\ndataset: {path: data, field: text, "
+                                                "trust_remote_code: true}\ntokenizer: {path: " + tokenizer +
+                                                "}\nsplits: {training: 0.9, validation: 0.1}\n");
+  const Outcome validated = expect({"prepare", "gpt_memmap", "-c", config.string(), "--validate"}, 0,
+                                   "read as `num_workers: 2`");
+  EXPECT_NE(validated.output.find("read as `dataset.source_schema.text: text`"), std::string::npos);
+  EXPECT_NE(validated.output.find("num_workers: 2"), std::string::npos) << validated.output;
+  expect({"prepare", "gpt_memmap", "-c", config.string(), "--trust-remote-code"}, 0,
+         "Prepared 60 documents");
+  ASSERT_TRUE(fs::exists(directory_ / "dataset/fast_llm_config_training.yaml"));
+  ASSERT_TRUE(fs::exists(directory_ / "dataset/fast_llm_config_validation.yaml"));
+  const fs::path train = write("train.yaml", R"(
+training: {train_iters: 2, logs: {interval: 1}, evaluators: {validation: {type: loss, interval: 2, iterations: 1}}}
+data:
+  datasets:
+    training: {type: file, path: dataset/fast_llm_config_training.yaml}
+    validation: {type: file, path: dataset/fast_llm_config_validation.yaml}
+  micro_batch_size: 32
+optimizer: {learning_rate: {base: 1.0e-3}}
+model:
+  base_model:
+    embeddings: {vocab_size: 305}
+    decoder:
+      block:
+        mixer: {type: attention, heads: 2, head_groups: 1, head_size: 4}
+        mlp: {intermediate_size: 16, gated: true}
+        normalization: {type: rms_norm}
+      num_blocks: 1
+    hidden_size: 8
+  distributed: {compute_dtype: fp32}
+run: {experiment_dir: experiment}
+)");
+  const Outcome trained = expect({"train", "gpt", "-c", train.string()}, 0, "validation");
+  EXPECT_TRUE(fs::exists(directory_ / "experiment" / "config.yaml")) << trained.output;
+
+  // Bad input is an error naming the file and line; nothing is written for it.
+  write("bad/a.jsonl", "{\"text\": \"fine\"}\n{\"txt\": \"wrong field\"}\n");
+  expect({"prepare", "gpt_memmap", "-c", config.string(), "dataset.path=bad", "output_path=bad_out"}, 1,
+         "bad/a.jsonl:2: the record has no field `text`");
+  EXPECT_FALSE(fs::exists(directory_ / "bad_out/fast_llm_config_training.yaml"));
+  expect({"prepare", "gpt_memmap", "-c", config.string(), "dataset.load_from_disk=true"}, 1, "Arrow");
+  expect({"prepare", "gpt_memmap", "-c", config.string(), "tokenizer.path=missing.json"}, 1, "missing.json");
+
+  // dataset_discovery over the prepared folder: one blend of its shards.
+  const fs::path discovery = write("discovery.yaml", "directory: dataset\noutput: blend.yaml\n");
+  expect({"prepare", "dataset_discovery", "-c", discovery.string()}, 0, "Found 1 dataset file");
+  expect({"prepare", "dataset_discovery", "-c", discovery.string(), "directory=data"}, 1,
+         "no readable, non-empty .fast_llm_dataset");
+  // Its output is a dataset config with absolute paths, to put in a training config as it is (`type: file` accepts
+  // only relative paths, in Fast-LLM as here).
+  std::ifstream blend_file(directory_ / "blend.yaml");
+  const std::string blend((std::istreambuf_iterator<char>(blend_file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(blend.find("shard_0_0.fast_llm_dataset"), std::string::npos) << blend;
+  const Outcome trained_on_blend = expect(
+      {"train", "gpt", "-c", train.string(), "data.datasets.training=" + blend, "run.experiment_dir=experiment2"}, 0);
+  EXPECT_TRUE(fs::exists(directory_ / "experiment2" / "config.yaml")) << trained_on_blend.output;
 }
 
 TEST_F(CliTest, PrepareBpeTokenizer) {

@@ -17,9 +17,4 @@ void add_prepare_command(CLI::App& app, CommandAction& action);
 void add_evaluate_command(CLI::App& app, CommandAction& action);
 void add_generate_command(CLI::App& app, CommandAction& action);
 
-// A subcommand of Fast-LLM's command line that fast-llm accepts (`-c config.yaml`, `a.b.c=value` overrides) but cannot
-// run yet: choosing it stops with NotSupportedError(component, reason).
-void add_refused_command(CLI::App& parent, CommandAction& action, const std::string& name,
-                         const std::string& description, const std::string& component, const std::string& reason);
-
 }  // namespace fast_llm::cli

@@ -7,7 +7,12 @@
 //       trains a byte-level BPE tokenizer (Llama 3's pipeline) on the same text files (by default those byte_corpus
 //       takes) and writes DIR/tokenizer.json and DIR/tokenizer_config.json in Hugging Face's formats; special tokens
 //       <|endoftext|> (BOS and EOS) and the FIM tokens <fim_prefix>, <fim_middle>, <fim_suffix>, <fim_pad>.
-//   prepare gpt_memmap -c CONFIG   (Fast-LLM's: Hugging Face datasets and tokenizers; not available yet)
+//   prepare gpt_memmap -c CONFIG [a.b=c ...] [--validate]
+//       Fast-LLM's preparation config (preparation/gpt_memmap_config.h): local JSON Lines / text files tokenized with
+//       a Hugging Face tokenizer.json (or SentencePiece .model) into shards and fast_llm_config*.yaml. Pre-0.4 forms
+//       are migrated with a warning; --validate prints the resolved config and exits.
+//   prepare dataset_discovery -c CONFIG [a.b=c ...] [--validate]
+//       one blended config of every .fast_llm_dataset file under a folder (preparation/dataset_discovery.h).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -15,12 +20,17 @@
 #include <optional>
 
 #include "fast_llm/cli/commands.h"
+#include "fast_llm/cli/config_loading.h"
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
 #include "fast_llm/data/corpus.h"
 #include "fast_llm/engine/checkpoint/directory.h"
 #include "fast_llm/tokenizer/bpe_tokenizer_json.h"
 #include "fast_llm/tokenizer/bpe_trainer.h"
+#include "fast_llm/preparation/dataset_discovery.h"
+#include "fast_llm/preparation/gpt_memmap_config.h"
+#include "fast_llm/preparation/gpt_memmap_preparator.h"
+#include "fast_llm/preparation/legacy_prepare_forms.h"
 
 namespace fast_llm::cli {
 
@@ -101,6 +111,29 @@ int train_bpe_tokenizer(const BpeTokenizerOptions& options) {
   log_main("tokenizer: {}", (std::filesystem::path(options.output) / "tokenizer.json").string());
   return 0;
 }
+
+struct ConfigOptions {
+  std::string config;
+  bool validate = false;
+  bool trust_remote_code = false;
+  std::vector<std::string> overrides;
+};
+
+// `-c file`, overrides and --validate, as `train gpt` takes them (the file is optional, as there).
+std::shared_ptr<ConfigOptions> add_config_options(CLI::App& command) {
+  auto options = std::make_shared<ConfigOptions>();
+  command.add_option("-c,--config", options->config, "YAML configuration file (Fast-LLM's schema).");
+  command.add_flag("-v,--validate", options->validate,
+                   "Print the resolved configuration (every field, defaults included) and exit.");
+  command.add_option("overrides", options->overrides,
+                     "Overrides `a.b.c=value` (value read as YAML), applied after the file, in order.");
+  return options;
+}
+
+std::optional<std::filesystem::path> config_file(const ConfigOptions& options) {
+  if (options.config.empty()) return std::nullopt;
+  return std::filesystem::path(options.config);
+}
 }  // namespace
 
 void add_prepare_command(CLI::App& app, CommandAction& action) {
@@ -150,9 +183,44 @@ void add_prepare_command(CLI::App& app, CommandAction& action) {
       ->check(CLI::PositiveNumber);
   bpe->callback([&action, bpe_options] { action = [bpe_options] { return train_bpe_tokenizer(*bpe_options); }; });
 
-  add_refused_command(*prepare, action, "gpt_memmap", "Tokenize a Hugging Face dataset into memmap shards.", "prepare",
-                      "gpt_memmap needs Hugging Face datasets and tokenizers, which are not available yet; "
-                      "`prepare byte_corpus` makes a byte-level dataset");
+
+  auto* gpt_memmap = prepare->add_subcommand(
+      "gpt_memmap", "Tokenize JSON Lines or text files into memmap shards (Fast-LLM's preparation config).");
+  auto gpt_options = add_config_options(*gpt_memmap);
+  gpt_memmap->add_flag("--trust-remote-code", gpt_options->trust_remote_code,
+                       "Accepted as Fast-LLM's flag; no effect: fast-llm runs no dataset or tokenizer code.");
+  gpt_memmap->callback([&action, gpt_options] {
+    action = [gpt_options] {
+      YAML::Node tree = read_config_tree(config_file(*gpt_options), gpt_options->overrides);
+      for (const std::string& warning : preparation::migrate_legacy_preparation_forms(tree))
+        log_warning("{}", warning);
+      preparation::GPTMemmapPreparatorConfig config;
+      config.load(tree);
+      config.validate();
+      if (gpt_options->validate) {
+        print_resolved_config(config);
+        return 0;
+      }
+      preparation::prepare_gpt_memmap(config);
+      return 0;
+    };
+  });
+
+  auto* discovery = prepare->add_subcommand(
+      "dataset_discovery", "Blend every .fast_llm_dataset file under a folder into one config, weighted by tokens.");
+  auto discovery_options = add_config_options(*discovery);
+  discovery->callback([&action, discovery_options] {
+    action = [discovery_options] {
+      preparation::DatasetDiscoveryConfig config;
+      load_config(config, config_file(*discovery_options), discovery_options->overrides);
+      if (discovery_options->validate) {
+        print_resolved_config(config);
+        return 0;
+      }
+      preparation::run_dataset_discovery(config);
+      return 0;
+    };
+  });
 }
 
 }  // namespace fast_llm::cli

@@ -3,7 +3,8 @@
 
 #include <atomic>
 #include <memory>
-#include <queue>
+#include <algorithm>
+#include <functional>
 
 #include "fast_llm/tokenizer/utf8.h"
 
@@ -238,32 +239,36 @@ void BpeModel::tokenize_uncached(std::string_view word, std::vector<int32_t>& id
       merge_at(best, best_id);
     }
   } else {
-    struct Candidate {
-      int32_t rank;
-      int32_t left;
-      int32_t merged_id;
-      bool operator>(const Candidate& other) const {
-        return rank != other.rank ? rank > other.rank : left > other.left;
-      }
-    };
-    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+    // A candidate is (rank << 32 | left symbol): ordering the integers orders by rank, then leftmost. A rank names
+    // one pair, so a candidate is still valid when its left symbol and the right neighbour form that pair's rank.
+    std::vector<uint64_t> heap;
+    heap.reserve(symbols.size());
     const auto consider = [&](int32_t left) {
       if (left < 0 || symbols[left].next < 0) return;
-      if (const Merge* merge = find_merge(symbols[left].id, symbols[symbols[left].next].id))
-        queue.push({merge->rank, left, merge->merged_id});
+      if (const Merge* merge = find_merge(symbols[left].id, symbols[symbols[left].next].id)) {
+        heap.push_back((static_cast<uint64_t>(merge->rank) << 32) | static_cast<uint32_t>(left));
+        std::push_heap(heap.begin(), heap.end(), std::greater<>());
+      }
     };
-    for (int32_t index = 0; index + 1 < static_cast<int32_t>(symbols.size()); ++index) consider(index);
-    while (!queue.empty()) {
-      const Candidate candidate = queue.top();
-      queue.pop();
-      const Symbol& left = symbols[candidate.left];
+    for (int32_t index = 0; index + 1 < static_cast<int32_t>(symbols.size()); ++index) {
+      if (const Merge* merge = find_merge(symbols[index].id, symbols[index + 1].id))
+        heap.push_back((static_cast<uint64_t>(merge->rank) << 32) | static_cast<uint32_t>(index));
+    }
+    std::make_heap(heap.begin(), heap.end(), std::greater<>());
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      const uint64_t candidate = heap.back();
+      heap.pop_back();
+      const auto left = static_cast<int32_t>(candidate & 0xFFFFFFFFu);
+      const auto rank = static_cast<int32_t>(candidate >> 32);
+      const Symbol& symbol = symbols[left];
       // Stale when either side changed since the candidate was queued.
-      if (!left.alive || left.next < 0) continue;
-      const Merge* merge = find_merge(left.id, symbols[left.next].id);
-      if (merge == nullptr || merge->merged_id != candidate.merged_id || merge->rank != candidate.rank) continue;
-      merge_at(candidate.left, candidate.merged_id);
-      consider(symbols[candidate.left].previous);
-      consider(candidate.left);
+      if (!symbol.alive || symbol.next < 0) continue;
+      const Merge* merge = find_merge(symbol.id, symbols[symbol.next].id);
+      if (merge == nullptr || merge->rank != rank) continue;
+      merge_at(left, merge->merged_id);
+      consider(symbols[left].previous);
+      consider(left);
     }
   }
   for (int32_t index = 0; index >= 0; index = symbols[index].next) ids.push_back(symbols[index].id);
