@@ -1,6 +1,6 @@
 // `train gpt`'s estimate of activation memory per token (models/gpt/training.h), against the documented count worked
-// out by hand for the quickstart model (examples/quickstart.yaml: hidden 256, 4 blocks of 8 heads / 4 head groups of
-// 32, gated MLP of 704, vocabulary 258, fp32), and how it moves with the settings it depends on.
+// out by hand for the quickstart shape (examples/quickstart.yaml: hidden 256, 4 blocks of 8 heads / 4 head groups of
+// 32, gated MLP of 704, fp32) with a byte vocabulary of 258, and how it moves with the settings it depends on.
 #include <gtest/gtest.h>
 
 #include "fast_llm/models/gpt/training.h"

@@ -3,6 +3,8 @@
 //       text files already on this machine, one document per file, byte-level tokens (vocabulary 258); writes
 //       DIR/shard_0_0.fast_llm_dataset and DIR/fast_llm_config.yaml for `data.datasets.<name>: {type: file, path:
 //       DIR/fast_llm_config.yaml}`.
+//   prepare text_corpus --output FILE.jsonl [--source PATH ...] [--max-bytes N]
+//       the same text files as JSON Lines, one {"text": ...} per file: input for gpt_memmap (the quick-start uses it).
 //   prepare bpe_tokenizer --output DIR [--source PATH ...] [--vocab-size N] [--max-bytes N] [--model-max-length N]
 //       trains a byte-level BPE tokenizer (Llama 3's pipeline) on the same text files (by default those byte_corpus
 //       takes) and writes DIR/tokenizer.json and DIR/tokenizer_config.json in Hugging Face's formats; special tokens
@@ -161,6 +163,27 @@ void add_prepare_command(CLI::App& app, CommandAction& action) {
                stats.documents, stats.tokens, stats.files_considered, stats.skipped_binary, stats.skipped_size);
       log_main("dataset: {}", stats.dataset_path.string());
       log_main("config:  {}", stats.config_path.string());
+      return 0;
+    };
+  });
+
+  auto* text = prepare->add_subcommand(
+      "text_corpus", "Text files on this machine as JSON Lines ({\"text\": ...}), input for gpt_memmap.");
+  auto text_options = std::make_shared<ByteCorpusOptions>();
+  text->add_option("-o,--output", text_options->output, "Output file (.jsonl).")->required();
+  text->add_option("-s,--source", text_options->sources,
+                   "File, folder or wildcard path to read (repeatable; default: the files `prepare byte_corpus` "
+                   "reads).");
+  text->add_option("--max-bytes", text_options->max_bytes, "Stop after this many bytes of text.")
+      ->check(CLI::PositiveNumber);
+  text->callback([&action, text_options] {
+    action = [text_options] {
+      FLM_CHECK(engine::file_type_of(text_options->output, "prepare") != std::filesystem::file_type::directory,
+                "prepare", "--output {}: is a folder; text_corpus writes one .jsonl file", text_options->output);
+      data::CorpusOptions corpus_options;
+      if (!text_options->sources.empty()) corpus_options.sources = text_options->sources;
+      corpus_options.max_bytes = text_options->max_bytes;
+      data::write_text_corpus(text_options->output, corpus_options);
       return 0;
     };
   });

@@ -2,6 +2,7 @@
 
 #include <fmt/ranges.h>
 #include <fnmatch.h>
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -205,6 +206,21 @@ CorpusStats build_byte_corpus(const std::filesystem::path& output_directory, con
   log_main("Byte corpus: {} documents, {} tokens from {} files ({} not text, {} empty or too large) in {}",
            stats.documents, stats.tokens, stats.files_considered, stats.skipped_binary, stats.skipped_size,
            output_directory.string());
+  return stats;
+}
+
+CorpusStats write_text_corpus(const std::filesystem::path& output_file, const CorpusOptions& options) {
+  CorpusStats stats;
+  stats.dataset_path = output_file;
+  FileWriter writer(output_file, {.component = kComponent, .sync = true});
+  for_each_corpus_text(options, stats, [&](std::string&& text) {
+    // for_each_corpus_text hands over valid UTF-8 only, which nlohmann's dump requires.
+    writer.write(nlohmann::json{{"text", text}}.dump());
+    writer.write("\n");
+  });
+  writer.commit();
+  log_main("Text corpus: {} documents from {} files ({} not text, {} empty or too large) in {}", stats.documents,
+           stats.files_considered, stats.skipped_binary, stats.skipped_size, output_file.string());
   return stats;
 }
 

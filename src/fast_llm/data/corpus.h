@@ -65,4 +65,8 @@ void for_each_corpus_text(const CorpusOptions& options, CorpusStats& stats,
 // Encodes the text files of `options.sources`, one document per file, into `output_directory`.
 CorpusStats build_byte_corpus(const std::filesystem::path& output_directory, const CorpusOptions& options = {});
 
+// Writes the same text, one document per file, as JSON Lines (`{"text": ...}` per line) into `output_file`: data in
+// the form `prepare gpt_memmap` takes from users, for the quick-start and for trying the preparation.
+CorpusStats write_text_corpus(const std::filesystem::path& output_file, const CorpusOptions& options = {});
+
 }  // namespace fast_llm::data
