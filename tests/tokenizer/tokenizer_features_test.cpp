@@ -349,6 +349,50 @@ TEST_F(TokenizerFeatures, Decoders) {
   EXPECT_EQ(decode(*tokenizer, {"<s>", "▁hi"}, true), "hi");
 }
 
+// A BERT-style file: BertNormalizer, BertPreTokenizer, WordPiece model and decoder, [CLS] ... [SEP].
+json wordpiece_file(int max_input_chars_per_word = 100) {
+  const Pieces tokens{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "un", "##aff", "##able", ",", "!", "hello", "want", "##ed",
+                      "中", "'", "s", "do", "not", "a", "##a", "runn", "##ing"};
+  json vocabulary = json::object();
+  for (size_t i = 0; i < tokens.size(); ++i) vocabulary[tokens[i]] = i;
+  json added = json::array();
+  for (int id = 0; id < 4; ++id) added.push_back({{"id", id}, {"content", tokens[id]}, {"single_word", false},
+                                                  {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+                                                  {"special", true}});
+  return json{{"version", "1.0"},
+              {"added_tokens", added},
+              {"normalizer", {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
+                              {"strip_accents", nullptr}, {"lowercase", true}}},
+              {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+              {"post_processor", {{"type", "BertProcessing"}, {"sep", {"[SEP]", 3}}, {"cls", {"[CLS]", 2}}}},
+              {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
+              {"model", {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"},
+                         {"max_input_chars_per_word", max_input_chars_per_word}, {"vocab", vocabulary}}}};
+}
+
+TEST_F(TokenizerFeatures, WordPieceWithBertNormalizer) {
+  const auto tokenizer = load(wordpiece_file());
+  // Lowercased, accents stripped (é), the control character dropped, the tab a space; greedy longest pieces.
+  EXPECT_EQ(pieces(*tokenizer, "UNaffable,\tH\u00e9llo\x07!"), (Pieces{"un", "##aff", "##able", ",", "hello", "!"}));
+  // A word with a part no piece covers is [UNK] as a whole; CJK ideographs are words of their own.
+  EXPECT_EQ(pieces(*tokenizer, "wanted wantxed 中中"), (Pieces{"want", "##ed", "[UNK]", "中", "中"}));
+  EXPECT_EQ(pieces(*tokenizer, "hello", true), (Pieces{"[CLS]", "hello", "[SEP]"}));
+  EXPECT_EQ(pieces(*load(wordpiece_file(5)), "runnaaa runn"), (Pieces{"[UNK]", "runn"}));
+  // The decoder joins pieces and drops "##"; its cleanup works on each token alone, so it takes the space before
+  // punctuation but never sees " do not" or " 's" across two tokens.
+  EXPECT_EQ(decode(*tokenizer, {"un", "##aff", "##able", ",", "hello", "!", "do", "not", "want", "'", "s"}),
+            "unaffable, hello! do not want ' s");
+  EXPECT_EQ(decode(*tokenizer, {"[CLS]", "hello", "[SEP]"}, true), "hello");
+}
+
+TEST_F(TokenizerFeatures, WithoutDecoderTokensAreJoinedBySpaces) {
+  json file = piece_vocabulary(kAscii, {"ab", "cd"});
+  add_tokens(file, {added_token("<s>", true)});
+  const auto tokenizer = load(file);
+  EXPECT_EQ(decode(*tokenizer, {"ab", "cd", "<s>", "!"}), "ab cd <s> !");
+  EXPECT_EQ(decode(*tokenizer, {"ab", "<s>", "cd"}, true), "ab cd");
+}
+
 TEST_F(TokenizerFeatures, InvalidUtf8IsReplacedAsTheLibraryDoes) {
   json file = byte_model();
   const auto tokenizer = load(file);
@@ -379,8 +423,11 @@ TEST_F(TokenizerFeatures, RefusedFeaturesNameTheField) {
   changed["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
   refused(changed, "pre_tokenizer.type");
   changed = file;
-  changed["decoder"] = {{"type", "WordPiece"}, {"prefix", "##"}};
+  changed["decoder"] = {{"type", "CTC"}, {"pad_token", "<pad>"}};
   refused(changed, "decoder.type");
+  changed = file;
+  changed["model"]["type"] = "Unigram";
+  refused(changed, "model.type");
   changed = file;
   changed["truncation"] = {{"max_length", 10}};
   refused(changed, "truncation");

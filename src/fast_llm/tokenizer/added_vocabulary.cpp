@@ -3,6 +3,8 @@
 
 #include <unicode/uchar.h>
 
+#include <algorithm>
+
 #include "fast_llm/tokenizer/utf8.h"
 
 namespace fast_llm::tokenizer {
