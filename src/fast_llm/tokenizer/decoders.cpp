@@ -48,8 +48,10 @@ class Metaspace final : public Decoder {
   Metaspace(const Json& node, const JsonPlace& place) {
     replacement_ = json_string(node, "replacement", place);
     single_code_point(replacement_, place / "replacement");
-    if (json_present(node, "prepend_scheme")) strip_first_space_ = json_string(node, "prepend_scheme", place) != "never";
-    else strip_first_space_ = json_bool(node, "add_prefix_space", place, true);
+    if (json_present(node, "prepend_scheme"))
+      strip_first_space_ = json_string(node, "prepend_scheme", place) != "never";
+    else
+      strip_first_space_ = json_bool(node, "add_prefix_space", place, true);
   }
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (size_t i = 0; i < tokens.size(); ++i) {

@@ -4,8 +4,8 @@
 //           pre-token through the model -> with add_special_tokens, the post-processor.
 //   decode: each id's token string (added tokens included; special ones dropped with skip_special_tokens) -> the
 //           decoder chain -> joined.
-// Refused at load: models other than BPE and WordPiece, `truncation` and `padding` (they would change encode's output), and each
-// component's unsupported types (see their headers).
+// Refused at load: models other than BPE and WordPiece, `truncation` and `padding` (they would change encode's
+// output), and each component's unsupported types (see their headers).
 #pragma once
 
 #include <filesystem>

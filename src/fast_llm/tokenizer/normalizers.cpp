@@ -239,7 +239,8 @@ std::unique_ptr<Normalizer> make_normalizer(const Json& node, const JsonPlace& p
     return std::make_unique<UnicodeNormalization>(type, place);
   if (type == "Lowercase") return std::make_unique<Lowercase>();
   if (type == "Strip")
-    return std::make_unique<Strip>(json_bool(node, "strip_left", place, true), json_bool(node, "strip_right", place, true));
+    return std::make_unique<Strip>(json_bool(node, "strip_left", place, true),
+                                   json_bool(node, "strip_right", place, true));
   if (type == "StripAccents") return std::make_unique<StripAccents>();
   if (type == "Prepend") return std::make_unique<Prepend>(json_string(node, "prepend", place));
   if (type == "BertNormalizer") return std::make_unique<BertNormalizer>(node, place);
