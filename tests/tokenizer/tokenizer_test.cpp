@@ -150,6 +150,15 @@ TEST_F(TokenizerFiles, TokenizerConfigGivesBosAndEos) {
   EXPECT_EQ(tokenizer->eos_id(), 15);
 }
 
+TEST_F(TokenizerFiles, TokenizerConfigNullBosMeansNone) {
+  // As Qwen's tokenizer_config.json says it: no BOS token.
+  write("tokenizer.json", byte_level_bpe().dump());
+  write("tokenizer_config.json", R"({"bos_token": null, "eos_token": {"content": "<|end|>", "special": true}})");
+  const auto tokenizer = Tokenizer::load(folder_ / "tokenizer.json");
+  EXPECT_FALSE(tokenizer->bos_id().has_value());
+  EXPECT_EQ(tokenizer->eos_id(), 15);
+}
+
 TEST_F(TokenizerFiles, TokenizerConfigNamingAnUnknownTokenIsAnError) {
   write("tokenizer.json", byte_level_bpe().dump());
   write("tokenizer_config.json", R"({"eos_token": "</s>"})");
