@@ -142,6 +142,18 @@ TEST_F(TokenizerFeatures, SplitBehaviors) {
   EXPECT_EQ(pieces(*load(file), "ab,,cd"), (Pieces{"ab", "cd"}));
 }
 
+TEST_F(TokenizerFeatures, SplitRegexThatCanMatchEmpty) {
+  // "a*" also matches nothing between other characters. Empty pieces vanish, but empty matches still count as
+  // delimiters for the merging behaviours, except one right where a match ended (Oniguruma's iterator drops it): so
+  // "aa" merges with the "b" after it.
+  json file = piece_vocabulary(kAscii, {"aa", "bc"});
+  file["pre_tokenizer"] = split(json{{"Regex", "a*"}}, "Isolated");
+  EXPECT_EQ(pieces(*load(file), "baabc"), (Pieces{"b", "aa", "b", "c"}));
+  file["pre_tokenizer"] = split(json{{"Regex", "a*"}}, "MergedWithNext");
+  file["model"]["vocab"]["aab"] = file["model"]["vocab"].size();
+  EXPECT_EQ(pieces(*load(file), "bcaabc"), (Pieces{"b", "c", "aab", "c"}));
+}
+
 TEST_F(TokenizerFeatures, SplitRegexWithUnicodeClasses) {
   // Llama 3's pattern: contractions, letters with one leading non-letter, digits by three, spaces before a word kept.
   const std::string pattern =
