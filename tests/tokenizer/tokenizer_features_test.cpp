@@ -171,6 +171,10 @@ TEST_F(TokenizerFeatures, Digits) {
   EXPECT_EQ(pieces(*load(file), "ab123ab"), (Pieces{"ab", "123", "ab"}));
   file["pre_tokenizer"] = {{"type", "Digits"}, {"individual_digits", true}};
   EXPECT_EQ(pieces(*load(file), "ab123ab"), (Pieces{"ab", "1", "2", "3", "ab"}));
+  // Every numeric category counts: Arabic-Indic digits (Nd), vulgar fractions (No), Roman numerals (Nl).
+  file = piece_vocabulary(std::string(kAscii) + "٣٤½Ⅻ", {"ab", "٣٤½Ⅻ"});
+  file["pre_tokenizer"] = {{"type", "Digits"}, {"individual_digits", false}};
+  EXPECT_EQ(pieces(*load(file), "ab٣٤½Ⅻab"), (Pieces{"ab", "٣٤½Ⅻ", "ab"}));
 }
 
 TEST_F(TokenizerFeatures, MetaspacePrependSchemes) {
@@ -197,6 +201,14 @@ TEST_F(TokenizerFeatures, WhitespaceAndPunctuation) {
   EXPECT_EQ(pieces(*load(file), "hello, world!! a_b"), (Pieces{"hello", ",", "world", "!!", "a_b"}));
   file["pre_tokenizer"] = {{"type", "Punctuation"}, {"behavior", "Isolated"}};
   EXPECT_EQ(pieces(*load(file), "hello!!world"), (Pieces{"hello", "!", "!", "world"}));
+  // ASCII symbols count as punctuation, Unicode only its punctuation categories (« » yes, € no).
+  json other = piece_vocabulary(std::string(kAscii) + "«»€", {"hello", "a€b"});
+  other["pre_tokenizer"] = {{"type", "Punctuation"}, {"behavior", "Removed"}};
+  EXPECT_EQ(pieces(*load(other), "«hello»$a€b"), (Pieces{"hello", "a€b"}));
+  // White_Space: no-break space yes, U+180E no.
+  other = piece_vocabulary(std::string(kAscii) + "\u180E", {"a\u180Eb", "c"});
+  other["pre_tokenizer"] = {{"type", "WhitespaceSplit"}};
+  EXPECT_EQ(pieces(*load(other), "a\u180Eb\u00A0c"), (Pieces{"a\u180Eb", "c"}));
   file["pre_tokenizer"] = {
       {"type", "Sequence"},
       {"pretokenizers",
@@ -258,6 +270,9 @@ TEST_F(Normalized, UnicodeForms) {
 TEST_F(Normalized, LowercaseStripAccentsStrip) {
   // Each character on its own: no final sigma; İ lowercases to i + combining dot.
   EXPECT_EQ(normalize({{"type", "Lowercase"}}, "HÉLLO ΣΑΣ İ"), "héllo σασ i\u0307");
+  // Capital sharp s, a titlecase digraph, a Roman numeral, fullwidth A, a Deseret capital (outside the BMP).
+  EXPECT_EQ(normalize({{"type", "Lowercase"}}, "\u1E9E \u01C5 \u2160 \uFF21 \U00010400"),
+            "\u00DF \u01C6 \u2170 \uFF41 \U00010428");
   const json strip_accents{{"type", "Sequence"},
                            {"normalizers", json::array({json{{"type", "NFD"}}, json{{"type", "StripAccents"}}})}};
   EXPECT_EQ(normalize(strip_accents, "café naïve"), "cafe naive");
@@ -330,6 +345,21 @@ TEST_F(TokenizerFeatures, AddedTokenFlags) {
   EXPECT_EQ(tokenizer->vocab_size(), first + 3);
 }
 
+TEST_F(TokenizerFeatures, NormalizedAddedTokenIsMatchedAfterPrepend) {
+  // Llama 2 style normalizer: a normalized added token is normalized too ("<x>" becomes "▁<x>"), so it matches only
+  // where the normalized text has "▁<x>": after a space, or at the start of a segment.
+  json file = piece_vocabulary(std::string(kAscii) + "▁", {"▁a", "a"});
+  file["normalizer"] = {{"type", "Sequence"},
+                        {"normalizers", json::array({json{{"type", "Prepend"}, {"prepend", "▁"}},
+                                                     json{{"type", "Replace"},
+                                                          {"pattern", {{"String", " "}}},
+                                                          {"content", "▁"}}})}};
+  add_tokens(file, {added_token("<x>", false, {{"normalized", true}})});
+  const auto tokenizer = load(file);
+  EXPECT_EQ(pieces(*tokenizer, "a <x>"), (Pieces{"▁a", "<x>"}));
+  EXPECT_EQ(pieces(*tokenizer, "a<x>"), (Pieces{"▁", "a", "<", "x", ">"}));
+}
+
 TEST_F(TokenizerFeatures, PostProcessors) {
   json file = piece_vocabulary(kAscii, {"ab"});
   const int bos = add_tokens(file, {added_token("<s>", true), added_token("</s>", true)}), eos = bos + 1;
@@ -373,6 +403,8 @@ TEST_F(TokenizerFeatures, Decoders) {
   EXPECT_EQ(decode(*tokenizer, {"<0xC3>", "<0xFF>", "▁hi"}), "\xEF\xBF\xBD\xEF\xBF\xBD hi");
   EXPECT_EQ(decode(*tokenizer, {"<s>", "▁hi"}), "<s> hi");
   EXPECT_EQ(decode(*tokenizer, {"<s>", "▁hi"}, true), "hi");
+  file["decoder"] = {{"type", "Strip"}, {"content", "▁"}, {"start", 0}, {"stop", 2}};
+  EXPECT_EQ(decode(*load(file), {"▁hi", "▁▁", "▁hi"}), "▁hi▁hi");
 }
 
 // A BERT-style file: BertNormalizer, BertPreTokenizer, WordPiece model and decoder, [CLS] ... [SEP].
