@@ -360,6 +360,35 @@ TEST_F(TokenizerFeatures, NormalizedAddedTokenIsMatchedAfterPrepend) {
   EXPECT_EQ(pieces(*tokenizer, "a<x>"), (Pieces{"▁", "a", "<", "x", ">"}));
 }
 
+TEST_F(TokenizerFeatures, AddedTokensLeftmostLongest) {
+  json file = piece_vocabulary(std::string(kAscii) + "é", {"x"});
+  add_tokens(file, {added_token("<a>", true), added_token("<a><b>", false), added_token("b>", false),
+                    added_token("cat", false, {{"single_word", true}}),
+                    added_token("<r>", false, {{"rstrip", true}}), added_token("<l>", false, {{"lstrip", true}})});
+  const auto tokenizer = load(file);
+  // The longest token at the leftmost position wins, even over one that would start inside it.
+  EXPECT_EQ(pieces(*tokenizer, "x<a><b>x<a>b>"), (Pieces{"x", "<a><b>", "x", "<a>", "b>"}));
+  // A letter with an accent is a word character: no single-word match beside it.
+  EXPECT_EQ(pieces(*tokenizer, "écat cat"), (Pieces{"é", "c", "a", "t", " ", "cat"}));
+  // rstrip takes the spaces and newlines after; lstrip stops at the previous added token.
+  EXPECT_EQ(pieces(*tokenizer, "<r> \n x <r>  <l>"), (Pieces{"<r>", "x", " ", "<r>", "<l>"}));
+}
+
+TEST_F(TokenizerFeatures, MoreSplitShapes) {
+  json file = piece_vocabulary(std::string(kAscii) + "é\u180E", {"ab", "cd", "éé", ",,", " x"});
+  // Contiguous on the inverted pattern: runs of letters are the delimiters, glued when adjacent.
+  file["pre_tokenizer"] = split(json{{"Regex", "[,;]"}}, "Contiguous", true);
+  EXPECT_EQ(pieces(*load(file), "ab,,cd;éé"), (Pieces{"ab", ",,", "cd", ";", "éé"}));
+  // `\w` and `\s` in a pattern mean Oniguruma's sets: é is a word character, U+180E is not a space.
+  file["pre_tokenizer"] = split(json{{"Regex", "\\w+|\\s+"}}, "Isolated");
+  EXPECT_EQ(pieces(*load(file), "éé x\u180E"), (Pieces{"éé", " ", "x", "\u180E"}));
+  // ByteLevel without its regex: one piece, a space put in front.
+  file["pre_tokenizer"] = {
+      {"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", false}};
+  file["model"]["vocab"]["Ġx"] = file["model"]["vocab"].size();
+  EXPECT_EQ(pieces(*load(file), "x"), (Pieces{"Ġx"}));
+}
+
 TEST_F(TokenizerFeatures, PostProcessors) {
   json file = piece_vocabulary(kAscii, {"ab"});
   const int bos = add_tokens(file, {added_token("<s>", true), added_token("</s>", true)}), eos = bos + 1;
@@ -403,6 +432,8 @@ TEST_F(TokenizerFeatures, Decoders) {
   EXPECT_EQ(decode(*tokenizer, {"<0xC3>", "<0xFF>", "▁hi"}), "\xEF\xBF\xBD\xEF\xBF\xBD hi");
   EXPECT_EQ(decode(*tokenizer, {"<s>", "▁hi"}), "<s> hi");
   EXPECT_EQ(decode(*tokenizer, {"<s>", "▁hi"}, true), "hi");
+  file["decoder"] = {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "never"}, {"split", true}};
+  EXPECT_EQ(decode(*load(file), {"▁hi", "▁hi"}), " hi hi");
   file["decoder"] = {{"type", "Strip"}, {"content", "▁"}, {"start", 0}, {"stop", 2}};
   EXPECT_EQ(decode(*load(file), {"▁hi", "▁▁", "▁hi"}), "▁hi▁hi");
 }
