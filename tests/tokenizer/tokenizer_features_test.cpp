@@ -114,7 +114,8 @@ json piece_vocabulary(const std::string& alphabet, const Pieces& pieces) {
                 {"merges", json::array()}}}};
 }
 
-constexpr const char* kAscii = " !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~\t\n";
+constexpr const char* kAscii =
+    " !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~\t\n";
 
 json split(const json& pattern, const std::string& behavior, bool invert = false) {
   return {{"type", "Split"}, {"pattern", pattern}, {"behavior", behavior}, {"invert", invert}};
@@ -141,10 +142,23 @@ TEST_F(TokenizerFeatures, SplitBehaviors) {
   EXPECT_EQ(pieces(*load(file), "ab,,cd"), (Pieces{"ab", "cd"}));
 }
 
+TEST_F(TokenizerFeatures, SplitRegexThatCanMatchEmpty) {
+  // "a*" also matches nothing between other characters. Empty pieces vanish, but empty matches still count as
+  // delimiters for the merging behaviours, except one right where a match ended (Oniguruma's iterator drops it): so
+  // "aa" merges with the "b" after it.
+  json file = piece_vocabulary(kAscii, {"aa", "bc"});
+  file["pre_tokenizer"] = split(json{{"Regex", "a*"}}, "Isolated");
+  EXPECT_EQ(pieces(*load(file), "baabc"), (Pieces{"b", "aa", "b", "c"}));
+  file["pre_tokenizer"] = split(json{{"Regex", "a*"}}, "MergedWithNext");
+  file["model"]["vocab"]["aab"] = file["model"]["vocab"].size();
+  EXPECT_EQ(pieces(*load(file), "bcaabc"), (Pieces{"b", "c", "aab", "c"}));
+}
+
 TEST_F(TokenizerFeatures, SplitRegexWithUnicodeClasses) {
   // Llama 3's pattern: contractions, letters with one leading non-letter, digits by three, spaces before a word kept.
   const std::string pattern =
-      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*)"
+      R"(|\s*[\r\n]+|\s+(?!\S)|\s+)";
   json file = piece_vocabulary(std::string(kAscii) + "éΣ", {"I", "'M", "123", "45", " ok", " éΣ", "  ", "?!\n"});
   file["pre_tokenizer"] = split(json{{"Regex", pattern}}, "Isolated");
   EXPECT_EQ(pieces(*load(file), "I'M 12345 ok   éΣ?!\n"),
@@ -157,6 +171,10 @@ TEST_F(TokenizerFeatures, Digits) {
   EXPECT_EQ(pieces(*load(file), "ab123ab"), (Pieces{"ab", "123", "ab"}));
   file["pre_tokenizer"] = {{"type", "Digits"}, {"individual_digits", true}};
   EXPECT_EQ(pieces(*load(file), "ab123ab"), (Pieces{"ab", "1", "2", "3", "ab"}));
+  // Every numeric category counts: Arabic-Indic digits (Nd), vulgar fractions (No), Roman numerals (Nl).
+  file = piece_vocabulary(std::string(kAscii) + "٣٤½Ⅻ", {"ab", "٣٤½Ⅻ"});
+  file["pre_tokenizer"] = {{"type", "Digits"}, {"individual_digits", false}};
+  EXPECT_EQ(pieces(*load(file), "ab٣٤½Ⅻab"), (Pieces{"ab", "٣٤½Ⅻ", "ab"}));
 }
 
 TEST_F(TokenizerFeatures, MetaspacePrependSchemes) {
@@ -183,15 +201,25 @@ TEST_F(TokenizerFeatures, WhitespaceAndPunctuation) {
   EXPECT_EQ(pieces(*load(file), "hello, world!! a_b"), (Pieces{"hello", ",", "world", "!!", "a_b"}));
   file["pre_tokenizer"] = {{"type", "Punctuation"}, {"behavior", "Isolated"}};
   EXPECT_EQ(pieces(*load(file), "hello!!world"), (Pieces{"hello", "!", "!", "world"}));
+  // ASCII symbols count as punctuation, Unicode only its punctuation categories (« » yes, € no).
+  json other = piece_vocabulary(std::string(kAscii) + "«»€", {"hello", "a€b"});
+  other["pre_tokenizer"] = {{"type", "Punctuation"}, {"behavior", "Removed"}};
+  EXPECT_EQ(pieces(*load(other), "«hello»$a€b"), (Pieces{"hello", "a€b"}));
+  // White_Space: no-break space yes, U+180E no.
+  other = piece_vocabulary(std::string(kAscii) + "\u180E", {"a\u180Eb", "c"});
+  other["pre_tokenizer"] = {{"type", "WhitespaceSplit"}};
+  EXPECT_EQ(pieces(*load(other), "a\u180Eb\u00A0c"), (Pieces{"a\u180Eb", "c"}));
   file["pre_tokenizer"] = {
       {"type", "Sequence"},
-      {"pretokenizers", json::array({json{{"type", "WhitespaceSplit"}}, json{{"type", "Punctuation"}, {"behavior", "Contiguous"}}})}};
+      {"pretokenizers",
+       json::array({json{{"type", "WhitespaceSplit"}}, json{{"type", "Punctuation"}, {"behavior", "Contiguous"}}})}};
   EXPECT_EQ(pieces(*load(file), "hello!! world"), (Pieces{"hello", "!!", "world"}));
 }
 
 TEST_F(TokenizerFeatures, ByteLevelPreTokenizerAddsPrefixSpaceAndMapsBytes) {
   json file = piece_vocabulary("", {"Ġhi", "Ġ", "Ã", "Ã©", "ĠÃ©", "hi"});
-  file["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  file["pre_tokenizer"] = {
+      {"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
   file["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
   const auto tokenizer = load(file);
   // "é" is bytes C3 A9, shown as Ã and ©; GPT-2's pattern keeps " é" together.
@@ -212,7 +240,9 @@ json byte_model() {
               {"normalizer", nullptr},
               {"pre_tokenizer", nullptr},
               {"post_processor", nullptr},
-              {"decoder", {{"type", "Sequence"}, {"decoders", json::array({json{{"type", "ByteFallback"}}, json{{"type", "Fuse"}}})}}},
+              {"decoder",
+               {{"type", "Sequence"},
+                {"decoders", json::array({json{{"type", "ByteFallback"}}, json{{"type", "Fuse"}}})}}},
               {"model",
                {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", "<unk>"}, {"fuse_unk", true},
                 {"byte_fallback", true}, {"vocab", vocabulary}, {"merges", json::array()}}}};
@@ -240,9 +270,12 @@ TEST_F(Normalized, UnicodeForms) {
 TEST_F(Normalized, LowercaseStripAccentsStrip) {
   // Each character on its own: no final sigma; İ lowercases to i + combining dot.
   EXPECT_EQ(normalize({{"type", "Lowercase"}}, "HÉLLO ΣΑΣ İ"), "héllo σασ i\u0307");
-  EXPECT_EQ(normalize({{"type", "Sequence"}, {"normalizers", json::array({json{{"type", "NFD"}}, json{{"type", "StripAccents"}}})}},
-                      "café naïve"),
-            "cafe naive");
+  // Capital sharp s, a titlecase digraph, a Roman numeral, fullwidth A, a Deseret capital (outside the BMP).
+  EXPECT_EQ(normalize({{"type", "Lowercase"}}, "\u1E9E \u01C5 \u2160 \uFF21 \U00010400"),
+            "\u00DF \u01C6 \u2170 \uFF41 \U00010428");
+  const json strip_accents{{"type", "Sequence"},
+                           {"normalizers", json::array({json{{"type", "NFD"}}, json{{"type", "StripAccents"}}})}};
+  EXPECT_EQ(normalize(strip_accents, "café naïve"), "cafe naive");
   EXPECT_EQ(normalize({{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}}, " \t a b \u3000"), "a b");
   EXPECT_EQ(normalize({{"type", "Strip"}, {"strip_left", false}, {"strip_right", true}}, "  a  "), "  a");
 }
@@ -250,10 +283,13 @@ TEST_F(Normalized, LowercaseStripAccentsStrip) {
 TEST_F(Normalized, PrependAndReplace) {
   const json llama2_style{{"type", "Sequence"},
                           {"normalizers", json::array({json{{"type", "Prepend"}, {"prepend", "▁"}},
-                                                       json{{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "▁"}}})}};
+                                                       json{{"type", "Replace"},
+                                                            {"pattern", {{"String", " "}}},
+                                                            {"content", "▁"}}})}};
   EXPECT_EQ(normalize(llama2_style, "a b  c"), "▁a▁b▁▁c");
   EXPECT_EQ(normalize(llama2_style, ""), "");
-  EXPECT_EQ(normalize({{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", " "}}, "a \t\n b\u00A0c"), "a b c");
+  EXPECT_EQ(normalize({{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", " "}}, "a \t\n b\u00A0c"),
+            "a b c");
 }
 
 TEST_F(TokenizerFeatures, ByteFallbackUnknownAndFusedUnknown) {
@@ -309,6 +345,50 @@ TEST_F(TokenizerFeatures, AddedTokenFlags) {
   EXPECT_EQ(tokenizer->vocab_size(), first + 3);
 }
 
+TEST_F(TokenizerFeatures, NormalizedAddedTokenIsMatchedAfterPrepend) {
+  // Llama 2 style normalizer: a normalized added token is normalized too ("<x>" becomes "▁<x>"), so it matches only
+  // where the normalized text has "▁<x>": after a space, or at the start of a segment.
+  json file = piece_vocabulary(std::string(kAscii) + "▁", {"▁a", "a"});
+  file["normalizer"] = {{"type", "Sequence"},
+                        {"normalizers", json::array({json{{"type", "Prepend"}, {"prepend", "▁"}},
+                                                     json{{"type", "Replace"},
+                                                          {"pattern", {{"String", " "}}},
+                                                          {"content", "▁"}}})}};
+  add_tokens(file, {added_token("<x>", false, {{"normalized", true}})});
+  const auto tokenizer = load(file);
+  EXPECT_EQ(pieces(*tokenizer, "a <x>"), (Pieces{"▁a", "<x>"}));
+  EXPECT_EQ(pieces(*tokenizer, "a<x>"), (Pieces{"▁", "a", "<", "x", ">"}));
+}
+
+TEST_F(TokenizerFeatures, AddedTokensLeftmostLongest) {
+  json file = piece_vocabulary(std::string(kAscii) + "é", {"x"});
+  add_tokens(file, {added_token("<a>", true), added_token("<a><b>", false), added_token("b>", false),
+                    added_token("cat", false, {{"single_word", true}}),
+                    added_token("<r>", false, {{"rstrip", true}}), added_token("<l>", false, {{"lstrip", true}})});
+  const auto tokenizer = load(file);
+  // The longest token at the leftmost position wins, even over one that would start inside it.
+  EXPECT_EQ(pieces(*tokenizer, "x<a><b>x<a>b>"), (Pieces{"x", "<a><b>", "x", "<a>", "b>"}));
+  // A letter with an accent is a word character: no single-word match beside it.
+  EXPECT_EQ(pieces(*tokenizer, "écat cat"), (Pieces{"é", "c", "a", "t", " ", "cat"}));
+  // rstrip takes the spaces and newlines after; lstrip stops at the previous added token.
+  EXPECT_EQ(pieces(*tokenizer, "<r> \n x <r>  <l>"), (Pieces{"<r>", "x", " ", "<r>", "<l>"}));
+}
+
+TEST_F(TokenizerFeatures, MoreSplitShapes) {
+  json file = piece_vocabulary(std::string(kAscii) + "é\u180E", {"ab", "cd", "éé", ",,", " x"});
+  // Contiguous on the inverted pattern: runs of letters are the delimiters, glued when adjacent.
+  file["pre_tokenizer"] = split(json{{"Regex", "[,;]"}}, "Contiguous", true);
+  EXPECT_EQ(pieces(*load(file), "ab,,cd;éé"), (Pieces{"ab", ",,", "cd", ";", "éé"}));
+  // `\w` and `\s` in a pattern mean Oniguruma's sets: é is a word character, U+180E is not a space.
+  file["pre_tokenizer"] = split(json{{"Regex", "\\w+|\\s+"}}, "Isolated");
+  EXPECT_EQ(pieces(*load(file), "éé x\u180E"), (Pieces{"éé", " ", "x", "\u180E"}));
+  // ByteLevel without its regex: one piece, a space put in front.
+  file["pre_tokenizer"] = {
+      {"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", false}};
+  file["model"]["vocab"]["Ġx"] = file["model"]["vocab"].size();
+  EXPECT_EQ(pieces(*load(file), "x"), (Pieces{"Ġx"}));
+}
+
 TEST_F(TokenizerFeatures, PostProcessors) {
   json file = piece_vocabulary(kAscii, {"ab"});
   const int bos = add_tokens(file, {added_token("<s>", true), added_token("</s>", true)}), eos = bos + 1;
@@ -326,7 +406,10 @@ TEST_F(TokenizerFeatures, PostProcessors) {
                             {"trim_offsets", true}, {"add_prefix_space", true}};
   EXPECT_EQ(pieces(*load(file), "ab", true), (Pieces{"<s>", "ab", "</s>"}));
   file["post_processor"] = {{"type", "Sequence"},
-                            {"processors", json::array({json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}},
+                            {"processors", json::array({json{{"type", "ByteLevel"},
+                                                             {"add_prefix_space", false},
+                                                             {"trim_offsets", false},
+                                                             {"use_regex", false}},
                                                         json{{"type", "BertProcessing"}, {"sep", {"</s>", eos}},
                                                              {"cls", {"<s>", bos}}}})}};
   EXPECT_EQ(pieces(*load(file), "ab", true), (Pieces{"<s>", "ab", "</s>"}));
@@ -338,7 +421,9 @@ TEST_F(TokenizerFeatures, Decoders) {
   file["decoder"] = {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "always"}, {"split", true}};
   EXPECT_EQ(decode(*load(file), {"▁hi", "▁hi"}), "hi hi");
   file["decoder"] = {{"type", "Sequence"},
-                     {"decoders", json::array({json{{"type", "Replace"}, {"pattern", {{"String", "▁"}}}, {"content", " "}},
+                     {"decoders", json::array({json{{"type", "Replace"},
+                                                    {"pattern", {{"String", "▁"}}},
+                                                    {"content", " "}},
                                                json{{"type", "ByteFallback"}}, json{{"type", "Fuse"}},
                                                json{{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
   const auto tokenizer = load(file);
@@ -347,6 +432,54 @@ TEST_F(TokenizerFeatures, Decoders) {
   EXPECT_EQ(decode(*tokenizer, {"<0xC3>", "<0xFF>", "▁hi"}), "\xEF\xBF\xBD\xEF\xBF\xBD hi");
   EXPECT_EQ(decode(*tokenizer, {"<s>", "▁hi"}), "<s> hi");
   EXPECT_EQ(decode(*tokenizer, {"<s>", "▁hi"}, true), "hi");
+  file["decoder"] = {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "never"}, {"split", true}};
+  EXPECT_EQ(decode(*load(file), {"▁hi", "▁hi"}), " hi hi");
+  file["decoder"] = {{"type", "Strip"}, {"content", "▁"}, {"start", 0}, {"stop", 2}};
+  EXPECT_EQ(decode(*load(file), {"▁hi", "▁▁", "▁hi"}), "▁hi▁hi");
+}
+
+// A BERT-style file: BertNormalizer, BertPreTokenizer, WordPiece model and decoder, [CLS] ... [SEP].
+json wordpiece_file(int max_input_chars_per_word = 100) {
+  const Pieces tokens{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "un", "##aff", "##able", ",", "!", "hello", "want", "##ed",
+                      "中", "'", "s", "do", "not", "a", "##a", "runn", "##ing"};
+  json vocabulary = json::object();
+  for (size_t i = 0; i < tokens.size(); ++i) vocabulary[tokens[i]] = i;
+  json added = json::array();
+  for (int id = 0; id < 4; ++id) added.push_back({{"id", id}, {"content", tokens[id]}, {"single_word", false},
+                                                  {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+                                                  {"special", true}});
+  return json{{"version", "1.0"},
+              {"added_tokens", added},
+              {"normalizer", {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
+                              {"strip_accents", nullptr}, {"lowercase", true}}},
+              {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+              {"post_processor", {{"type", "BertProcessing"}, {"sep", {"[SEP]", 3}}, {"cls", {"[CLS]", 2}}}},
+              {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
+              {"model", {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"},
+                         {"max_input_chars_per_word", max_input_chars_per_word}, {"vocab", vocabulary}}}};
+}
+
+TEST_F(TokenizerFeatures, WordPieceWithBertNormalizer) {
+  const auto tokenizer = load(wordpiece_file());
+  // Lowercased, accents stripped (é), the control character dropped, the tab a space; greedy longest pieces.
+  EXPECT_EQ(pieces(*tokenizer, "UNaffable,\tH\u00e9llo\x07!"), (Pieces{"un", "##aff", "##able", ",", "hello", "!"}));
+  // A word with a part no piece covers is [UNK] as a whole; CJK ideographs are words of their own.
+  EXPECT_EQ(pieces(*tokenizer, "wanted wantxed 中中"), (Pieces{"want", "##ed", "[UNK]", "中", "中"}));
+  EXPECT_EQ(pieces(*tokenizer, "hello", true), (Pieces{"[CLS]", "hello", "[SEP]"}));
+  EXPECT_EQ(pieces(*load(wordpiece_file(5)), "runnaaa runn"), (Pieces{"[UNK]", "runn"}));
+  // The decoder joins pieces and drops "##"; its cleanup works on each token alone, so it takes the space before
+  // punctuation but never sees " do not" or " 's" across two tokens.
+  EXPECT_EQ(decode(*tokenizer, {"un", "##aff", "##able", ",", "hello", "!", "do", "not", "want", "'", "s"}),
+            "unaffable, hello! do not want ' s");
+  EXPECT_EQ(decode(*tokenizer, {"[CLS]", "hello", "[SEP]"}, true), "hello");
+}
+
+TEST_F(TokenizerFeatures, WithoutDecoderTokensAreJoinedBySpaces) {
+  json file = piece_vocabulary(kAscii, {"ab", "cd"});
+  add_tokens(file, {added_token("<s>", true)});
+  const auto tokenizer = load(file);
+  EXPECT_EQ(decode(*tokenizer, {"ab", "cd", "<s>", "!"}), "ab cd <s> !");
+  EXPECT_EQ(decode(*tokenizer, {"ab", "<s>", "cd"}, true), "ab cd");
 }
 
 TEST_F(TokenizerFeatures, InvalidUtf8IsReplacedAsTheLibraryDoes) {
@@ -379,8 +512,11 @@ TEST_F(TokenizerFeatures, RefusedFeaturesNameTheField) {
   changed["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
   refused(changed, "pre_tokenizer.type");
   changed = file;
-  changed["decoder"] = {{"type", "WordPiece"}, {"prefix", "##"}};
+  changed["decoder"] = {{"type", "CTC"}, {"pad_token", "<pad>"}};
   refused(changed, "decoder.type");
+  changed = file;
+  changed["model"]["type"] = "Unigram";
+  refused(changed, "model.type");
   changed = file;
   changed["truncation"] = {{"max_length", 10}};
   refused(changed, "truncation");
@@ -388,7 +524,10 @@ TEST_F(TokenizerFeatures, RefusedFeaturesNameTheField) {
   changed["model"]["continuing_subword_prefix"] = "##";
   refused(changed, "model.continuing_subword_prefix");
   changed = file;
-  changed["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array({json{{"type", "Split"}, {"pattern", {{"Regex", "(("}}}, {"behavior", "Isolated"}}})}};
+  changed["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       json::array({json{{"type", "Split"}, {"pattern", {{"Regex", "(("}}}, {"behavior", "Isolated"}}})}};
   refused(changed, "pre_tokenizer.pretokenizers[0].pattern.Regex");
   changed = file;
   changed["model"]["merges"] = json::array({"a b c"});

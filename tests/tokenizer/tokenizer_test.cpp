@@ -59,7 +59,8 @@ json byte_level_bpe() {
       {"added_tokens", json::array({json{{"id", 15}, {"content", "<|end|>"}, {"single_word", false}, {"lstrip", false},
                                          {"rstrip", false}, {"normalized", false}, {"special", true}}})},
       {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"pre_tokenizer",
+       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
       {"post_processor", nullptr},
       {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
       {"model",
@@ -127,8 +128,8 @@ TEST_F(TokenizerFiles, RefusesUnknownNormalizer) {
 
 TEST_F(TokenizerFiles, RefusesOtherModels) {
   json file = byte_level_bpe();
-  file["model"]["type"] = "WordPiece";
-  EXPECT_NE(load_error(file).find("WordPiece"), std::string::npos);
+  file["model"]["type"] = "Unigram";
+  EXPECT_NE(load_error(file).find("Unigram"), std::string::npos);
 }
 
 TEST_F(TokenizerFiles, MalformedJsonNamesTheFile) {
@@ -146,6 +147,15 @@ TEST_F(TokenizerFiles, TokenizerConfigGivesBosAndEos) {
   write("tokenizer_config.json", R"({"bos_token": {"content": "hello"}, "eos_token": "<|end|>"})");
   const auto tokenizer = Tokenizer::load(folder_);
   EXPECT_EQ(tokenizer->bos_id(), 11);
+  EXPECT_EQ(tokenizer->eos_id(), 15);
+}
+
+TEST_F(TokenizerFiles, TokenizerConfigNullBosMeansNone) {
+  // As Qwen's tokenizer_config.json says it: no BOS token.
+  write("tokenizer.json", byte_level_bpe().dump());
+  write("tokenizer_config.json", R"({"bos_token": null, "eos_token": {"content": "<|end|>", "special": true}})");
+  const auto tokenizer = Tokenizer::load(folder_ / "tokenizer.json");
+  EXPECT_FALSE(tokenizer->bos_id().has_value());
   EXPECT_EQ(tokenizer->eos_id(), 15);
 }
 

@@ -3,15 +3,19 @@
 
 #include <unicode/uchar.h>
 
+#include <algorithm>
+
 #include "fast_llm/tokenizer/utf8.h"
 
 namespace fast_llm::tokenizer {
 namespace {
 
+// Rust's char::is_alphanumeric (Alphabetic or a number category) or '_'.
 bool is_word_character(char32_t c) {
-  return c == '_' || u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_ALPHABETIC) ||
-         u_charType(static_cast<UChar32>(c)) == U_DECIMAL_DIGIT_NUMBER ||
-         u_charType(static_cast<UChar32>(c)) == U_LETTER_NUMBER || u_charType(static_cast<UChar32>(c)) == U_OTHER_NUMBER;
+  const auto code = static_cast<UChar32>(c);
+  const int8_t type = u_charType(code);
+  return c == '_' || u_hasBinaryProperty(code, UCHAR_ALPHABETIC) || type == U_DECIMAL_DIGIT_NUMBER ||
+         type == U_LETTER_NUMBER || type == U_OTHER_NUMBER;
 }
 
 // The code point that ends text[0, end).

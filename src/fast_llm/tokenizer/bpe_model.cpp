@@ -24,9 +24,10 @@ constexpr size_t kLinearScanSymbols = 48;
 
 std::atomic<uint64_t> next_model_serial{1};
 
-// Word -> ids of one model in one thread; stops taking entries when full (as Hugging Face's cache does).
+// Word -> ids of one model in one thread; stops taking entries when full (as Hugging Face's cache does). 32768 words
+// (a few MB) hold the frequent words of any language, and keep a many-core machine's caches far below a gigabyte.
 struct WordCache {
-  static constexpr size_t kEntries = size_t{1} << 17;
+  static constexpr size_t kEntries = size_t{1} << 15;
   uint64_t model_serial;
   std::unordered_map<std::string, std::vector<int32_t>, StringViewHash, std::equal_to<>> entries;
 };

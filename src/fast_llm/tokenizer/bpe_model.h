@@ -23,24 +23,25 @@
 #include <vector>
 
 #include "fast_llm/tokenizer/json_fields.h"
+#include "fast_llm/tokenizer/model.h"
 #include "fast_llm/tokenizer/vocabulary.h"
 
 namespace fast_llm::tokenizer {
 
-class BpeModel {
+class BpeModel final : public Model {
  public:
   BpeModel(const Json& model, const JsonPlace& place);
 
   // Appends the ids of `word` to `ids`.
-  void tokenize(std::string_view word, std::vector<int32_t>& ids) const;
+  void tokenize(std::string_view word, std::vector<int32_t>& ids) const override;
 
-  std::optional<int32_t> token_to_id(std::string_view token) const { return find_token(vocabulary_, token); }
+  std::optional<int32_t> token_to_id(std::string_view token) const override { return find_token(vocabulary_, token); }
   // The token of `id`, or nullptr when the vocabulary has none.
-  const std::string* id_to_token(int32_t id) const;
+  const std::string* id_to_token(int32_t id) const override;
   // One more than the largest id of the vocabulary.
-  int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
   // The number of entries of the vocabulary.
-  int64_t entries() const { return static_cast<int64_t>(vocabulary_.size()); }
+  int64_t entries() const override { return static_cast<int64_t>(vocabulary_.size()); }
   bool byte_fallback() const { return byte_fallback_; }
 
  private:

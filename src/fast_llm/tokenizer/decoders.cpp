@@ -1,6 +1,8 @@
 // Decoder types of tokenizer.json (see decoders.h).
 #include "fast_llm/tokenizer/decoders.h"
 
+#include <optional>
+
 #include "fast_llm/tokenizer/byte_level.h"
 #include "fast_llm/tokenizer/string_pattern.h"
 #include "fast_llm/tokenizer/utf8.h"
@@ -46,8 +48,10 @@ class Metaspace final : public Decoder {
   Metaspace(const Json& node, const JsonPlace& place) {
     replacement_ = json_string(node, "replacement", place);
     single_code_point(replacement_, place / "replacement");
-    if (json_present(node, "prepend_scheme")) strip_first_space_ = json_string(node, "prepend_scheme", place) != "never";
-    else strip_first_space_ = json_bool(node, "add_prefix_space", place, true);
+    if (json_present(node, "prepend_scheme"))
+      strip_first_space_ = json_string(node, "prepend_scheme", place) != "never";
+    else
+      strip_first_space_ = json_bool(node, "add_prefix_space", place, true);
   }
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -186,6 +190,41 @@ class Replace final : public Decoder {
   std::string content_;
 };
 
+// BERT's: pieces after the first lose `prefix` ("##") or get a space before them; `cleanup` undoes the spaces that
+// tokenization put before punctuation and English contractions.
+class WordPiece final : public Decoder {
+ public:
+  WordPiece(const Json& node, const JsonPlace& place)
+      : prefix_(json_optional_string(node, "prefix", place).value_or("##")),
+        cleanup_(json_bool(node, "cleanup", place, true)) {}
+  void decode_chain(std::vector<std::string>& tokens) const override {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      std::string& token = tokens[i];
+      if (i != 0) {
+        if (!prefix_.empty() && token.starts_with(prefix_)) token.erase(0, prefix_.size());
+        else token = " " + token;
+      }
+      if (cleanup_) token = cleanup(token);
+    }
+  }
+
+ private:
+  static void replace_all(std::string& text, std::string_view from, std::string_view to) {
+    for (size_t position = text.find(from); position != std::string::npos;
+         position = text.find(from, position + to.size()))
+      text.replace(position, from.size(), to);
+  }
+  static std::string cleanup(std::string text) {
+    static constexpr std::pair<std::string_view, std::string_view> kRules[] = {
+        {" .", "."},     {" ?", "?"},     {" !", "!"},         {" ,", ","},          {" ' ", "'"},   {" n't", "n't"},
+        {" 'm", "'m"},   {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"},      {" 're", "'re"}};
+    for (const auto& [from, to] : kRules) replace_all(text, from, to);
+    return text;
+  }
+  std::string prefix_;
+  bool cleanup_;
+};
+
 class Sequence final : public Decoder {
  public:
   explicit Sequence(std::vector<std::unique_ptr<Decoder>> steps) : steps_(std::move(steps)) {}
@@ -208,6 +247,7 @@ std::unique_ptr<Decoder> make_decoder(const Json& node, const JsonPlace& place) 
   if (type == "Fuse") return std::make_unique<Fuse>();
   if (type == "Strip") return std::make_unique<Strip>(node, place);
   if (type == "Replace") return std::make_unique<Replace>(node, place);
+  if (type == "WordPiece") return std::make_unique<WordPiece>(node, place);
   if (type == "Sequence") {
     const Json& list = json_required(node, "decoders", place);
     if (!list.is_array()) json_error(place / "decoders", "expected an array");

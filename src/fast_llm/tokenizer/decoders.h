@@ -1,7 +1,7 @@
 // The decoders of tokenizer.json (`decoder`): they turn the token strings of a decode call back into text, each step
 // rewriting the list of strings as Hugging Face's decode_chain does. Supported: ByteLevel (byte-level alphabet back to
 // bytes, then lossy UTF-8), Metaspace, ByteFallback (runs of <0xXX> to text; one U+FFFD per byte of an invalid run),
-// Fuse, Strip, Replace and Sequence; other types are refused by make_decoder.
+// Fuse, Strip, Replace, WordPiece and Sequence; other types are refused by make_decoder.
 #pragma once
 
 #include <memory>

@@ -10,12 +10,7 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(const Json& json, const std::filesyst
   if (!json.is_object()) json_error(root, "expected a JSON object");
   for (const char* key : {"truncation", "padding"})
     if (json_present(json, key)) json_unsupported(root / key, fmt::format("a non-null {}", key));
-  const Json& model = json_required(json, "model", root);
-  // Files written by old versions of the library leave out the model type; a BPE model has merges.
-  const std::string type = json_present(model, "type") ? json_string(model, "type", root / "model")
-                           : json_present(model, "merges") ? "BPE" : "(none)";
-  if (type != "BPE") json_unsupported(root / "model" / "type", fmt::format("model type \"{}\"", type));
-  model_ = std::make_unique<BpeModel>(model, root / "model");
+  model_ = make_model(json_required(json, "model", root), root / "model");
   const auto component = [&](const char* key) -> const Json& {
     static const Json null_value;
     return json.contains(key) ? json.at(key) : null_value;

@@ -4,15 +4,15 @@
 //           pre-token through the model -> with add_special_tokens, the post-processor.
 //   decode: each id's token string (added tokens included; special ones dropped with skip_special_tokens) -> the
 //           decoder chain -> joined.
-// Refused at load: models other than BPE, `truncation` and `padding` (they would change encode's output), and each
-// component's unsupported types (see their headers).
+// Refused at load: models other than BPE and WordPiece, `truncation` and `padding` (they would change encode's
+// output), and each component's unsupported types (see their headers).
 #pragma once
 
 #include <filesystem>
 #include <memory>
 
 #include "fast_llm/tokenizer/added_vocabulary.h"
-#include "fast_llm/tokenizer/bpe_model.h"
+#include "fast_llm/tokenizer/model.h"
 #include "fast_llm/tokenizer/decoders.h"
 #include "fast_llm/tokenizer/normalizers.h"
 #include "fast_llm/tokenizer/post_processors.h"
@@ -36,7 +36,7 @@ class HuggingFaceTokenizer final : public Tokenizer {
  private:
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
-  std::unique_ptr<BpeModel> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<PostProcessor> post_processor_;
   std::unique_ptr<Decoder> decoder_;
   std::unique_ptr<AddedVocabulary> added_;

@@ -118,6 +118,70 @@ class StripAccents final : public Normalizer {
   }
 };
 
+// BERT's: drops NUL, U+FFFD and control characters and turns whitespace into spaces (`clean_text`), puts spaces
+// around CJK ideographs (`handle_chinese_chars`), strips accents (NFD, then no non-spacing marks; `strip_accents`,
+// which defaults to `lowercase`) and lowercases, in that order, as Hugging Face's BertNormalizer does.
+class BertNormalizer final : public Normalizer {
+ public:
+  BertNormalizer(const Json& node, const JsonPlace& place)
+      : clean_text_(json_bool(node, "clean_text", place, true)),
+        handle_chinese_chars_(json_bool(node, "handle_chinese_chars", place, true)),
+        lowercase_(json_bool(node, "lowercase", place, true)) {
+    strip_accents_ = json_present(node, "strip_accents") ? json_bool(node, "strip_accents", place, false) : lowercase_;
+    UErrorCode status = U_ZERO_ERROR;
+    nfd_ = icu::Normalizer2::getNFDInstance(status);
+    if (U_FAILURE(status)) json_error(place, fmt::format("ICU has no NFD data ({})", u_errorName(status)));
+  }
+  void normalize(std::string& text) const override {
+    std::string out;
+    out.reserve(text.size());
+    for (size_t position = 0; position < text.size();) {
+      const size_t start = position;
+      const char32_t c = next_code_point(text, position);
+      const auto code = static_cast<UChar32>(c);
+      if (clean_text_) {
+        if (c == 0 || c == 0xFFFD) continue;
+        const bool whitespace = c == '\t' || c == '\n' || c == '\r' || u_isUWhiteSpace(code);
+        if (whitespace) {
+          out += ' ';
+          continue;
+        }
+        const int8_t type = u_charType(code);
+        if (type == U_CONTROL_CHAR || type == U_FORMAT_CHAR || type == U_UNASSIGNED || type == U_PRIVATE_USE_CHAR ||
+            type == U_SURROGATE)
+          continue;
+      }
+      if (handle_chinese_chars_ && is_chinese_char(c)) {
+        out += ' ';
+        out.append(text, start, position - start);
+        out += ' ';
+        continue;
+      }
+      out.append(text, start, position - start);
+    }
+    if (strip_accents_) {
+      std::string decomposed;
+      icu::StringByteSink<std::string> sink(&decomposed);
+      UErrorCode status = U_ZERO_ERROR;
+      nfd_->normalizeUTF8(0, out, sink, nullptr, status);
+      FLM_ASSERT(U_SUCCESS(status), "ICU normalization failed: {}", u_errorName(status));
+      out = std::move(decomposed);
+      StripAccents().normalize(out);
+    }
+    if (lowercase_) Lowercase().normalize(out);
+    text = std::move(out);
+  }
+
+ private:
+  static bool is_chinese_char(char32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+           (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+  }
+  bool clean_text_, handle_chinese_chars_, lowercase_, strip_accents_;
+  const icu::Normalizer2* nfd_ = nullptr;
+};
+
 class Prepend final : public Normalizer {
  public:
   explicit Prepend(std::string prefix) : prefix_(std::move(prefix)) {}
@@ -175,9 +239,11 @@ std::unique_ptr<Normalizer> make_normalizer(const Json& node, const JsonPlace& p
     return std::make_unique<UnicodeNormalization>(type, place);
   if (type == "Lowercase") return std::make_unique<Lowercase>();
   if (type == "Strip")
-    return std::make_unique<Strip>(json_bool(node, "strip_left", place, true), json_bool(node, "strip_right", place, true));
+    return std::make_unique<Strip>(json_bool(node, "strip_left", place, true),
+                                   json_bool(node, "strip_right", place, true));
   if (type == "StripAccents") return std::make_unique<StripAccents>();
   if (type == "Prepend") return std::make_unique<Prepend>(json_string(node, "prepend", place));
+  if (type == "BertNormalizer") return std::make_unique<BertNormalizer>(node, place);
   if (type == "Replace") return std::make_unique<Replace>(node, place);
   if (type == "Sequence") {
     const Json& list = json_required(node, "normalizers", place);

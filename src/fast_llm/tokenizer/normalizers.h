@@ -1,8 +1,8 @@
 // The normalizers of tokenizer.json (`normalizer`), applied to each stretch of text between added tokens before
 // pre-tokenization: NFC, NFD, NFKC, NFKD (ICU), Lowercase (each code point's full lowercase, as Rust's
 // char::to_lowercase: no context-dependent final sigma), Strip (Unicode White_Space), StripAccents (drops
-// non-spacing marks), Prepend (only to non-empty text), Replace (a literal string or a regex, every match) and
-// Sequence. Other types (Precompiled, BertNormalizer, NMT, ...) are refused by make_normalizer.
+// non-spacing marks), Prepend (only to non-empty text), Replace (a literal string or a regex, every match),
+// BertNormalizer and Sequence. Other types (Precompiled, NMT, ...) are refused by make_normalizer.
 #pragma once
 
 #include <memory>

@@ -7,7 +7,8 @@ namespace {
 // The ids to put before and after the sequence.
 class Wrap final : public PostProcessor {
  public:
-  Wrap(std::vector<int32_t> before, std::vector<int32_t> after) : before_(std::move(before)), after_(std::move(after)) {}
+  Wrap(std::vector<int32_t> before, std::vector<int32_t> after)
+      : before_(std::move(before)), after_(std::move(after)) {}
   void process(std::vector<int32_t>& ids) const override {
     ids.insert(ids.begin(), before_.begin(), before_.end());
     ids.insert(ids.end(), after_.begin(), after_.end());

@@ -54,7 +54,9 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const fs::path& path) {
   if (fs::is_directory(path, error)) {
     if (fs::exists(path / "tokenizer.json")) file = path / "tokenizer.json";
     else if (fs::exists(path / "tokenizer.model")) file = path / "tokenizer.model";
-    else throw Error("tokenizer", fmt::format("{}: folder has neither tokenizer.json nor tokenizer.model", path.string()));
+    else
+      throw Error("tokenizer",
+                  fmt::format("{}: folder has neither tokenizer.json nor tokenizer.model", path.string()));
   } else if (!fs::exists(path, error)) {
     throw Error("tokenizer", fmt::format("{}: no such file or folder", path.string()));
   }
@@ -67,8 +69,10 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const fs::path& path) {
     const Json config = read_json(config_file);
     if (!config.is_object()) throw Error("tokenizer", fmt::format("{}: expected a JSON object", config_file.string()));
     // A key that is present (even null) overrides what the tokenizer file said.
-    if (config.contains("bos_token")) tokenizer->bos_id_ = special_token_id(config, "bos_token", config_file, *tokenizer);
-    if (config.contains("eos_token")) tokenizer->eos_id_ = special_token_id(config, "eos_token", config_file, *tokenizer);
+    if (config.contains("bos_token"))
+      tokenizer->bos_id_ = special_token_id(config, "bos_token", config_file, *tokenizer);
+    if (config.contains("eos_token"))
+      tokenizer->eos_id_ = special_token_id(config, "eos_token", config_file, *tokenizer);
   }
   return tokenizer;
 }

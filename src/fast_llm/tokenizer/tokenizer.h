@@ -31,8 +31,9 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   // Ids of `text` (UTF-8; invalid sequences are replaced as Rust's String::from_utf8_lossy and Node's UTF-8 decoder
-  // replace them before Hugging Face's library sees the text: each maximal invalid subpart becomes one U+FFFD). add_special_tokens: apply the post-processor (BOS/EOS templates),
-  // as `tokenizer.encode(text, add_special_tokens=True)`; the data pipeline uses false and adds BOS/EOS itself.
+  // replace them before Hugging Face's library sees the text: each maximal invalid subpart becomes one U+FFFD).
+  // add_special_tokens: apply the post-processor (BOS/EOS templates), as `tokenizer.encode(text,
+  // add_special_tokens=True)`; the data pipeline uses false and adds BOS/EOS itself.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = false) const = 0;
 
   // Text of `ids` through the decoder, as `tokenizer.decode(ids, skip_special_tokens)`. Ids out of range are an

@@ -94,6 +94,7 @@ void UnicodeRegex::find_all(std::string_view text, std::vector<std::pair<size_t,
   if (data == nullptr) throw std::bad_alloc();
   const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t start = 0;
+  size_t previous_end = std::string_view::npos;
   while (start <= text.size()) {
     const int result =
         pcre2_match(compiled_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data.get(), nullptr);
@@ -107,7 +108,9 @@ void UnicodeRegex::find_all(std::string_view text, std::vector<std::pair<size_t,
     }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
     const size_t begin = ovector[0], end = ovector[1];
-    matches.emplace_back(begin, end);
+    // Oniguruma's iterator drops an empty match right where the previous match ended.
+    if (!(begin == end && previous_end == end)) matches.emplace_back(begin, end);
+    previous_end = end;
     if (end > begin) {
       start = end;
     } else {

@@ -24,7 +24,8 @@ class UnicodeRegex {
   UnicodeRegex& operator=(const UnicodeRegex&) = delete;
 
   // Byte ranges [begin, end) of the successive non-overlapping matches in `text` (valid UTF-8), leftmost first; after
-  // an empty match the search resumes one character later, as Oniguruma's iterator does.
+  // an empty match the search resumes one character later, and an empty match where the previous match ended is
+  // dropped, as Oniguruma's iterator does.
   void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const;
 
  private:

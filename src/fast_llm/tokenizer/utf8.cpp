@@ -70,7 +70,8 @@ char32_t next_code_point(std::string_view text, size_t& position) {
   const auto lead = static_cast<unsigned char>(text[position]);
   const int length = utf8_length(lead);
   char32_t code_point = length == 1 ? lead : length == 2 ? lead & 0x1F : length == 3 ? lead & 0x0F : lead & 0x07;
-  for (int i = 1; i < length; ++i) code_point = (code_point << 6) | (static_cast<unsigned char>(text[position + i]) & 0x3F);
+  for (int i = 1; i < length; ++i)
+    code_point = (code_point << 6) | (static_cast<unsigned char>(text[position + i]) & 0x3F);
   position += length;
   return code_point;
 }

@@ -1,0 +1,78 @@
+// Greedy longest-match WordPiece (see wordpiece_model.h).
+#include "fast_llm/tokenizer/wordpiece_model.h"
+
+#include "fast_llm/tokenizer/utf8.h"
+
+namespace fast_llm::tokenizer {
+
+WordPieceModel::WordPieceModel(const Json& model, const JsonPlace& place) {
+  unk_token_ = json_optional_string(model, "unk_token", place).value_or("[UNK]");
+  prefix_ = json_optional_string(model, "continuing_subword_prefix", place).value_or("##");
+  max_input_chars_per_word_ =
+      json_present(model, "max_input_chars_per_word") ? json_integer(model, "max_input_chars_per_word", place) : 100;
+  const Json& vocabulary = json_required(model, "vocab", place);
+  if (!vocabulary.is_object()) json_error(place / "vocab", "expected an object of token: id");
+  const int64_t largest_allowed_id = static_cast<int64_t>(vocabulary.size()) + 65536;
+  for (const auto& [token, id_value] : vocabulary.items()) {
+    const int32_t id = json_token_id(id_value, place / "vocab" / token);
+    if (id > largest_allowed_id)
+      json_error(place / "vocab" / token, fmt::format("id {} is far beyond the vocabulary's {} entries", id,
+                                                      vocabulary.size()));
+    vocabulary_.emplace(token, id);
+    if (static_cast<size_t>(id) >= tokens_.size()) {
+      tokens_.resize(id + 1);
+      has_token_.resize(id + 1, false);
+    }
+    tokens_[id] = token;
+    has_token_[id] = true;
+  }
+  if (!find_token(vocabulary_, unk_token_))
+    json_error(place / "unk_token", fmt::format("\"{}\" is not in the vocabulary", unk_token_));
+}
+
+const std::string* WordPieceModel::id_to_token(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= tokens_.size() || !has_token_[id]) return nullptr;
+  return &tokens_[id];
+}
+
+void WordPieceModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const {
+  const int32_t unk = *find_token(vocabulary_, unk_token_);
+  // Character boundaries: piece ends shrink one character at a time.
+  std::vector<size_t> boundaries;
+  for (size_t position = 0; position < word.size();) {
+    boundaries.push_back(position);
+    next_code_point(word, position);
+  }
+  boundaries.push_back(word.size());
+  if (static_cast<int64_t>(boundaries.size()) - 1 > max_input_chars_per_word_) {
+    ids.push_back(unk);
+    return;
+  }
+  const size_t first = ids.size();
+  std::string candidate;
+  size_t start = 0;  // index into boundaries
+  while (start + 1 < boundaries.size()) {
+    std::optional<int32_t> found;
+    size_t end = boundaries.size() - 1;
+    for (; end > start; --end) {
+      const std::string_view piece = word.substr(boundaries[start], boundaries[end] - boundaries[start]);
+      if (start == 0) {
+        found = find_token(vocabulary_, piece);
+      } else {
+        candidate.assign(prefix_);
+        candidate.append(piece);
+        found = find_token(vocabulary_, candidate);
+      }
+      if (found) break;
+    }
+    if (!found) {
+      ids.resize(first);
+      ids.push_back(unk);
+      return;
+    }
+    ids.push_back(*found);
+    start = end;
+  }
+}
+
+}  // namespace fast_llm::tokenizer
