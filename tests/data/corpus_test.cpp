@@ -2,6 +2,9 @@
 // that reads back (through a `file` dataset config, as a trainer would) to the files' bytes.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <set>
+
 #include "core/full_disk.h"
 #include "data_test_util.h"
 #include "fast_llm/data/config.h"
@@ -124,6 +127,30 @@ TEST(Corpus, WildcardSourcesAndLimits) {
   EXPECT_EQ(build_byte_corpus(folder / "limited", options).documents, 1);
   options.sources = {(folder / "nothing_here").string()};
   EXPECT_THROW(build_byte_corpus(folder / "none", options), Error);
+}
+
+// Identical files (Debian's Boost packages each ship one 2 MB copyright file) are taken once; the JSON Lines corpus
+// holds every taken text once, escaped, in a fixed shuffled order.
+TEST(Corpus, DuplicateTextsAreTakenOnceAndTheTextCorpusIsJsonLines) {
+  TemporaryFolder folder;
+  for (const char* package : {"boost-a", "boost-b", "boost-c", "zlib"}) {
+    std::filesystem::create_directories(folder / "doc" / package);
+    write_file(folder / "doc" / package / "copyright",
+               std::string(package).starts_with("boost") ? "Boost \"license\"\n\ttext\n" : "zlib license\n");
+  }
+  CorpusOptions options;
+  options.sources = {(folder / "doc/*/copyright").string()};
+  const CorpusStats bytes = build_byte_corpus(folder / "bytes", options);
+  EXPECT_EQ(bytes.documents, 2);
+  EXPECT_EQ(bytes.skipped_duplicate, 2);
+
+  const CorpusStats text = write_text_corpus(folder / "corpus.jsonl", options);
+  EXPECT_EQ(text.documents, 2);
+  std::ifstream file(folder / "corpus.jsonl");
+  std::multiset<std::string> lines;
+  for (std::string line; std::getline(file, line);) lines.insert(line);
+  EXPECT_EQ(lines, (std::multiset<std::string>{R"({"text":"Boost \"license\"\n\ttext\n"})",
+                                                R"({"text":"zlib license\n"})"}));
 }
 
 TEST(Corpus, DefaultSourcesOnThisMachine) {

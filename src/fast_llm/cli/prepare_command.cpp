@@ -75,8 +75,9 @@ int train_bpe_tokenizer(const BpeTokenizerOptions& options) {
     text_bytes += static_cast<int64_t>(text.size());
     texts.push_back(std::move(text));
   });
-  log_main("read {} text files, {:.1f} MB ({} binary and {} empty or oversized skipped)", stats.documents,
-           double(text_bytes) / 1e6, stats.skipped_binary, stats.skipped_size);
+  log_main("read {} text files, {:.1f} MB ({} binary, {} empty or oversized and {} duplicates skipped)",
+           stats.documents, double(text_bytes) / 1e6, stats.skipped_binary, stats.skipped_size,
+           stats.skipped_duplicate);
 
   // The progress line is redrawn in place on a terminal, at most ten times a second.
   const bool on_terminal = isatty(STDERR_FILENO) == 1;
@@ -159,8 +160,10 @@ void add_prepare_command(CLI::App& app, CommandAction& action) {
       data::CorpusStats stats = data::build_byte_corpus(options->output, corpus_options);
       FLM_CHECK(stats.documents > 0, "prepare", "no text file found in the sources ({} files considered)",
                 stats.files_considered);
-      log_main("wrote {} documents, {} tokens from {} files ({} binary and {} empty or oversized skipped)",
-               stats.documents, stats.tokens, stats.files_considered, stats.skipped_binary, stats.skipped_size);
+      log_main("wrote {} documents, {} tokens from {} files ({} binary, {} empty or oversized and {} duplicates "
+               "skipped)",
+               stats.documents, stats.tokens, stats.files_considered, stats.skipped_binary, stats.skipped_size,
+               stats.skipped_duplicate);
       log_main("dataset: {}", stats.dataset_path.string());
       log_main("config:  {}", stats.config_path.string());
       return 0;

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <set>
+#include <unordered_set>
 #include <sstream>
 
 #include "fast_llm/core/error.h"
@@ -150,6 +152,7 @@ void for_each_corpus_text(const CorpusOptions& options, CorpusStats& stats,
   const std::vector<std::filesystem::path> files = collect_corpus_files(options.sources);
   FLM_CHECK(!files.empty(), kComponent, "no files found in {}", fmt::join(options.sources, ", "));
   int64_t text_bytes = 0;
+  std::unordered_set<size_t> seen_texts;
   for (const auto& file : files) {
     if (text_bytes >= options.max_bytes) break;
     ++stats.files_considered;
@@ -162,6 +165,12 @@ void for_each_corpus_text(const CorpusOptions& options, CorpusStats& stats,
     std::string text = read_file(file);
     if (!looks_like_text(text)) {
       ++stats.skipped_binary;
+      continue;
+    }
+    // Packages of one source ship the same copyright file (Debian's Boost packages: one 2 MB file, many times), which
+    // would otherwise fill the corpus with copies.
+    if (!seen_texts.insert(std::hash<std::string_view>{}(text)).second) {
+      ++stats.skipped_duplicate;
       continue;
     }
     text_bytes += int64_t(text.size());
@@ -212,15 +221,21 @@ CorpusStats build_byte_corpus(const std::filesystem::path& output_directory, con
 CorpusStats write_text_corpus(const std::filesystem::path& output_file, const CorpusOptions& options) {
   CorpusStats stats;
   stats.dataset_path = output_file;
+  std::vector<std::string> texts;
+  for_each_corpus_text(options, stats, [&](std::string&& text) { texts.push_back(std::move(text)); });
+  // The files come grouped by source (licenses, then copyright notices, then headers); a fixed shuffle mixes them, so
+  // that the in-order splits of `prepare gpt_memmap` draw validation documents from every source.
+  std::shuffle(texts.begin(), texts.end(), std::mt19937_64(20261203));
   FileWriter writer(output_file, {.component = kComponent, .sync = true});
-  for_each_corpus_text(options, stats, [&](std::string&& text) {
+  for (const std::string& text : texts) {
     // for_each_corpus_text hands over valid UTF-8 only, which nlohmann's dump requires.
     writer.write(nlohmann::json{{"text", text}}.dump());
     writer.write("\n");
-  });
+  }
   writer.commit();
-  log_main("Text corpus: {} documents from {} files ({} not text, {} empty or too large) in {}", stats.documents,
-           stats.files_considered, stats.skipped_binary, stats.skipped_size, output_file.string());
+  log_main("Text corpus: {} documents from {} files ({} not text, {} empty or too large, {} duplicates) in {}",
+           stats.documents, stats.files_considered, stats.skipped_binary, stats.skipped_size, stats.skipped_duplicate,
+           output_file.string());
   return stats;
 }
 

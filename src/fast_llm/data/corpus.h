@@ -45,6 +45,7 @@ struct CorpusStats {
   int64_t tokens = 0;
   int64_t skipped_binary = 0;  // not UTF-8 text (or holding NUL / control bytes)
   int64_t skipped_size = 0;    // empty or larger than max_file_bytes
+  int64_t skipped_duplicate = 0;  // the same text as a file taken before
   std::filesystem::path dataset_path;
   std::filesystem::path config_path;
 };
@@ -57,16 +58,17 @@ std::vector<std::filesystem::path> collect_corpus_files(const std::vector<std::s
 bool looks_like_text(std::string_view bytes);
 
 // Hands the text of each file that build_byte_corpus takes to `take`, in the same order and under the same limits
-// (max_bytes, max_file_bytes, looks_like_text), counting files, documents and skips in `stats`; so that a tokenizer
-// trained on this text (`prepare bpe_tokenizer`) sees the corpus. Throws when no text file is found.
+// (max_bytes, max_file_bytes, looks_like_text; a text identical to an earlier file's is skipped), counting files,
+// documents and skips in `stats`; so that a tokenizer trained on this text (`prepare bpe_tokenizer`) sees the corpus.
+// Throws when no text file is found.
 void for_each_corpus_text(const CorpusOptions& options, CorpusStats& stats,
                           const std::function<void(std::string&& text)>& take);
 
 // Encodes the text files of `options.sources`, one document per file, into `output_directory`.
 CorpusStats build_byte_corpus(const std::filesystem::path& output_directory, const CorpusOptions& options = {});
 
-// Writes the same text, one document per file, as JSON Lines (`{"text": ...}` per line) into `output_file`: data in
-// the form `prepare gpt_memmap` takes from users, for the quick-start and for trying the preparation.
+// Writes the same text, one document per file, as JSON Lines (`{"text": ...}` per line) into `output_file`, in a fixed
+// shuffled order: data in the form `prepare gpt_memmap` takes from users, for the quick-start and for trying it.
 CorpusStats write_text_corpus(const std::filesystem::path& output_file, const CorpusOptions& options = {});
 
 }  // namespace fast_llm::data
