@@ -47,7 +47,12 @@ Tensor Generator::host_logits(const Tensor& rows) {
       narrowed.data_as<float>()[index] = float(host.data_as<double>()[index]);
     return narrowed;
   }
-  return logits.to(Device::cpu(), stream_);
+  if (device_.is_cpu()) return logits;
+  if (!pinned_logits_.defined() || pinned_logits_.shape() != logits.shape())
+    pinned_logits_ = Tensor::empty_pinned(logits.shape(), DType::float32);
+  pinned_logits_.copy_bytes_from(logits, stream_);
+  synchronize(device_, stream_);
+  return pinned_logits_;
 }
 
 std::vector<std::vector<int64_t>> Generator::generate(const std::vector<std::vector<int64_t>>& prompts,
