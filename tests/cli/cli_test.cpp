@@ -451,20 +451,31 @@ TEST_F(CliTest, FastLlmMistralExampleValidates) {
 // The training config of Fast-LLM's quick-start ("Small"), in the forms of before Fast-LLM 0.4 that its
 // documentation still shows (nested evaluator with dataset_name, data.sampling, a `sampled` dataset), on SmolLM2's
 // config.json as the hub publishes it: it validates, with a warning per old form showing the current spelling.
-// examples/fast-llm-quick-start: Fast-LLM's quick-start config, run as its README says, on a byte corpus of this
-// repository's sources (3 iterations instead of 100).
+// examples/fast-llm-quick-start: Fast-LLM's quick-start preparation and training configs, run as its README says on
+// this repository's sources (3 iterations instead of 100), then generation from the export.
 TEST_F(CliTest, FastLlmQuickStartExampleTrains) {
   const fs::path source(FAST_LLM_SOURCE_DIR);
   fs::create_directory_symlink(source / "examples", directory_ / "examples");
-  expect({"prepare", "byte_corpus", "--output", "fast-llm-tutorial/dataset", "--source", (source / "src").string(),
-          "--max-bytes", "600000"},
+  const std::string sources = (source / "src").string();
+  expect({"prepare", "text_corpus", "--output", "fast-llm-tutorial/corpus.jsonl", "--source", sources, "--max-bytes",
+          "600000"},
          0);
-  const Outcome trained = expect({"train", "gpt", "-c", "examples/fast-llm-quick-start/train-config.yaml",
+  expect({"prepare", "bpe_tokenizer", "--output", "fast-llm-tutorial/tokenizer", "--source", sources, "--max-bytes",
+          "600000", "--vocab-size", "1000"},
+         0);
+  const Outcome prepared = expect({"prepare", "gpt_memmap", "--trust-remote-code", "--config",
+                                   "examples/fast-llm-quick-start/prepare-config.yaml"},
+                                  0, "loading_workers");
+  EXPECT_TRUE(fs::exists(directory_ / "fast-llm-tutorial/dataset/fast_llm_config_validation.yaml")) << prepared.output;
+  const Outcome trained = expect({"train", "gpt", "--config", "examples/fast-llm-quick-start/train-config.yaml",
                                   "training.train_iters=3", "training.evaluators.validation.interval=3",
                                   "training.evaluators.validation.evaluator.iterations=2", "training.export.interval=3"},
                                  0, "read as `training.evaluators.validation: {interval: 3, type: loss, iterations: 2}`");
   EXPECT_NE(trained.output.find("validation/validation @ iteration      3"), std::string::npos) << trained.output;
-  EXPECT_TRUE(fs::exists(directory_ / "fast-llm-tutorial/experiment/export/llama/3/config.json")) << trained.output;
+  ASSERT_TRUE(fs::exists(directory_ / "fast-llm-tutorial/experiment/export/llama/3/config.json")) << trained.output;
+  expect({"generate", "--pretrained", "fast-llm-tutorial/experiment/export/llama/3", "--tokenizer",
+          "fast-llm-tutorial/tokenizer", "--prompt", "Permission is hereby granted", "--max-new-tokens", "4"},
+         0, "Permission is hereby granted");
 }
 
 TEST_F(CliTest, FastLlmQuickStartConfigRunsWithMigrationWarnings) {
