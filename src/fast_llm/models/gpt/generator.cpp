@@ -89,11 +89,19 @@ std::vector<std::vector<int64_t>> Generator::generate(const std::vector<std::vec
 
   // Chooses each sequence's next token from the step's logits (batch, vocab); returns whether any is still running.
   auto choose = [&](const Tensor& logits) {
+    // sample_token is a pure function of the row, the prompt's index and the step, so the rows are sampled in parallel
+    // (batch 16 at a 128k vocabulary is 2M logits to scan on the host each step); the bookkeeping and the callbacks
+    // then run in order.
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t index = 0; index < batch; ++index) {
+      if (finished[size_t(index)]) continue;
+      const std::span<const float> row(logits.data_as<float>() + index * vocab, size_t(vocab));
+      next[size_t(index)] = engine::sample_token(row, settings.sampling, first_index + uint64_t(index),
+                                                 completions[size_t(index)].size());
+    }
     bool running = false;
     for (size_t index = 0; index < prompts.size(); ++index) {
       if (finished[index]) continue;
-      const std::span<const float> row(logits.data_as<float>() + int64_t(index) * vocab, size_t(vocab));
-      next[index] = engine::sample_token(row, settings.sampling, first_index + index, completions[index].size());
       completions[index].push_back(next[index]);
       if (on_token) on_token(index, next[index]);
       finished[index] = std::find(settings.eos_token_ids.begin(), settings.eos_token_ids.end(), next[index]) !=
