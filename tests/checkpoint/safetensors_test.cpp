@@ -221,6 +221,8 @@ TEST(Safetensors, EveryCorruptionIsAnErrorNamingTheFileAndTensor) {
       {.name = "header_past_end", .expected = "runs past the end", .raw = little_endian_u64(1000) + "{}"},
       {.name = "header_huge", .expected = "above the limit", .raw = little_endian_u64(uint64_t(1) << 62) + "{}"},
       {.name = "not_json", .header = "{\"a\": [", .expected = "not valid JSON"},
+      // A number too large for a double: the JSON library's out_of_range, not its parse_error.
+      {.name = "number_overflow", .header = "{\"a\": 1e999}", .expected = "not valid JSON"},
       {.name = "not_an_object_start", .header = "[1, 2]  ", .expected = "does not start with '{'"},
       {.name = "unknown_dtype", .header = R"({"w":{"dtype":"F33","shape":[4],"data_offsets":[0,16]}})",
        .data = ok_data, .expected = "tensor 'w': unknown dtype 'F33'"},

@@ -26,7 +26,7 @@ Json read_json(const fs::path& file) {
   buffer << stream.rdbuf();
   try {
     return Json::parse(buffer.str());
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {  // parse_error; out_of_range for a number overflow
     throw Error("tokenizer", fmt::format("{}: not valid JSON ({})", file.string(), error.what()));
   }
 }

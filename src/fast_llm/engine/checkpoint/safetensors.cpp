@@ -146,7 +146,7 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
     nlohmann::json header;
     try {
       header = nlohmann::json::parse(header_text);
-    } catch (const nlohmann::json::parse_error& error) {
+    } catch (const nlohmann::json::exception& error) {  // parse_error; out_of_range for a number overflow
       fail(path, fmt::format("the header is not valid JSON: {}", error.what()));
     }
     if (!header.is_object()) fail(path, "the header is not a JSON object");
