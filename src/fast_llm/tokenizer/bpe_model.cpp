@@ -60,24 +60,7 @@ BpeModel::BpeModel(const Json& model, const JsonPlace& place) : serial_(next_mod
   fuse_unk_ = json_bool(model, "fuse_unk", place, false);
   ignore_merges_ = json_bool(model, "ignore_merges", place, false);
 
-  const Json& vocabulary = json_required(model, "vocab", place);
-  if (!vocabulary.is_object()) json_error(place / "vocab", "expected an object of token: id");
-  vocabulary_.reserve(vocabulary.size());
-  // Ids are 0..n-1 in every real file; a few holes are allowed, not an id that would size the tables to gigabytes.
-  const int64_t largest_allowed_id = static_cast<int64_t>(vocabulary.size()) + 65536;
-  for (const auto& [token, id_value] : vocabulary.items()) {
-    const int32_t id = json_token_id(id_value, place / "vocab" / token);
-    if (id > largest_allowed_id)
-      json_error(place / "vocab" / token, fmt::format("id {} is far beyond the vocabulary's {} entries", id,
-                                                      vocabulary.size()));
-    vocabulary_.emplace(token, id);
-    if (static_cast<size_t>(id) >= tokens_.size()) {
-      tokens_.resize(id + 1);
-      has_token_.resize(id + 1, false);
-    }
-    tokens_[id] = token;
-    has_token_[id] = true;
-  }
+  read_model_vocabulary(model, place, vocabulary_, tokens_, has_token_);
   if (const auto unk = json_optional_string(model, "unk_token", place)) {
     unk_id_ = find_token(vocabulary_, *unk);
     if (!unk_id_) json_error(place / "unk_token", fmt::format("\"{}\" is not in the vocabulary", *unk));

@@ -7,8 +7,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/tokenizer/vocabulary.h"
 
 namespace fast_llm::tokenizer {
 
@@ -30,7 +32,8 @@ struct JsonPlace {
   throw Error("tokenizer", fmt::format("{}: {}", place.str(), message));
 }
 
-// A feature of the file that is not implemented: `load` refuses it rather than tokenizing differently.
+// A feature of the file outside the supported set (docs/tokenizers.md lists both): `load` refuses it, naming it, rather
+// than tokenizing differently.
 [[noreturn]] inline void json_unsupported(const JsonPlace& place, std::string_view feature) {
   throw NotSupportedError("tokenizer", fmt::format("{}: {} is not supported", place.str(), feature));
 }
@@ -78,6 +81,30 @@ inline int32_t json_token_id(const Json& value, const JsonPlace& place) {
   if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > INT32_MAX)
     json_error(place, fmt::format("expected a token id (an integer in [0, 2^31)), got {}", value.dump()));
   return static_cast<int32_t>(value.get<int64_t>());
+}
+
+// A model's `vocab` object ({token: id}, required) into its string -> id map and its id -> string tables (`has_token`
+// marks the ids in use). Ids are 0..n-1 in every real file; a few holes are allowed, not an id that would size the
+// tables to gigabytes.
+inline void read_model_vocabulary(const Json& model, const JsonPlace& place, TokenIdMap& ids,
+                                  std::vector<std::string>& tokens, std::vector<bool>& has_token) {
+  const Json& vocabulary = json_required(model, "vocab", place);
+  if (!vocabulary.is_object()) json_error(place / "vocab", "expected an object of token: id");
+  ids.reserve(vocabulary.size());
+  const int64_t largest_allowed_id = static_cast<int64_t>(vocabulary.size()) + 65536;
+  for (const auto& [token, id_value] : vocabulary.items()) {
+    const int32_t id = json_token_id(id_value, place / "vocab" / token);
+    if (id > largest_allowed_id)
+      json_error(place / "vocab" / token, fmt::format("id {} is far beyond the vocabulary's {} entries", id,
+                                                      vocabulary.size()));
+    ids.emplace(token, id);
+    if (static_cast<size_t>(id) >= tokens.size()) {
+      tokens.resize(id + 1);
+      has_token.resize(id + 1, false);
+    }
+    tokens[id] = token;
+    has_token[id] = true;
+  }
 }
 
 }  // namespace fast_llm::tokenizer

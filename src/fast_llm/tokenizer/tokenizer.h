@@ -3,8 +3,8 @@
 //
 // Contract: for every tokenizer that `load` accepts, `encode` and `decode` give exactly what Hugging Face's
 // `tokenizers` library gives for the same file and text (tests/tokenizer checks this against the library itself). A
-// feature of a file that is not implemented is refused by `load` with an error naming the file and the feature (for
-// example `normalizer.type: Precompiled`), never tokenized differently.
+// feature outside the supported set (docs/tokenizers.md) is refused by `load` with an error naming the file and the
+// feature (for example `normalizer.type: Precompiled`), never tokenized differently.
 //
 // A Tokenizer is immutable after loading and safe to use from several threads at once.
 #pragma once

@@ -10,22 +10,7 @@ WordPieceModel::WordPieceModel(const Json& model, const JsonPlace& place) {
   prefix_ = json_optional_string(model, "continuing_subword_prefix", place).value_or("##");
   max_input_chars_per_word_ =
       json_present(model, "max_input_chars_per_word") ? json_integer(model, "max_input_chars_per_word", place) : 100;
-  const Json& vocabulary = json_required(model, "vocab", place);
-  if (!vocabulary.is_object()) json_error(place / "vocab", "expected an object of token: id");
-  const int64_t largest_allowed_id = static_cast<int64_t>(vocabulary.size()) + 65536;
-  for (const auto& [token, id_value] : vocabulary.items()) {
-    const int32_t id = json_token_id(id_value, place / "vocab" / token);
-    if (id > largest_allowed_id)
-      json_error(place / "vocab" / token, fmt::format("id {} is far beyond the vocabulary's {} entries", id,
-                                                      vocabulary.size()));
-    vocabulary_.emplace(token, id);
-    if (static_cast<size_t>(id) >= tokens_.size()) {
-      tokens_.resize(id + 1);
-      has_token_.resize(id + 1, false);
-    }
-    tokens_[id] = token;
-    has_token_[id] = true;
-  }
+  read_model_vocabulary(model, place, vocabulary_, tokens_, has_token_);
   if (!find_token(vocabulary_, unk_token_))
     json_error(place / "unk_token", fmt::format("\"{}\" is not in the vocabulary", unk_token_));
 }
