@@ -170,8 +170,8 @@ void AddedVocabulary::split_with(const Trie& trie, const TextSegment& segment, s
 
 std::vector<TextSegment> AddedVocabulary::split(std::string_view text, const Normalizer* normalizer) const {
   std::vector<TextSegment> raw;
-  const TextSegment whole{std::string(text), std::nullopt, true};
-  if (raw_trie_.edges.empty()) raw.push_back(whole);
+  TextSegment whole{std::string(text), std::nullopt, true};
+  if (raw_trie_.edges.empty()) raw.push_back(std::move(whole));
   else split_with(raw_trie_, whole, raw);
   std::vector<TextSegment> out;
   out.reserve(raw.size());

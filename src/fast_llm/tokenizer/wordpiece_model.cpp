@@ -6,13 +6,14 @@
 namespace fast_llm::tokenizer {
 
 WordPieceModel::WordPieceModel(const Json& model, const JsonPlace& place) {
-  unk_token_ = json_optional_string(model, "unk_token", place).value_or("[UNK]");
+  const std::string unk_token = json_optional_string(model, "unk_token", place).value_or("[UNK]");
   prefix_ = json_optional_string(model, "continuing_subword_prefix", place).value_or("##");
   max_input_chars_per_word_ =
       json_present(model, "max_input_chars_per_word") ? json_integer(model, "max_input_chars_per_word", place) : 100;
   read_model_vocabulary(model, place, vocabulary_, tokens_, has_token_);
-  if (!find_token(vocabulary_, unk_token_))
-    json_error(place / "unk_token", fmt::format("\"{}\" is not in the vocabulary", unk_token_));
+  const std::optional<int32_t> unk = find_token(vocabulary_, unk_token);
+  if (!unk) json_error(place / "unk_token", fmt::format("\"{}\" is not in the vocabulary", unk_token));
+  unk_id_ = *unk;
 }
 
 const std::string* WordPieceModel::id_to_token(int32_t id) const {
@@ -21,7 +22,7 @@ const std::string* WordPieceModel::id_to_token(int32_t id) const {
 }
 
 void WordPieceModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const {
-  const int32_t unk = *find_token(vocabulary_, unk_token_);
+  const int32_t unk = unk_id_;
   // Character boundaries: piece ends shrink one character at a time.
   std::vector<size_t> boundaries;
   for (size_t position = 0; position < word.size();) {

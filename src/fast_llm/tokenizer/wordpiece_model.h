@@ -31,7 +31,7 @@ class WordPieceModel final : public Model {
   TokenIdMap vocabulary_;
   std::vector<std::string> tokens_;
   std::vector<bool> has_token_;
-  std::string unk_token_;
+  int32_t unk_id_ = 0;  // the id of `unk_token`, found at load
   std::string prefix_;
   int64_t max_input_chars_per_word_;
 };
