@@ -7,6 +7,7 @@
 #include "fast_llm/core/random.h"
 #include "fast_llm/data/sampling.h"
 #include "fast_llm/tokenizer/tokenizer.h"
+#include "fast_llm/tokenizer/utf8.h"
 
 namespace fast_llm::data {
 
@@ -17,16 +18,6 @@ constexpr std::string_view kComponent = "data";
 constexpr uint64_t kFimStream = 0x46494D;  // "FIM"
 
 using Tokens = std::vector<int64_t>;
-
-// Byte offsets of the code points of UTF-8 `text`, and its size last: the cut positions Python's str indices give.
-// Bytes that do not continue a sequence each start one, so even invalid UTF-8 is cut between whole characters.
-std::vector<size_t> character_offsets(const std::string& text) {
-  std::vector<size_t> offsets;
-  for (size_t index = 0; index < text.size(); ++index)
-    if ((static_cast<unsigned char>(text[index]) & 0xC0) != 0x80) offsets.push_back(index);
-  offsets.push_back(text.size());
-  return offsets;
-}
 
 // One document's rewrite: the settings, the tokenizer and the document's random stream.
 class FimRewriter {
@@ -95,7 +86,7 @@ class FimRewriter {
     const std::string contents = tokenizer_.decode(ids, /*skip_special_tokens=*/false);
     if (settings_.ignore_prefix && contents.starts_with(*settings_.ignore_prefix)) return unchanged;
 
-    const std::vector<size_t> offsets = character_offsets(contents);
+    const std::vector<size_t> offsets = tokenizer::character_offsets(contents);
     const int64_t characters = int64_t(offsets.size()) - 1;
     int64_t first = 0, second = 0;
     if (!settings_.max_middle_len) {

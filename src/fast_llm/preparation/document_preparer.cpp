@@ -9,21 +9,12 @@
 #include <nlohmann/json.hpp>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/tokenizer/utf8.h"
 
 namespace fast_llm::preparation {
 
 namespace {
 constexpr std::string_view kComponent = "prepare";
-
-// Byte offset of each code point of valid UTF-8 `text`, plus the size: entry i is where character i starts.
-std::vector<size_t> character_offsets(std::string_view text) {
-  std::vector<size_t> offsets;
-  offsets.reserve(text.size() + 1);
-  for (size_t index = 0; index < text.size(); ++index)
-    if ((static_cast<unsigned char>(text[index]) & 0xC0) != 0x80) offsets.push_back(index);
-  offsets.push_back(text.size());
-  return offsets;
-}
 
 // The offset of the first byte of `text` that is not part of a valid UTF-8 sequence (overlong forms and surrogates
 // included), or npos.
@@ -179,7 +170,7 @@ data::Document DocumentPreparer::from_json(std::string_view line, const std::str
                                           location, field));
     auto spans = read_spans(*found, location, field);
     std::stable_sort(spans.begin(), spans.end());
-    const std::vector<size_t> offsets = character_offsets(text);
+    const std::vector<size_t> offsets = tokenizer::character_offsets(text);
     const int64_t characters = int64_t(offsets.size()) - 1;
     int64_t previous_end = 0;
     for (const auto& [begin, last] : spans) {

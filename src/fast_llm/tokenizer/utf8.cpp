@@ -94,4 +94,13 @@ void append_utf8(std::string& out, char32_t code_point) {
   }
 }
 
+std::vector<size_t> character_offsets(std::string_view text) {
+  std::vector<size_t> offsets;
+  offsets.reserve(text.size() + 1);
+  for (size_t index = 0; index < text.size(); ++index)
+    if ((static_cast<unsigned char>(text[index]) & 0xC0) != 0x80) offsets.push_back(index);
+  offsets.push_back(text.size());
+  return offsets;
+}
+
 }  // namespace fast_llm::tokenizer

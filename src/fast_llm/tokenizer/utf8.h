@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace fast_llm::tokenizer {
 
@@ -28,5 +29,10 @@ inline int utf8_length(unsigned char lead) {
 char32_t next_code_point(std::string_view text, size_t& position);
 
 void append_utf8(std::string& out, char32_t code_point);
+
+// Byte offset of each character of `text`, then its size: entry i is where character i starts, the cut positions that
+// Python's str indices give (Fast-LLM's character spans, FIM's cuts). A byte that does not continue a sequence starts
+// one, so even invalid UTF-8 is cut between whole characters.
+std::vector<size_t> character_offsets(std::string_view text);
 
 }  // namespace fast_llm::tokenizer
