@@ -37,16 +37,31 @@
 namespace fast_llm::cli {
 
 namespace {
-struct ByteCorpusOptions {
+// What the commands reading the machine's text (byte_corpus, text_corpus, bpe_tokenizer) share.
+struct CorpusCommandOptions {
   std::string output;
   std::vector<std::string> sources;
   int64_t max_bytes = int64_t(64) << 20;
+
+  data::CorpusOptions corpus() const {
+    data::CorpusOptions options;
+    if (!sources.empty()) options.sources = sources;
+    options.max_bytes = max_bytes;
+    return options;
+  }
 };
 
+void add_corpus_options(CLI::App& command, CorpusCommandOptions& options, const std::string& output_description) {
+  command.add_option("-o,--output", options.output, output_description)->required();
+  command.add_option("-s,--source", options.sources,
+                     "File, folder or wildcard path to read (repeatable; default: licenses, package copyright "
+                     "notices and C++ headers found on this machine).");
+  command.add_option("--max-bytes", options.max_bytes, "Stop after this many bytes of text.")
+      ->check(CLI::PositiveNumber);
+}
+
 struct BpeTokenizerOptions {
-  std::string output;
-  std::vector<std::string> sources;
-  int64_t max_bytes = int64_t(64) << 20;
+  CorpusCommandOptions text;
   int64_t vocab_size = 4096;
   int64_t model_max_length = 2048;
 };
@@ -63,11 +78,9 @@ void check_output_folder(const std::string& output) {
 
 int train_bpe_tokenizer(const BpeTokenizerOptions& options) {
   using Clock = std::chrono::steady_clock;
-  check_output_folder(options.output);
+  check_output_folder(options.text.output);
   const auto start = Clock::now();
-  data::CorpusOptions corpus_options;
-  if (!options.sources.empty()) corpus_options.sources = options.sources;
-  corpus_options.max_bytes = options.max_bytes;
+  const data::CorpusOptions corpus_options = options.text.corpus();
   data::CorpusStats stats;
   std::vector<std::string> texts;
   int64_t text_bytes = 0;
@@ -108,10 +121,10 @@ int train_bpe_tokenizer(const BpeTokenizerOptions& options) {
   if (static_cast<int64_t>(trained.vocabulary.size()) < options.vocab_size)
     log_warning("the text has no pair left to merge: the vocabulary has {} tokens, not the {} asked for",
                 trained.vocabulary.size(), options.vocab_size);
-  tokenizer::write_byte_level_bpe_tokenizer(options.output, trained,
+  tokenizer::write_byte_level_bpe_tokenizer(options.text.output, trained,
                                             {.special_tokens = kSpecialTokens,
                                              .model_max_length = options.model_max_length});
-  log_main("tokenizer: {}", (std::filesystem::path(options.output) / "tokenizer.json").string());
+  log_main("tokenizer: {}", (std::filesystem::path(options.text.output) / "tokenizer.json").string());
   return 0;
 }
 
@@ -144,20 +157,12 @@ void add_prepare_command(CLI::App& app, CommandAction& action) {
   prepare->require_subcommand(0, 1);
 
   auto* corpus = prepare->add_subcommand("byte_corpus", "Byte-level dataset from text files on this machine.");
-  auto options = std::make_shared<ByteCorpusOptions>();
-  corpus->add_option("-o,--output", options->output, "Output folder.")->required();
-  corpus->add_option("-s,--source", options->sources,
-                     "File, folder or wildcard path to read (repeatable; default: licenses, package copyright "
-                     "notices and C++ headers found on this machine).");
-  corpus->add_option("--max-bytes", options->max_bytes, "Stop after this many bytes of text.")
-      ->check(CLI::PositiveNumber);
+  auto options = std::make_shared<CorpusCommandOptions>();
+  add_corpus_options(*corpus, *options, "Output folder.");
   corpus->callback([&action, options] {
     action = [options] {
       check_output_folder(options->output);
-      data::CorpusOptions corpus_options;
-      if (!options->sources.empty()) corpus_options.sources = options->sources;
-      corpus_options.max_bytes = options->max_bytes;
-      data::CorpusStats stats = data::build_byte_corpus(options->output, corpus_options);
+      data::CorpusStats stats = data::build_byte_corpus(options->output, options->corpus());
       FLM_CHECK(stats.documents > 0, "prepare", "no text file found in the sources ({} files considered)",
                 stats.files_considered);
       log_main("wrote {} documents, {} tokens from {} files ({} binary, {} empty or oversized and {} duplicates "
@@ -172,21 +177,13 @@ void add_prepare_command(CLI::App& app, CommandAction& action) {
 
   auto* text = prepare->add_subcommand(
       "text_corpus", "Text files on this machine as JSON Lines ({\"text\": ...}), input for gpt_memmap.");
-  auto text_options = std::make_shared<ByteCorpusOptions>();
-  text->add_option("-o,--output", text_options->output, "Output file (.jsonl).")->required();
-  text->add_option("-s,--source", text_options->sources,
-                   "File, folder or wildcard path to read (repeatable; default: the files `prepare byte_corpus` "
-                   "reads).");
-  text->add_option("--max-bytes", text_options->max_bytes, "Stop after this many bytes of text.")
-      ->check(CLI::PositiveNumber);
+  auto text_options = std::make_shared<CorpusCommandOptions>();
+  add_corpus_options(*text, *text_options, "Output file (.jsonl).");
   text->callback([&action, text_options] {
     action = [text_options] {
       FLM_CHECK(engine::file_type_of(text_options->output, "prepare") != std::filesystem::file_type::directory,
                 "prepare", "--output {}: is a folder; text_corpus writes one .jsonl file", text_options->output);
-      data::CorpusOptions corpus_options;
-      if (!text_options->sources.empty()) corpus_options.sources = text_options->sources;
-      corpus_options.max_bytes = text_options->max_bytes;
-      data::write_text_corpus(text_options->output, corpus_options);
+      data::write_text_corpus(text_options->output, text_options->corpus());
       return 0;
     };
   });
@@ -194,21 +191,14 @@ void add_prepare_command(CLI::App& app, CommandAction& action) {
   auto* bpe = prepare->add_subcommand(
       "bpe_tokenizer", "Train a byte-level BPE tokenizer (Hugging Face tokenizer.json) on text files on this machine.");
   auto bpe_options = std::make_shared<BpeTokenizerOptions>();
-  bpe->add_option("-o,--output", bpe_options->output, "Output folder (tokenizer.json, tokenizer_config.json).")
-      ->required();
-  bpe->add_option("-s,--source", bpe_options->sources,
-                  "File, folder or wildcard path to read (repeatable; default: the files `prepare byte_corpus` "
-                  "reads).");
+  add_corpus_options(*bpe, bpe_options->text, "Output folder (tokenizer.json, tokenizer_config.json).");
   bpe->add_option("--vocab-size", bpe_options->vocab_size,
                   "Tokens in the vocabulary, the 5 special tokens and the 256 bytes included.")
       ->check(CLI::Range(int64_t(261), int64_t(INT32_MAX)));
-  bpe->add_option("--max-bytes", bpe_options->max_bytes, "Stop reading after this many bytes of text.")
-      ->check(CLI::PositiveNumber);
   bpe->add_option("--model-max-length", bpe_options->model_max_length,
                   "model_max_length written to tokenizer_config.json.")
       ->check(CLI::PositiveNumber);
   bpe->callback([&action, bpe_options] { action = [bpe_options] { return train_bpe_tokenizer(*bpe_options); }; });
-
 
   auto* gpt_memmap = prepare->add_subcommand(
       "gpt_memmap", "Tokenize JSON Lines or text files into memmap shards (Fast-LLM's preparation config).");
