@@ -24,7 +24,7 @@ KeyValueCache::LayerCache& KeyValueCache::layer(const void* owner, int64_t head_
                                      .value = Tensor::empty(shape, dtype_, device_, stream)};
 }
 
-void KeyValueCache::begin_prefill(const std::vector<int64_t>& prompt_lengths, Stream stream) {
+void KeyValueCache::begin_prefill(const std::vector<int64_t>& prompt_lengths) {
   FLM_CHECK(int64_t(prompt_lengths.size()) == batch_size_, "generate", "{} prompts for a cache of {} sequences",
             prompt_lengths.size(), batch_size_);
   for (int64_t length : prompt_lengths)
@@ -34,7 +34,6 @@ void KeyValueCache::begin_prefill(const std::vector<int64_t>& prompt_lengths, St
   step_rotary_.clear();
   prompt_lengths_ = prompt_lengths;
   std::fill(lengths_.begin(), lengths_.end(), 0);
-  upload_lengths(stream);
 }
 
 void KeyValueCache::begin_decode(Stream stream) {

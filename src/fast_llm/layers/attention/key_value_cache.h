@@ -38,13 +38,13 @@ class KeyValueCache {
   int64_t batch_size() const { return batch_size_; }
   int64_t capacity() const { return capacity_; }
   Step step() const { return step_; }
-  // Tokens cached per sequence, on the host and (int32, for attention_decode) on the device.
+  // Tokens cached per sequence, on the host and (int32, for attention_decode, uploaded by begin_decode) on the device.
   const std::vector<int64_t>& lengths() const { return lengths_; }
   const Tensor& device_lengths() const { return device_lengths_; }
 
   // The next step: a prefill of prompts of `prompt_lengths` tokens (one per sequence, into empty caches), or a decode
   // of one token per sequence. Throws when a sequence would outgrow the capacity.
-  void begin_prefill(const std::vector<int64_t>& prompt_lengths, Stream stream);
+  void begin_prefill(const std::vector<int64_t>& prompt_lengths);
   void begin_decode(Stream stream);
   // The step's tokens are in the caches: prefill sets the lengths to the prompts', decode adds one to each.
   void advance();

@@ -113,7 +113,7 @@ std::vector<std::vector<int64_t>> Generator::generate(const std::vector<std::vec
   };
 
   // Prefill: every prompt at once, one document each.
-  cache.begin_prefill(lengths, stream_);
+  cache.begin_prefill(lengths);
   layers::MicroBatch prefill{.index = 0,
                              .tokens = index_tensor(tokens, DType::int64, device_, stream_),
                              .labels = Tensor(),
