@@ -579,15 +579,18 @@ TEST_F(CliTest, LayerLogsAreTheSameForTwoLayoutsOfOneRun) {
     EXPECT_EQ(line.find("samples (step=127)") != std::string::npos, line.find(" fw") != std::string::npos) << line;
 }
 
-// The loss the last training line of `output` printed, or -1 when there is none.
-double training_loss(const std::string& output) {
-  const size_t line = output.rfind("training @ iteration");
+// The loss printed on the last line of `output` that holds `line_marker` ("training @ iteration",
+// "validation/validation"), or -1 when there is none.
+double last_loss(const std::string& output, const std::string& line_marker) {
+  const size_t line = output.rfind(line_marker);
   if (line == std::string::npos) return -1.0;
   const std::string field = "lm_head_loss: ";
   const size_t value = output.find(field, line);
   if (value == std::string::npos) return -1.0;
   return std::stod(output.substr(value + field.size()));
 }
+
+double training_loss(const std::string& output) { return last_loss(output, "training @ iteration"); }
 
 // Training on a fill-in-the-middle dataset: a byte corpus wrapped in `fim`, with a tokenizer.json of the corpus's ids
 // and the FIM sentinels. The rewritten samples are the same in one process (two sequential micro-batches) and in two
@@ -642,15 +645,7 @@ TEST_F(CliTest, TrainGptOnAFimDataset) {
          1, "data.datasets.training.tokenizer.path: fill-in-the-middle needs a tokenizer");
 }
 
-// The loss that the last line of evaluator `validation` printed in `output`, or -1 when there is none.
-double validation_loss(const std::string& output) {
-  const size_t line = output.rfind("validation/validation");
-  if (line == std::string::npos) return -1.0;
-  const std::string field = "lm_head_loss: ";
-  const size_t value = output.find(field, line);
-  if (value == std::string::npos) return -1.0;
-  return std::stod(output.substr(value + field.size()));
-}
+double validation_loss(const std::string& output) { return last_loss(output, "validation/validation"); }
 
 // `evaluate gpt` runs a config's evaluators on pretrained weights without training: on the export of a training run,
 // it prints the loss that run's own evaluation printed after its last step (same weights, same validation samples).
