@@ -445,5 +445,18 @@ TEST(NoCudaBuild, CudaRequestsSayTheBackendIsMissing) {
   EXPECT_THROW(is_capturing(Device::cuda()), NotSupportedError);
 }
 
+TEST(Tensor, FromIndicesHoldsTheValuesInEitherIntegerType) {
+  const std::vector<int64_t> values{0, 7, -3, 128255};
+  const Tensor wide = Tensor::from_indices(values, DType::int64);
+  const Tensor narrow = Tensor::from_indices(values, DType::int32);
+  ASSERT_EQ(wide.shape(), Shape{4});
+  ASSERT_EQ(narrow.dtype(), DType::int32);
+  for (size_t index = 0; index < values.size(); ++index) {
+    EXPECT_EQ(wide.data_as<int64_t>()[index], values[index]);
+    EXPECT_EQ(narrow.data_as<int32_t>()[index], int32_t(values[index]));
+  }
+  EXPECT_THROW(Tensor::from_indices(values, DType::float32), Error);
+}
+
 }  // namespace
 }  // namespace fast_llm

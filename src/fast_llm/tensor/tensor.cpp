@@ -218,6 +218,19 @@ Tensor Tensor::from_values(std::span<const float> values, const Shape& shape, DT
   return tensor;
 }
 
+Tensor Tensor::from_indices(std::span<const int64_t> values, DType dtype, Device device, Stream stream) {
+  FLM_CHECK(dtype == DType::int64 || dtype == DType::int32, "tensor", "from_indices: dtype {} is not int64 or int32",
+            dtype_name(dtype));
+  Tensor host = empty(Shape{int64_t(values.size())}, dtype);
+  for (size_t index = 0; index < values.size(); ++index) {
+    if (dtype == DType::int64)
+      host.data_as<int64_t>()[index] = values[index];
+    else
+      host.data_as<int32_t>()[index] = int32_t(values[index]);
+  }
+  return device.is_cpu() ? host : host.to(device, stream);
+}
+
 // ---------------------------------------------------------------------------------------------------------------------
 // Properties
 

@@ -87,6 +87,10 @@ class Tensor {
                           std::shared_ptr<void> keep_alive = nullptr);
   // Host tensor holding a copy of `values` (fp32 values are rounded to `dtype` for floating types).
   static Tensor from_values(std::span<const float> values, const Shape& shape, DType dtype = DType::float32);
+  // 1-d tensor of the integers `values` as int64 or int32 (token ids, positions, lengths, offsets), on `device`: built
+  // on the host, then copied on `stream` when the device is a GPU.
+  static Tensor from_indices(std::span<const int64_t> values, DType dtype, Device device = Device::cpu(),
+                             Stream stream = {});
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }

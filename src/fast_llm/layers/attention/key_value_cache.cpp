@@ -61,10 +61,7 @@ void KeyValueCache::advance() {
 }
 
 void KeyValueCache::upload_lengths(Stream stream) {
-  Tensor host = Tensor::empty(Shape{batch_size_}, DType::int32);
-  for (int64_t index = 0; index < batch_size_; ++index)
-    host.data_as<int32_t>()[index] = int32_t(lengths_[size_t(index)]);
-  device_lengths_ = device_.is_cpu() ? host : host.to(device_, stream);
+  device_lengths_ = Tensor::from_indices(lengths_, DType::int32, device_, stream);
 }
 
 }  // namespace fast_llm::layers

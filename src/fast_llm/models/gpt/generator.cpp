@@ -14,18 +14,6 @@ namespace {
 
 constexpr std::string_view kComponent = "generate";
 
-// A host tensor of `values` as `dtype` (int64 or int32), moved to `device`.
-Tensor index_tensor(const std::vector<int64_t>& values, DType dtype, Device device, Stream stream) {
-  Tensor host = Tensor::empty(Shape{int64_t(values.size())}, dtype);
-  for (size_t index = 0; index < values.size(); ++index) {
-    if (dtype == DType::int64)
-      host.data_as<int64_t>()[index] = values[index];
-    else
-      host.data_as<int32_t>()[index] = int32_t(values[index]);
-  }
-  return device.is_cpu() ? host : host.to(device, stream);
-}
-
 }  // namespace
 
 Generator::Generator(GPTModel& model, Device device, DType compute_dtype)
@@ -115,10 +103,10 @@ std::vector<std::vector<int64_t>> Generator::generate(const std::vector<std::vec
   // Prefill: every prompt at once, one document each.
   cache.begin_prefill(lengths);
   layers::MicroBatch prefill{.index = 0,
-                             .tokens = index_tensor(tokens, DType::int64, device_, stream_),
+                             .tokens = Tensor::from_indices(tokens, DType::int64, device_, stream_),
                              .labels = Tensor(),
-                             .positions = index_tensor(positions, DType::int64, device_, stream_),
-                             .cu_seqlens = index_tensor(cu_seqlens, DType::int32, device_, stream_),
+                             .positions = Tensor::from_indices(positions, DType::int64, device_, stream_),
+                             .cu_seqlens = Tensor::from_indices(cu_seqlens, DType::int32, device_, stream_),
                              .max_seqlen = longest,
                              .sequence_lengths = lengths};
   layers::LayerContext prefill_context{.batch = prefill,
@@ -129,7 +117,7 @@ std::vector<std::vector<int64_t>> Generator::generate(const std::vector<std::vec
                                        .key_value_cache = &cache};
   Tensor hidden = forward(prefill_context);  // (prompt tokens, hidden)
   Tensor last = Tensor::empty(Shape{batch, hidden.size(1)}, hidden.dtype(), device_, stream_);
-  const Tensor last_indices = index_tensor(last_rows, DType::int64, device_, stream_);
+  const Tensor last_indices = Tensor::from_indices(last_rows, DType::int64, device_, stream_);
   kernels::embedding_forward({.indices = last_indices, .weight = hidden, .output = last, .stream = stream_});
   cache.advance();
   bool running = choose(host_logits(last));
@@ -138,9 +126,9 @@ std::vector<std::vector<int64_t>> Generator::generate(const std::vector<std::vec
   while (running) {
     cache.begin_decode(stream_);
     layers::MicroBatch step{.index = 0,
-                            .tokens = index_tensor(next, DType::int64, device_, stream_),
+                            .tokens = Tensor::from_indices(next, DType::int64, device_, stream_),
                             .labels = Tensor(),
-                            .positions = index_tensor(cache.lengths(), DType::int64, device_, stream_),
+                            .positions = Tensor::from_indices(cache.lengths(), DType::int64, device_, stream_),
                             .cu_seqlens = Tensor(),
                             .max_seqlen = 1,
                             .sequence_lengths = {}};

@@ -20,13 +20,6 @@ namespace {
 
 constexpr std::string_view kComponent = "model_outputs";
 
-// A host int64 tensor of `values`, moved to `device`.
-Tensor int64_tensor(const std::vector<int64_t>& values, Device device, Stream stream) {
-  Tensor host = Tensor::empty(Shape{int64_t(values.size())}, DType::int64);
-  std::copy(values.begin(), values.end(), host.data_as<int64_t>());
-  return device.is_cpu() ? host : host.to(device, stream);
-}
-
 }  // namespace
 
 void ModelOutputsConfig::visit(config::Visitor& v) {
@@ -84,9 +77,9 @@ void write_model_outputs(const ModelOutputsConfig& config) {
     cu_seqlens.data_as<int32_t>()[0] = 0;
     cu_seqlens.data_as<int32_t>()[1] = int32_t(length);
     micro_batches.push_back({.index = row,
-                             .tokens = int64_tensor(ids, device, stream),
-                             .labels = int64_tensor(labels, device, stream),
-                             .positions = int64_tensor(positions, device, stream),
+                             .tokens = Tensor::from_indices(ids, DType::int64, device, stream),
+                             .labels = Tensor::from_indices(labels, DType::int64, device, stream),
+                             .positions = Tensor::from_indices(positions, DType::int64, device, stream),
                              .cu_seqlens = device.is_cpu() ? cu_seqlens : cu_seqlens.to(device, stream),
                              .max_seqlen = length});
   }
