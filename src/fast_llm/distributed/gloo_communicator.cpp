@@ -19,9 +19,12 @@
 // inputs into a page-locked buffer the communicator keeps (grown when an operation needs more), runs the operation on
 // the host and copies the result back on the staging stream, waiting for each copy; Work::wait(stream) is a host wait.
 // Faults: a Gloo error (timeout, closed peer) or a store timeout becomes an Error naming the operation and the group.
+// Gloo writes to its sockets with writev, which cannot ask for MSG_NOSIGNAL: a peer that died would end this process
+// with SIGPIPE, silently. A process that connects a Gloo group ignores SIGPIPE, so the write fails with EPIPE instead.
 // Gloo closes every pair of a group after a timeout, so the communicator is broken from then on: later operations
 // fail at once, naming the first failure.
 #include <arpa/inet.h>
+#include <csignal>
 #include <net/if.h>
 #include <netdb.h>
 #include <unistd.h>
@@ -595,6 +598,7 @@ std::unique_ptr<Communicator> create_gloo_communicator(const CommunicatorOptions
               options.name, options.store->describe());
   }
   const gloo::transport::tcp::attr attributes = device_attributes(options.size, options.local);
+  std::signal(SIGPIPE, SIG_IGN);
   std::shared_ptr<gloo::Context> context;
   try {
     shared->device = gloo::transport::tcp::CreateDevice(attributes);
