@@ -2,8 +2,11 @@
 # GPU training benchmark (issue #5, DESIGN.md §8): for each dense shape, fast-llm's `train gpt` against transformers'
 # LlamaForCausalLM (eager and torch.compile) on the same model, batch and H200, then a table of step time, tokens/s,
 # model TFLOP/s (one formula for both: benchmarks/llama_shapes.py), peak memory, our/PyTorch ratios and the §8 targets.
+# The mixture-of-experts shapes of issue 20 (mixtral-tiny, fine-grained) run against MixtralForCausalLM the same way
+# (tools/moe_device_check.sh runs them).
 #
 #   bash benchmarks/gpu_training_benchmark.sh [smollm2-135m] [llama-3.2-1b] [llama-3.2-3b]   (default: all three)
+#   bash benchmarks/gpu_training_benchmark.sh mixtral-tiny fine-grained
 #
 # Runs on the GPU machine with a staged CUDA build (tools/stage_for_device.sh; docs/gpu.md). Environment:
 #   FAST_LLM_BINARY  fast-llm binary (build/device/bin/fast-llm)       PYTHON       python3 with torch + transformers

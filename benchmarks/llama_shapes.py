@@ -1,7 +1,9 @@
-"""The dense Llama shapes of DESIGN.md §8 and the model-FLOPs formula, shared by the GPU benchmark scripts.
+"""The dense Llama shapes of DESIGN.md §8, the mixture-of-experts shapes of issue 20 (Mixtral architecture: `experts`
+and `experts_per_token` set) and the model-FLOPs formula, shared by the GPU benchmark scripts.
 
 Model FLOPs per token = 6 x (all matmul weights incl. the LM head) + 6 x layers x seq x (heads x head_size)
-(DESIGN.md §8; the attention term is causal attention over full sequences). The same function recomputes our
+(DESIGN.md §8; the attention term is causal attention over full sequences). For a mixture of experts the matmul
+weights are the active ones: the router and experts_per_token experts per layer (issue 20, "Memory and FLOPs"). The same function recomputes our
 throughput from the resolved config a `fast-llm train gpt` run writes (`experiment_dir/config.yaml`) and the
 PyTorch reference's (benchmarks/torch_gpu_llama_step.py), so both sides are counted alike.
 
@@ -34,15 +36,33 @@ SHAPES = {
         rms_epsilon=1e-5, sequence_length=4096, batch=2,
         targets=dict(min_speedup=None, min_tflops=600.0),
         design="17.7k tokens/s (eager) -> >= 600 TFLOP/s"),
+    # Issue 20's MoE shapes (Mixtral architecture: rotary theta 1e6, untied head). Targets: >= 1.5x PyTorch's best
+    # mode and >= 2.5x its eager mode; >= 40% (mixtral-tiny) / 30% (fine-grained) of the H200's dense bf16 peak
+    # (989.4 TFLOP/s) in model TFLOP/s over active parameters.
+    "mixtral-tiny": dict(
+        hidden_size=1024, num_layers=8, heads=16, head_groups=8, head_size=64, intermediate_size=3584,
+        experts=8, experts_per_token=2, vocab_size=32000, tied=False, rope_theta=1e6, rope=None, rms_epsilon=1e-5,
+        sequence_length=4096, batch=4,
+        targets=dict(min_speedup=1.5, min_speedup_eager=2.5, min_tflops=0.40 * 989.4),
+        design="issue 20: >= 2.5x eager, >= 1.5x best mode, >= 40% of dense bf16 peak (396 TFLOP/s)"),
+    "fine-grained": dict(
+        hidden_size=2048, num_layers=16, heads=16, head_groups=4, head_size=128, intermediate_size=1024,
+        experts=64, experts_per_token=8, vocab_size=50304, tied=False, rope_theta=1e6, rope=None, rms_epsilon=1e-5,
+        sequence_length=4096, batch=2,
+        targets=dict(min_speedup=1.5, min_speedup_eager=2.5, min_tflops=0.30 * 989.4),
+        design="issue 20: >= 2.5x eager, >= 1.5x best mode, >= 30% of dense bf16 peak (297 TFLOP/s)"),
 }
 
 
 def matmul_weights(hidden_size, num_layers, heads, head_groups, head_size, intermediate_size, vocab_size,
-                   gated=True, **_):
+                   gated=True, experts=None, experts_per_token=None, **_):
     """Every matmul weight of the model: q, k, v, o and the MLP of each layer, and the LM head (counted even when
-    tied to the embeddings, whose lookup is not a matmul)."""
+    tied to the embeddings, whose lookup is not a matmul). With experts: the router and experts_per_token experts'
+    MLPs (the active weights of a token)."""
     attention = hidden_size * heads * head_size * 2 + hidden_size * head_groups * head_size * 2
     mlp = hidden_size * intermediate_size * (3 if gated else 2)
+    if experts:
+        mlp = mlp * experts_per_token + hidden_size * experts
     return num_layers * (attention + mlp) + hidden_size * vocab_size
 
 
@@ -62,7 +82,12 @@ def architecture_from_fast_llm_config(config):
     decoder = base["decoder"]
     block = decoder["block"]
     mixer, mlp = block["mixer"], block["mlp"]
-    return dict(hidden_size=int(base["hidden_size"]), num_layers=int(decoder["num_blocks"]),
+    # A mixture of experts (`type: moe`): its routed experts (the shared ones are active for every token too).
+    moe = {}
+    if mlp.get("type") == "moe" or "experts_per_token" in mlp:
+        shared = int(mlp.get("shared_experts", 0) or 0)
+        moe = dict(experts=int(mlp["experts"]) - shared, experts_per_token=int(mlp["experts_per_token"]) + shared)
+    return dict(**moe, hidden_size=int(base["hidden_size"]), num_layers=int(decoder["num_blocks"]),
                 heads=int(mixer["heads"]), head_groups=int(mixer["head_groups"]), head_size=int(mixer["head_size"]),
                 intermediate_size=int(mlp["intermediate_size"]), gated=bool(mlp.get("gated", False)),
                 vocab_size=int(base["embeddings"]["vocab_size"]),

@@ -1,8 +1,10 @@
 """PyTorch reference for the GPU training benchmark (benchmarks/gpu_training_benchmark.sh, DESIGN.md §8).
 
-transformers' LlamaForCausalLM built from a LlamaConfig of one of the §8 shapes (benchmarks/llama_shapes.py), SDPA
-attention, fp32 parameters, torch.autocast(bf16), torch.optim.AdamW(fused=True), gradient-norm clipping at 1.0 (as
-fast-llm's default), random tokens, `batch x sequence_length` tokens per step in one forward.
+transformers' LlamaForCausalLM built from a LlamaConfig of one of the §8 shapes (benchmarks/llama_shapes.py), or
+MixtralForCausalLM from a MixtralConfig for the mixture-of-experts shapes of issue 20 (router load-balancing loss on,
+coefficient 0.01 as the fast-llm configs; the experts as transformers implements them by default), SDPA attention,
+fp32 parameters, torch.autocast(bf16), torch.optim.AdamW(fused=True), gradient-norm clipping at 1.0 (as fast-llm's
+default), random tokens, `batch x sequence_length` tokens per step in one forward.
 
 Modes (each in this process, one after the other, the optimizer state and caches released in between):
   eager          the model as is
@@ -56,6 +58,24 @@ def llama_config(transformers, shape):
         config = transformers.LlamaConfig(rope_theta=rope["rope_theta"],
                                           rope_scaling=None if rope["rope_type"] == "default" else scaling, **kwargs)
     return config
+
+
+def mixtral_config(transformers, shape):
+    """A MixtralConfig of an MoE shape (head size hidden / heads, as both MoE shapes have), transformers 5 or 4."""
+    kwargs = dict(vocab_size=shape["vocab_size"], hidden_size=shape["hidden_size"],
+                  intermediate_size=shape["intermediate_size"], num_hidden_layers=shape["num_layers"],
+                  num_attention_heads=shape["heads"], num_key_value_heads=shape["head_groups"],
+                  max_position_embeddings=max(8192, shape["sequence_length"]), rms_norm_eps=shape["rms_epsilon"],
+                  tie_word_embeddings=shape["tied"], hidden_act="silu", num_local_experts=shape["experts"],
+                  num_experts_per_tok=shape["experts_per_token"], output_router_logits=True,
+                  router_aux_loss_coef=0.01, router_jitter_noise=0.0, sliding_window=None, attention_dropout=0.0,
+                  use_cache=False, initializer_range=0.02)
+    if shape["hidden_size"] // shape["heads"] != shape["head_size"]:
+        raise ValueError(f"head size {shape['head_size']} is not hidden / heads")
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        return transformers.MixtralConfig(rope_parameters={"rope_type": "default", "rope_theta": shape["rope_theta"]},
+                                          **kwargs)
+    return transformers.MixtralConfig(rope_theta=shape["rope_theta"], **kwargs)
 
 
 def describe_rope(config):
@@ -197,11 +217,13 @@ def main():
              "transformers": transformers.__version__, "device": torch.cuda.get_device_name(0), "shape": args.shape,
              "clip_grad_norm": args.clip}
     try:
-        config = llama_config(transformers, shape)
+        config = mixtral_config(transformers, shape) if shape.get("experts") else llama_config(transformers, shape)
         start = time.perf_counter()
         model, attention = build_model(torch, transformers, config)
         setup.update(build_s=time.perf_counter() - start, attention=attention, rope=describe_rope(config),
                      parameters=sum(parameter.numel() for parameter in model.parameters()),
+                     model_class=type(model).__name__,
+                     experts_implementation=getattr(model.config, "_experts_implementation", None),
                      tied=model.get_output_embeddings().weight is model.get_input_embeddings().weight)
     except Exception as error:
         traceback.print_exc(file=sys.stderr)

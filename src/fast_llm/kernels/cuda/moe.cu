@@ -34,7 +34,7 @@ namespace {
 
 constexpr int kMaxRouted = 256;          // routed experts a routing warp holds (8 per lane)
 constexpr int kRouteWarps = 8;           // warps of a routing block
-constexpr int kTokensPerRouteWarp = 32;  // consecutive tokens each warp of the forward routing block takes
+constexpr int kTokensPerRouteWarp = 8;   // consecutive tokens each warp of the forward routing block takes
 constexpr int kRouteTokensPerBlock = kRouteWarps * kTokensPerRouteWarp;
 constexpr int kSinkhornChunk = 256;      // tokens per block of the column partial sums
 constexpr int kSinkhornCheck = 8;        // Sinkhorn iterations queued between two reads of the convergence flag
