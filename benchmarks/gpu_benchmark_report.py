@@ -183,7 +183,8 @@ def main():
             eager = torch_modes.get("eager")
             eager_speedup = (ours["tokens_per_second"] / eager["tokens_per_second"]
                              if eager and eager.get("ok") and ours.get("ok") else None)
-            checks.append(("speed-up vs eager PyTorch (eager target)", eager_speedup, targets["min_speedup_eager"], "x"))
+            checks.append(("speed-up vs eager PyTorch (eager target)", eager_speedup, targets["min_speedup_eager"],
+                           "x"))
         for name, value, target, unit in checks:
             result = verdict(value, target)
             if result:

@@ -3,7 +3,8 @@
 #   tar xzf build/device.tar.gz -C build && export LD_LIBRARY_PATH=$PWD/build/device/lib
 # (a staged CUDA build: tools/stage_for_device.sh). In order, each part on its own, so that a failing or slow part
 # never stops the next:
-#   1. kernels_moe_cuda_test: the CUDA MoE ops against their CPU references (tests/kernels/moe_consistency_test.cpp);
+#   1. kernels_moe_cuda_test: the CUDA MoE ops against their CPU references (tests/kernels/moe_consistency_test.cpp),
+#      then moe_ops_benchmark: each op's device time at both shapes (a few seconds);
 #   2. the CUDA cases of the MoE layers, where a test binary has some (gtest names with Cuda and Moe / MoE / Mixtral /
 #      Expert);
 #   3. the training benchmark at the two MoE shapes (mixtral-tiny, fine-grained: examples/benchmarks/) beside
@@ -53,6 +54,17 @@ if [ -x "$bin/kernels_moe_cuda_test" ]; then
 else
   status=1
   say "== kernels_moe_cuda_test: missing from $bin (stage a CUDA build with tools/stage_for_device.sh)"
+fi
+
+# Part 1b: the ops' device times at both shapes (checked against the CPU references first).
+if [ -x "$bin/moe_ops_benchmark" ]; then
+  timeout -k 5 60 "$bin/moe_ops_benchmark" >"$report/moe_ops_benchmark.log" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || status=1
+  say "== moe_ops_benchmark: exit $rc ($(elapsed)s elapsed)"
+  tee -a "$report/summary.txt" <"$report/moe_ops_benchmark.log"
+else
+  say "== moe_ops_benchmark: missing from $bin"
 fi
 
 # Part 2: the MoE layers' CUDA cases, in whichever test binary has them.

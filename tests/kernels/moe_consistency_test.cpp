@@ -388,7 +388,8 @@ TEST(MoeCudaConsistency, ScaleRowsBackwardMatchesTheReference) {
   uint64_t seed = 127000;
   for (DType dtype : {DType::float32, DType::bfloat16, DType::float16})
     for (const RowCase& c : kRowCases)
-      for (bool in_place : {false, true}) expect_fused_matches(scale_rows_backward_problem(c, dtype, in_place, seed += 10));
+      for (bool in_place : {false, true})
+        expect_fused_matches(scale_rows_backward_problem(c, dtype, in_place, seed += 10));
   expect_deterministic(scale_rows_backward_problem(
       {.tokens = 512, .slots = 8, .num_experts = 128, .hidden = 1024}, DType::bfloat16, false, 127900));
 }

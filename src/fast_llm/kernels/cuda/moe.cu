@@ -477,7 +477,8 @@ void route_forward_fused(const MoeRouteForwardArgs& args) {
       .routed = routed,
       .expert_counts = args.expert_counts != nullptr ? args.expert_counts->data_as<float>() : nullptr,
       .expert_counts_stride = args.expert_counts != nullptr ? args.expert_counts->stride(0) : 0,
-      .load_balancing_loss_sum = args.load_balancing_loss_sum != nullptr ? args.load_balancing_loss_sum->data() : nullptr,
+      .load_balancing_loss_sum =
+          args.load_balancing_loss_sum != nullptr ? args.load_balancing_loss_sum->data() : nullptr,
       .load_balancing_double =
           args.load_balancing_loss_sum != nullptr && args.load_balancing_loss_sum->dtype() == DType::float64,
       .z_loss_sum = args.z_loss_sum != nullptr ? args.z_loss_sum->data() : nullptr,
@@ -581,7 +582,8 @@ __global__ void __launch_bounds__(256) route_backward_kernel(const RouteBackward
       }
       mean_mask = warp_sum(mean_mask);
 #pragma unroll
-      for (int s = 0; s < kPerLane; ++s) grad[s] += load_balancing_scale * row.probability[s] * (mask_mean[s] - mean_mask);
+      for (int s = 0; s < kPerLane; ++s)
+        grad[s] += load_balancing_scale * row.probability[s] * (mask_mean[s] - mean_mask);
     }
     if (p.z_loss_gradient != 0.0f) {
 #pragma unroll
@@ -589,7 +591,8 @@ __global__ void __launch_bounds__(256) route_backward_kernel(const RouteBackward
     }
 #pragma unroll
     for (int s = 0; s < kPerLane; ++s)
-      if (lane + 32 * s < p.routed) at(p.grad_logits, p.grad_logits_stride0, p.grad_logits_stride1, token, lane + 32 * s) = grad[s];
+      if (lane + 32 * s < p.routed)
+        at(p.grad_logits, p.grad_logits_stride0, p.grad_logits_stride1, token, lane + 32 * s) = grad[s];
   }
 }
 
