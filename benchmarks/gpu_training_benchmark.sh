@@ -14,6 +14,7 @@
 #   TORCH_WARMUP     untimed PyTorch steps per mode, compile incl. (2) TORCH_MODES  eager,compile (or compile_layers)
 #   OURS_TIMEOUT     seconds per fast-llm run (150)                    TORCH_TIMEOUT seconds per PyTorch process (200)
 #   OURS_OVERRIDES   extra `a.b=value` overrides for every fast-llm run (e.g. kernels.exclude=[...])
+#   TORCH_ARGS       extra arguments of every PyTorch run (e.g. --experts-implementation grouped_mm)
 #   OURS_PROFILE     1: after each timed fast-llm run, a short profiled run prints the time per kernel variant
 #   BUDGET_S         wall-clock budget of the whole script (450): each run's timeout is cut to a fair share of what
 #                    is left, so one hang or one slow compile cannot take the device call or the other shapes with
@@ -118,7 +119,8 @@ for shape in "${shapes[@]}"; do
       "$((SECONDS - start))s elapsed)"
     sampler=$(sample_gpu "$work/$shape/torch_gpu.csv")
     timeout -k 10 "$seconds" "$python" benchmarks/torch_gpu_llama_step.py --shape "$shape" --modes "$torch_modes" \
-      --steps "$torch_steps" --warmup "$torch_warmup" >"$work/$shape/torch.jsonl" 2>"$work/$shape/torch.err"
+      --steps "$torch_steps" --warmup "$torch_warmup" ${TORCH_ARGS:-} >"$work/$shape/torch.jsonl" \
+      2>"$work/$shape/torch.err"
     rc=$?
     kill "$sampler" 2>/dev/null
     sampler=""

@@ -195,6 +195,9 @@ def main():
     parser.add_argument("--sequence-length", type=int, help="tokens per sequence (default: the shape's)")
     parser.add_argument("--no-clip", dest="clip", action="store_false", help="skip gradient-norm clipping")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--experts-implementation",
+                        help="MoE shapes: transformers' experts backend (eager, batched_mm, grouped_mm; transformers 5), "
+                             "default: transformers' own choice")
     args = parser.parse_args()
     shape = dict(SHAPES[args.shape])
     if args.batch:
@@ -220,6 +223,10 @@ def main():
         config = mixtral_config(transformers, shape) if shape.get("experts") else llama_config(transformers, shape)
         start = time.perf_counter()
         model, attention = build_model(torch, transformers, config)
+        if args.experts_implementation:
+            if not hasattr(model, "set_experts_implementation"):
+                raise ValueError(f"transformers {transformers.__version__} has no experts backends")
+            model.set_experts_implementation(args.experts_implementation)
         setup.update(build_s=time.perf_counter() - start, attention=attention, rope=describe_rope(config),
                      parameters=sum(parameter.numel() for parameter in model.parameters()),
                      model_class=type(model).__name__,

@@ -16,6 +16,8 @@
 #   MOE_BUDGET_S      wall-clock budget of the whole script (200)       MOE_TEST_TIMEOUT  seconds for part 1 (90)
 #   MOE_LAYER_TIMEOUT seconds per binary of part 2 (40)                 MOE_SHAPES        shapes of part 3
 #   MOE_PROFILE       1: a short profiled fast-llm run per shape prints the time per kernel (costs budget)
+#   TORCH_ARGS        extra arguments of the PyTorch runs (e.g. --experts-implementation grouped_mm: transformers 5's
+#                     experts backends; by default transformers chooses, and the setup line of torch.jsonl says which)
 # Exit status 0 when every part that ran passed and produced its numbers, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
