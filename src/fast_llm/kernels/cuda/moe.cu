@@ -41,7 +41,9 @@ constexpr int kSinkhornCheck = 8;        // Sinkhorn iterations queued between t
 constexpr int kSinkhornMaxIterations = 1000;
 constexpr float kSinkhornTolerance = 1e-5f;
 constexpr float kSinkhornEpsilon = 1e-8f;
-constexpr int kMapChunk = 2048;          // slots per chunk of the dispatch map
+constexpr int kMapChunks = 256;          // dispatch map: about this many chunks of consecutive slots
+constexpr int kMapMinChunk = 256;        // ... of at least this many slots (a multiple of 32)
+constexpr int kScanBatch = 8;            // chunk counts the scan loads at once
 constexpr int kMapMaxExperts = 8192;     // dispatch map: one int per expert in shared memory (32 KiB)
 constexpr int kScanThreads = 1024;
 
@@ -647,7 +649,7 @@ struct DispatchMapParams {
   int64_t offsets_stride;
   int32_t* chunk_counts;  // (chunks, E): each chunk's slots per expert, then each chunk's first row per expert
   int32_t* totals;        // (E)
-  int64_t slots_per_token, slots, chunks;
+  int64_t slots_per_token, slots, chunk, chunks;
   int num_experts;
 };
 
@@ -660,8 +662,8 @@ __global__ void __launch_bounds__(256) dispatch_histogram_kernel(const DispatchM
   extern __shared__ int32_t histogram[];
   for (int e = int(threadIdx.x); e < p.num_experts; e += int(blockDim.x)) histogram[e] = 0;
   __syncthreads();
-  const int64_t begin = int64_t(blockIdx.x) * kMapChunk;
-  const int64_t end = begin + kMapChunk < p.slots ? begin + kMapChunk : p.slots;
+  const int64_t begin = int64_t(blockIdx.x) * p.chunk;
+  const int64_t end = begin + p.chunk < p.slots ? begin + p.chunk : p.slots;
   for (int64_t slot = begin + threadIdx.x; slot < end; slot += blockDim.x) {
     const int32_t expert = expert_of_slot(p, slot);
     if (expert >= 0 && expert < p.num_experts) atomicAdd(&histogram[expert], 1);
@@ -678,11 +680,17 @@ __global__ void __launch_bounds__(kScanThreads) dispatch_scan_kernel(const Dispa
   __shared__ typename Scan::TempStorage scan_storage;
   for (int e = int(threadIdx.x); e < p.num_experts; e += kScanThreads) {
     int32_t running = 0;
-    for (int64_t chunk = 0; chunk < p.chunks; ++chunk) {
-      int32_t& count = p.chunk_counts[chunk * p.num_experts + e];
-      const int32_t value = count;
-      count = running;
-      running += value;
+    // kScanBatch loads in flight before their stores.
+    for (int64_t first = 0; first < p.chunks; first += kScanBatch) {
+      int32_t values[kScanBatch];
+#pragma unroll
+      for (int i = 0; i < kScanBatch; ++i)
+        values[i] = first + i < p.chunks ? p.chunk_counts[(first + i) * p.num_experts + e] : 0;
+#pragma unroll
+      for (int i = 0; i < kScanBatch; ++i) {
+        if (first + i < p.chunks) p.chunk_counts[(first + i) * p.num_experts + e] = running;
+        running += values[i];
+      }
     }
     p.totals[e] = running;
   }
@@ -709,8 +717,8 @@ __global__ void __launch_bounds__(32) dispatch_rank_kernel(const DispatchMapPara
   for (int e = lane; e < p.num_experts; e += 32)
     next_row[e] = p.offsets[e * p.offsets_stride] + p.chunk_counts[chunk * p.num_experts + e];
   __syncwarp();
-  const int64_t begin = chunk * kMapChunk;
-  const int64_t end = begin + kMapChunk < p.slots ? begin + kMapChunk : p.slots;
+  const int64_t begin = chunk * p.chunk;
+  const int64_t end = begin + p.chunk < p.slots ? begin + p.chunk : p.slots;
   for (int64_t base = begin; base < end; base += 32) {
     const int64_t slot = base + lane;
     const int32_t expert = slot < end ? expert_of_slot(p, slot) : -1;
@@ -738,7 +746,9 @@ void dispatch_map_fused(const MoeDispatchMapArgs& args) {
   const int64_t slots = args.experts.numel();
   LaunchScope scope("moe_dispatch_map", device, args.stream);
   const Stream stream = scope.tensor_stream();
-  const int64_t chunks = ceil_div(slots, kMapChunk);
+  // About kMapChunks chunks: the scan's serial walk over chunks and each rank warp's walk over its slots stay short.
+  const int64_t chunk = std::max<int64_t>(kMapMinChunk, round_up(ceil_div(slots, kMapChunks), 32));
+  const int64_t chunks = ceil_div(slots, chunk);
   Tensor chunk_counts = Tensor::empty(Shape{chunks > 0 ? chunks : 1, num_experts}, DType::int32, device, stream);
   Tensor totals = Tensor::empty(Shape{num_experts}, DType::int32, device, stream);
   const DispatchMapParams params{.experts = args.experts.data_as<int32_t>(),
@@ -753,6 +763,7 @@ void dispatch_map_fused(const MoeDispatchMapArgs& args) {
                                  .totals = totals.data_as<int32_t>(),
                                  .slots_per_token = args.experts.size(1),
                                  .slots = slots,
+                                 .chunk = chunk,
                                  .chunks = chunks,
                                  .num_experts = num_experts};
   const size_t shared_bytes = size_t(num_experts) * sizeof(int32_t);
