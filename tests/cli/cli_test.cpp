@@ -127,6 +127,25 @@ TEST_F(CliTest, TrainGpt) {
   EXPECT_TRUE(fs::exists(directory_ / "experiment" / "config.yaml")) << trained.output;
 }
 
+// examples/mixtral-tiny.yaml trains (a mixture of experts on random tokens): the language-model loss falls and every
+// log line carries the routers' load-balancing and z losses.
+TEST_F(CliTest, MixtralTinyExampleTrains) {
+  const fs::path example = fs::path(FAST_LLM_SOURCE_DIR) / "examples" / "mixtral-tiny.yaml";
+  const Outcome trained = expect({"train", "gpt", "-c", example.string(), "run.experiment_dir=experiment"}, 0,
+                                 "load_balancing_loss");
+  std::vector<double> losses;
+  std::istringstream lines(trained.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("load_balancing_loss") == std::string::npos) continue;
+    EXPECT_NE(line.find("router_z_loss"), std::string::npos) << line;
+    const std::string key = "lm_head_loss: ";
+    const size_t at = line.find(key);
+    if (at != std::string::npos) losses.push_back(std::stod(line.substr(at + key.size())));
+  }
+  ASSERT_GE(losses.size(), 2u) << trained.output;
+  EXPECT_LT(losses.back(), losses.front()) << trained.output;
+}
+
 // A configuration that cannot run is refused before the model is built (no -c: evaluation of a default 229M-parameter
 // model without weights), and one that cannot fit is refused at start-up with the estimate.
 TEST_F(CliTest, TrainGptChecksBeforeBuilding) {

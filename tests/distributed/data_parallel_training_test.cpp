@@ -210,6 +210,36 @@ TEST_F(DataParallelTrainingTest, TwoProcessesMatchOneWithTwoMicroBatchesAndResum
   expect_same_checkpoint(loaded, single, 3, kTolerance);
 }
 
+// A mixture of experts: the router losses (each micro-batch adds its loss over the micro-batches of the whole step)
+// and their gradients do not depend on the layout either.
+TEST_F(DataParallelTrainingTest, MixtureOfExpertsTwoProcessesMatchOne) {
+  const std::string moe =
+      "model.base_model.decoder.block.mlp={type: moe, experts: 4, experts_per_token: 2, intermediate_size: 16, "
+      "gated: true, add_linear_biases: false, auxiliary_loss_coefficient: 0.1, z_loss_coefficient: 0.01}";
+  const fs::path single = train("moe_df2", 0, {moe, "schedule.depth_first_micro_batches=2"});
+  const fs::path parallel = train("moe_dp2", 2, {moe});
+  expect_same_records(records(parallel), records(single), kTolerance);
+  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  auto router_losses = [](const fs::path& experiment) {
+    std::vector<double> values;
+    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
+    for (std::string line; std::getline(stream, line);) {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      if (record.value("phase", "") != "training") continue;
+      values.push_back(record.at("load_balancing_loss").get<double>());
+      values.push_back(record.at("router_z_loss").get<double>());
+    }
+    return values;
+  };
+  const std::vector<double> expected = router_losses(single), actual = router_losses(parallel);
+  ASSERT_EQ(actual.size(), 6u);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t index = 0; index < expected.size(); ++index) {
+    EXPECT_GT(expected[index], 0.0) << index;
+    EXPECT_NEAR(actual[index], expected[index], kTolerance * expected[index]) << index;
+  }
+}
+
 // ZeRO-2 and 3 with one stage per layer (four stages, two shared buffers: the buffers really are shared).
 TEST_F(DataParallelTrainingTest, ZeroStagesTwoAndThreeMatchOneProcess) {
   const std::string exported = "training.export={format: fast_llm, interval: 3}";

@@ -165,8 +165,10 @@ TEST(DecoderBlock, RefusesUnsupportedSettings) {
   const std::string mixer = refusal("{mixer: {type: stochastic, mixers: {a: {heads: 2}}}}");
   EXPECT_NE(mixer.find("mixer: mixer type 'stochastic' is not supported (supported: attention)"), std::string::npos)
       << mixer;
-  const std::string mlp = refusal("{mlp: {type: moe}}");
-  EXPECT_NE(mlp.find("mlp: MLP type 'moe' is not supported (supported: mlp)"), std::string::npos) << mlp;
+  // The mixture of experts is built (registered in its own file), and refuses what it does not support by field.
+  EXPECT_EQ(refusal("{mlp: {type: moe, experts: 4, intermediate_size: 8, add_linear_biases: false}}"), "built");
+  const std::string mlp = refusal("{mlp: {type: moe, experts: 4}}");
+  EXPECT_NE(mlp.find("mlp.add_linear_biases: the mixture of experts has no biases"), std::string::npos) << mlp;
   EXPECT_THROW(DecoderBlock("b", load_config<DecoderBlockConfig>("{post_mixer_normalization: {type: rms_norm}}"),
                             kHidden, 1.0),
                NotSupportedError);

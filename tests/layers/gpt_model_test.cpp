@@ -208,7 +208,7 @@ TEST(GPTModel, RefusesUnsupportedConfigs) {
   EXPECT_THROW(GPTModel(model_config(tiny_model() + "peft: {type: lora}\n")), NotSupportedError);
   EXPECT_THROW(GPTModel(model_config(R"(
 hidden_size: 8
-decoder: {block: {mlp: {type: moe, experts: 4}}}
+decoder: {block: {mlp: {type: moe, experts: 4, add_linear_biases: false, router_scale: {enabled: true}}}}
 )")),
                NotSupportedError);
 }

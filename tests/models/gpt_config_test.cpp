@@ -406,14 +406,15 @@ TEST_F(GPTConfigTest, NotSupportedYetReportsThePath) {
       if (contains(message, part)) return true;
     return false;
   };
-  auto messages = unsupported("{base_model: {decoder: {block: {mlp: {type: moe}}}}}");
+  auto messages = unsupported("{base_model: {decoder: {block: {mlp: {type: moe, router_normalization: {}}}}}}");
   ASSERT_EQ(messages.size(), 1u);
-  EXPECT_TRUE(contains(messages[0], "base_model.decoder.block.mlp.type: moe is not supported yet (mixture of experts)"))
-      << messages[0];
-  // The same type inside a pattern decoder names its block.
-  messages = unsupported("{base_model: {decoder: {type: pattern, blocks: {a: {}, b: {mlp: {type: moe}}}, "
-                         "pattern: [a, b]}}}");
-  EXPECT_TRUE(has(messages, "base_model.decoder.blocks.b.mlp.type: moe is not supported yet"));
+  EXPECT_TRUE(contains(messages[0], "base_model.decoder.block.mlp.router_normalization")) << messages[0];
+  EXPECT_TRUE(contains(messages[0], "router input normalization")) << messages[0];
+  // The same field inside a pattern decoder names its block.
+  messages = unsupported("{base_model: {decoder: {type: pattern, blocks: {a: {}, b: {mlp: {type: moe, "
+                         "router_normalization: {}}}}, pattern: [a, b]}}}");
+  EXPECT_TRUE(has(messages, "base_model.decoder.blocks.b.mlp.router_normalization"));
+  EXPECT_TRUE(unsupported("{base_model: {decoder: {block: {mlp: {type: moe}}}}}").empty());
   EXPECT_TRUE(has(unsupported("{base_model: {decoder: {block: {mixer: {type: mamba}}}}}"),
                   "decoder.block.mixer.type: mamba is not supported yet"));
   EXPECT_TRUE(has(unsupported("{base_model: {decoder: {block: {mixer: {value_norm: {type: rms_norm}}}}}}"),

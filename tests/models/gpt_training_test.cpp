@@ -47,5 +47,22 @@ TEST(GptTraining, ActivationBytesPerTokenFollowTheDocumentedCount) {
             62624 + 1024 + 4 * (3 * 256 + 16384) + 24 + 256);
 }
 
+// The quickstart shape with a mixture of experts (8 experts, top 2, shared 0) in place of the dense MLP.
+TEST(GptTraining, ActivationBytesPerTokenCountTheExperts) {
+  const std::vector<std::string> moe = {"model.base_model.decoder.block.mlp.type=moe",
+                                        "model.base_model.decoder.block.mlp.experts=8",
+                                        "model.base_model.decoder.block.mlp.experts_per_token=2",
+                                        "model.base_model.decoder.block.mlp.add_linear_biases=false"};
+  // Kept per block: 4 x 256 + 512 + 256 = 1792 values besides the MLP, and per slot (2) the permuted input (256), the
+  // first projection (1408) and the activation (704): 1792 + 2 x 2368 = 6528 values of 4 bytes; 10 statistics of 4
+  // bytes; routing: 8 logits and 2 scores fp32, 2 experts and 2 rows int32 = 56 bytes. 4 x 26,208 = 104,832. Working:
+  // a block's backward, 4 x (4 x 256 + 2 x (2 x 256 + 2 x 1408 + 2 x 704)) = 41,984.
+  EXPECT_EQ(estimate(moe), 104832 + 1024 + 41984 + 24 + 256);
+  // Recomputing the activation and the permuted input drops 2 x (704 + 256) values per block.
+  std::vector<std::string> recompute = moe;
+  recompute.push_back("model.base_model.decoder.block.mlp.recompute_level=activation_and_input");
+  EXPECT_EQ(estimate(recompute), 104832 - 4 * 4 * 2 * (704 + 256) + 1024 + 41984 + 24 + 256);
+}
+
 }  // namespace
 }  // namespace fast_llm::models::gpt

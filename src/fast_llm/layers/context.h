@@ -29,17 +29,33 @@ struct MicroBatch {
   int64_t num_tokens() const { return tokens.numel(); }
 };
 
-// Sums of each loss over the micro-batches of a step (numerators; the engine divides by the labels in the step for
-// logging). Device scalars (fp64 on CPU, fp32 on CUDA): layers add into them with kernels, no host sync.
+// How the engine turns a loss sum into the value it logs: `per_label` sums are numerators, divided by the labels in the
+// step (the head's losses); `normalized` sums already are the step's value (each micro-batch adds its loss divided by
+// the micro-batches in the step: the mixture of experts' load-balancing and router z-losses).
+enum class LossNormalization { per_label, normalized };
+
+// The logged value of a loss sum (already added over the data-parallel ranks) of a step with `num_labels` labels.
+inline double loss_value(LossNormalization normalization, double sum, int64_t num_labels) {
+  if (normalization == LossNormalization::normalized) return sum;
+  return num_labels > 0 ? sum / double(num_labels) : 0.0;
+}
+
+// Sums of each loss over the micro-batches of a step, each with its normalisation. Device scalars (fp64 on CPU, fp32 on
+// CUDA): layers add into them with kernels, no host sync. The engine sums them over the data-parallel ranks.
 class LossSums {
  public:
-  // The accumulator for `name`, created zeroed on first use.
-  Tensor& get(const std::string& name, Device device);
+  // The accumulator for `name`, created zeroed on first use; a name keeps the normalisation it was created with.
+  Tensor& get(const std::string& name, Device device, LossNormalization normalization = LossNormalization::per_label);
   const std::map<std::string, Tensor>& all() const { return sums_; }
-  void clear() { sums_.clear(); }
+  LossNormalization normalization(const std::string& name) const;
+  void clear() {
+    sums_.clear();
+    normalizations_.clear();
+  }
 
  private:
   std::map<std::string, Tensor> sums_;
+  std::map<std::string, LossNormalization> normalizations_;
 };
 
 struct LayerContext {
@@ -50,6 +66,11 @@ struct LayerContext {
   bool training = true;  // false: no dropout, nothing saved for backward (validation)
   // Multiplies the gradient of every label loss: 1 / (labels in the whole step), Fast-LLM's normalisation.
   double loss_gradient_scale = 1.0;
+  // The loss scale of fp16 training (1 otherwise), for losses that do not use loss_gradient_scale (the mixture of
+  // experts' router losses, normalised per micro-batch rather than per label).
+  double loss_scale = 1.0;
+  // Micro-batches in the whole step, all data-parallel ranks (validation: in the evaluation iteration).
+  int64_t micro_batches_in_step = 1;
   // Seed for this (step, micro-batch); layers derive their own streams from it with their name.
   uint64_t dropout_seed = 0;
   LossSums* losses = nullptr;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "fast_llm/core/error.h"
+
 namespace fast_llm::layers {
 
 std::vector<Parameter*> Module::parameters() {
@@ -27,13 +29,22 @@ std::string Module::child_name(std::string_view local_name) const {
   return name_.empty() ? std::string(local_name) : fmt::format("{}.{}", name_, local_name);
 }
 
-Tensor& LossSums::get(const std::string& name, Device device) {
+Tensor& LossSums::get(const std::string& name, Device device, LossNormalization normalization) {
   auto found = sums_.find(name);
-  if (found != sums_.end()) return found->second;
+  if (found != sums_.end()) {
+    FLM_ASSERT(normalizations_.at(name) == normalization, "loss {} summed with two normalisations", name);
+    return found->second;
+  }
+  normalizations_.emplace(name, normalization);
   DType dtype = device.is_cpu() ? DType::float64 : DType::float32;
   Tensor sum = Tensor::empty(Shape{1}, dtype, device);
   set_bytes(sum.data(), device, 0, sum.nbytes(), Stream{});
   return sums_.emplace(name, std::move(sum)).first->second;
+}
+
+LossNormalization LossSums::normalization(const std::string& name) const {
+  auto found = normalizations_.find(name);
+  return found == normalizations_.end() ? LossNormalization::per_label : found->second;
 }
 
 }  // namespace fast_llm::layers

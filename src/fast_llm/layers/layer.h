@@ -58,6 +58,9 @@ class Layer : public Module {
   // Whether a training forward draws random numbers (dropout): its masks follow LayerContext::dropout_seed, which the
   // engine derives per step on the host, so such a step cannot be replayed from a CUDA graph.
   virtual bool uses_dropout() const { return false; }
+  // Whether a forward copies device values to the host and waits for them (the mixture of experts' row counts per
+  // expert, which size its gemms): such a step cannot be captured in a CUDA graph.
+  virtual bool reads_device_values_on_host() const { return false; }
   // Whether a training forward already adds to parameter gradients (the head's fused loss computes its weight
   // gradients there): the engine must have the gradient buffer ready before the forward, not only the backward.
   virtual bool accumulates_gradients_in_forward() const { return false; }

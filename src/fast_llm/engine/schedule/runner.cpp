@@ -26,7 +26,8 @@ ScheduleRunner::ScheduleRunner(MultiStage& multi_stage, const ScheduleConfig& sc
 }
 
 layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batch, Phase phase, int64_t iteration,
-                                                  double loss_gradient_scale, layers::LossSums& losses) const {
+                                                  double loss_gradient_scale, double loss_scale, int64_t micro_batches,
+                                                  layers::LossSums& losses) const {
   // Micro-batch m of data rank r is the step's micro-batch m * data_parallel + r: the one a single process with
   // data_parallel times the micro-batches reads at that place (data/data_loader.h), and gets the same seed.
   const int64_t global_index = batch.index * distributed_.batch_data_parallel() + distributed_.batch_data_rank();
@@ -39,6 +40,8 @@ layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batc
       .stream = stream_,
       .training = phase == Phase::training,
       .loss_gradient_scale = loss_gradient_scale,
+      .loss_scale = loss_scale,
+      .micro_batches_in_step = micro_batches * distributed_.batch_data_parallel(),
       .dropout_seed = derive_seed(uint64_t(distributed_.seed), phase_shift, uint64_t(iteration),
                                   uint64_t(global_index)),
       .losses = &losses};
@@ -63,7 +66,8 @@ void ScheduleRunner::run_training_step(std::span<layers::MicroBatch> micro_batch
     for (int slot = 0; slot < breadth_first; ++slot) {
       layers::MicroBatch& batch = micro_batches[size_t(group * breadth_first + slot)];
       batch.index = group * breadth_first + slot;
-      contexts.push_back(make_context(batch, Phase::training, iteration, loss_gradient_scale, losses));
+      contexts.push_back(make_context(batch, Phase::training, iteration, loss_gradient_scale, loss_scale,
+                                      int64_t(micro_batches.size()), losses));
     }
     // (micro-batch) activation between stages: the embeddings ignore their input, the head returns nothing.
     std::vector<Tensor> activations(static_cast<size_t>(breadth_first));
@@ -100,7 +104,8 @@ void ScheduleRunner::run_forward(std::span<layers::MicroBatch> micro_batches, in
   contexts.reserve(micro_batches.size());
   for (size_t index = 0; index < micro_batches.size(); ++index) {
     micro_batches[index].index = int64_t(index);
-    contexts.push_back(make_context(micro_batches[index], Phase::validation, iteration, 1.0, losses));
+    contexts.push_back(make_context(micro_batches[index], Phase::validation, iteration, 1.0, 1.0,
+                                    int64_t(micro_batches.size()), losses));
   }
   std::vector<Tensor> activations(micro_batches.size());
   const auto& stages = multi_stage_.stages();

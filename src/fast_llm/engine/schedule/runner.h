@@ -50,8 +50,10 @@ class ScheduleRunner {
   double flops(std::span<const layers::MicroBatch> micro_batches) const;
 
  private:
+  // `micro_batches` are the caller's (this rank's) micro-batches of the step: the context counts those of all ranks.
   layers::LayerContext make_context(const layers::MicroBatch& batch, Phase phase, int64_t iteration,
-                                    double loss_gradient_scale, layers::LossSums& losses) const;
+                                    double loss_gradient_scale, double loss_scale, int64_t micro_batches,
+                                    layers::LossSums& losses) const;
 
   // The layer logs of `layer`'s output (forward) or input gradient (backward) of this rank's micro-batch `index` of
   // `count`.

@@ -19,6 +19,8 @@ std::optional<std::string> cuda_graphs_refusal(const GraphedRunFacts& facts) {
     return "dynamic fp16 loss scaling reads each step's outcome on the host and changes the loss scale";
   if (facts.tensor_logs)
     return "model.multi_stage.debug_layer_outputs / debug_layer_gradients read every layer's tensors on the host";
+  if (facts.host_reads)
+    return "a layer reads device values on the host during the step (the mixture of experts' per-expert row counts)";
   return std::nullopt;
 }
 

@@ -21,6 +21,8 @@ void StepRecords::record(const Tensor& optimizer_state, const layers::LossSums& 
   if (rows_ == capacity_ || (rows_ > 0 && names != loss_names_)) drain(stream);
   if (rows_ == 0 && (names != loss_names_ || !loss_rows_.defined())) {
     loss_names_ = names;
+    loss_normalizations_.clear();
+    for (const std::string& name : names) loss_normalizations_.push_back(losses.normalization(name));
     const DType dtype = losses.all().empty() ? DType::float64 : losses.all().begin()->second.dtype();
     loss_rows_ = Tensor::empty(Shape{capacity_, int64_t(names.size())}, dtype, device_, stream);
   }
@@ -47,6 +49,7 @@ void StepRecords::drain(Stream stream) {
   for (int64_t row = 0; row < rows_; ++row) {
     Step step{.update = step_result_from_state(std::span<const double>(states + row * fields, size_t(fields))),
               .loss_sums = {},
+              .loss_normalizations = loss_normalizations_,
               .num_labels = num_labels_[size_t(row)],
               .loss_scale_search = loss_scale_search_[size_t(row)]};
     for (size_t column = 0; column < loss_names_.size(); ++column)

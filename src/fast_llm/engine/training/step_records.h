@@ -28,6 +28,7 @@ class StepRecords {
   struct Step {
     OptimizerStepResult update;
     std::vector<std::pair<std::string, double>> loss_sums;  // by name, in the LossSums' order
+    std::vector<layers::LossNormalization> loss_normalizations;  // of each loss sum, in the same order
     int64_t num_labels = 0;
     // The dynamic fp16 loss scaler could still lower its scale when the step ran: a skip of this step is the scaler
     // looking for a scale, not a sign that training diverged.
@@ -52,6 +53,7 @@ class StepRecords {
   Device device_;
   int64_t capacity_;
   std::vector<std::string> loss_names_;
+  std::vector<layers::LossNormalization> loss_normalizations_;  // of loss_names_
   std::vector<int64_t> num_labels_;       // (rows_) of the device rows
   std::vector<bool> loss_scale_search_;  // (rows_) of the device rows
   Tensor optimizer_rows_;            // (capacity, optimizer_state::size) fp64

@@ -234,15 +234,19 @@ GraphedTrainingStep::Counts Trainer::cuda_graph_counts() const {
 }
 
 void Trainer::set_up_cuda_graphs() {
-  bool dropout = false;
-  for (layers::Layer* layer : model_.layers()) dropout = dropout || layer->uses_dropout();
+  bool dropout = false, host_reads = false;
+  for (layers::Layer* layer : model_.layers()) {
+    dropout = dropout || layer->uses_dropout();
+    host_reads = host_reads || layer->reads_device_values_on_host();
+  }
   const std::optional<std::string> refusal =
       cuda_graphs_refusal({.cuda = device_.is_cuda(),
                            .world_size = *sections_.model.distributed.world_size,
                            .dropout = dropout,
                            .dynamic_loss_scaling = optimizer_->dynamic_loss_scaling(),
                            .tensor_logs = sections_.model.multi_stage.debug_layer_outputs > 0 ||
-                                          sections_.model.multi_stage.debug_layer_gradients > 0});
+                                          sections_.model.multi_stage.debug_layer_gradients > 0,
+                           .host_reads = host_reads});
   if (refusal) {
     log_main("{} is set, but the training steps run without CUDA graphs: {}",
              sections_.schedule.field_path("cuda_graphs"), *refusal);
@@ -506,11 +510,12 @@ void Trainer::log_training(int64_t completed) {
   int64_t skipped = 0, nan = 0;
   std::vector<LossTotal> loss_totals;
   for (const StepRecords::Step& step : steps) {
-    // Loss sum / labels in the step. A skipped step's loss counts too: its forward pass completed, and its loss is
-    // how the model stood (its update is what went wrong).
+    // Loss sum / labels in the step (the MoE router losses are already the step's mean). A skipped step's loss counts
+    // too: its forward pass completed, and its loss is how the model stood (its update is what went wrong).
     bool finite = true;
-    for (const auto& [name, sum] : step.loss_sums) {
-      const double value = step.num_labels > 0 ? sum / double(step.num_labels) : 0.0;
+    for (size_t index = 0; index < step.loss_sums.size(); ++index) {
+      const auto& [name, sum] = step.loss_sums[index];
+      const double value = layers::loss_value(step.loss_normalizations[index], sum, step.num_labels);
       finite = finite && std::isfinite(value);
       accumulate(loss_totals, name, value, std::isfinite(value));
     }
@@ -599,7 +604,7 @@ void Trainer::run_evaluators(bool done) {
     for (const auto& [losses, num_labels] : iteration_losses)
       for (const auto& [name, sum] : losses.all()) {
         const double total = sums[next_sum++];
-        accumulate(totals, name, num_labels > 0 ? total / double(num_labels) : 0.0);
+        accumulate(totals, name, layers::loss_value(losses.normalization(name), total, num_labels));
       }
     const double step_time = (now_seconds() - start) / double(iterations);
     const int world_size = *sections_.model.distributed.world_size;

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <type_traits>
 #include <vector>
@@ -89,13 +90,17 @@ std::vector<C> sinkhorn(const std::vector<C>& logits, int64_t tokens, int64_t ro
   return cost;
 }
 
-// The top_k indices of `keys`, descending, ties to the lower index.
+// The top_k indices of `keys`, descending, ties to the lower index; NaN ranks last (a strict weak order whatever the
+// values).
 template <class C>
 void top_k(const C* keys, int64_t count, int top_k, std::vector<int32_t>& order) {
   order.resize(size_t(count));
   std::iota(order.begin(), order.end(), 0);
+  auto key = [&](int32_t index) {
+    return std::isnan(keys[index]) ? -std::numeric_limits<C>::infinity() : keys[index];
+  };
   std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int32_t a, int32_t b) {
-    return keys[a] > keys[b] || (keys[a] == keys[b] && a < b);
+    return key(a) > key(b) || (key(a) == key(b) && a < b);
   });
 }
 

@@ -37,6 +37,9 @@ class DecoderBlock : public Layer {
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
   double flops(const MicroBatch& batch) const override;
   bool uses_dropout() const override { return dropout_ > 0.0 || mixer_->uses_dropout() || mlp_->uses_dropout(); }
+  bool reads_device_values_on_host() const override {
+    return mixer_->reads_device_values_on_host() || mlp_->reads_device_values_on_host();
+  }
 
   Mixer& mixer() { return *mixer_; }
   const Mixer& mixer() const { return *mixer_; }

@@ -1,7 +1,6 @@
 // Field lists of the MLP configs.
 #include <fmt/format.h>
 
-#include "fast_llm/layers/common/unsupported_type.h"
 #include "fast_llm/layers/mlp/config.h"
 
 namespace fast_llm::layers {
@@ -45,19 +44,21 @@ void MlpConfig::derive() {
 }
 
 void MoeMlpConfig::visit(Visitor& v) {
-  visit_unsupported_type(v, type, "mixture of experts");
   MlpConfig::visit(v);
   v(router, "router", "Settings of the router projection (no bias).", Hint::architecture);
   v(router_normalization, "router_normalization",
     "Normalization of the router input, separate from pre_norm (which feeds the experts). Unset: none.",
-    Hint::architecture);
-  v(router_scale, "router_scale", "Learned per-channel scale of the router input, after router_normalization.",
+    Hint::architecture,
+    config::not_supported_yet(std::optional<config::Dynamic<NormalizationConfig>>(), "router input normalization"));
+  v(router_scale, "router_scale",
+    "Learned per-channel scale of the router input, after router_normalization (not supported: enabled is refused).",
     Hint::architecture);
   v(router_input_scale, "router_input_scale",
     "Constant factor on the router input after router_normalization and router_scale (hidden_size ** -0.5 for Gemma).",
     Hint::architecture);
   v(router_per_expert_scale, "router_per_expert_scale",
-    "Learned per-expert factor on the routing scores after top-k selection.", Hint::architecture);
+    "Learned per-expert factor on the routing scores after top-k selection (not supported: enabled is refused).",
+    Hint::architecture);
   v(experts, "experts", "Number of experts, shared ones included.", Hint::architecture, check::gt(1));
   v(shared_experts, "shared_experts", "Experts every token uses, in addition to its routed ones.", Hint::architecture,
     check::ge(0));
@@ -69,10 +70,13 @@ void MoeMlpConfig::visit(Visitor& v) {
     Hint::feature, check::ge(0.0));
   v(jitter_eps, "jitter_eps", "Training noise on router logits: multiplied by uniform(1 - eps, 1 + eps).",
     Hint::feature, check::ge(0.0));
-  v(implementation, "implementation", "Expert computation: dropless grouped kernels, a loop over experts, or auto.",
+  v(implementation, "implementation",
+    "Expert computation, accepted for Fast-LLM compatibility: auto, dropless and looped all run the one dropless path "
+    "(tokens permuted into expert order, one gemm per expert with tokens).",
     Hint::expert);
   v(dropless_dynamic_shape, "dropless_dynamic_shape",
-    "Size dropless buffers to the actual routing instead of the worst case: less memory, but a host sync.",
+    "Accepted for Fast-LLM compatibility: the buffers are always sized to the actual routing (tokens x slots rows), "
+    "with one small device-to-host copy of the expert offsets per layer and micro-batch.",
     Hint::expert);
 }
 
@@ -85,7 +89,6 @@ void MoeMlpConfig::check() const {
 }
 
 void HybridMoeMlpConfig::visit(Visitor& v) {
-  visit_unsupported_type(v, type, "dense MLP plus mixture of experts");
   MlpBaseConfig::visit(v);
   v(dense, "dense", "The always-active dense MLP.", Hint::architecture);
   v(routed, "routed", "The routed experts.", Hint::architecture);

@@ -50,7 +50,6 @@ struct MlpConfig : MlpBaseConfig {
 };
 
 struct MoeMlpConfig : MlpConfig {
-  std::string type = "moe";
   LinearConfig router;
   std::optional<config::Dynamic<NormalizationConfig>> router_normalization;
   OptionalParameterConfig router_scale;
@@ -72,7 +71,6 @@ struct MoeMlpConfig : MlpConfig {
 };
 
 struct HybridMoeMlpConfig : MlpBaseConfig {
-  std::string type = "hybrid_moe";
   MlpConfig dense;
   MoeMlpConfig routed;
   void visit(config::Visitor& v) override;

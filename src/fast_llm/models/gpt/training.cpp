@@ -12,6 +12,52 @@
 
 namespace fast_llm::models::gpt {
 
+namespace {
+
+// An MLP's share of activation_bytes_per_token (training.h), per token.
+struct MlpActivations {
+  int64_t kept_values = 0;         // in the compute dtype
+  int64_t kept_routing_bytes = 0;  // the MoE's routing: logits and scores (fp32), experts and rows (int32)
+  int64_t working_bytes = 0;       // its backward's gradients and recomputed buffers
+};
+
+MlpActivations mlp_activations(const layers::MlpBaseConfig& config, int64_t hidden, int64_t compute) {
+  MlpActivations result;
+  if (const auto* hybrid = dynamic_cast<const layers::HybridMoeMlpConfig*>(&config)) {
+    const MlpActivations dense = mlp_activations(hybrid->dense, hidden, compute);
+    const MlpActivations routed = mlp_activations(hybrid->routed, hidden, compute);
+    return {.kept_values = dense.kept_values + routed.kept_values,
+            .kept_routing_bytes = routed.kept_routing_bytes,
+            .working_bytes = std::max(dense.working_bytes, routed.working_bytes) + compute * hidden};
+  }
+  const auto* mlp = dynamic_cast<const layers::MlpConfig*>(&config);
+  if (mlp == nullptr) return result;
+  const int64_t intermediate = mlp->intermediate_size;
+  const int64_t first_projection = (mlp->gated ? 2 : 1) * intermediate;
+  const auto level = mlp->recompute_level;
+  if (const auto* moe = dynamic_cast<const layers::MoeMlpConfig*>(&config)) {
+    // Every token has `slots` rows in the permuted buffers: the permuted input (unless recomputed), the first
+    // projection and the unscaled activation per slot, as the dense MLP keeps them per token.
+    const int64_t slots = int64_t(moe->shared_experts) + moe->experts_per_token;
+    const int64_t routed = moe->experts - moe->shared_experts;
+    if (level == layers::MlpRecomputeLevel::none || level == layers::MlpRecomputeLevel::activation)
+      result.kept_values += slots * hidden;
+    if (level != layers::MlpRecomputeLevel::full) result.kept_values += slots * first_projection;
+    if (level == layers::MlpRecomputeLevel::none) result.kept_values += slots * intermediate;
+    result.kept_routing_bytes = 4 * routed + slots * (4 + 4 + 4);
+    // Backward: the permuted input and output gradient, the first projection, the activation and its scaled copy
+    // (and their gradients, which reuse those sizes), plus the block's 4h.
+    result.working_bytes = compute * (4 * hidden + slots * (2 * hidden + 2 * first_projection + 2 * intermediate));
+    return result;
+  }
+  if (level != layers::MlpRecomputeLevel::full) result.kept_values += first_projection;
+  if (level == layers::MlpRecomputeLevel::none) result.kept_values += intermediate;
+  result.working_bytes = compute * (4 * hidden + first_projection + intermediate);
+  return result;
+}
+
+}  // namespace
+
 int64_t activation_bytes_per_token(const GPTTrainerConfig& config) {
   const GPTBaseModelConfig& model = config.model.base_model;
   const int64_t compute = int64_t(dtype_size(config.model.distributed.compute_dtype));
@@ -21,7 +67,7 @@ int64_t activation_bytes_per_token(const GPTTrainerConfig& config) {
   int64_t kept = 0, block_working = 0, rotary = 0;
   for (int index = 0; index < decoder.block_count(); ++index) {
     // The model was built from the same config, so every block is a decoder block with an attention mixer and a
-    // dense MLP (GPTModel refuses the others).
+    // dense MLP, a mixture of experts or both (GPTModel refuses the others).
     const auto& block = static_cast<const layers::DecoderBlockConfig&>(decoder.block_at(index));
     int64_t values = 4 * hidden, statistics = 2;
     if (const auto* attention = block.mixer.as<layers::AttentionConfig>()) {
@@ -30,13 +76,10 @@ int64_t activation_bytes_per_token(const GPTTrainerConfig& config) {
       statistics += attention->heads;
       rotary = std::max<int64_t>(rotary, 2 * int64_t(attention->head_size) * 4);
     }
-    if (const auto* mlp = block.mlp.as<layers::MlpConfig>()) {
-      const int64_t first_projection = (mlp->gated ? 2 : 1) * int64_t(mlp->intermediate_size);
-      if (mlp->recompute_level != layers::MlpRecomputeLevel::full) values += first_projection;
-      if (mlp->recompute_level == layers::MlpRecomputeLevel::none) values += mlp->intermediate_size;
-      block_working = std::max(block_working, compute * (4 * hidden + first_projection + mlp->intermediate_size));
-    }
-    kept += compute * values + statistic * statistics;
+    const MlpActivations mlp = mlp_activations(block.mlp.get(), hidden, compute);
+    values += mlp.kept_values;
+    block_working = std::max(block_working, mlp.working_bytes);
+    kept += compute * values + statistic * statistics + mlp.kept_routing_bytes;
     block_working = std::max(block_working, compute * values);
   }
   const int64_t splits = std::max(1, model.head.cross_entropy_splits);

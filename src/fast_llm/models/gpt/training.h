@@ -34,6 +34,10 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
 //                        statistics aside, and at least those of the MLP: 4h, the first projection and the activation,
 //                        which recomputation brings back)
 //   the micro-batch: tokens, labels and positions (3 x 8 bytes) and the rotary tables (2 x head_size fp32).
+// A mixture of experts keeps, per token and per slot (shared + top_k experts), the permuted input (h, unless
+// recompute_level drops it), the first projection and the activation (as the dense MLP per token), plus its routing
+// (the routed logits and the slots' scores fp32, experts and rows int32); its backward works on the gradients of the
+// permuted buffers and the scaled activation. hybrid_moe counts both parts.
 int64_t activation_bytes_per_token(const GPTTrainerConfig& config);
 
 }  // namespace fast_llm::models::gpt
