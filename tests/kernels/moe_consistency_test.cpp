@@ -73,18 +73,21 @@ struct RouteCase {
   MoeRouting routing = MoeRouting::top_k_softmax;
   bool training = true;
   bool ties = false;  // logits on a grid of 0.25: many equal logits, ties to the lower expert
+  bool nan = false;   // a few NaN logits: they rank last, the token's softmax and the losses are NaN
 };
 
 std::string route_name(const RouteCase& c) {
-  return fmt::format("T={} routed={} top_k={} shared={} {}{}{}", c.tokens, c.routed, c.top_k, c.shared,
+  return fmt::format("T={} routed={} top_k={} shared={} {}{}{}{}", c.tokens, c.routed, c.top_k, c.shared,
                      c.routing == MoeRouting::sinkhorn ? "sinkhorn" : "top_k_softmax",
-                     c.training ? "" : " (not training)", c.ties ? " ties" : "");
+                     c.training ? "" : " (not training)", c.ties ? " ties" : "", c.nan ? " NaN logits" : "");
 }
 
 Tensor route_logits(const RouteCase& c, uint64_t seed) {
   std::vector<double> values = uniform_values(c.tokens * c.routed, seed, -3.0, 3.0);
   if (c.ties)
     for (double& value : values) value = std::round(value * 4.0) / 4.0;
+  if (c.nan)
+    for (int64_t token = 3; token < c.tokens; token += 7) values[size_t(token * c.routed + token % c.routed)] = NAN;
   return make_tensor(values, Shape{c.tokens, c.routed}, DType::float32);
 }
 
@@ -164,6 +167,7 @@ const std::vector<RouteCase> kRouteCases = {
     {.tokens = 300, .routed = 256, .top_k = 8, .shared = 1},
     {.tokens = 513, .routed = 100, .top_k = 3, .ties = true},
     {.tokens = 70, .routed = 40, .top_k = 40},
+    {.tokens = 37, .routed = 8, .top_k = 2, .nan = true},
     {.tokens = 256, .routed = 8, .top_k = 1, .routing = MoeRouting::sinkhorn},
     {.tokens = 256, .routed = 16, .top_k = 2, .routing = MoeRouting::sinkhorn},
     {.tokens = 200, .routed = 64, .top_k = 8, .shared = 1, .routing = MoeRouting::sinkhorn},

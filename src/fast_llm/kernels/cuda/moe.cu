@@ -77,6 +77,7 @@ __device__ __forceinline__ float sigmoid(float value) { return 1.0f / (1.0f + ex
 // Routing.
 
 // A candidate of the top-k arg-max: the key decides, ties go to the lower expert; `expert == INT_MAX` is no candidate.
+// Keys are never NaN: a NaN key enters as -inf (ranks last, as the reference's).
 struct Candidate {
   float key;
   int expert;
@@ -87,7 +88,7 @@ struct Candidate {
 __device__ __forceinline__ bool better(const Candidate& a, const Candidate& b) {
   if (a.expert == INT_MAX) return false;
   if (b.expert == INT_MAX) return true;
-  return a.key > b.key || (a.key == b.key && a.expert < b.expert) || (a.key != a.key && b.key == b.key);
+  return a.key > b.key || (a.key == b.key && a.expert < b.expert);
 }
 
 __device__ __forceinline__ Candidate warp_best(Candidate value) {
@@ -187,6 +188,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_forward_kernel(const R
         key[s] = p.cost[token * p.routed + expert] * (p.column_factor[expert] * p.row_factor[token]);
       else
         key[s] = row.logit[s];
+      if (isnan(key[s])) key[s] = -INFINITY;
     }
     for (int j = lane; j < p.shared; j += 32) {
       at(p.experts, p.experts_stride0, p.experts_stride1, token, j) = p.routed + j;
