@@ -14,7 +14,7 @@
 # the test logs, benchmark.txt / benchmark.json (the table: tokens/s, model TFLOP/s, peak memory, ratios, targets) and
 # logs.tar.gz (the benchmark's logs and metrics). Environment:
 #   MOE_BUDGET_S      wall-clock budget of the whole script (200)       MOE_TEST_TIMEOUT  seconds for part 1 (90)
-#   MOE_LAYER_TIMEOUT seconds per binary of part 2 (40)                 MOE_SHAPES        shapes of part 3
+#   MOE_LAYER_TIMEOUT seconds per binary of part 2 (60)                 MOE_SHAPES        shapes of part 3
 #   MOE_PROFILE       1: a short profiled fast-llm run per shape prints the time per kernel (costs budget)
 #   TORCH_ARGS        extra arguments of the PyTorch runs (e.g. --experts-implementation grouped_mm: transformers 5's
 #                     experts backends; by default transformers chooses, and the setup line of torch.jsonl says which)
@@ -79,7 +79,7 @@ for test in "$bin"/*_test; do
   cases=$(timeout -k 5 20 "$test" --gtest_list_tests --gtest_filter="$filter" 2>/dev/null | grep -c '^  ')
   [ "${cases:-0}" -gt 0 ] || continue
   found=1
-  timeout -k 5 "${MOE_LAYER_TIMEOUT:-40}" "$test" --gtest_filter="$filter" --gtest_brief=1 \
+  timeout -k 5 "${MOE_LAYER_TIMEOUT:-60}" "$test" --gtest_filter="$filter" --gtest_brief=1 \
     >"$report/$name.moe.log" 2>&1
   rc=$?
   [ "$rc" -eq 0 ] || status=1
