@@ -171,6 +171,8 @@ const std::vector<RouteCase> kRouteCases = {
     {.tokens = 256, .routed = 8, .top_k = 1, .routing = MoeRouting::sinkhorn},
     {.tokens = 256, .routed = 16, .top_k = 2, .routing = MoeRouting::sinkhorn},
     {.tokens = 200, .routed = 64, .top_k = 8, .shared = 1, .routing = MoeRouting::sinkhorn},
+    {.tokens = 1000, .routed = 16, .top_k = 2, .routing = MoeRouting::sinkhorn},
+    {.tokens = 300, .routed = 160, .top_k = 4, .routing = MoeRouting::sinkhorn},
     {.tokens = 128, .routed = 8, .top_k = 2, .routing = MoeRouting::sinkhorn, .training = false},
     {.tokens = 128, .routed = 8, .top_k = 1, .routing = MoeRouting::sinkhorn, .training = false},
 };

@@ -334,17 +334,28 @@ __global__ void __launch_bounds__(256) sinkhorn_row_kernel(const float* cost, co
   }
 }
 
-// partial[b, e] = sum over the tokens of chunk b of row_factor[t] cost[t, e]: one thread per expert.
-__global__ void sinkhorn_column_partial_kernel(const float* cost, const float* row_factor, float* partial,
-                                               int64_t tokens, int routed, const int32_t* done) {
-  if (*done) return;
-  const int expert = int(threadIdx.x);
-  if (expert >= routed) return;
+// partial[b, e] = sum over the tokens of chunk b of row_factor[t] cost[t, e]. A block of kMaxRouted threads is
+// `groups` groups of `lanes` = routed rounded up to 32 threads; thread (g, e) sums tokens g, g + groups, ... of the
+// chunk, then thread (0, e) adds the groups' sums in group order.
+__global__ void __launch_bounds__(kMaxRouted) sinkhorn_column_partial_kernel(const float* cost, const float* row_factor,
+                                                                             float* partial, int64_t tokens,
+                                                                             int routed, const int32_t* done) {
+  __shared__ float group_sums[kMaxRouted];
+  if (*done) return;  // uniform over the block
+  const int lanes = (routed + 31) / 32 * 32, groups = kMaxRouted / lanes;
+  const int expert = int(threadIdx.x) % lanes, group = int(threadIdx.x) / lanes;
   const int64_t begin = int64_t(blockIdx.x) * kSinkhornChunk;
   const int64_t end = begin + kSinkhornChunk < tokens ? begin + kSinkhornChunk : tokens;
   float sum = 0.0f;
-  for (int64_t token = begin; token < end; ++token) sum += row_factor[token] * cost[token * routed + expert];
-  partial[int64_t(blockIdx.x) * routed + expert] = sum;
+  if (expert < routed && group < groups)
+    for (int64_t token = begin + group; token < end; token += groups)
+      sum += row_factor[token] * cost[token * routed + expert];
+  group_sums[threadIdx.x] = sum;
+  __syncthreads();
+  if (group != 0 || expert >= routed) return;
+  float total = 0.0f;
+  for (int g = 0; g < groups; ++g) total += group_sums[g * lanes + expert];
+  partial[int64_t(blockIdx.x) * routed + expert] = total;
 }
 
 // column_factor[e] = 1 / E / (sum_b partial[b, e] + eps); the flag is raised when the mean change of the column
@@ -358,6 +369,7 @@ __global__ void __launch_bounds__(kMaxRouted) sinkhorn_column_kernel(const float
   float change = 0.0f;
   if (expert < routed) {
     float sum = 0.0f;
+#pragma unroll 4
     for (int64_t b = 0; b < blocks; ++b) sum += partial[b * routed + expert];
     const float factor = 1.0f / float(routed) / (sum + kSinkhornEpsilon);
     change = fabsf(column_factor[expert] - factor);
@@ -405,13 +417,12 @@ void run_sinkhorn(const Tensor& logits, const Tensor& cost, const Tensor& row_fa
       logits.data_as<float>(), logits.stride(0), logits.stride(1), tokens, routed, cost.data_as<float>(),
       column_factor.data_as<float>(), done.data_as<int32_t>());
   scope.check_launch();
-  const int threads = int(round_up(routed, 32));
   for (int iteration = 0; iteration < kSinkhornMaxIterations; iteration += kSinkhornCheck) {
     for (int i = iteration; i < iteration + kSinkhornCheck && i < kSinkhornMaxIterations; ++i) {
       sinkhorn_row_kernel<<<grid_for(tokens, 256 / 32, scope), 256, 0, scope.stream()>>>(
           cost.data_as<float>(), column_factor.data_as<float>(), row_factor.data_as<float>(), tokens, routed,
           done.data_as<int32_t>());
-      sinkhorn_column_partial_kernel<<<unsigned(blocks), threads, 0, scope.stream()>>>(
+      sinkhorn_column_partial_kernel<<<unsigned(blocks), kMaxRouted, 0, scope.stream()>>>(
           cost.data_as<float>(), row_factor.data_as<float>(), partial.data_as<float>(), tokens, routed,
           done.data_as<int32_t>());
       sinkhorn_column_kernel<<<1, kMaxRouted, 0, scope.stream()>>>(partial.data_as<float>(), blocks,
