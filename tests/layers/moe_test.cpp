@@ -204,6 +204,22 @@ TEST(MoeMlp, ForwardIsPerTokenLoop) {
   }
 }
 
+// A micro-batch without tokens: empty outputs, zero gradients.
+TEST(MoeMlp, NoTokens) {
+  MlpHolder holder = mlp_config("{type: moe, add_linear_biases: false, intermediate_size: 2, experts: 4, "
+                                "experts_per_token: 2, z_loss_coefficient: 0.1}");
+  MoeMlp moe("mlp", moe_config(holder), kHidden, 1.0);
+  bind_parameters(moe, 28);
+  MicroBatch batch;
+  LossSums losses;
+  LayerContext context = make_context(batch, /*training=*/true, &losses);
+  Tensor output = moe.forward(context, zeros(Shape{0, kHidden}));
+  EXPECT_EQ(output.shape(), (Shape{0, kHidden}));
+  EXPECT_EQ(moe.backward(context, zeros(Shape{0, kHidden})).shape(), (Shape{0, kHidden}));
+  for (Parameter* parameter : moe.parameters()) EXPECT_EQ(max_abs(values_of(parameter->grad)), 0.0);
+  for (const auto& [name, sum] : losses.all()) EXPECT_EQ(sum.item(), 0.0) << name;
+}
+
 // The step's first accumulation writes the gradients: experts without tokens get zero blocks, not what was there.
 TEST(MoeMlp, FirstAccumulationWritesZerosForExpertsWithoutTokens) {
   MlpHolder holder = mlp_config("{type: moe, add_linear_biases: false, intermediate_size: 2, experts: 8}");
