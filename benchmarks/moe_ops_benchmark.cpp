@@ -6,6 +6,12 @@
 // default) and printed with the bytes it must move and the bandwidth that achieves. Sinkhorn routing (training) is
 // timed with its host synchronisations, as a step would see it.
 //
+// Then the per-expert gemm loop of the layer's first projection (out_e = x_e W1_e^T on views of the permuted buffer
+// and of the weight, one gemm per expert, as layers/mlp/mixture_of_experts.cpp runs it), three ways: the same row
+// counts every run (the gemm's plans cached), new row counts every run with autotuning off (a new cuBLASLt plan per
+// expert and run: what a training step sees), and the same with autotuning on (a plan and a synchronising tuning run
+// per expert and run). The time between CUDA events includes the GPU's idle gaps while the host makes plans.
+//
 // Before timing, the whole op chain (route, dispatch map, permute, scale, unpermute, scale backward, route backward)
 // runs on a small odd shape (67 tokens, 12 experts top-3, hidden 40, intermediate 24) on the GPU and with the CPU
 // references on the same inputs: expert numbers, offsets and rows must match exactly, the rest within 1e-2 (bf16)
@@ -14,6 +20,7 @@
 //   moe_ops_benchmark [iterations]
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +29,8 @@
 #include <vector>
 
 #include "fast_llm/core/random.h"
+#include "fast_llm/kernels/copy.h"
+#include "fast_llm/kernels/gemm.h"
 #include "fast_llm/kernels/moe.h"
 #include "fast_llm/tensor/tensor.h"
 
@@ -30,7 +39,10 @@
 namespace fast_llm {
 namespace {
 
+using kernels::KernelSelection;
 using kernels::MoeRouting;
+using kernels::kernel_selection;
+using kernels::set_kernel_selection;
 
 struct MoeShape {
   std::string name;
@@ -47,17 +59,25 @@ Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, float low, 
   return device.is_cpu() ? host : host.to(device);
 }
 
-// The op chain's tensors on one device, from the same seeds on every device.
+// The op chain's tensors on one device, from the same seeds on every device. With `random_rows` false the large
+// (rows, width) operands are constants instead (their values do not change the ops' times; random ones would take
+// seconds on the host at the benchmark's shapes); the logits are random either way, so the routing is realistic.
 struct Chain {
   Tensor logits, experts, scores, counts, aux, z, offsets, rows;
   Tensor x, permuted, expert_output, y, activations, scaled;
   Tensor grad_scaled, grad_activations, grad_scores, grad_logits;
 };
 
-Chain make_chain(const MoeShape& s, Device device) {
+Chain make_chain(const MoeShape& s, Device device, bool random_rows = true) {
   const int64_t slots = s.top_k, rows = s.tokens * slots;
   const Stream stream{};
   auto empty = [&](const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype, device, stream); };
+  auto rows_tensor = [&](const Shape& shape, uint64_t seed) {
+    if (random_rows) return random_tensor(shape, DType::bfloat16, seed, -1, 1, device);
+    Tensor tensor = empty(shape, DType::bfloat16);
+    kernels::fill({.tensor = tensor, .value = 0.25 + 0.125 * double(seed % 4)});
+    return tensor;
+  };
   Chain c;
   c.logits = random_tensor(Shape{s.tokens, s.routed}, DType::float32, 1, -3, 3, device);
   c.experts = empty(Shape{s.tokens, slots}, DType::int32);
@@ -68,13 +88,13 @@ Chain make_chain(const MoeShape& s, Device device) {
   c.z = Tensor::from_values(zero, Shape{1}).to(device);
   c.offsets = empty(Shape{s.routed + 1}, DType::int32);
   c.rows = empty(Shape{s.tokens, slots}, DType::int32);
-  c.x = random_tensor(Shape{s.tokens, s.hidden}, DType::bfloat16, 4, -1, 1, device);
+  c.x = rows_tensor(Shape{s.tokens, s.hidden}, 4);
   c.permuted = empty(Shape{rows, s.hidden}, DType::bfloat16);
-  c.expert_output = random_tensor(Shape{rows, s.hidden}, DType::bfloat16, 5, -1, 1, device);
+  c.expert_output = rows_tensor(Shape{rows, s.hidden}, 5);
   c.y = empty(Shape{s.tokens, s.hidden}, DType::bfloat16);
-  c.activations = random_tensor(Shape{rows, s.intermediate}, DType::bfloat16, 6, -1, 1, device);
+  c.activations = rows_tensor(Shape{rows, s.intermediate}, 6);
   c.scaled = empty(Shape{rows, s.intermediate}, DType::bfloat16);
-  c.grad_scaled = random_tensor(Shape{rows, s.intermediate}, DType::bfloat16, 7, -1, 1, device);
+  c.grad_scaled = rows_tensor(Shape{rows, s.intermediate}, 7);
   c.grad_activations = empty(Shape{rows, s.intermediate}, DType::bfloat16);
   c.grad_scores = empty(Shape{s.tokens, slots}, DType::float32);
   c.grad_logits = empty(Shape{s.tokens, s.routed}, DType::float32);
@@ -175,6 +195,64 @@ bool check_against_reference() {
   return agree;
 }
 
+// (experts + 1) row offsets of `rows` rows over `experts` experts: random cut points from `seed` (fewer than
+// `experts` distinct ones leave some experts empty, as routing does).
+std::vector<int64_t> random_offsets(int64_t rows, int64_t experts, uint64_t seed) {
+  std::vector<int64_t> offsets(size_t(experts) + 1, 0);
+  for (int64_t expert = 1; expert < experts; ++expert)
+    offsets[size_t(expert)] = int64_t(random_uniform(seed, uint64_t(expert)) * float(rows)) % (rows + 1);
+  offsets[size_t(experts)] = rows;
+  std::sort(offsets.begin(), offsets.end());
+  return offsets;
+}
+
+// One gemm per expert with rows: out_e = x_e W1_e^T.
+void expert_gemms(const Tensor& permuted, const Tensor& weight, Tensor& hidden, const std::vector<int64_t>& offsets,
+                  int64_t width) {
+  for (size_t expert = 0; expert + 1 < offsets.size(); ++expert) {
+    if (offsets[expert + 1] == offsets[expert]) continue;
+    Tensor out = hidden.slice(0, offsets[expert], offsets[expert + 1]);
+    kernels::gemm({.a = permuted.slice(0, offsets[expert], offsets[expert + 1]),
+                   .b = weight.slice(0, int64_t(expert) * width, int64_t(expert + 1) * width),
+                   .out = out,
+                   .transpose_b = true});
+  }
+}
+
+// The expert gemm loop at shape `s` (gated: 2 x intermediate columns), the three ways of the file's comment.
+void time_expert_gemms(const MoeShape& s, int iterations) {
+  const Device device = Device::cuda(0);
+  const int64_t rows = s.tokens * s.top_k, width = 2 * s.intermediate;
+  // Constant operands: the values do not change a gemm's time, and random ones would take seconds on the host.
+  Tensor permuted = Tensor::empty(Shape{rows, s.hidden}, DType::bfloat16, device);
+  Tensor weight = Tensor::empty(Shape{s.routed * width, s.hidden}, DType::bfloat16, device);
+  kernels::fill({.tensor = permuted, .value = 0.5});
+  kernels::fill({.tensor = weight, .value = 0.01});
+  Tensor hidden = Tensor::empty(Shape{rows, width}, DType::bfloat16, device);
+  const double flops = 2.0 * double(rows) * double(width) * double(s.hidden);
+  const KernelSelection initial = kernel_selection();
+  uint64_t seed = 1000;
+  const std::vector<int64_t> fixed = random_offsets(rows, s.routed, seed);
+  struct Way {
+    const char* name;
+    bool fresh, autotune;
+  };
+  for (const Way& way : {Way{"expert gemms, same row counts", false, true},
+                         Way{"expert gemms, new row counts, no autotune", true, false},
+                         Way{"expert gemms, new row counts, autotune", true, true}}) {
+    KernelSelection selection = initial;
+    selection.autotune = way.autotune;
+    set_kernel_selection(selection);
+    const auto run = [&] {
+      expert_gemms(permuted, weight, hidden, way.fresh ? random_offsets(rows, s.routed, ++seed) : fixed, width);
+    };
+    const double ms = benchmarks::median_ms(run, 3, iterations);
+    std::printf("%-44s %12.1f %12s %10s  %.1f TFLOP/s\n", way.name, ms * 1e3, "-", "-", flops / (ms * 1e-3) / 1e12);
+    std::fflush(stdout);
+  }
+  set_kernel_selection(initial);
+}
+
 int run_benchmark(int iterations) {
   if (cuda_devices().empty()) {
     std::fprintf(stderr, "moe_ops_benchmark needs a CUDA device\n");
@@ -193,7 +271,7 @@ int run_benchmark(int iterations) {
                 s.name.c_str(), static_cast<long long>(s.tokens), static_cast<long long>(s.routed), s.top_k,
                 static_cast<long long>(s.hidden), static_cast<long long>(s.intermediate));
     std::printf("%-44s %12s %12s %10s\n", "op", "median us", "MB moved", "GB/s");
-    Chain c = make_chain(s, Device::cuda(0));
+    Chain c = make_chain(s, Device::cuda(0), /*random_rows=*/false);
     run_chain(s, c);
     const double rows = double(s.tokens * s.top_k), bf16 = 2.0;
     const double logits = double(s.tokens * s.routed) * 4.0, slot_ints = rows * 4.0;
@@ -222,6 +300,7 @@ int run_benchmark(int iterations) {
                   op.bytes / (ms * 1e-3) / 1e9);
       std::fflush(stdout);
     }
+    time_expert_gemms(s, iterations);
   }
   return 0;
 }
