@@ -4,7 +4,7 @@
 # (a staged CUDA build: tools/stage_for_device.sh). In order, each part on its own, so that a failing or slow part
 # never stops the next:
 #   1. kernels_moe_cuda_test: the CUDA MoE ops against their CPU references (tests/kernels/moe_consistency_test.cpp),
-#      then moe_ops_benchmark: each op's device time at both shapes (a few seconds);
+#      then moe_ops_benchmark: each op's device time at both shapes, and the expert gemm loop (about 10 s);
 #   2. the CUDA cases of the MoE layers, where a test binary has some (gtest names with Cuda and Moe / MoE / Mixtral /
 #      Expert);
 #   3. the training benchmark at the two MoE shapes (mixtral-tiny, fine-grained: examples/benchmarks/) beside
