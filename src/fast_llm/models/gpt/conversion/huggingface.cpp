@@ -598,6 +598,9 @@ void write_huggingface_checkpoint(const std::filesystem::path& directory, engine
                                   const GPTBaseModelConfig& config, std::shared_ptr<const engine::TensorSource> state,
                                   std::optional<DType> data_type, int64_t parameters_per_file) {
   const HfFormat& table = hf_format(format);
+  // The config first: a model the format cannot hold (e.g. a mixture of experts as llama) is refused naming the fields
+  // that say so, rather than the first parameter without a Hugging Face name.
+  export_hf_config(table, config, data_type.value_or(DType::float32));
   std::shared_ptr<const engine::TensorSource> weights = export_hf_weights(table, state, config);
   DType dtype = weights->names().empty() ? DType::float32 : weights->spec(weights->names().front()).dtype;
   if (data_type) {
