@@ -13,6 +13,7 @@
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/file_writer.h"
 #include "fast_llm/engine/checkpoint/directory.h"
+#include "fast_llm/models/gpt/conversion/upcycling.h"
 #include "fast_llm/models/gpt/model.h"
 
 namespace fast_llm::models::gpt {
@@ -631,7 +632,12 @@ class HuggingfaceHandler : public engine::ExternalCheckpointHandler {
   std::shared_ptr<engine::TensorSource> open_weights(const std::filesystem::path& directory,
                                                      const config::Config& base_model) const override {
     HuggingfaceCheckpoint checkpoint = read_huggingface_checkpoint(directory, format_, true);
-    return import_hf_weights(*checkpoint.format, checkpoint.tensors, gpt_config(base_model));
+    const GPTBaseModelConfig& model = gpt_config(base_model);
+    // A dense checkpoint loaded into a mixture of experts: every expert a copy of its MLP (upcycling.h).
+    GPTBaseModelConfig stored = validated_base_model(checkpoint.base_model, (directory / "config.json").string());
+    if (is_upcycling(stored, model))
+      return upcycle_weights(import_hf_weights(*checkpoint.format, checkpoint.tensors, stored), stored, model);
+    return import_hf_weights(*checkpoint.format, checkpoint.tensors, model);
   }
 
   void check_writable(const config::Config& base_model, DType data_type) const override {
