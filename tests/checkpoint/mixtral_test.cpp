@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
 
 #include "checkpoint/checkpoint_test_util.h"
@@ -180,6 +181,47 @@ TEST(Mixtral, MapsEachExpertToItsRows) {
               << "layer " << layer << " expert " << expert;
     }
   }
+}
+
+// transformers 5's in-memory spelling (the router as `mlp.gate`, the experts stacked: gate_up_proj [E, 2I, H] with
+// each expert's gate rows first, down_proj [E, H, I]) imports to the same weights as the per-expert spelling.
+TEST(Mixtral, ImportsTheFusedSpellingOfTransformers5) {
+  const auto per_expert = directory("spelling_per_expert");
+  auto tensors = testing::write_hf_checkpoint(per_expert, mixtral_spec());
+  const auto fused = directory("spelling_fused");
+  std::filesystem::create_directories(fused);
+  engine::TensorList list("fused");
+  for (const auto& [name, tensor] : tensors) {
+    if (name.find(".block_sparse_moe.") != std::string::npos) continue;
+    list.add(name, {DType::float32, tensor.shape()}, [tensor] { return tensor; });
+  }
+  for (int64_t layer = 0; layer < kLayers; ++layer) {
+    const Tensor gate = tensors.at(layer_prefix(layer) + "block_sparse_moe.gate.weight");
+    list.add(layer_prefix(layer) + "mlp.gate.weight", {DType::float32, gate.shape()}, [gate] { return gate; });
+    Tensor gate_up = Tensor::empty(Shape{kExperts, 2 * kIntermediate, kHidden}, DType::float32);
+    Tensor down = Tensor::empty(Shape{kExperts, kHidden, kIntermediate}, DType::float32);
+    for (int64_t expert = 0; expert < kExperts; ++expert) {
+      Tensor rows = gate_up.select(0, expert);
+      rows.slice(0, 0, kIntermediate).copy_bytes_from(tensors.at(expert_prefix(layer, expert) + "w1.weight"));
+      rows.slice(0, kIntermediate, 2 * kIntermediate)
+          .copy_bytes_from(tensors.at(expert_prefix(layer, expert) + "w3.weight"));
+      down.select(0, expert).copy_bytes_from(tensors.at(expert_prefix(layer, expert) + "w2.weight"));
+    }
+    list.add(layer_prefix(layer) + "mlp.experts.gate_up_proj", {DType::float32, gate_up.shape()},
+             [gate_up] { return gate_up; });
+    list.add(layer_prefix(layer) + "mlp.experts.down_proj", {DType::float32, down.shape()}, [down] { return down; });
+  }
+  engine::write_safetensors_set(fused, list, list.names(), int64_t(1) << 30, engine::SafetensorsSetLayout::huggingface);
+  std::ofstream(fused / "config.json") << mixtral_config().dump(2);
+
+  auto import = [](const std::filesystem::path& path) {
+    HuggingfaceCheckpoint checkpoint = read_huggingface_checkpoint(path, CheckpointFormat::mixtral, true);
+    return import_hf_weights(*checkpoint.format, checkpoint.tensors, base_model(checkpoint.base_model));
+  };
+  auto expected = import(per_expert), actual = import(fused);
+  ASSERT_EQ(actual->names(), expected->names());
+  for (const std::string& name : expected->names())
+    EXPECT_TRUE(same_bytes(actual->load(name), expected->load(name))) << name;
 }
 
 TEST(Mixtral, RoundTripIsByteIdenticalWithAnEquivalentConfig) {

@@ -59,8 +59,8 @@ Tensor logits_of(const std::filesystem::path& root, const std::filesystem::path&
 
 TEST(Upcycling, TheUpcycledModelComputesTheDenseModelsLogits) {
   const auto root = directory("logits");
-  auto tensors = testing::write_hf_checkpoint(root / "dense", {dense_config(), testing::llama_tensors(dense_config(),
-                                                                                                     false, false, false)});
+  testing::write_hf_checkpoint(root / "dense",
+                               {dense_config(), testing::llama_tensors(dense_config(), false, false, false)});
   Tensor tokens = Tensor::empty(Shape{2, 6}, DType::int64);
   const int64_t ids[] = {1, 5, 9, 2, 15, 0, 3, 3, 7, 11, 4, 8};
   std::copy(std::begin(ids), std::end(ids), tokens.data_as<int64_t>());
@@ -145,7 +145,8 @@ TEST(Upcycling, ExpertsAreCopiesAndTheRouterIsTheConfiguredInitialization) {
 TEST(Upcycling, MlpsThatDoNotMatchAreRefusedNamingTheField) {
   const GPTBaseModelConfig dense = base_model(dense_config(), "");
   auto error = [&](const std::string& mlp, const json& hf = dense_config()) {
-    return error_of([&] { upcycle_weights(std::make_shared<engine::TensorList>("empty"), dense, base_model(hf, mlp)); });
+    return error_of(
+        [&] { upcycle_weights(std::make_shared<engine::TensorList>("empty"), dense, base_model(hf, mlp)); });
   };
   std::string message = error("{type: moe, experts: 4, experts_per_token: 2, intermediate_size: 16, gated: true, "
                               "activation: silu, add_linear_biases: false}");

@@ -156,8 +156,9 @@ std::vector<std::pair<std::string, Shape>> model_parameters(const GPTBaseModelCo
 }
 
 // The entry of `format` for `parameter`, with its block index.
-std::pair<const HfWeightEntry*, int64_t> weight_entry(const HfFormat& format, const std::string& parameter) {
-  for (const HfWeightEntry& entry : format.weights)
+std::pair<const HfWeightEntry*, int64_t> weight_entry(const HfFormat& format, const std::string& parameter,
+                                                      const std::vector<HfWeightEntry>* entries = nullptr) {
+  for (const HfWeightEntry& entry : entries != nullptr ? *entries : format.weights)
     if (auto index = match_pattern(entry.parameter, parameter)) return {&entry, *index};
   throw NotSupportedError(kComponent, fmt::format("the {} format has no place for parameter {}",
                                                   config::enum_name(format.format), parameter));
@@ -398,8 +399,12 @@ std::shared_ptr<engine::TensorSource> import_hf_weights(const HfFormat& format,
   auto result = std::make_shared<engine::TensorList>(hf->describe());
   std::set<std::string> used;
   std::optional<int64_t> experts;
+  const std::vector<HfWeightEntry>* entries = &format.weights;
+  if (!format.import_spelling.empty())
+    for (const std::string& name : hf->names())
+      if (match_pattern(format.import_spelling_marker, name)) entries = &format.import_spelling;
   for (const auto& [parameter, shape] : model_parameters(config)) {
-    const auto [entry, index] = weight_entry(format, parameter);
+    const auto [entry, index] = weight_entry(format, parameter, entries);
     std::vector<std::string> names;
     if (is_expert_kind(entry->kind)) {
       if (!experts) experts = mixture_experts(config);
@@ -423,6 +428,12 @@ std::shared_ptr<engine::TensorSource> import_hf_weights(const HfFormat& format,
       case HfWeightEntry::Kind::copy: break;
       case HfWeightEntry::Kind::transpose:
         if (composed.rank() == 2) composed = Shape{composed[1], composed[0]};
+        break;
+      case HfWeightEntry::Kind::expert_stacked:
+        if (composed.rank() == 3) composed = Shape{composed[0] * composed[1], composed[2]};
+        break;
+      case HfWeightEntry::Kind::expert_stacked_transpose:
+        if (composed.rank() == 3) composed = Shape{composed[0] * composed[2], composed[1]};
         break;
       case HfWeightEntry::Kind::concatenate:
       case HfWeightEntry::Kind::expert_concatenate:
@@ -457,6 +468,16 @@ std::shared_ptr<engine::TensorSource> import_hf_weights(const HfFormat& format,
       switch (kind) {
         case HfWeightEntry::Kind::copy: return hf->load(names.front());
         case HfWeightEntry::Kind::transpose: return hf->load(names.front()).transpose(0, 1).to(Device::cpu());
+        case HfWeightEntry::Kind::expert_stacked: return hf->load(names.front()).to(Device::cpu()).reshape(shape);
+        case HfWeightEntry::Kind::expert_stacked_transpose: {
+          const Tensor stacked = hf->load(names.front());
+          Tensor fused = Tensor::empty(shape, dtype);
+          const int64_t rows = stacked.size(2);
+          for (int64_t expert = 0; expert < stacked.size(0); ++expert)
+            fused.slice(0, expert * rows, (expert + 1) * rows)
+                .copy_bytes_from(stacked.select(0, expert).transpose(0, 1).to(Device::cpu()));
+          return fused;
+        }
         case HfWeightEntry::Kind::concatenate:
         case HfWeightEntry::Kind::expert_concatenate:
         case HfWeightEntry::Kind::expert_transpose: {
@@ -531,6 +552,10 @@ std::shared_ptr<engine::TensorSource> export_hf_weights(const HfFormat& format,
         }
         break;
       }
+      case HfWeightEntry::Kind::expert_stacked:
+      case HfWeightEntry::Kind::expert_stacked_transpose:
+        throw InternalError(kComponent, fmt::format("the {} format's weights use an import-only spelling for {}",
+                                                    config::enum_name(format.format), parameter));
       case HfWeightEntry::Kind::expert_concatenate:
       case HfWeightEntry::Kind::expert_transpose: {
         if (!experts) experts = mixture_experts(config);

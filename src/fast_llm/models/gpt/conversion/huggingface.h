@@ -17,10 +17,13 @@
 //     names standing for the expert) `expert_concatenate` (w1 + w3 of each expert, experts one after the other ->
 //     layer_1) and `expert_transpose` (w2 of each expert, transposed, one after the other -> layer_2). The number of
 //     experts is the model's `decoder.block.mlp.experts`; expert tensors are read and written one expert at a time,
-//     so converting holds one fused parameter and one expert tensor, never the whole model twice. The model's own
-//     parameter list decides what must be
-//     there (biases only when enabled, lm_head only when the embeddings are not tied); every parameter needs an entry
-//     and every tensor of the checkpoint must be used (or be on the format's list of ignorable tensors).
+//     so converting holds one fused parameter and one expert tensor, never the whole model twice. A format may also
+//     read another spelling of its weights (`import_spelling`, chosen when the checkpoint has a tensor matching its
+//     marker): transformers 5's fused experts, `expert_stacked` ([E, R, H] -> layer_1 [E * R, H]) and
+//     `expert_stacked_transpose` ([E, H, I], each expert transposed -> layer_2 [E * I, H]); exports write `weights`.
+//     The model's own parameter list decides what must be there (biases only when enabled, lm_head only when the
+//     embeddings are not tied); every parameter needs an entry and every tensor of the checkpoint must be used (or be
+//     on the format's list of ignorable tensors).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -73,7 +76,15 @@ HfConfigEntry hf_custom(std::vector<std::string> keys, std::function<void(const 
                         std::function<void(const YAML::Node&, nlohmann::ordered_json&)> export_);
 
 struct HfWeightEntry {
-  enum class Kind { copy, concatenate, transpose, expert_concatenate, expert_transpose };
+  enum class Kind {
+    copy,
+    concatenate,
+    transpose,
+    expert_concatenate,
+    expert_transpose,
+    expert_stacked,            // import only
+    expert_stacked_transpose,  // import only
+  };
   Kind kind = Kind::copy;
   std::string parameter;          // Fast-LLM name, `{}` standing for the block index
   // Hugging Face names (two for concatenate and expert_concatenate), same `{}`; expert kinds also have `{e}`.
@@ -88,6 +99,9 @@ struct HfFormat {
   std::vector<HfWeightEntry> weights;
   // Checkpoint tensors that carry nothing (patterns with `{}`), e.g. rotary inverse-frequency buffers of old exports.
   std::vector<std::string> ignored_tensors;
+  // Another spelling importing reads instead of `weights` when a checkpoint tensor matches `import_spelling_marker`.
+  std::vector<HfWeightEntry> import_spelling;
+  std::string import_spelling_marker;
 };
 
 // The formats (llama, mistral, qwen2, mixtral); each family's file defines its own.

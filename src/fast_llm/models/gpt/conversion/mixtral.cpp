@@ -3,15 +3,17 @@
 // experts).
 //
 // config.json: num_local_experts <-> experts, num_experts_per_tok <-> experts_per_token, router_aux_loss_coef <->
-// auxiliary_loss_coefficient, router_jitter_noise <-> jitter_eps (training only: transformers scales the whole MLP
-// input, ours the router's; the model computed without training is the same), output_router_logits (what the Hugging
-// Face model returns) ignored. MixtralConfig's defaults differ from Mistral's: rms_norm_eps 1e-5, rope_theta 1e6, no
-// sliding window.
+// auxiliary_loss_coefficient, router_jitter_noise <-> jitter_eps (training only, and not the same noise: transformers
+// scales every element of the MLP input, ours each token's router logits; the model outside training is the same),
+// output_router_logits (what the Hugging Face model returns) ignored. MixtralConfig's defaults differ from Mistral's:
+// rms_norm_eps 1e-5, rope_theta 1e6, no sliding window.
 //
 // Weights: `block_sparse_moe.gate` is the router; each expert e's `w1` (gate) and `w3` (up), [I, H], are expert e's
 // rows of layer_1 ([w1; w3]), and its `w2` [H, I] transposed is expert e's rows of layer_2. This per-expert spelling is
 // the one on the hub and the one both transformers 4 and 5 write and read: transformers 5 fuses the experts in memory
-// (`mlp.experts.gate_up_proj` / `down_proj`) through its conversion mapping on load and reverts to these names on save.
+// (`mlp.gate`, `mlp.experts.gate_up_proj` [E, 2I, H] gate rows first, `down_proj` [E, H, I]) through its conversion
+// mapping on load and reverts to these names on save, so exports write them. Importing also reads the fused names
+// (a checkpoint saved while that revert was missing), recognised by a `mlp.experts.gate_up_proj` tensor.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -67,6 +69,19 @@ std::vector<HfWeightEntry> mixtral_weights() {
   return weights;
 }
 
+// transformers 5's in-memory spelling: the router under `mlp.gate`, the experts stacked.
+std::vector<HfWeightEntry> mixtral_fused_weights() {
+  using Kind = HfWeightEntry::Kind;
+  std::vector<HfWeightEntry> weights = llama_family_weights();
+  std::erase_if(weights, [](const HfWeightEntry& entry) { return entry.parameter.starts_with("decoder.{}.mlp."); });
+  weights.push_back({Kind::copy, "decoder.{}.mlp.router.weight", {"model.layers.{}.mlp.gate.weight"}});
+  weights.push_back(
+      {Kind::expert_stacked, "decoder.{}.mlp.layer_1.weight", {"model.layers.{}.mlp.experts.gate_up_proj"}});
+  weights.push_back(
+      {Kind::expert_stacked_transpose, "decoder.{}.mlp.layer_2.weight", {"model.layers.{}.mlp.experts.down_proj"}});
+  return weights;
+}
+
 }  // namespace
 
 const HfFormat& mixtral_format() {
@@ -75,7 +90,9 @@ const HfFormat& mixtral_format() {
                                .architecture = "MixtralForCausalLM",
                                .config = mixtral_config(),
                                .weights = mixtral_weights(),
-                               .ignored_tensors = llama_family_ignored_tensors()};
+                               .ignored_tensors = llama_family_ignored_tensors(),
+                               .import_spelling = mixtral_fused_weights(),
+                               .import_spelling_marker = "model.layers.{}.mlp.experts.gate_up_proj"};
   return format;
 }
 

@@ -10,9 +10,10 @@
 // sinkhorn's scores, it does not). This is the dense-to-MoE step that Fast-LLM's tools/moe_add_experts.py leaves out
 // (that tool adds experts to a model that already has them, copying existing experts and router rows).
 //
-// Everything but the MLP must be the checkpoint's model, and the MoE's MLP must match the dense one (intermediate_size,
-// gated, activation, no biases): errors name the fields. The run's config replaces the checkpoint's MLP section when its
-// `type` differs, so the run spells out intermediate_size, gated, activation and add_linear_biases (docs/moe.md).
+// Everything but the MLP must be the checkpoint's model, and the MoE's MLP must match the dense one
+// (intermediate_size, gated, activation, no biases): errors name the fields. The run's config replaces the
+// checkpoint's MLP section when its `type` differs, so the run spells out intermediate_size, gated, activation and
+// add_linear_biases (docs/moe.md).
 #pragma once
 
 #include <memory>
