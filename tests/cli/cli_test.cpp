@@ -128,14 +128,23 @@ TEST_F(CliTest, TrainGpt) {
 }
 
 // examples/mixtral-tiny.yaml trains (a mixture of experts on random tokens): the language-model loss falls and every
-// log line carries the routers' load-balancing and z losses.
+// training log line carries the routers' load-balancing and z losses, as does the validation line.
 TEST_F(CliTest, MixtralTinyExampleTrains) {
   const fs::path example = fs::path(FAST_LLM_SOURCE_DIR) / "examples" / "mixtral-tiny.yaml";
-  const Outcome trained = expect({"train", "gpt", "-c", example.string(), "run.experiment_dir=experiment"}, 0,
-                                 "load_balancing_loss");
+  const Outcome trained = expect({"train", "gpt", "-c", example.string(), "run.experiment_dir=experiment",
+                                  "training.evaluators={validation: {type: loss, interval: 30, iterations: 2}}",
+                                  "data.datasets.validation={type: random}"},
+                                 0, "load_balancing_loss");
   std::vector<double> losses;
+  bool validated = false;
   std::istringstream lines(trained.output);
   for (std::string line; std::getline(lines, line);) {
+    if (line.find("validation") != std::string::npos && line.find("lm_head_loss") != std::string::npos) {
+      EXPECT_NE(line.find("load_balancing_loss"), std::string::npos) << line;
+      EXPECT_NE(line.find("router_z_loss"), std::string::npos) << line;
+      validated = true;
+      continue;
+    }
     if (line.find("load_balancing_loss") == std::string::npos) continue;
     EXPECT_NE(line.find("router_z_loss"), std::string::npos) << line;
     const std::string key = "lm_head_loss: ";
@@ -144,6 +153,7 @@ TEST_F(CliTest, MixtralTinyExampleTrains) {
   }
   ASSERT_GE(losses.size(), 2u) << trained.output;
   EXPECT_LT(losses.back(), losses.front()) << trained.output;
+  EXPECT_TRUE(validated) << trained.output;
 }
 
 // A configuration that cannot run is refused before the model is built (no -c: evaluation of a default 229M-parameter

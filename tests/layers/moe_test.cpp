@@ -204,6 +204,22 @@ TEST(MoeMlp, ForwardIsPerTokenLoop) {
   }
 }
 
+// A micro-batch without tokens: empty outputs, zero gradients.
+TEST(MoeMlp, NoTokens) {
+  MlpHolder holder = mlp_config("{type: moe, add_linear_biases: false, intermediate_size: 2, experts: 4, "
+                                "experts_per_token: 2, z_loss_coefficient: 0.1}");
+  MoeMlp moe("mlp", moe_config(holder), kHidden, 1.0);
+  bind_parameters(moe, 28);
+  MicroBatch batch;
+  LossSums losses;
+  LayerContext context = make_context(batch, /*training=*/true, &losses);
+  Tensor output = moe.forward(context, zeros(Shape{0, kHidden}));
+  EXPECT_EQ(output.shape(), (Shape{0, kHidden}));
+  EXPECT_EQ(moe.backward(context, zeros(Shape{0, kHidden})).shape(), (Shape{0, kHidden}));
+  for (Parameter* parameter : moe.parameters()) EXPECT_EQ(max_abs(values_of(parameter->grad)), 0.0);
+  for (const auto& [name, sum] : losses.all()) EXPECT_EQ(sum.item(), 0.0) << name;
+}
+
 // The step's first accumulation writes the gradients: experts without tokens get zero blocks, not what was there.
 TEST(MoeMlp, FirstAccumulationWritesZerosForExpertsWithoutTokens) {
   MlpHolder holder = mlp_config("{type: moe, add_linear_biases: false, intermediate_size: 2, experts: 8}");
@@ -228,6 +244,46 @@ TEST(MoeMlp, FirstAccumulationWritesZerosForExpertsWithoutTokens) {
                                    [](double value) { return value == 0.0; });
   }
   EXPECT_GE(zero_blocks, 6);  // two tokens, top 1: at most two experts have tokens
+}
+
+// fp32 and bf16 compute (fp32 logits and scores, fp32 gradients; the router's gradient cast to the compute dtype)
+// against fp64, within the compute dtype's rounding.
+TEST(MoeMlp, LowPrecisionMatchesFloat64) {
+  MlpHolder holder = mlp_config("{type: moe, add_linear_biases: false, intermediate_size: 4, gated: true, experts: 5, "
+                                "shared_experts: 1, experts_per_token: 2, z_loss_coefficient: 0.1, jitter_eps: 0.05}");
+  struct Result {
+    std::vector<double> output, grad_input;
+    std::vector<std::vector<double>> grads;
+  };
+  auto run = [&](DType dtype) {
+    MoeMlp moe("mlp", moe_config(holder), kHidden, 1.0);
+    bind_parameters(moe, 24, dtype, dtype == DType::float64 ? DType::float64 : DType::float32);
+    Tensor input = random_tensor(Shape{6, kHidden}, 25, 1.0, dtype);
+    MicroBatch batch;
+    LossSums losses;
+    LayerContext context = make_context(batch, /*training=*/true, &losses, 1.0, /*dropout_seed=*/26, dtype);
+    Result result;
+    result.output = values_of(moe.forward(context, input));
+    result.grad_input = values_of(moe.backward(context, random_tensor(Shape{6, kHidden}, 27, 1.0, dtype)));
+    for (Parameter* parameter : moe.parameters()) result.grads.push_back(values_of(parameter->grad));
+    return result;
+  };
+  const Result reference = run(DType::float64);
+  for (const auto& [dtype, tolerance] : {std::pair{DType::float32, 1e-5}, std::pair{DType::bfloat16, 3e-2}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Result result = run(dtype);
+    auto expect_close = [&](const std::vector<double>& actual, const std::vector<double>& expected,
+                            const std::string& what) {
+      ASSERT_EQ(actual.size(), expected.size()) << what;
+      const double scale = std::max(1.0, max_abs(expected));
+      for (size_t index = 0; index < actual.size(); ++index)
+        EXPECT_NEAR(actual[index], expected[index], tolerance * scale) << what << "[" << index << "]";
+    };
+    expect_close(result.output, reference.output, "output");
+    expect_close(result.grad_input, reference.grad_input, "grad_input");
+    for (size_t parameter = 0; parameter < reference.grads.size(); ++parameter)
+      expect_close(result.grads[parameter], reference.grads[parameter], "gradient " + std::to_string(parameter));
+  }
 }
 
 TEST(MoeMlp, RecomputationLevelsGiveIdenticalGradients) {

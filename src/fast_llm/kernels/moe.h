@@ -3,8 +3,9 @@
 //
 // Vocabulary. T tokens, each with `slots` = shared_experts + top_k (expert, score) pairs: the shared experts first
 // (numbers routed .. routed + shared - 1, score 1), then the top_k routed experts in descending logit order (ties: the
-// lower expert number first). The permuted buffer has T * slots rows, grouped by expert (expert_offsets), and within
-// an expert ordered by slot index t * slots + j, so every variant produces the same rows.
+// lower expert number first; `sinkhorn` when training: descending Sinkhorn value). The permuted buffer has T * slots
+// rows, grouped by expert (expert_offsets), and within an expert ordered by slot index t * slots + j, so every variant
+// produces the same rows.
 //
 //   moe_route_forward    logits (T, routed) fp32 -> experts, scores (T, slots); the load-balancing statistics and the
 //                        loss values, added into the step's loss sums
@@ -19,8 +20,9 @@
 //   aux = sum_e mean_t softmax(logits_t)_e * mean_t [e in top_k(t)]      (routed experts only; the mask is constant)
 // Router z-loss: z = mean_t logsumexp(logits_t)^2. `routing: sinkhorn`: when training the experts are the top_k of
 // sinkhorn(logits) (exp of the logits, rows and columns normalised alternately until the columns' factors move by
-// less than 1e-5 on average, Fast-LLM's loop), not training the top_k of the logits; scores are sigmoid(logit) for
-// top_k 1, else softmax over all routed logits, taken at the chosen experts; no load-balancing loss.
+// less than 1e-5 on average, Fast-LLM's loop, at most 1000 iterations), not training the top_k of the logits; scores
+// are sigmoid(logit) for top_k 1, else softmax over all routed logits, taken at the chosen experts; no load-balancing
+// loss.
 // Sums and the softmax are in fp32 (fp64 for fp64 logits on the CPU).
 #pragma once
 

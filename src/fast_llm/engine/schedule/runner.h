@@ -7,7 +7,8 @@
 // reducing its gradients as soon as the group's backward of it is done). Gradients start the step at zero and accumulate (+=) over its micro-batches
 // (without a zeroing pass: the first accumulation into each parameter writes, Stage::begin_gradients); every micro-batch sees loss_gradient_scale = loss scale / (unmasked labels in the whole step), so
 // the gradients are those of the step's mean loss whatever the split (DESIGN.md §4.6). Losses add into one LossSums
-// for the step (numerators: divide by the step's labels for the mean).
+// for the step (numerators: divide by the step's labels for the mean; the MoE router losses, marked normalised, add
+// their value over LayerContext::micro_batches_in_step, the micro-batches of the step on all data-parallel ranks).
 //
 // Micro-batch m of step `iteration` gets dropout seed derive_seed(seed, phase seed shift, iteration, m'), m' its index
 // in the whole step over the data-parallel ranks (m * data_parallel + data rank), so the micro-batch sees the same

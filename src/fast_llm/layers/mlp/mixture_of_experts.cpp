@@ -120,13 +120,12 @@ Tensor MoeMlp::router_logits(const Tensor& input, Stream stream) {
   return logits;
 }
 
-Tensor MoeMlp::jitter_factors(const LayerContext& context, int64_t tokens) const {
+Tensor MoeMlp::jitter_factors(const LayerContext& context, int64_t tokens, DType dtype) const {
   const uint64_t seed = dropout_seed(context.dropout_seed, name(), kJitterPurpose);
   std::vector<float> factors(size_t(tokens * routed_experts_));
   for (size_t index = 0; index < factors.size(); ++index)
     factors[index] = float(1.0 - jitter_eps_ + 2.0 * jitter_eps_ * double(random_uniform(seed, uint64_t(index))));
-  return Tensor::from_values(factors, Shape{tokens * routed_experts_, 1}, logits_dtype(context.compute_dtype))
-      .to(context.device, context.stream);
+  return Tensor::from_values(factors, Shape{tokens * routed_experts_, 1}, dtype).to(context.device, context.stream);
 }
 
 void MoeMlp::multiply_by_jitter(Tensor& values, const Tensor& factors, Stream stream) const {
@@ -192,7 +191,7 @@ Tensor MoeMlp::forward(const LayerContext& context, const Tensor& input, Saved* 
   Tensor logits = router_logits(input, stream);
   Tensor jitter;
   if (context.training && jitter_eps_ > 0.0) {
-    jitter = jitter_factors(context, tokens);
+    jitter = jitter_factors(context, tokens, logits.dtype());
     multiply_by_jitter(logits, jitter, stream);
   }
   Tensor experts = Tensor::empty(Shape{tokens, slots}, DType::int32, device, stream);

@@ -76,8 +76,8 @@ class MoeMlp : public MlpBase {
 
   // logits (tokens, routed) = router_input_scale * input R^T, in the logits' dtype.
   Tensor router_logits(const Tensor& input, Stream stream);
-  // The (tokens * routed, 1) jitter factors uniform(1 - eps, 1 + eps) of this micro-batch, on the input's device.
-  Tensor jitter_factors(const LayerContext& context, int64_t tokens) const;
+  // The (tokens * routed, 1) jitter factors uniform(1 - eps, 1 + eps) of this micro-batch in `dtype` (the logits').
+  Tensor jitter_factors(const LayerContext& context, int64_t tokens, DType dtype) const;
   // Multiplies `values` (tokens, routed) element-wise by `factors` (tokens * routed, 1), in place.
   void multiply_by_jitter(Tensor& values, const Tensor& factors, Stream stream) const;
   // permuted (tokens * slots, hidden) = input rows in expert order.
