@@ -429,11 +429,15 @@ std::shared_ptr<engine::TensorSource> import_hf_weights(const HfFormat& format,
       case HfWeightEntry::Kind::transpose:
         if (composed.rank() == 2) composed = Shape{composed[1], composed[0]};
         break;
+      // Stacked experts must be the model's experts (not only the same element count): otherwise the rank-3 shape
+      // stays as it is and is reported below.
       case HfWeightEntry::Kind::expert_stacked:
-        if (composed.rank() == 3) composed = Shape{composed[0] * composed[1], composed[2]};
+        if (!experts) experts = mixture_experts(config);
+        if (composed.rank() == 3 && composed[0] == *experts) composed = Shape{composed[0] * composed[1], composed[2]};
         break;
       case HfWeightEntry::Kind::expert_stacked_transpose:
-        if (composed.rank() == 3) composed = Shape{composed[0] * composed[2], composed[1]};
+        if (!experts) experts = mixture_experts(config);
+        if (composed.rank() == 3 && composed[0] == *experts) composed = Shape{composed[0] * composed[2], composed[1]};
         break;
       case HfWeightEntry::Kind::concatenate:
       case HfWeightEntry::Kind::expert_concatenate:
