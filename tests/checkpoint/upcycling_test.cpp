@@ -1,6 +1,7 @@
 // Upcycling a dense Llama checkpoint into a mixture of experts through `pretrained` (conversion/upcycling.h): every
 // expert is a copy of the dense MLP and the router is the configured initialization, so at step 0 the upcycled model's
-// logits are the dense model's (top-k softmax scores sum to one); MLPs that do not match are refused naming the field.
+// logits are the dense model's (top-k softmax scores sum to one); MLPs that do not match are refused naming the field;
+// docs/moe.md's recipe (one step at learning rate 0 with a mixtral export) saves the upcycled model unchanged.
 #include <gtest/gtest.h>
 
 #include "checkpoint/checkpoint_test_util.h"
@@ -9,6 +10,7 @@
 #include "fast_llm/models/gpt/conversion/reference_outputs.h"
 #include "fast_llm/models/gpt/conversion/upcycling.h"
 #include "fast_llm/models/gpt/model_type.h"
+#include "fast_llm/models/gpt/training.h"
 #include "models/config_test_util.h"
 
 namespace fast_llm::models::gpt {
@@ -158,6 +160,36 @@ TEST(Upcycling, MlpsThatDoNotMatchAreRefusedNamingTheField) {
   wider["num_attention_heads"] = 4;
   message = error(kMoe, wider);
   EXPECT_NE(message.find("heads"), std::string::npos) << message;
+}
+
+TEST(Upcycling, OneStepAtLearningRateZeroExportsTheUpcycledModel) {
+  const auto root = directory("export");
+  auto tensors = testing::write_hf_checkpoint(
+      root / "dense", {dense_config(), testing::llama_tensors(dense_config(), false, false, false)});
+  YAML::Node tree = YAML::Load(
+      "pretrained: {format: llama, path: '" + (root / "dense").string() + "'}\n"
+      "training: {train_iters: 1, num_workers: 1, export: {interval: 1, format: mixtral}}\n"
+      "optimizer: {learning_rate: {base: 0.0}}\n"
+      "data: {datasets: {training: {type: random}}, micro_batch_size: 16}\n"
+      "model: {base_model: {decoder: {block: {mlp: " + std::string(kMoe) + "}}}, distributed: {use_cuda: false}}\n"
+      "run: {experiment_dir: '" + (root / "run").string() + "'}");
+  testing::ScopedEnvironment environment(testing::single_process());
+  GPTTrainerConfig config;
+  engine::load_config_with_pretrained(config, tree, gpt_model_type());
+  train(config);
+  auto exported = engine::SafetensorsSet::open_huggingface(root / "run" / "export" / "mixtral" / "1");
+  for (int64_t layer = 0; layer < 2; ++layer) {
+    const std::string dense = "model.layers." + std::to_string(layer) + ".mlp.";
+    for (int64_t expert = 0; expert < 4; ++expert) {
+      const std::string moe =
+          "model.layers." + std::to_string(layer) + ".block_sparse_moe.experts." + std::to_string(expert) + ".";
+      EXPECT_TRUE(testing::same_bytes(exported->load(moe + "w1.weight"), tensors.at(dense + "gate_proj.weight")));
+      EXPECT_TRUE(testing::same_bytes(exported->load(moe + "w3.weight"), tensors.at(dense + "up_proj.weight")));
+      EXPECT_TRUE(testing::same_bytes(exported->load(moe + "w2.weight"), tensors.at(dense + "down_proj.weight")));
+    }
+  }
+  EXPECT_TRUE(testing::same_bytes(exported->load("lm_head.weight"), tensors.at("lm_head.weight")));
+  EXPECT_EQ(testing::read_json(root / "run" / "export" / "mixtral" / "1" / "config.json")["num_local_experts"], 4);
 }
 
 }  // namespace
