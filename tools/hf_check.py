@@ -23,7 +23,7 @@ top-2, with 8 experts top-2 and a sliding window, and with the router's load-bal
      loss concatenates every layer's tokens, ours is per layer and per micro-batch, equal only then) adds
      router_aux_loss_coef x transformers' aux_loss to the reference loss before backward, and the loss compared is
      the cross-entropy alone (what fast-llm reports). transformers computes Mixtral's routing softmax in float32 even
-     in a float64 model, so the Mixtral cases hold fp64 compute to 1e-6 instead of 1e-10.
+     in a float64 model, so the Mixtral cases hold fp64 compute to 3e-6 instead of 1e-10.
   bf16 (`--dtypes bfloat16`, default on CUDA with float32): fast-llm computes in bf16 (fp32 master weights, as in
      training); transformers runs the same model cast to bf16 (on the GPU when --device cuda). Both are compared with
      the fp64 reference, and ours must be within BF16_FACTOR x transformers' own bf16 error for that quantity (logits,
@@ -117,15 +117,16 @@ CASES = [
     Case("qwen2", "qwen2", {"use_sliding_window": False}),
     Case("qwen2_tied", "qwen2", {"use_sliding_window": False, "tie_word_embeddings": True}),
     # transformers takes Mixtral's routing softmax in float32 whatever the model's dtype, so its float64 reference is
-    # float32-accurate in the routing scores (relative 1e-7): our float64 run is held to 1e-6 there.
+    # float32-accurate in the routing scores (relative 1e-7), and the rotary tables are float32 in both (up to 1e-6,
+    # docs/benchmarks.md 2026-11-29): our float64 run is held to 3e-6 there.
     Case("mixtral", "mixtral", {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
-                                "router_aux_loss_coef": 0.0, "sliding_window": None}, float64_threshold=1e-6),
+                                "router_aux_loss_coef": 0.0, "sliding_window": None}, float64_threshold=3e-6),
     Case("mixtral_8_experts_window", "mixtral", {"head_dim": 16, "num_local_experts": 8, "num_experts_per_tok": 2,
                                                  "router_aux_loss_coef": 0.0, "sliding_window": 8},
-         float64_threshold=1e-6),
+         float64_threshold=3e-6),
     Case("mixtral_aux_loss", "mixtral", {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
                                          "router_aux_loss_coef": 0.05, "num_hidden_layers": 1,
-                                         "sliding_window": None}, batch=1, aux=True, float64_threshold=1e-6),
+                                         "sliding_window": None}, batch=1, aux=True, float64_threshold=3e-6),
     # SmolLM2-135M's widths (hidden 576, 9 heads in 3 groups of 64, MLP 1536, tied), two blocks, 128 tokens.
     Case("llama_smollm_block", "llama",
          {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3,
