@@ -5,7 +5,8 @@ Runs where python3 has torch and transformers (the GPU machine: torch 2.11, tran
 `fast-llm` is at hand (build/device/bin/fast-llm after tools/stage_for_device.sh, or --fast-llm PATH).
 
 Import check, for each case (Llama untied / tied with biases / llama3 rope / yarn rope / head_dim != hidden/heads,
-Mistral with a sliding window shorter than the sequence, Mistral tied, Qwen2 untied / tied):
+Mistral with a sliding window shorter than the sequence, Mistral tied, Qwen2 untied / tied, Mixtral with 4 experts
+top-2, with 8 experts top-2 and a sliding window, and with the router's load-balancing loss on):
   1. transformers builds a small model of that configuration; every parameter (norm weights and biases too) is set to
      random values; it is saved with save_pretrained (config.json + safetensors);
   2. `fast-llm model_outputs gpt pretrained.format=<model_type> ...` imports it and writes its logits, mean loss and
@@ -13,6 +14,16 @@ Mistral with a sliding window shorter than the sequence, Mistral tied, Qwen2 unt
   3. transformers computes the same in float64 (the reference);
   4. relative error ||ours - reference|| / ||reference|| must be below 1e-5 for fp32 compute (1e-10 for fp64) for the
      logits, the loss and every gradient; the gradient names must be exactly the model's parameters.
+  Mixtral: save_pretrained writes the per-expert spelling (`block_sparse_moe.gate`, `experts.<e>.w1/w2/w3`), which
+     transformers 4 uses in memory and transformers 5 writes back on save (it fuses the experts into
+     `mlp.experts.gate_up_proj` [E, 2I, H] / `down_proj` [E, H, I] in memory; which one was written is printed, fast-llm
+     reads both); transformers 5's gradients are split back into the per-expert spelling before comparing (the names
+     fast-llm gives them). The cases without `aux` set router_aux_loss_coef to 0, so the gradient
+     is the language-model loss's alone; `mixtral_aux_loss` (one block, one sequence: transformers' load-balancing
+     loss concatenates every layer's tokens, ours is per layer and per micro-batch, equal only then) adds
+     router_aux_loss_coef x transformers' aux_loss to the reference loss before backward, and the loss compared is
+     the cross-entropy alone (what fast-llm reports). transformers computes Mixtral's routing softmax in float32 even
+     in a float64 model, so the Mixtral cases hold fp64 compute to 3e-6 instead of 1e-10.
   bf16 (`--dtypes bfloat16`, default on CUDA with float32): fast-llm computes in bf16 (fp32 master weights, as in
      training); transformers runs the same model cast to bf16 (on the GPU when --device cuda). Both are compared with
      the fp64 reference, and ours must be within BF16_FACTOR x transformers' own bf16 error for that quantity (logits,
@@ -23,6 +34,8 @@ Mistral with a sliding window shorter than the sequence, Mistral tied, Qwen2 unt
 Export check: `fast-llm train gpt` trains a small Llama-architecture model of ours for a few steps on random data
 with a llama export and a checkpoint; transformers loads the export (and a mistral conversion of the checkpoint made
 with `fast-llm convert gpt`) and must give the logits fast-llm computes from its own checkpoint (same threshold).
+`export_mixtral` does the same with a small mixture of experts of ours (4 experts, top-2) exported as mixtral and
+loaded by transformers' MixtralForCausalLM.
 
 Usage:
   python3 tools/hf_check.py [--fast-llm PATH] [--device cpu|cuda] [--dtypes float32,float64] [--cases a,b]
@@ -79,12 +92,15 @@ BATCH, SEQUENCE = 2, 24
 @dataclass
 class Case:
     name: str
-    model_type: str  # llama, mistral, qwen2 (also the fast-llm format)
+    model_type: str  # llama, mistral, qwen2, mixtral (also the fast-llm format)
     overrides: dict = field(default_factory=dict)
     rope_type: str = "default"
     rope: dict = field(default_factory=lambda: {"rope_theta": 10000.0})
     sequence: int = 0  # tokens per row; 0: SEQUENCE
     extra: bool = False  # run only when named in --cases or when bfloat16 is checked
+    batch: int = 0  # rows; 0: BATCH
+    aux: bool = False  # the reference loss includes transformers' router load-balancing loss (Mixtral)
+    float64_threshold: float = 0.0  # 0: THRESHOLDS["float64"]
 
 
 CASES = [
@@ -100,6 +116,17 @@ CASES = [
     Case("mistral_tied", "mistral", {"head_dim": 24, "sliding_window": None, "tie_word_embeddings": True}),
     Case("qwen2", "qwen2", {"use_sliding_window": False}),
     Case("qwen2_tied", "qwen2", {"use_sliding_window": False, "tie_word_embeddings": True}),
+    # transformers takes Mixtral's routing softmax in float32 whatever the model's dtype, so its float64 reference is
+    # float32-accurate in the routing scores (relative 1e-7), and the rotary tables are float32 in both (up to 1e-6,
+    # docs/benchmarks.md 2026-11-29): our float64 run is held to 3e-6 there.
+    Case("mixtral", "mixtral", {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
+                                "router_aux_loss_coef": 0.0, "sliding_window": None}, float64_threshold=3e-6),
+    Case("mixtral_8_experts_window", "mixtral", {"head_dim": 16, "num_local_experts": 8, "num_experts_per_tok": 2,
+                                                 "router_aux_loss_coef": 0.0, "sliding_window": 8},
+         float64_threshold=3e-6),
+    Case("mixtral_aux_loss", "mixtral", {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
+                                         "router_aux_loss_coef": 0.05, "num_hidden_layers": 1,
+                                         "sliding_window": None}, batch=1, aux=True, float64_threshold=3e-6),
     # SmolLM2-135M's widths (hidden 576, 9 heads in 3 groups of 64, MLP 1536, tied), two blocks, 128 tokens.
     Case("llama_smollm_block", "llama",
          {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3,
@@ -170,7 +197,7 @@ def run_fast_llm(binary, arguments, log):
 
 def config_class(model_type):
     return {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
-            "qwen2": transformers.Qwen2Config}[model_type]
+            "qwen2": transformers.Qwen2Config, "mixtral": transformers.MixtralConfig}[model_type]
 
 
 def make_config(case):
@@ -191,7 +218,46 @@ def load_model(source):
         model = transformers.AutoModelForCausalLM.from_pretrained(str(source), attn_implementation="eager")
     else:
         model = transformers.AutoModelForCausalLM.from_config(source, attn_implementation="eager")
+    if hasattr(model, "set_experts_implementation"):  # transformers 5 MoE: the per-expert loop, in any dtype
+        model.set_experts_implementation("eager")
     return model.to(torch.float32).eval()
+
+
+def checkpoint_spelling(grads, config):
+    """Gradients named as the checkpoint names the tensors. transformers 5 holds Mixtral's experts fused
+    (`model.layers.i.mlp.gate.weight`, `mlp.experts.gate_up_proj` [E, 2I, H] with the gate rows first,
+    `mlp.experts.down_proj` [E, H, I]) and writes them per expert on save; transformers 4 holds them per expert."""
+    result = {}
+    for name, grad in grads.items():
+        prefix, _, leaf = name.rpartition(".mlp.")
+        if not prefix or leaf not in ("gate.weight", "experts.gate_up_proj", "experts.down_proj"):
+            result[name] = grad
+            continue
+        moe = f"{prefix}.block_sparse_moe"
+        intermediate, hidden = config.intermediate_size, config.hidden_size
+        if leaf == "gate.weight":
+            result[f"{moe}.gate.weight"] = grad
+        elif leaf == "experts.gate_up_proj":
+            if grad.shape[1:] == (hidden, 2 * intermediate):  # a transposed layout: [E, H, 2I]
+                grad = grad.transpose(1, 2)
+            for expert in range(grad.shape[0]):
+                result[f"{moe}.experts.{expert}.w1.weight"] = grad[expert, :intermediate].contiguous()
+                result[f"{moe}.experts.{expert}.w3.weight"] = grad[expert, intermediate:].contiguous()
+        else:
+            if grad.shape[1:] == (intermediate, hidden):  # a transposed layout: [E, I, H]
+                grad = grad.transpose(1, 2)
+            for expert in range(grad.shape[0]):
+                result[f"{moe}.experts.{expert}.w2.weight"] = grad[expert].contiguous()
+    return result
+
+
+def saved_tensor_names(directory):
+    from safetensors import safe_open
+    names = set()
+    for path in Path(directory).glob("*.safetensors"):
+        with safe_open(str(path), framework="pt") as file:
+            names.update(file.keys())
+    return names
 
 
 def randomize(model, seed):
@@ -207,20 +273,26 @@ def randomize(model, seed):
                 parameter.copy_(scale * noise)  # matrices and biases (transformers initialises biases to zero)
 
 
-def reference_outputs(model, tokens, gradients=True, dtype=torch.float64, device="cpu"):
+def reference_outputs(model, tokens, gradients=True, dtype=torch.float64, device="cpu", aux=False):
     """Logits, mean next-token loss and gradients, computed by transformers in `dtype` (float64: the reference) on
-    `device`, returned on the host in float64."""
+    `device`, returned on the host in float64. With `aux`, the gradients are those of the loss plus
+    router_aux_loss_coef x the router load-balancing loss (the returned loss stays the cross-entropy)."""
     reference = copy.deepcopy(model).to(device=device, dtype=dtype)
     reference.zero_grad(set_to_none=True)
-    logits = reference(input_ids=tokens.to(device), use_cache=False).logits
+    if aux:
+        outputs = reference(input_ids=tokens.to(device), use_cache=False, output_router_logits=True)
+    else:
+        outputs = reference(input_ids=tokens.to(device), use_cache=False)
+    logits = outputs.logits
     loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
                                              tokens[:, 1:].reshape(-1).to(device)) if dtype != torch.float64 else \
         torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
     grads = {}
     if gradients:
-        loss.backward()
-        grads = {name: parameter.grad.detach().to("cpu", torch.float64) for name, parameter in
-                 reference.named_parameters()}
+        total = loss + model.config.router_aux_loss_coef * outputs.aux_loss.to(loss.dtype) if aux else loss
+        total.backward()
+        grads = checkpoint_spelling({name: parameter.grad.detach().to("cpu", torch.float64) for name, parameter in
+                                     reference.named_parameters()}, model.config)
     return logits.detach().to("cpu", torch.float64), loss.detach().to("cpu", torch.float64), grads
 
 
@@ -273,26 +345,32 @@ def check_import(case, binary, work, device, dtypes, results, log):
     randomize(model, seed=len(case.name))
     checkpoint = work / case.name / "hf"
     model.save_pretrained(str(checkpoint))
+    if case.model_type == "mixtral":
+        names = saved_tensor_names(checkpoint)
+        per_expert = any(".block_sparse_moe.experts.0.w1.weight" in name for name in names)
+        results.add(f"{case.name}", "(info) expert spelling save_pretrained wrote", 0.0, 1.0, passed=True,
+                    detail="per expert (block_sparse_moe.experts.<e>.w1/w2/w3)" if per_expert else
+                    "fused (mlp.experts.gate_up_proj / down_proj): fast-llm imports it too")
     generator = torch.Generator().manual_seed(1234)
-    tokens = torch.randint(0, config.vocab_size, (BATCH, case.sequence or SEQUENCE), generator=generator,
+    tokens = torch.randint(0, config.vocab_size, (case.batch or BATCH, case.sequence or SEQUENCE), generator=generator,
                            dtype=torch.int64)
     tokens_file = work / case.name / "tokens.safetensors"
     save_file({"tokens": tokens.contiguous()}, str(tokens_file))
 
-    logits, loss, grads = reference_outputs(model, tokens)
+    logits, loss, grads = reference_outputs(model, tokens, aux=case.aux)
     with torch.no_grad():
         fp32_logits = model(input_ids=tokens, use_cache=False).logits
     results.add(f"{case.name}", "(scale) transformers fp32 logits vs fp64", relative_error(fp32_logits, logits), 1.0,
                 passed=True, detail="for comparison only")
     for dtype in dtypes:
-        threshold = THRESHOLDS[dtype]
+        threshold = case.float64_threshold if dtype == "float64" and case.float64_threshold else THRESHOLDS[dtype]
         ours = our_outputs(binary, case.model_type, checkpoint, tokens_file, work / case.name / f"ours_{dtype}.safetensors",
                            device, dtype, log)
         label = f"{case.name} [{dtype}]"
         our_names = {name[len("grad."):] for name in ours if name.startswith("grad.")}
         if threshold is None:  # bf16
             low_device = "cuda" if device == "cuda" and torch.cuda.is_available() else "cpu"
-            low = reference_outputs(model, tokens, dtype=torch.bfloat16, device=low_device)
+            low = reference_outputs(model, tokens, dtype=torch.bfloat16, device=low_device, aux=case.aux)
             missing, extra = sorted(set(grads) - our_names), sorted(our_names - set(grads))
             results.add(label, "gradient names", 0.0 if not (missing or extra) else None, 1.0,
                         passed=not (missing or extra),
@@ -320,7 +398,7 @@ def check_import(case, binary, work, device, dtypes, results, log):
 
 TRAIN_CONFIG = """
 training: {{train_iters: 3, logs: {{interval: 1}}, num_workers: 1,
-           checkpoint: {{interval: 3}}, export: {{interval: 3, format: llama}}}}
+           checkpoint: {{interval: 3}}, export: {{interval: 3, format: {export}}}}}
 data: {{datasets: {{training: {{type: random}}}}, micro_batch_size: 64}}
 optimizer: {{learning_rate: {{base: 0.01}}}}
 model:
@@ -331,7 +409,7 @@ model:
       num_blocks: 2
       block:
         mixer: {{heads: 4, head_groups: 2, head_size: 16, add_linear_biases: false, rotary: {{type: default, theta: 10000}}}}
-        mlp: {{intermediate_size: 80, gated: true, activation: silu, add_linear_biases: false}}
+        mlp: {mlp}
         normalization: {{type: rms_norm, epsilon: 1.0e-05}}
     head: {{normalization: {{type: rms_norm, epsilon: 1.0e-05}}}}
     tied_embedding_weight: false
@@ -340,27 +418,40 @@ run: {{experiment_dir: {experiment}}}
 """
 
 
-def check_export(binary, work, device, results, log):
-    experiment = work / "export_run"
-    config_file = work / "export_run.yaml"
+DENSE_MLP = "{intermediate_size: 80, gated: true, activation: silu, add_linear_biases: false}"
+# Mixtral's MLP: 4 experts, 2 per token, each expert as wide as the dense MLP above.
+MOE_MLP = ("{type: moe, experts: 4, experts_per_token: 2, intermediate_size: 80, gated: true, activation: silu, "
+           "add_linear_biases: false, auxiliary_loss_coefficient: 0.01}")
+
+
+def check_export(binary, work, device, results, log, moe=False):
+    """A model trained by fast-llm, exported (llama, or mixtral with `moe`), loaded by transformers."""
+    name = "export_mixtral" if moe else "export"
+    experiment = work / f"{name}_run"
+    config_file = work / f"{name}_run.yaml"
+    export_format = "mixtral" if moe else "llama"
     config_file.write_text(TRAIN_CONFIG.format(vocab=BASE["vocab_size"], use_cuda="true" if device == "cuda" else "false",
-                                               experiment=experiment))
+                                               experiment=experiment, export=export_format,
+                                               mlp=MOE_MLP if moe else DENSE_MLP))
     run_fast_llm(binary, ["train", "gpt", "-c", config_file], log)
-    export = experiment / "export" / "llama" / "3"
+    export = experiment / "export" / export_format / "3"
     if not (export / "ok").exists():
         raise RuntimeError(f"the training run wrote no export at {export}")
-    mistral = work / "export_mistral"
-    run_fast_llm(binary, ["convert", "gpt", "input.format=distributed", f"input.path={experiment / 'checkpoint'}",
-                          "output.format=mistral", f"output.path={mistral}", "exist_ok=true"], log)
+    checks = [(f"{name} {export_format}", export, export_format)]
+    if not moe:
+        mistral = work / "export_mistral"
+        run_fast_llm(binary, ["convert", "gpt", "input.format=distributed", f"input.path={experiment / 'checkpoint'}",
+                              "output.format=mistral", f"output.path={mistral}", "exist_ok=true"], log)
+        checks.append(("convert mistral", mistral, "mistral"))
 
     generator = torch.Generator().manual_seed(99)
     tokens = torch.randint(0, BASE["vocab_size"], (BATCH, SEQUENCE), generator=generator, dtype=torch.int64)
-    tokens_file = work / "export_tokens.safetensors"
+    tokens_file = work / f"{name}_tokens.safetensors"
     save_file({"tokens": tokens.contiguous()}, str(tokens_file))
     # Ours, from our own native checkpoint.
-    ours = our_outputs(binary, "distributed", experiment / "checkpoint", tokens_file, work / "export_ours.safetensors",
+    ours = our_outputs(binary, "distributed", experiment / "checkpoint", tokens_file, work / f"{name}_ours.safetensors",
                        device, "float32", log, gradients=False)
-    for name, directory, model_type in (("export llama", export, "llama"), ("convert mistral", mistral, "mistral")):
+    for name, directory, model_type in checks:
         config = transformers.AutoConfig.from_pretrained(str(directory))
         results.add(name, f"transformers reads model_type {config.model_type}", 0.0, 1.0,
                     passed=config.model_type == model_type)
@@ -378,7 +469,8 @@ def main():
     parser.add_argument("--dtypes", default=None,
                         help="fast-llm compute dtypes to check: float32, float64, bfloat16 (default: float32,float64 on "
                              "the CPU, float32,bfloat16 on CUDA)")
-    parser.add_argument("--cases", default="", help="comma-separated case names (default: all, and the export check)")
+    parser.add_argument("--cases", default="",
+                        help="comma-separated case names (default: all, and the export checks export, export_mixtral)")
     parser.add_argument("--work", help="work directory (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
@@ -391,9 +483,10 @@ def main():
         if dtype not in THRESHOLDS:
             parser.error(f"unknown dtype {dtype} (float32, float64, bfloat16)")
     selected = [name for name in args.cases.split(",") if name]
-    unknown = [name for name in selected if name not in {case.name for case in CASES} | {"export"}]
+    exports = ["export", "export_mixtral"]
+    unknown = [name for name in selected if name not in {case.name for case in CASES} | set(exports)]
     if unknown:
-        parser.error(f"unknown cases {unknown} (known: {[case.name for case in CASES] + ['export']})")
+        parser.error(f"unknown cases {unknown} (known: {[case.name for case in CASES] + exports})")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="hf_check_"))
     work.mkdir(parents=True, exist_ok=True)
     log = work / "fast_llm.log"
@@ -414,12 +507,15 @@ def main():
         except Exception as error:  # every case runs, whatever happens to one
             results.error(case.name, f"{type(error).__name__}: {error}")
             traceback.print_exc()
-    if not selected or "export" in selected:
-        print("export (a model trained by fast-llm, loaded by transformers)")
+    for export in exports:
+        if selected and export not in selected:
+            continue
+        print(f"{export} (a {'mixture of experts' if export == 'export_mixtral' else 'model'} trained by fast-llm, "
+              f"loaded by transformers)")
         try:
-            check_export(binary, work, args.device, results, log)
+            check_export(binary, work, args.device, results, log, moe=export == "export_mixtral")
         except Exception as error:
-            results.error("export", f"{type(error).__name__}: {error}")
+            results.error(export, f"{type(error).__name__}: {error}")
             traceback.print_exc()
 
     summary = {"fast_llm": str(binary), "torch": torch.__version__, "transformers": transformers.__version__,

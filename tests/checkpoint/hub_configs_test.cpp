@@ -1,7 +1,8 @@
 // config.json files as the Hugging Face hub publishes them (tests/data/hf_configs, one per family we import: Llama 2,
-// Llama 3 / 3.1 / 3.2, SmolLM / SmolLM2, Mistral 7B v0.1 / v0.3, Qwen2 / Qwen2.5) import unchanged: every key either
-// maps to the model or is known to leave it unchanged. A key whose value would change the model is refused, naming
-// the key and the value.
+// Llama 3 / 3.1 / 3.2, SmolLM / SmolLM2, Mistral 7B v0.1 / v0.3, Qwen2 / Qwen2.5, Mixtral 8x7B / 8x22B v0.1) import
+// unchanged: every key either maps to the model or is known to leave it unchanged. A key whose value would change the
+// model is refused, naming the key and the value. The two Mixtral files were written from the published files
+// (mistralai/Mixtral-8x7B-v0.1 and mistralai/Mixtral-8x22B-v0.1 on the hub), every key as published.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -75,6 +76,22 @@ const Expected kPublished[] = {
     {"mistral-7b-v0.3.json", 4096, 32, 32, 8, 128, 32768, false, 1000000.0, "default", std::nullopt, false},
     {"qwen2-0.5b.json", 896, 24, 14, 2, 64, 151936, true, 1000000.0, "default", std::nullopt, true},
     {"qwen2.5-7b-instruct.json", 3584, 28, 28, 4, 128, 152064, false, 1000000.0, "default", std::nullopt, true},
+    {"mixtral-8x7b-v0.1.json", 4096, 32, 32, 8, 128, 32000, false, 1000000.0, "default", std::nullopt, false},
+    {"mixtral-8x22b-v0.1.json", 6144, 56, 48, 8, 128, 32000, false, 1000000.0, "default", std::nullopt, false},
+};
+
+// The mixture of experts of the Mixtral files.
+struct ExpectedExperts {
+  std::string file;
+  int64_t intermediate_size;
+  int experts;
+  int experts_per_token;
+  double auxiliary_loss_coefficient;
+};
+
+const ExpectedExperts kPublishedExperts[] = {
+    {"mixtral-8x7b-v0.1.json", 14336, 8, 2, 0.02},
+    {"mixtral-8x22b-v0.1.json", 16384, 8, 2, 0.001},
 };
 
 TEST(HubConfigs, PublishedFilesImportUnchanged) {
@@ -106,6 +123,36 @@ TEST(HubConfigs, PublishedFilesImportUnchanged) {
   }
 }
 
+TEST(HubConfigs, PublishedMixtralFilesAreMixturesOfExperts) {
+  for (const ExpectedExperts& expected : kPublishedExperts) {
+    SCOPED_TRACE(expected.file);
+    GPTBaseModelConfig config;
+    try {
+      config = import(read_config(expected.file), expected.file);
+    } catch (const Error& error) {
+      ADD_FAILURE() << error.what();
+      continue;
+    }
+    const auto& decoder = dynamic_cast<const layers::FixedBlockSequenceConfig&>(config.decoder.get());
+    const auto& block = dynamic_cast<const layers::DecoderBlockConfig&>(decoder.block.get());
+    const auto* mlp = block.mlp.as<layers::MoeMlpConfig>();
+    ASSERT_NE(mlp, nullptr);
+    EXPECT_EQ(mlp->intermediate_size, expected.intermediate_size);
+    EXPECT_TRUE(mlp->gated);
+    EXPECT_EQ(*mlp->activation, layers::ActivationType::silu);
+    EXPECT_FALSE(mlp->add_linear_biases);
+    EXPECT_EQ(mlp->experts, expected.experts);
+    EXPECT_EQ(mlp->shared_experts, 0);
+    EXPECT_EQ(mlp->experts_per_token, expected.experts_per_token);
+    EXPECT_EQ(mlp->routing, layers::RoutingType::aux_loss);
+    EXPECT_EQ(mlp->auxiliary_loss_coefficient, expected.auxiliary_loss_coefficient);
+    EXPECT_EQ(mlp->jitter_eps, 0.0);
+    const auto* norm = block.normalization.as<layers::RmsNormalizationConfig>();
+    ASSERT_NE(norm, nullptr);
+    EXPECT_EQ(norm->epsilon, 1e-5);
+  }
+}
+
 // Keys whose value would change the model are refused with the key and the value; the same keys with their neutral
 // value are accepted (SmolLM2 writes both is_llama_config and rope_interleaved: false).
 TEST(HubConfigs, KeysThatWouldChangeTheModelAreRefused) {
@@ -130,6 +177,14 @@ TEST(HubConfigs, KeysThatWouldChangeTheModelAreRefused) {
   EXPECT_EQ(import_error(with(with(qwen2, "max_window_layers", 3), "sliding_window", 64)), "");
   const std::string window = import_error(with(qwen2, "use_sliding_window", true));
   EXPECT_NE(window.find("use_sliding_window"), std::string::npos) << window;
+
+  // Mixtral: output_router_logits only changes what the Hugging Face model returns; an unknown router key is refused.
+  const json mixtral = read_config("mixtral-8x7b-v0.1.json");
+  EXPECT_EQ(import_error(with(mixtral, "output_router_logits", true)), "");
+  const std::string router = import_error(with(mixtral, "router_bias", true));
+  EXPECT_NE(router.find("`router_bias` (true)"), std::string::npos) << router;
+  const std::string architecture = import_error(with(mixtral, "architectures", json::array({"MistralForCausalLM"})));
+  EXPECT_NE(architecture.find("MixtralForCausalLM"), std::string::npos) << architecture;
 }
 
 }  // namespace

@@ -214,7 +214,7 @@ TEST(CheckpointLoadConfig, Pretrained) {
   auto error = [](const std::string& text) { return config_error<CheckpointLoadConfig>(text, "pretrained"); };
   EXPECT_TRUE(contains(error("{format: llama, optimizer_state: true}"),
                        "pretrained.optimizer_state: format llama holds no optimizer state"));
-  EXPECT_TRUE(contains(error("{format: mixtral}"), "pretrained.format: mixtral is not supported yet"));
+  EXPECT_TRUE(contains(error("{format: mtp_llama}"), "pretrained.format: mtp_llama is not supported yet"));
   EXPECT_TRUE(contains(error("{load_config: all}"), "pretrained.load_config: unknown value 'all'"));
   EXPECT_TRUE(load_config<CheckpointLoadConfig>("{format: distributed, optimizer_state: true}", "pretrained")
                   .optimizer_state);

@@ -1,6 +1,6 @@
 // `fast-llm convert gpt [-c config.yaml] input.format=... input.path=... output.format=... output.path=... [-v]`:
-// converts a GPT checkpoint between formats (distributed, fast_llm, llama, mistral, qwen2; `auto` reads the Hugging
-// Face format from config.json), with Fast-LLM's ConvertConfig fields (input, output, use_cpu, exist_ok,
+// converts a GPT checkpoint between formats (distributed, fast_llm, llama, mistral, qwen2, mixtral; `auto` reads the
+// Hugging Face format from config.json), with Fast-LLM's ConvertConfig fields (input, output, use_cpu, exist_ok,
 // layers_per_step). `<output.path>/ok` is written last.
 //
 // Also the hidden `fast-llm model_outputs gpt pretrained.format=... pretrained.path=... tokens=... output=...`: logits,
@@ -74,7 +74,7 @@ void add_model_outputs(CLI::App& command, CommandAction& action) {
 
 void add_convert_command(CLI::App& app, CommandAction& action) {
   auto* convert = app.add_subcommand("convert", "Convert checkpoints between formats (distributed, fast_llm, llama, "
-                                                "mistral, qwen2).");
+                                                "mistral, qwen2, mixtral).");
   convert->require_subcommand(0, 1);
   add_gpt_conversion(*convert->add_subcommand("gpt", "Convert a GPT checkpoint."), action);
   // Hidden (an empty group): a debugging tool for reference checks, not part of the user contract.

@@ -87,7 +87,8 @@ void add_generate_command(CLI::App& app, CommandAction& action) {
   command->add_option("overrides", options->overrides, "Overrides `a.b.c=value`, applied after the file.");
   command->add_option("--pretrained", options->pretrained, "Checkpoint folder (pretrained.path).");
   command->add_option("--format", options->format,
-                      "Checkpoint format (pretrained.format): auto, fast_llm, distributed, llama, mistral, qwen2.");
+                      "Checkpoint format (pretrained.format): auto, fast_llm, distributed, llama, mistral, "
+                      "qwen2, mixtral.");
   // One value per occurrence, so that the `a.b=c` overrides after them stay overrides.
   command->add_option("--prompt", options->prompts, "A text prompt (repeatable).")->allow_extra_args(false);
   command->add_option("--prompt-ids", options->prompt_ids, "A prompt as token ids, `1,2,3` (repeatable).")

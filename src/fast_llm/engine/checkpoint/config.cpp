@@ -17,7 +17,6 @@ bool checkpoint_format_supports_optimizer(CheckpointFormat format) { return chec
 
 std::optional<std::string_view> checkpoint_format_not_supported_reason(CheckpointFormat format) {
   switch (format) {
-    case CheckpointFormat::mixtral: return "mixture-of-experts models";
     case CheckpointFormat::mtp_llama: return "multi-token prediction models";
     case CheckpointFormat::dream:
     case CheckpointFormat::diffusion_llama: return "diffusion language models";

@@ -1,7 +1,7 @@
 // `fast-llm generate`: text (or token ids) in, completions out, from a checkpoint of any format we load (fast_llm,
-// distributed, llama / mistral / qwen2 Hugging Face folders). Its config is read with the pretrained checkpoint's
-// model config under it (engine/checkpoint/loading.h), so `pretrained: {format, path}` alone is enough; `model:`
-// sets the numerics and device (model.distributed.compute_dtype, use_cuda). docs/generation.md is the user's page.
+// distributed, llama / mistral / qwen2 / mixtral Hugging Face folders). Its config is read with the pretrained
+// checkpoint's model config under it (engine/checkpoint/loading.h), so `pretrained: {format, path}` alone is enough;
+// `model:` sets the numerics and device (model.distributed.compute_dtype, use_cuda). docs/generation.md is the user's page.
 //
 // Prompts: `prompts` (text, through the tokenizer, BOS/EOS as its post-processor adds them unless
 // add_special_tokens is false), `prompt_ids` (token ids as given), and `prompts_file` (JSONL objects with `text` or

@@ -6,12 +6,14 @@
 #include <charconv>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "fast_llm/config/config.h"
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/file_writer.h"
 #include "fast_llm/engine/checkpoint/directory.h"
+#include "fast_llm/models/gpt/conversion/upcycling.h"
 #include "fast_llm/models/gpt/model.h"
 
 namespace fast_llm::models::gpt {
@@ -103,6 +105,47 @@ std::string fill_pattern(std::string_view pattern, int64_t index) {
   return fmt::format("{}{}{}", pattern.substr(0, hole), index, pattern.substr(hole + 2));
 }
 
+// `pattern` with its block index and its expert (`{e}`) filled in.
+std::string fill_expert_pattern(std::string_view pattern, int64_t index, int64_t expert) {
+  std::string name = fill_pattern(pattern, index);
+  const size_t hole = name.find("{e}");
+  if (hole != std::string::npos) name.replace(hole, 3, std::to_string(expert));
+  return name;
+}
+
+bool is_expert_kind(HfWeightEntry::Kind kind) {
+  return kind == HfWeightEntry::Kind::expert_concatenate || kind == HfWeightEntry::Kind::expert_transpose;
+}
+
+// The experts of the model's mixture-of-experts MLP: formats with expert entries have one block config for all.
+int64_t mixture_experts(const GPTBaseModelConfig& config) {
+  const YAML::Node experts = yaml_at(config.to_yaml(config::WriteOptions{.verbose = config::kVerboseEverything}),
+                                     "decoder.block.mlp.experts");
+  FLM_CHECK(experts && experts.IsScalar(), kComponent, "{}: the model has no mixture-of-experts MLP with `experts`",
+            config.field_path("decoder.block.mlp"));
+  return experts.as<int64_t>();
+}
+
+// The last fused expert parameter an exported expert tensor was cut from. The tensors of one parameter are written one
+// after the other, so it is read once rather than once per expert tensor, and only one fused parameter is held.
+class FusedParameterCache {
+ public:
+  Tensor get(const engine::TensorSource& state, const std::string& key) {
+    std::lock_guard lock(mutex_);
+    if (key != key_) {
+      tensor_ = Tensor();
+      tensor_ = state.load(key);
+      key_ = key;
+    }
+    return tensor_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::string key_;
+  Tensor tensor_;
+};
+
 // The parameters (name, shape) of the model `config` describes, in declaration order.
 std::vector<std::pair<std::string, Shape>> model_parameters(const GPTBaseModelConfig& config) {
   GPTModel model(config);
@@ -113,8 +156,9 @@ std::vector<std::pair<std::string, Shape>> model_parameters(const GPTBaseModelCo
 }
 
 // The entry of `format` for `parameter`, with its block index.
-std::pair<const HfWeightEntry*, int64_t> weight_entry(const HfFormat& format, const std::string& parameter) {
-  for (const HfWeightEntry& entry : format.weights)
+std::pair<const HfWeightEntry*, int64_t> weight_entry(const HfFormat& format, const std::string& parameter,
+                                                      const std::vector<HfWeightEntry>* entries = nullptr) {
+  for (const HfWeightEntry& entry : entries != nullptr ? *entries : format.weights)
     if (auto index = match_pattern(entry.parameter, parameter)) return {&entry, *index};
   throw NotSupportedError(kComponent, fmt::format("the {} format has no place for parameter {}",
                                                   config::enum_name(format.format), parameter));
@@ -122,7 +166,7 @@ std::pair<const HfWeightEntry*, int64_t> weight_entry(const HfFormat& format, co
 
 [[noreturn]] void refuse_format(engine::CheckpointFormat format) {
   throw NotSupportedError(kComponent, fmt::format("format {} is not a Hugging Face format we convert (llama, mistral, "
-                                                  "qwen2)",
+                                                  "qwen2, mixtral)",
                                                   config::enum_name(format)));
 }
 
@@ -210,12 +254,13 @@ const HfFormat& hf_format(engine::CheckpointFormat format) {
     case engine::CheckpointFormat::llama: return llama_format();
     case engine::CheckpointFormat::mistral: return mistral_format();
     case engine::CheckpointFormat::qwen2: return qwen2_format();
+    case engine::CheckpointFormat::mixtral: return mixtral_format();
     default: refuse_format(format);
   }
 }
 
 const HfFormat* hf_format_for_model_type(std::string_view model_type) {
-  for (const HfFormat* format : {&llama_format(), &mistral_format(), &qwen2_format()})
+  for (const HfFormat* format : {&llama_format(), &mistral_format(), &qwen2_format(), &mixtral_format()})
     if (format->model_type == model_type) return format;
   return nullptr;
 }
@@ -353,10 +398,22 @@ std::shared_ptr<engine::TensorSource> import_hf_weights(const HfFormat& format,
                                                         const GPTBaseModelConfig& config) {
   auto result = std::make_shared<engine::TensorList>(hf->describe());
   std::set<std::string> used;
+  std::optional<int64_t> experts;
+  const std::vector<HfWeightEntry>* entries = &format.weights;
+  if (!format.import_spelling.empty())
+    for (const std::string& name : hf->names())
+      if (match_pattern(format.import_spelling_marker, name)) entries = &format.import_spelling;
   for (const auto& [parameter, shape] : model_parameters(config)) {
-    const auto [entry, index] = weight_entry(format, parameter);
+    const auto [entry, index] = weight_entry(format, parameter, entries);
     std::vector<std::string> names;
-    for (const std::string& pattern : entry->hf) names.push_back(fill_pattern(pattern, index));
+    if (is_expert_kind(entry->kind)) {
+      if (!experts) experts = mixture_experts(config);
+      // Expert by expert, each expert's parts in order: the order of the fused parameter's rows.
+      for (int64_t expert = 0; expert < *experts; ++expert)
+        for (const std::string& pattern : entry->hf) names.push_back(fill_expert_pattern(pattern, index, expert));
+    } else {
+      for (const std::string& pattern : entry->hf) names.push_back(fill_pattern(pattern, index));
+    }
     std::vector<engine::TensorSpec> specs;
     for (const std::string& name : names) {
       if (!hf->contains(name))
@@ -372,7 +429,19 @@ std::shared_ptr<engine::TensorSource> import_hf_weights(const HfFormat& format,
       case HfWeightEntry::Kind::transpose:
         if (composed.rank() == 2) composed = Shape{composed[1], composed[0]};
         break;
+      // Stacked experts must be the model's experts (not only the same element count): otherwise the rank-3 shape
+      // stays as it is and is reported below.
+      case HfWeightEntry::Kind::expert_stacked:
+        if (!experts) experts = mixture_experts(config);
+        if (composed.rank() == 3 && composed[0] == *experts) composed = Shape{composed[0] * composed[1], composed[2]};
+        break;
+      case HfWeightEntry::Kind::expert_stacked_transpose:
+        if (!experts) experts = mixture_experts(config);
+        if (composed.rank() == 3 && composed[0] == *experts) composed = Shape{composed[0] * composed[2], composed[1]};
+        break;
       case HfWeightEntry::Kind::concatenate:
+      case HfWeightEntry::Kind::expert_concatenate:
+      case HfWeightEntry::Kind::expert_transpose:
         for (size_t part = 1; part < specs.size(); ++part) {
           if (specs[part].dtype != specs[0].dtype)
             throw Error(kComponent, fmt::format("{}: '{}' is {} but '{}' is {}", hf->describe(), names[part],
@@ -382,7 +451,9 @@ std::shared_ptr<engine::TensorSource> import_hf_weights(const HfFormat& format,
                                                 names[part], specs[part].shape.str(), names[0],
                                                 specs[0].shape.str()));
         }
-        composed[0] *= int64_t(specs.size());
+        if (entry->kind == HfWeightEntry::Kind::expert_transpose && composed.rank() == 2)
+          composed = Shape{composed[1], composed[0]};
+        if (composed.rank() > 0) composed[0] *= int64_t(specs.size());
         break;
     }
     if (!(composed == shape)) {
@@ -401,11 +472,25 @@ std::shared_ptr<engine::TensorSource> import_hf_weights(const HfFormat& format,
       switch (kind) {
         case HfWeightEntry::Kind::copy: return hf->load(names.front());
         case HfWeightEntry::Kind::transpose: return hf->load(names.front()).transpose(0, 1).to(Device::cpu());
-        case HfWeightEntry::Kind::concatenate: {
+        case HfWeightEntry::Kind::expert_stacked: return hf->load(names.front()).to(Device::cpu()).reshape(shape);
+        case HfWeightEntry::Kind::expert_stacked_transpose: {
+          const Tensor stacked = hf->load(names.front());
+          Tensor fused = Tensor::empty(shape, dtype);
+          const int64_t rows = stacked.size(2);
+          for (int64_t expert = 0; expert < stacked.size(0); ++expert)
+            fused.slice(0, expert * rows, (expert + 1) * rows)
+                .copy_bytes_from(stacked.select(0, expert).transpose(0, 1).to(Device::cpu()));
+          return fused;
+        }
+        case HfWeightEntry::Kind::concatenate:
+        case HfWeightEntry::Kind::expert_concatenate:
+        case HfWeightEntry::Kind::expert_transpose: {
+          // One part at a time into the fused parameter.
           Tensor fused = Tensor::empty(shape, dtype);
           int64_t row = 0;
           for (const std::string& name : names) {
             Tensor part = hf->load(name);
+            if (kind == HfWeightEntry::Kind::expert_transpose) part = part.transpose(0, 1).to(Device::cpu());
             fused.slice(0, row, row + part.size(0)).copy_bytes_from(part);
             row += part.size(0);
           }
@@ -433,6 +518,8 @@ std::shared_ptr<engine::TensorSource> export_hf_weights(const HfFormat& format,
                                                         const GPTBaseModelConfig& config) {
   auto result = std::make_shared<engine::TensorList>(
       fmt::format("{} as {}", state->describe(), config::enum_name(format.format)));
+  auto cache = std::make_shared<FusedParameterCache>();
+  std::optional<int64_t> experts;
   for (const auto& [parameter, shape] : model_parameters(config)) {
     const auto [entry, index] = weight_entry(format, parameter);
     const std::string key = engine::state_key(parameter, engine::kWeightsShard);
@@ -469,6 +556,34 @@ std::shared_ptr<engine::TensorSource> export_hf_weights(const HfFormat& format,
         }
         break;
       }
+      case HfWeightEntry::Kind::expert_stacked:
+      case HfWeightEntry::Kind::expert_stacked_transpose:
+        throw InternalError(kComponent, fmt::format("the {} format's weights use an import-only spelling for {}",
+                                                    config::enum_name(format.format), parameter));
+      case HfWeightEntry::Kind::expert_concatenate:
+      case HfWeightEntry::Kind::expert_transpose: {
+        if (!experts) experts = mixture_experts(config);
+        const bool transposed = entry->kind == HfWeightEntry::Kind::expert_transpose;
+        const int64_t parts = int64_t(entry->hf.size()), pieces = *experts * parts;
+        FLM_CHECK(shape.rank() == 2 && shape[0] % pieces == 0, kComponent,
+                  "{}: parameter {} of shape {} does not split in {} experts x {} parts", state->describe(), parameter,
+                  shape.str(), *experts, parts);
+        const int64_t rows = shape[0] / pieces;
+        const Shape part_shape = transposed ? Shape{shape[1], rows} : Shape{rows, shape[1]};
+        for (int64_t expert = 0; expert < *experts; ++expert)
+          for (int64_t part = 0; part < parts; ++part) {
+            const int64_t begin = (expert * parts + part) * rows;
+            result->add(fill_expert_pattern(entry->hf[size_t(part)], index, expert), {spec.dtype, part_shape},
+                        [state, key, cache, begin, rows, transposed] {
+                          Tensor slice = cache->get(*state, key).slice(0, begin, begin + rows);
+                          if (transposed) return slice.transpose(0, 1).to(Device::cpu());
+                          Tensor copy = Tensor::empty(slice.shape(), slice.dtype());
+                          copy.copy_bytes_from(slice);
+                          return copy;
+                        });
+          }
+        break;
+      }
     }
   }
   return result;
@@ -496,7 +611,7 @@ HuggingfaceCheckpoint read_huggingface_checkpoint(const std::filesystem::path& d
     result.format = hf_format_for_model_type(model_type);
     if (result.format == nullptr)
       throw NotSupportedError(kComponent, fmt::format("{}: model_type '{}' is not supported (supported: llama, "
-                                                      "mistral, qwen2)",
+                                                      "mistral, qwen2, mixtral)",
                                                       config_path.string(), model_type));
   } else {
     result.format = &hf_format(format);
@@ -513,6 +628,9 @@ void write_huggingface_checkpoint(const std::filesystem::path& directory, engine
                                   const GPTBaseModelConfig& config, std::shared_ptr<const engine::TensorSource> state,
                                   std::optional<DType> data_type, int64_t parameters_per_file) {
   const HfFormat& table = hf_format(format);
+  // The config first: a model the format cannot hold (e.g. a mixture of experts as llama) is refused naming the fields
+  // that say so, rather than the first parameter without a Hugging Face name.
+  export_hf_config(table, config, data_type.value_or(DType::float32));
   std::shared_ptr<const engine::TensorSource> weights = export_hf_weights(table, state, config);
   DType dtype = weights->names().empty() ? DType::float32 : weights->spec(weights->names().front()).dtype;
   if (data_type) {
@@ -543,7 +661,12 @@ class HuggingfaceHandler : public engine::ExternalCheckpointHandler {
   std::shared_ptr<engine::TensorSource> open_weights(const std::filesystem::path& directory,
                                                      const config::Config& base_model) const override {
     HuggingfaceCheckpoint checkpoint = read_huggingface_checkpoint(directory, format_, true);
-    return import_hf_weights(*checkpoint.format, checkpoint.tensors, gpt_config(base_model));
+    const GPTBaseModelConfig& model = gpt_config(base_model);
+    // A dense checkpoint loaded into a mixture of experts: every expert a copy of its MLP (upcycling.h).
+    GPTBaseModelConfig stored = validated_base_model(checkpoint.base_model, (directory / "config.json").string());
+    if (is_upcycling(stored, model))
+      return upcycle_weights(import_hf_weights(*checkpoint.format, checkpoint.tensors, stored), stored, model);
+    return import_hf_weights(*checkpoint.format, checkpoint.tensors, model);
   }
 
   void check_writable(const config::Config& base_model, DType data_type) const override {
@@ -569,11 +692,13 @@ class HuggingfaceHandler : public engine::ExternalCheckpointHandler {
 
 const engine::ExternalCheckpointHandler& huggingface_handler(engine::CheckpointFormat format) {
   static const HuggingfaceHandler llama(engine::CheckpointFormat::llama), mistral(engine::CheckpointFormat::mistral),
-      qwen2(engine::CheckpointFormat::qwen2), automatic(engine::CheckpointFormat::auto_);
+      qwen2(engine::CheckpointFormat::qwen2), mixtral(engine::CheckpointFormat::mixtral),
+      automatic(engine::CheckpointFormat::auto_);
   switch (format) {
     case engine::CheckpointFormat::llama: return llama;
     case engine::CheckpointFormat::mistral: return mistral;
     case engine::CheckpointFormat::qwen2: return qwen2;
+    case engine::CheckpointFormat::mixtral: return mixtral;
     case engine::CheckpointFormat::auto_: return automatic;
     default: refuse_format(format);
   }

@@ -2,7 +2,7 @@
 // safetensors (one `model.safetensors`, or shards with `model.safetensors.index.json`), read and written through
 // per-format tables.
 //
-// A format is two tables, declared in one file per family (llama.cpp, mistral.cpp, qwen2.cpp):
+// A format is two tables, declared in one file per family (llama.cpp, mistral.cpp, qwen2.cpp, mixtral.cpp):
 //   - config entries, each consuming config.json keys and filling base-model config fields (dotted paths of
 //     `model.base_model`): `rename` (a key <-> a field, with HF's default when the key is absent), `constant` (a field
 //     the format fixes, e.g. rms_norm; exporting another value is an error), `hf_constant` (a key that must have one
@@ -13,9 +13,17 @@
 //     represented or refused.
 //   - weight entries, each mapping one Fast-LLM parameter (pattern with `{}` for the block index) to Hugging Face
 //     tensors: `copy`, `concatenate` (k_proj + v_proj -> key_value, gate_proj + up_proj -> layer_1, along dim 0) and
-//     `transpose` (down_proj <-> layer_2, stored transposed). The model's own parameter list decides what must be
-//     there (biases only when enabled, lm_head only when the embeddings are not tied); every parameter needs an entry
-//     and every tensor of the checkpoint must be used (or be on the format's list of ignorable tensors).
+//     `transpose` (down_proj <-> layer_2, stored transposed), and for mixtures of experts (`{e}` in the Hugging Face
+//     names standing for the expert) `expert_concatenate` (w1 + w3 of each expert, experts one after the other ->
+//     layer_1) and `expert_transpose` (w2 of each expert, transposed, one after the other -> layer_2). The number of
+//     experts is the model's `decoder.block.mlp.experts`; expert tensors are read and written one expert at a time,
+//     so converting holds one fused parameter and one expert tensor, never the whole model twice. A format may also
+//     read another spelling of its weights (`import_spelling`, chosen when the checkpoint has a tensor matching its
+//     marker): transformers 5's fused experts, `expert_stacked` ([E, R, H] -> layer_1 [E * R, H]) and
+//     `expert_stacked_transpose` ([E, H, I], each expert transposed -> layer_2 [E * I, H]); exports write `weights`.
+//     The model's own parameter list decides what must be there (biases only when enabled, lm_head only when the
+//     embeddings are not tied); every parameter needs an entry and every tensor of the checkpoint must be used (or be
+//     on the format's list of ignorable tensors).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -68,10 +76,19 @@ HfConfigEntry hf_custom(std::vector<std::string> keys, std::function<void(const 
                         std::function<void(const YAML::Node&, nlohmann::ordered_json&)> export_);
 
 struct HfWeightEntry {
-  enum class Kind { copy, concatenate, transpose };
+  enum class Kind {
+    copy,
+    concatenate,
+    transpose,
+    expert_concatenate,
+    expert_transpose,
+    expert_stacked,            // import only
+    expert_stacked_transpose,  // import only
+  };
   Kind kind = Kind::copy;
   std::string parameter;          // Fast-LLM name, `{}` standing for the block index
-  std::vector<std::string> hf;    // Hugging Face names (two for concatenate), same `{}`
+  // Hugging Face names (two for concatenate and expert_concatenate), same `{}`; expert kinds also have `{e}`.
+  std::vector<std::string> hf;
 };
 
 struct HfFormat {
@@ -82,12 +99,16 @@ struct HfFormat {
   std::vector<HfWeightEntry> weights;
   // Checkpoint tensors that carry nothing (patterns with `{}`), e.g. rotary inverse-frequency buffers of old exports.
   std::vector<std::string> ignored_tensors;
+  // Another spelling importing reads instead of `weights` when a checkpoint tensor matches `import_spelling_marker`.
+  std::vector<HfWeightEntry> import_spelling;
+  std::string import_spelling_marker;
 };
 
-// The formats (llama, mistral, qwen2); each family's file defines its own.
+// The formats (llama, mistral, qwen2, mixtral); each family's file defines its own.
 const HfFormat& llama_format();
 const HfFormat& mistral_format();
 const HfFormat& qwen2_format();
+const HfFormat& mixtral_format();
 // The table of `format`; Error for formats without one.
 const HfFormat& hf_format(engine::CheckpointFormat format);
 // The format whose model_type is `model_type`, or nothing.
@@ -127,7 +148,8 @@ void write_huggingface_checkpoint(const std::filesystem::path& directory, engine
                                   std::optional<DType> data_type, int64_t parameters_per_file);
 
 // These formats as the checkpoint engine reaches them (engine/checkpoint/external.h, through the GPT model type):
-// llama, mistral, qwen2, and auto (read only: the format config.json's model_type names). NotSupportedError for others.
+// llama, mistral, qwen2, mixtral, and auto (read only: the format config.json's model_type names). NotSupportedError
+// for others.
 const engine::ExternalCheckpointHandler& huggingface_handler(engine::CheckpointFormat format);
 
 // Dotted-path access to YAML trees (the base model's fields).

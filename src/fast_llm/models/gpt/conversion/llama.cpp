@@ -175,7 +175,8 @@ YAML::Node rotary_from(const json& hf, const json& parameters, double theta, con
   return rotary;
 }
 
-void import_rotary(const json& hf, YAML::Node& model) {
+// `default_theta`: the format's rope_theta when the file has none.
+void import_rotary(const json& hf, YAML::Node& model, double default_theta) {
   const bool has_parameters = hf.contains("rope_parameters") && !hf["rope_parameters"].is_null();
   const bool has_scaling = hf.contains("rope_scaling") && !hf["rope_scaling"].is_null();
   const bool has_theta = hf.contains("rope_theta") && !hf["rope_theta"].is_null();
@@ -189,7 +190,7 @@ void import_rotary(const json& hf, YAML::Node& model) {
       if (parameters.contains(layer_type))
         throw NotSupportedError(kComponent, "`rope_parameters` per layer type is not supported");
     const double theta = parameters.contains("rope_theta") ? json_number(parameters["rope_theta"], "rope_parameters.rope_theta")
-                                                           : top_theta(10000.0);
+                                                           : top_theta(default_theta);
     rotary = rotary_from(hf, parameters, theta, "rope_parameters");
     if (has_scaling || has_theta) {
       // The same model in transformers 4 (rope_scaling, rope_theta) and 5 (rope_parameters), or an ambiguous file.
@@ -201,7 +202,7 @@ void import_rotary(const json& hf, YAML::Node& model) {
                                             flow(legacy), flow(rotary)));
     }
   } else {
-    rotary = rotary_from(hf, has_scaling ? hf["rope_scaling"] : json(nullptr), top_theta(10000.0),
+    rotary = rotary_from(hf, has_scaling ? hf["rope_scaling"] : json(nullptr), top_theta(default_theta),
                          "rope_scaling");
   }
   yaml_set(model, path_in(kMixer, "rotary"), rotary);
@@ -278,12 +279,13 @@ std::vector<HfConfigEntry> llama_family_config(const LlamaFamilyDefaults& defaul
       hf_rename("intermediate_size", {"decoder.block.mlp.intermediate_size"}, HfValueType::integer),
       activation_entry(),
       hf_rename("rms_norm_eps", {"decoder.block.normalization.epsilon", "head.normalization.epsilon"},
-                HfValueType::number, 1e-6),
+                HfValueType::number, defaults.rms_norm_eps),
       hf_rename("tie_word_embeddings", {"tied_embedding_weight"}, HfValueType::boolean, false),
       hf_rename("max_position_embeddings", {"embeddings.num_position_embeddings"}, HfValueType::integer,
                 defaults.max_position_embeddings),
       hf_rename("attention_dropout", {mixer + ".dropout"}, HfValueType::number, 0.0),
-      hf_custom({"rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor"}, import_rotary,
+      hf_custom({"rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor"},
+                [theta = defaults.rope_theta](const json& hf, YAML::Node& model) { import_rotary(hf, model, theta); },
                 export_rotary),
       // nanotron's exports (SmolLM2) say their rotary pairs halves, as Hugging Face's does; interleaved pairs would be
       // another function.

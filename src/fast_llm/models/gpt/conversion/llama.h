@@ -1,6 +1,7 @@
-// The Llama family's shared tables (llama.cpp), which the mistral and qwen2 formats start from and change.
+// The Llama family's shared tables (llama.cpp), which the mistral, qwen2 and mixtral formats start from and change.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,8 @@ namespace fast_llm::models::gpt {
 struct LlamaFamilyDefaults {
   int64_t vocab_size = 32000;
   int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
 };
 
 // Config entries every member of the family has: sizes, heads, activation, RMS norms, rotary (rope_theta /
@@ -22,7 +25,10 @@ std::vector<HfConfigEntry> llama_family_config(const LlamaFamilyDefaults& defaul
 HfConfigEntry llama_head_dim_entry();
 // A format without sliding windows refuses a model that has one.
 HfConfigEntry no_sliding_window_entry(std::string format_name);
-// Weight entries of the family (all three share the Hugging Face names).
+// Mistral's `sliding_window` (and transformers 5's `layer_types`, one kind for every layer) <-> the attention's
+// window_size; `default_window` is the format's value when the key is absent (4096 for Mistral, none for Mixtral).
+HfConfigEntry sliding_window_entry(std::optional<int64_t> default_window);
+// Weight entries of the family (all share the Hugging Face names; mixtral replaces the MLP's).
 std::vector<HfWeightEntry> llama_family_weights();
 // Tensors of old exports that hold nothing the model needs.
 std::vector<std::string> llama_family_ignored_tensors();

@@ -1,4 +1,5 @@
-// The Mistral format (`mistral`, MistralForCausalLM): Llama without biases, with a sliding window.
+// The Mistral format (`mistral`, MistralForCausalLM): Llama without biases, with a sliding window (whose entry the
+// mixtral format shares).
 #include <fmt/format.h>
 
 #include "fast_llm/core/error.h"
@@ -13,11 +14,13 @@ constexpr std::string_view kWindow = "decoder.block.mixer.window_size";
 // Hugging Face's MistralConfig default.
 constexpr int64_t kDefaultSlidingWindow = 4096;
 
-HfConfigEntry sliding_window_entry() {
+}  // namespace
+
+HfConfigEntry sliding_window_entry(std::optional<int64_t> default_window) {
   return hf_custom(
       {"sliding_window", "layer_types"},
-      [](const nlohmann::json& hf, YAML::Node& model) {
-        std::optional<int64_t> window = kDefaultSlidingWindow;
+      [default_window](const nlohmann::json& hf, YAML::Node& model) {
+        std::optional<int64_t> window = default_window;
         if (hf.contains("sliding_window")) {
           const nlohmann::json& value = hf["sliding_window"];
           FLM_CHECK(value.is_null() || value.is_number_integer(), kComponent,
@@ -32,8 +35,8 @@ HfConfigEntry sliding_window_entry() {
           for (const auto& type : types)
             if (type != types.front() || (type != "full_attention" && type != "sliding_attention"))
               throw NotSupportedError(kComponent, fmt::format("`layer_types` {} mixes attention kinds or has an "
-                                                              "unknown one: the mistral format has one attention for "
-                                                              "every layer",
+                                                              "unknown one: the mistral and mixtral formats have one "
+                                                              "attention for every layer",
                                                               types.dump()));
         }
         if (window) yaml_set(model, kWindow, YAML::Node(*window));
@@ -44,8 +47,6 @@ HfConfigEntry sliding_window_entry() {
                                                           : nlohmann::ordered_json(nullptr);
       });
 }
-
-}  // namespace
 
 const HfFormat& mistral_format() {
   static const HfFormat format = [] {
@@ -58,7 +59,7 @@ const HfFormat& mistral_format() {
     result.config.push_back(llama_head_dim_entry());
     result.config.push_back(hf_constant_field("decoder.block.mixer.add_linear_biases", false));
     result.config.push_back(hf_constant_field("decoder.block.mlp.add_linear_biases", false));
-    result.config.push_back(sliding_window_entry());
+    result.config.push_back(sliding_window_entry(kDefaultSlidingWindow));
     return result;
   }();
   return format;

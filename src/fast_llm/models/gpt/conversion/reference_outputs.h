@@ -11,7 +11,8 @@
 //   loss             (1): mean cross-entropy of tokens[:, 1:] given the positions before them (what the training step
 //                    computes: Fast-LLM's normalisation over every label of the step)
 //   grad.<name>      the gradient of that loss for each parameter, named as the checkpoint's format names it (Hugging
-//                    Face names for llama/mistral/qwen2, with k/v and gate/up split and down_proj transposed back)
+//                    Face names for llama/mistral/qwen2/mixtral, with k/v and gate/up split and down_proj transposed
+//                    back, the experts one tensor each)
 #pragma once
 
 #include <filesystem>
