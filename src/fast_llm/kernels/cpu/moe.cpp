@@ -2,7 +2,7 @@
 //
 // Routing math in the logits' dtype (fp32, or fp64 for fp64 logits), one token at a time, sums in token order: the
 // results do not depend on threads. Top-k order: descending key (the logits, or the Sinkhorn values when training
-// with `sinkhorn`), ties to the lower expert number. Sinkhorn is Fast-LLM's loop (exp of the logits, eps 1e-8 in the
+// with `sinkhorn`), ties to the lower expert number. Sinkhorn is Fast-LLM's loop (exp of the logits, eps 1e-9 in the
 // normalisers, stops when the mean change of the column factors is at most 1e-5), capped at 1000 iterations so that
 // non-finite logits cannot hang it. Index tensors (experts, rows) are checked against their ranges before anything
 // is written. Permute copies rows bit for bit; unpermute and the scalings compute in fp32 (fp64 when an operand is
@@ -23,7 +23,7 @@ namespace fast_llm::kernels::cpu {
 namespace {
 
 constexpr double kSinkhornTolerance = 1e-5;
-constexpr double kSinkhornEpsilon = 1e-8;
+constexpr double kSinkhornEpsilon = 1e-9;
 constexpr int kSinkhornMaxIterations = 1000;
 
 // A (rows, columns) tensor of element type E read at (row, column) through its strides.
