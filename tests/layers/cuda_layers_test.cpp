@@ -27,25 +27,6 @@ using namespace testing;
 #define REQUIRE_GPU() \
   if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA device visible"
 
-// Parameters with the values of `bind_parameters(seed)` in `dtype` on `device`, gradients fp32 zeros there.
-void bind_on(Module& module, uint64_t seed, Device device, DType dtype) {
-  bind_parameters(module, seed, dtype, DType::float32);
-  if (device.is_cpu()) return;
-  for (Parameter* parameter : module.parameters()) {
-    parameter->weight = parameter->weight.to(device);
-    parameter->grad = parameter->grad.to(device);
-  }
-}
-
-MicroBatch batch_on(const MicroBatch& batch, Device device) {
-  MicroBatch result = batch;
-  result.tokens = batch.tokens.to(device);
-  result.labels = batch.labels.to(device);
-  result.positions = batch.positions.to(device);
-  result.cu_seqlens = batch.cu_seqlens.to(device);
-  return result;
-}
-
 std::vector<double> host_values(const Tensor& tensor) { return values_of(tensor.to(Device::cpu())); }
 
 double relative_error(const std::vector<double>& actual, const std::vector<double>& expected) {

@@ -97,6 +97,26 @@ inline void bind_parameters(Module& module, uint64_t seed, DType dtype = DType::
   }
 }
 
+// Parameters with the values of `bind_parameters(seed)` in `dtype` on `device`, gradients fp32 zeros there.
+inline void bind_on(Module& module, uint64_t seed, Device device, DType dtype) {
+  bind_parameters(module, seed, dtype, DType::float32);
+  if (device.is_cpu()) return;
+  for (Parameter* parameter : module.parameters()) {
+    parameter->weight = parameter->weight.to(device);
+    parameter->grad = parameter->grad.to(device);
+  }
+}
+
+// `batch` with its tensors copied to `device`.
+inline MicroBatch batch_on(const MicroBatch& batch, Device device) {
+  MicroBatch result = batch;
+  result.tokens = batch.tokens.to(device);
+  result.labels = batch.labels.to(device);
+  result.positions = batch.positions.to(device);
+  result.cu_seqlens = batch.cu_seqlens.to(device);
+  return result;
+}
+
 inline void zero_gradients(Module& module) {
   for (Parameter* parameter : module.parameters())
     if (parameter->grad.defined()) set_bytes(parameter->grad.data(), Device::cpu(), 0, parameter->grad.nbytes(), {});

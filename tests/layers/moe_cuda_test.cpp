@@ -27,24 +27,6 @@ using namespace testing;
 #define REQUIRE_GPU() \
   if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA device visible"
 
-void bind_on(Module& module, uint64_t seed, Device device, DType dtype) {
-  bind_parameters(module, seed, dtype, DType::float32);
-  if (device.is_cpu()) return;
-  for (Parameter* parameter : module.parameters()) {
-    parameter->weight = parameter->weight.to(device);
-    parameter->grad = parameter->grad.to(device);
-  }
-}
-
-MicroBatch batch_on(const MicroBatch& batch, Device device) {
-  MicroBatch result = batch;
-  result.tokens = batch.tokens.to(device);
-  result.labels = batch.labels.to(device);
-  result.positions = batch.positions.to(device);
-  result.cu_seqlens = batch.cu_seqlens.to(device);
-  return result;
-}
-
 struct StepResult {
   std::map<std::string, double> losses;  // every loss sum of the step, by name
   std::vector<std::vector<double>> gradients;

@@ -168,10 +168,7 @@ Tensor MoeMlp::first_projection(const Tensor& permuted, const std::vector<int64_
 }
 
 Tensor MoeMlp::activate(const Tensor& hidden, Stream stream) const {
-  Tensor activated = Tensor::empty(Shape{hidden.size(0), intermediate_size_}, hidden.dtype(), hidden.device(), stream);
-  kernels::activation_forward(
-      {.type = activation_, .gated = gated_, .input = hidden, .output = activated, .stream = stream});
-  return activated;
+  return activate_mlp_hidden(hidden, intermediate_size_, activation_, gated_, stream);
 }
 
 Tensor MoeMlp::scaled(const Tensor& activated, const Tensor& rows, const Tensor& scores, Stream stream) const {

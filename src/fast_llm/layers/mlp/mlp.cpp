@@ -89,11 +89,16 @@ Tensor Mlp::forward(const Tensor& input, Saved* saved, Stream stream) const {
   return output;
 }
 
-Tensor Mlp::activate(const Tensor& hidden, Stream stream) const {
-  Tensor activated = Tensor::empty(Shape{hidden.size(0), intermediate_size_}, hidden.dtype(), hidden.device(), stream);
+Tensor activate_mlp_hidden(const Tensor& hidden, int64_t intermediate_size, kernels::ActivationType activation,
+                           bool gated, Stream stream) {
+  Tensor activated = Tensor::empty(Shape{hidden.size(0), intermediate_size}, hidden.dtype(), hidden.device(), stream);
   kernels::activation_forward(
-      {.type = activation_, .gated = gated_, .input = hidden, .output = activated, .stream = stream});
+      {.type = activation, .gated = gated, .input = hidden, .output = activated, .stream = stream});
   return activated;
+}
+
+Tensor Mlp::activate(const Tensor& hidden, Stream stream) const {
+  return activate_mlp_hidden(hidden, intermediate_size_, activation_, gated_, stream);
 }
 
 Tensor Mlp::backward(const Tensor& grad_output, Saved saved, Stream stream) const {

@@ -63,5 +63,8 @@ class Mlp : public MlpBase {
 };
 
 kernels::ActivationType kernel_activation(ActivationType type);
+// act(hidden) (gated: act(gate) * up, gate the first half of each row) into a new (rows, intermediate_size) tensor.
+Tensor activate_mlp_hidden(const Tensor& hidden, int64_t intermediate_size, kernels::ActivationType activation,
+                           bool gated, Stream stream);
 
 }  // namespace fast_llm::layers
