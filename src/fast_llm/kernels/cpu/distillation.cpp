@@ -1,0 +1,109 @@
+// CPU reference of distillation_forward_backward (kernels/distillation.h).
+//
+// One row (token) at a time, as the cross-entropy reference: the row of logits and the teacher's row are read into
+// (vocab) buffers of the compute type before anything is written, so grad_logits may be the logits tensor itself. Math
+// in fp32 for fp32 / bf16 / fp16 logits and fp64 for fp64 logits; log-softmax by the stable max + log(sum(exp)). Per-row
+// losses are summed in fp64 in token order (deterministic).
+#include "fast_llm/kernels/distillation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "fast_llm/kernels/cpu/dtype_dispatch.h"
+#include "fast_llm/kernels/cpu/reference_helpers.h"
+
+namespace fast_llm::kernels::cpu {
+namespace {
+
+// values -> log_softmax(values), in place.
+template <class Compute>
+void log_softmax_in_place(std::vector<Compute>& values) {
+  const Compute max_value = *std::max_element(values.begin(), values.end());
+  Compute sum = 0;
+  for (const Compute value : values) sum += std::exp(value - max_value);
+  const Compute logsumexp = max_value + std::log(sum);
+  for (Compute& value : values) value -= logsumexp;
+}
+
+void distillation_reference(const DistillationArgs& args) {
+  const int64_t tokens = args.logits.size(0), vocab = args.logits.size(1);
+  const int64_t* labels = args.labels.data_as<int64_t>();  // (tokens)
+  const int64_t label_stride = args.labels.stride(0);
+  const std::vector<double> targets = read_values<double>(args.target_logits);  // (tokens, vocab), contiguous
+
+  visit_floating_dtype(args.logits.dtype(), [&]<class T>(std::type_identity<T>) {
+    using Compute = ComputeType<T>;
+    const T* logits = args.logits.data_as<T>();  // (tokens, vocab)
+    const int64_t logits_row = args.logits.stride(0), logits_column = args.logits.stride(1);
+    T* grad_logits = args.grad_logits != nullptr ? args.grad_logits->data_as<T>() : nullptr;  // (tokens, vocab)
+    const int64_t grad_row = args.grad_logits != nullptr ? args.grad_logits->stride(0) : 0;
+    const int64_t grad_column = args.grad_logits != nullptr ? args.grad_logits->stride(1) : 0;
+    const Compute scale_factor = Compute(args.logits_scale_factor);
+    const Compute target_scale = Compute(args.logits_scale_factor / args.temperature);
+    const Compute weight = Compute(args.weight);
+    std::vector<double> losses(size_t(tokens), 0.0);  // (tokens)
+
+#pragma omp parallel for
+    for (int64_t token = 0; token < tokens; ++token) {
+      if (labels[token * label_stride] < 0) {
+        if (grad_logits != nullptr && !args.accumulate_gradient)
+          for (int64_t column = 0; column < vocab; ++column)
+            grad_logits[token * grad_row + column * grad_column] = store_value<T>(0);
+        continue;
+      }
+      // log q = log_softmax(z), log p = log_softmax(t); dz/dx = s, or s (1 - tanh^2) with a softcap.
+      std::vector<Compute> log_q(static_cast<size_t>(vocab)), log_p(static_cast<size_t>(vocab)),
+          dz_dx(static_cast<size_t>(vocab));  // (vocab)
+      for (int64_t column = 0; column < vocab; ++column) {
+        const Compute scaled = load_value(logits[token * logits_row + column * logits_column]) * scale_factor;
+        if (args.softcap) {
+          const Compute cap = Compute(*args.softcap), tanh = std::tanh(scaled / cap);
+          log_q[size_t(column)] = cap * tanh;
+          dz_dx[size_t(column)] = scale_factor * (Compute(1) - tanh * tanh);
+        } else {
+          log_q[size_t(column)] = scaled;
+          dz_dx[size_t(column)] = scale_factor;
+        }
+        log_p[size_t(column)] = Compute(targets[size_t(token * vocab + column)]) * target_scale;
+      }
+      log_softmax_in_place(log_q);
+      log_softmax_in_place(log_p);
+      Compute loss = 0;
+      for (int64_t column = 0; column < vocab; ++column) {
+        const size_t k = size_t(column);
+        switch (args.loss_type) {
+          case DistillationLossType::cross_entropy: loss -= std::exp(log_p[k]) * log_q[k]; break;
+          case DistillationLossType::forward_kl: loss += std::exp(log_p[k]) * (log_p[k] - log_q[k]); break;
+          case DistillationLossType::reverse_kl: loss += std::exp(log_q[k]) * (log_q[k] - log_p[k]); break;
+        }
+      }
+      losses[size_t(token)] = double(loss);
+      if (grad_logits == nullptr) continue;
+      for (int64_t column = 0; column < vocab; ++column) {
+        const size_t k = size_t(column);
+        const Compute q = std::exp(log_q[k]);
+        const Compute grad_z = args.loss_type == DistillationLossType::reverse_kl
+                                   ? q * (log_q[k] - log_p[k] - loss)
+                                   : q - std::exp(log_p[k]);
+        T& element = grad_logits[token * grad_row + column * grad_column];
+        Compute value = weight * grad_z * dz_dx[k];
+        if (args.accumulate_gradient) value += load_value(element);
+        element = store_value<T>(value);
+      }
+    }
+
+    double loss_sum = 0;
+    for (const double loss : losses) loss_sum += loss;
+    write_values<double>(args.loss_sum, std::vector<double>{loss_sum}, /*accumulate=*/true);
+  });
+}
+
+}  // namespace
+
+FLM_REGISTER_KERNEL(DistillationForwardBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
+                    nullptr, &distillation_reference,
+                    "one row at a time: the model's and the teacher's log-softmax, cross-entropy / forward or reverse "
+                    "KL and the gradient in the same pass; fp32 math (fp64 for fp64)");
+
+}  // namespace fast_llm::kernels::cpu
