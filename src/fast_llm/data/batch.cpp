@@ -19,6 +19,7 @@ Batch make_batch(const std::vector<Document>& documents, const BatchOptions& opt
     int64_t begin, size;
   };
   std::vector<Segment> segments;
+  std::vector<PreferenceRows> batch_pairs;
   int64_t offset = 0;
   for (const Document& document : documents) {
     const int64_t size = document.size();
@@ -32,6 +33,21 @@ Batch make_batch(const std::vector<Document>& documents, const BatchOptions& opt
                    span.begin, span.end, size);
         std::fill(ignored.begin() + offset + span.begin, ignored.begin() + offset + span.end, uint8_t(1));
       }
+    FLM_CHECK(document.chosen_spans.size() == document.rejected_spans.size(), "data",
+              "sample {}: a document has {} chosen spans and {} rejected spans; preference pairs need as many of each",
+              sample_index, document.chosen_spans.size(), document.rejected_spans.size());
+    for (size_t pair = 0; pair < document.chosen_spans.size(); ++pair) {
+      auto rows = [&](const Range& span) {
+        const int64_t begin = std::min(input_size, offset + std::max<int64_t>(span.begin, 1) - 1);
+        return std::pair<int64_t, int64_t>(begin, std::clamp<int64_t>(offset + span.end - 1, begin, input_size));
+      };
+      const auto [chosen_begin, chosen_end] = rows(document.chosen_spans[pair]);
+      const auto [rejected_begin, rejected_end] = rows(document.rejected_spans[pair]);
+      batch_pairs.push_back({.chosen_begin = chosen_begin,
+                             .chosen_end = chosen_end,
+                             .rejected_begin = rejected_begin,
+                             .rejected_end = rejected_end});
+    }
     segments.push_back({offset, size});
     offset += size;
   }
@@ -42,6 +58,7 @@ Batch make_batch(const std::vector<Document>& documents, const BatchOptions& opt
   batch.micro_batch_size = input_size;
   batch.predicted_tokens = options.predicted_tokens;
   batch.tokens.assign(stream.begin(), stream.begin() + input_size);
+  batch.preference_pairs = std::move(batch_pairs);
   batch.labels.resize(size_t(options.predicted_tokens * input_size));
   batch.label_counts.assign(size_t(options.predicted_tokens), 0);
   for (int64_t distance = 1; distance <= options.predicted_tokens; ++distance) {

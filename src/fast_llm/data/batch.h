@@ -8,6 +8,12 @@
 //
 // Attention segments (`lengths`, `cu_seqlens`) cover the inputs: each document's part of [0, micro_batch_size), then
 // the padding as one more segment of its own, so varlen attention never mixes documents and padding.
+//
+// Preference data (DPO): a document's i-th chosen span and i-th rejected span make a pair (Fast-LLM's preparation
+// writes one of each per document, the prompt + chosen answer and the prompt + rejected answer packed in that one
+// document). Each pair is given as the rows of the inputs whose labels are the spans' tokens: token t of a document is
+// the label of input t - 1, so a span [begin, end) of a document at offset o is rows [o + max(begin, 1) - 1, o + end - 1)
+// (a document's first token is never a label), cut at micro_batch_size.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +32,12 @@ struct BatchOptions {
   bool use_loss_masking_spans = true;
 };
 
+// One chosen / rejected pair, as half-open ranges of input rows (see above).
+struct PreferenceRows {
+  int64_t chosen_begin = 0, chosen_end = 0;
+  int64_t rejected_begin = 0, rejected_end = 0;
+};
+
 struct Batch {
   int64_t sample_index = 0;       // index of the sample in its sampled dataset
   int64_t micro_batch_size = 0;
@@ -39,6 +51,7 @@ struct Batch {
   std::vector<int64_t> positions;   // (micro_batch_size) position of each input within its segment
   int64_t num_documents = 0;        // documents with at least one input token (padding excluded)
   int64_t num_padding = 0;          // padded input tokens
+  std::vector<PreferenceRows> preference_pairs;  // the documents' chosen / rejected pairs, in document order
 
   // Unmasked labels at distance `distance` (1: the cross-entropy label count Fast-LLM normalises by, summed by the
   // trainer over all micro-batches of a step).

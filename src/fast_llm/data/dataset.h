@@ -30,7 +30,7 @@ struct Range {
 struct Document {
   std::vector<int64_t> tokens;
   std::vector<Range> loss_masking_spans;  // tokens whose prediction is not trained on
-  std::vector<Range> chosen_spans;        // preference data (DPO); read, not used by batching
+  std::vector<Range> chosen_spans;        // preference data (DPO): pairs with rejected_spans (data/batch.h)
   std::vector<Range> rejected_spans;
   int64_t size() const { return int64_t(tokens.size()); }
 };

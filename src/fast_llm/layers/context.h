@@ -9,6 +9,7 @@
 
 #include "fast_llm/core/device.h"
 #include "fast_llm/core/dtype.h"
+#include "fast_llm/kernels/dpo.h"
 #include "fast_llm/tensor/tensor.h"
 
 namespace fast_llm::layers {
@@ -26,6 +27,16 @@ struct MicroBatch {
   // The attention segments' lengths (differences of cu_seqlens) on the host, from the data batch before its upload:
   // what FLOP counts need, without reading the device. Empty: cu_seqlens is read instead (CPU batches only).
   std::vector<int64_t> sequence_lengths;
+  // Unmasked labels in the whole step (all micro-batches, all data-parallel ranks; validation: the iteration): what
+  // per-label losses are divided by. Set by the trainer; 0 outside it.
+  int64_t labels_in_step = 0;
+  // Preference data (DPO): this micro-batch's chosen / rejected pairs as rows (data/batch.h), and the pairs in the whole
+  // step (as labels_in_step).
+  std::vector<kernels::PreferencePair> preference_pairs;
+  int64_t preference_pairs_in_step = 0;
+  // The logits of each reference model on this micro-batch, by its name in `reference_models` (models/gpt/
+  // reference_models.h): (tokens, vocab), fp32 (fp64 for fp64 compute). Empty without reference models.
+  std::map<std::string, Tensor> reference_logits;
   int64_t num_tokens() const { return tokens.numel(); }
 };
 

@@ -114,6 +114,12 @@ YAML::Node with_pretrained_model_config(const YAML::Node& tree, const ModelType&
                config::enum_name(pretrained.format));
     }
   }
+  // A trainer's reference models (`reference_models.<name>: {model, pretrained}`) take their checkpoints' model configs
+  // the same way.
+  if (const YAML::Node references = tree["reference_models"]; references && references.IsMap())
+    for (const auto& entry : references)
+      if (entry.second.IsMap())
+        merged["reference_models"][entry.first.as<std::string>()] = with_pretrained_model_config(entry.second, model_type);
   return merged;
 }
 

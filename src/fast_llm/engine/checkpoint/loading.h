@@ -33,7 +33,7 @@ namespace fast_llm::engine {
 YAML::Node load_pretrained_model_config(const CheckpointLoadConfig& pretrained, const ModelType& model_type);
 
 // `tree` (a config with `pretrained` and `model` sections) with the pretrained checkpoint's model config merged under
-// its `model`, as `pretrained.load_config` says.
+// its `model`, as `pretrained.load_config` says; the same for each entry of its `reference_models` map, if any.
 YAML::Node with_pretrained_model_config(const YAML::Node& tree, const ModelType& model_type);
 
 // Loads `config` (a config with `pretrained` and `model` sections: the trainer's, model_outputs') from `tree` (file +

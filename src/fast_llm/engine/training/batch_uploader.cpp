@@ -40,6 +40,11 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
   const std::span<const int64_t> labels = batch->labels_at(1);
   layers::MicroBatch result{.index = 0, .max_seqlen = batch->max_seqlen};
   result.sequence_lengths.assign(batch->lengths.begin(), batch->lengths.end());
+  for (const data::PreferenceRows& pair : batch->preference_pairs)
+    result.preference_pairs.push_back({.chosen_begin = pair.chosen_begin,
+                                       .chosen_end = pair.chosen_end,
+                                       .rejected_begin = pair.rejected_begin,
+                                       .rejected_end = pair.rejected_end});
 
   if (device_.is_cpu()) {
     std::shared_ptr<void> owner = std::const_pointer_cast<data::Batch>(batch);

@@ -215,6 +215,7 @@ MemoryEstimate Trainer::estimate_memory(const std::vector<std::pair<std::string,
                                            micro_batches == 1 ? "" : "es", tokens_per_sample_),
                                sections_.activation_bytes_per_token * tokens_per_sample_ * micro_batches});
   }
+  for (const MemoryEstimate::Part& part : sections_.extra_device_memory) estimate.device.push_back(part);
   for (const auto& [name, num_samples] : samplings)
     estimate.host.push_back({fmt::format("sampling index of dataset {} ({} samples)", name, num_samples),
                              sampling_index_bytes(data_.config().datasets.at(name), data_.sampling_parameters(),
@@ -269,17 +270,25 @@ std::vector<layers::MicroBatch> Trainer::next_micro_batches(data::DataLoader& lo
                                                             int64_t& num_labels) {
   std::vector<layers::MicroBatch> micro_batches;
   num_labels = 0;
+  int64_t preference_pairs = 0;
   for (int64_t index = 0; index < rank_samples_per_step_; ++index) {
     std::optional<data::Batch> batch = loader.next();
     FLM_CHECK(batch.has_value(), "training", "dataset '{}' ran out of samples after step {}", dataset,
               completed_steps_);
     auto shared = std::make_shared<const data::Batch>(std::move(*batch));
     num_labels += shared->num_labels(1);
+    preference_pairs += int64_t(shared->preference_pairs.size());
     micro_batches.push_back(uploader_->upload(shared));
     keep_alive.push_back(std::move(shared));
   }
-  // The loss is normalised by the labels of the whole step, on every rank.
+  // The loss is normalised by the labels of the whole step (the DPO loss by its preference pairs), on every rank.
   num_labels = groups_->sum(num_labels);
+  preference_pairs = groups_->sum(preference_pairs);
+  for (layers::MicroBatch& micro_batch : micro_batches) {
+    micro_batch.labels_in_step = num_labels;
+    micro_batch.preference_pairs_in_step = preference_pairs;
+  }
+  if (sections_.prepare_micro_batches) sections_.prepare_micro_batches(micro_batches);
   return micro_batches;
 }
 

@@ -37,6 +37,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <span>
 #include <memory>
 #include <optional>
 #include <string>
@@ -82,6 +84,13 @@ struct TrainerSections {
   // The model type's estimate of the memory one token of a micro-batch takes at the peak of a training step besides
   // the stages' buffers (e.g. models/gpt/training.h); 0 leaves activations out of the memory check.
   int64_t activation_bytes_per_token = 0;
+  // Runs on each step's micro-batches (this rank's; training and evaluation) once they are uploaded and their step
+  // counts set, before the model sees them: the model type adds what its layers read besides the data (the GPT
+  // reference models' logits, models/gpt/reference_models.h). Empty: nothing.
+  std::function<void(std::span<layers::MicroBatch>)> prepare_micro_batches;
+  // Device memory the model type needs besides the trained model and its activations (the reference models' weights
+  // and outputs), listed by the memory check.
+  std::vector<MemoryEstimate::Part> extra_device_memory;
 };
 
 class Trainer {

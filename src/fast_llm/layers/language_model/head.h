@@ -12,8 +12,11 @@
 // backward on grad_h and returns the gradient of x; grad_output is ignored. Forward returns an empty tensor.
 // Losses: each configured loss adds its unweighted sum over the micro-batch's labels under its configured name (e.g.
 // `cross_entropy`, `z_loss`), and the head adds sum(weight * loss) under `lm_head_loss` (Fast-LLM's head total); the
-// engine divides by the labels in the step. Supported: one `label` loss and/or one `z_loss` with the same
-// logits_scale_factor; other loss types (distillation, dpo, grpo, gspo) are refused.
+// engine divides by the labels in the step. Supported: one `label` loss, one `z_loss`, one `distillation` and one `dpo`
+// loss (reference_losses.h: they read reference models' logits), all with the same logits_scale_factor; grpo and gspo
+// are refused. The reference losses run on each chunk before the label losses; when the label losses then overwrite
+// the logits with their gradient (or both reference losses are on), the reference losses' gradient goes to one more
+// (chunk, vocab) buffer that is added to it.
 #pragma once
 
 #include <memory>
@@ -22,6 +25,7 @@
 
 #include "fast_llm/layers/common/normalization.h"
 #include "fast_llm/layers/language_model/config.h"
+#include "fast_llm/layers/language_model/reference_losses.h"
 #include "fast_llm/layers/layer.h"
 #include "fast_llm/layers/saved_per_micro_batch.h"
 
@@ -70,6 +74,7 @@ class LanguageModelHead : public Layer {
   std::optional<double> softcap_;
   std::optional<Loss> label_loss_;
   std::optional<Loss> z_loss_;
+  ReferenceLosses reference_losses_;
   Normalization final_norm_;
   Parameter* output_weights_ = nullptr;
   bool output_weights_tied_ = false;  // the word embeddings', declared by the embedding layer

@@ -42,15 +42,14 @@ void LabelLossConfig::check() const {
 }
 
 void DistillationLossConfig::visit(Visitor& v) {
-  visit_unsupported_type(v, type, "logit distillation");
   CombinableLossConfig::visit(v);
   v(loss_type, "loss_type", "Distance between the teacher's and the model's distributions.", Hint::core);
   v(reference_model, "reference_model", "Name of the teacher in `reference_models`.", Hint::feature);
-  v(temperature, "temperature", "Temperature of the teacher's softmax.", Hint::optional, check::gt(0.0));
+  v(temperature, "temperature", "Temperature of the teacher's softmax: its logits are divided by it.", Hint::optional,
+    check::gt(0.0));
 }
 
 void DpoLossConfig::visit(Visitor& v) {
-  visit_unsupported_type(v, type, "direct preference optimization");
   LanguageModelLossConfig::visit(v);
   v(beta, "beta", "Strength of the preference term.", Hint::core, check::gt(0.0));
   v(reference_model, "reference_model", "Name of the reference model in `reference_models`. Required.",

@@ -1,7 +1,8 @@
 // Losses of the language-model head (`head.losses: {name: {type: ...}}`), as Fast-LLM's LanguageModelLossConfig family.
 // `type` is required: `label` (cross-entropy with the next-token labels; Fast-LLM's default loss is named
-// `cross_entropy`), `z_loss` (logsumexp^2 regularizer), and `distillation`, `dpo`, `grpo`, `gspo` (accepted, not built
-// yet). Each loss is weight * (sum over unmasked labels) / (unmasked labels in the whole step), on logits scaled by the
+// `cross_entropy`), `z_loss` (logsumexp^2 regularizer), `distillation` and `dpo` (against a model of the trainer's
+// `reference_models`; dpo is normalised by the preference pairs in the step instead), and `grpo`, `gspo` (accepted,
+// not built yet). Each loss is weight * (sum over unmasked labels) / (unmasked labels in the whole step), on logits scaled by the
 // head's and the loss's logits_scale_factor (reference/fast-llm.md §4).
 #pragma once
 
@@ -48,7 +49,6 @@ struct ZLossConfig : CombinableLossConfig {};
 
 // Knowledge distillation from a reference model's logits.
 struct DistillationLossConfig : CombinableLossConfig {
-  std::string type = "distillation";
   EntropyLossType loss_type = EntropyLossType::cross_entropy;
   std::string reference_model = "teacher";
   double temperature = 1.0;
@@ -57,7 +57,6 @@ struct DistillationLossConfig : CombinableLossConfig {
 
 // Direct preference optimization against a reference model.
 struct DpoLossConfig : LanguageModelLossConfig {
-  std::string type = "dpo";
   double beta = 1.0;
   std::optional<std::string> reference_model;  // required
   void visit(config::Visitor& v) override;

@@ -1,5 +1,11 @@
 #include "fast_llm/models/gpt/trainer_config.h"
 
+#include <fmt/format.h>
+
+#include <set>
+
+#include "fast_llm/layers/language_model/loss_config.h"
+
 namespace fast_llm::models::gpt {
 
 using config::Hint;
@@ -19,10 +25,10 @@ void GPTTrainerConfig::visit(config::Visitor& v) {
     Hint::feature);
   v(run, "run", "Experiment directory and run-wide logging.", Hint::core);
   v(profiling, "profiling", "Profiler settings.", Hint::logging);
-  v(reference_models, "reference_models", "Frozen models run beside the trained one (distillation, DPO).",
-    Hint::feature,
-    config::not_supported_if<std::map<std::string, ReferenceModelConfig>>(
-        [](const auto& models) { return !models.empty(); }, "reference models"));
+  v(reference_models, "reference_models",
+    "Frozen models run forward on every micro-batch beside the trained one, for the head's distillation and dpo "
+    "losses.",
+    Hint::feature);
   v(callbacks, "callbacks", "Training callbacks (streaming weight broadcast).", Hint::feature,
     config::not_supported_if<std::map<std::string, config::Dynamic<CallbackConfig>>>(
         [](const auto& callbacks) { return !callbacks.empty(); }, "training callbacks"));
@@ -40,9 +46,49 @@ void GPTTrainerConfig::check() const {
       throw ConfigError(training.evaluators.empty() ? path() : training.path() + ".evaluators." + name,
                         fmt::format("a loss evaluator needs the dataset `data.datasets.{}`", name));
   }
+  check_reference_models();
   if (training.train_iters > 0 && !data.datasets.contains("training"))
     throw ConfigError(data.path().empty() ? "data.datasets" : data.path() + ".datasets",
                       "training needs a dataset named `training`");
+}
+
+void GPTTrainerConfig::check_reference_models() const {
+  const layers::LanguageModelHeadConfig& head = model.base_model.head;
+  std::set<std::string> used;
+  for (const auto& [name, loss] : head.losses) {
+    std::string reference;
+    if (const auto* distillation = loss.as<layers::DistillationLossConfig>()) reference = distillation->reference_model;
+    if (const auto* dpo = loss.as<layers::DpoLossConfig>()) {
+      reference = dpo->reference_model.value_or("");
+      // A pair's chosen and rejected spans live in one document: a document cut at a sample boundary would lose part
+      // of a pair.
+      if (data.truncate_documents)
+        throw ConfigError(data.field_path("truncate_documents"),
+                          fmt::format("the dpo loss `{}` needs whole documents (each holds a chosen / rejected pair): "
+                                      "set it to false",
+                                      name));
+    }
+    if (reference.empty()) continue;
+    const std::string field = head.field_path("losses." + name + ".reference_model");
+    const auto found = reference_models.find(reference);
+    if (found == reference_models.end())
+      throw ConfigError(field, fmt::format("no reference model named '{}' in `reference_models`{}", reference,
+                                           reference_models.empty() ? " (there is none)" : ""));
+    const int vocab = found->second.model.base_model.embeddings.vocab_size;
+    if (vocab != model.base_model.embeddings.vocab_size)
+      throw ConfigError(field, fmt::format("reference model '{}' has a vocabulary of {}, the trained model {}: their "
+                                           "logits must match",
+                                           reference, vocab, model.base_model.embeddings.vocab_size));
+    used.insert(reference);
+  }
+  for (const auto& [name, reference] : reference_models) {
+    const std::string path = (this->path().empty() ? std::string() : this->path() + ".") + "reference_models." + name;
+    if (!used.contains(name))
+      throw ConfigError(path, "no loss of model.base_model.head.losses reads this reference model (activation "
+                              "distillation is not supported yet)");
+    if (reference.pretrained.path && !reference.pretrained.model_weights)
+      throw ConfigError(path + ".pretrained.model_weights", "a reference model is its weights: it must load them");
+  }
 }
 
 }  // namespace fast_llm::models::gpt

@@ -19,7 +19,10 @@
 
 namespace fast_llm::models::gpt {
 
-// A frozen model run beside the trained one (distillation, DPO): `reference_models.<name>: {model, pretrained}`.
+// A frozen model run beside the trained one (distillation, DPO): `reference_models.<name>: {model, pretrained}`. Its
+// `model.base_model` is its architecture (taken from `pretrained` as the trained model's, load_config); it runs on the
+// trained model's device with its distributed settings (models/gpt/reference_models.h). Without `pretrained.path` it is
+// initialised as a fresh model with the run's seed.
 struct ReferenceModelConfig : config::Config {
   GPTModelConfig model;
   engine::CheckpointLoadConfig pretrained;
@@ -49,6 +52,11 @@ struct GPTTrainerConfig : config::Config {
 
  protected:
   void check() const override;
+
+ private:
+  // Every loss's reference_model names a model of reference_models with the trained model's vocabulary, every reference
+  // model is read by a loss, and dpo has whole documents.
+  void check_reference_models() const;
 };
 
 }  // namespace fast_llm::models::gpt

@@ -1,5 +1,7 @@
 #include "fast_llm/models/gpt/training.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "fast_llm/data/data.h"
@@ -8,7 +10,9 @@
 #include "fast_llm/layers/attention/config.h"
 #include "fast_llm/layers/block/config.h"
 #include "fast_llm/layers/mlp/config.h"
+#include "fast_llm/layers/language_model/loss_config.h"
 #include "fast_llm/models/gpt/model.h"
+#include "fast_llm/models/gpt/reference_models.h"
 
 namespace fast_llm::models::gpt {
 
@@ -83,7 +87,12 @@ int64_t activation_bytes_per_token(const GPTTrainerConfig& config) {
     block_working = std::max(block_working, compute * values);
   }
   const int64_t splits = std::max(1, model.head.cross_entropy_splits);
-  const int64_t head_working = compute * (3 * hidden + (int64_t(model.embeddings.vocab_size) + splits - 1) / splits);
+  // The reference losses' gradient takes one more chunk of logits beside the label losses' (head.h).
+  int64_t logits_chunks = 1;
+  for (const auto& [name, loss] : model.head.losses)
+    if (loss.is<layers::DistillationLossConfig>() || loss.is<layers::DpoLossConfig>()) logits_chunks = 2;
+  const int64_t head_working =
+      compute * (3 * hidden + logits_chunks * ((int64_t(model.embeddings.vocab_size) + splits - 1) / splits));
   return kept + compute * hidden + std::max(head_working, block_working) + 3 * 8 + rotary;
 }
 
@@ -92,6 +101,16 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
   engine::warn_pretrained_architecture(config.model, config.pretrained, config.run.experiment_dir);
   // Declares the parameters only; the trainer checks the run can start and fit before it allocates them.
   GPTModel model(config.model.base_model);
+  // The head's reference losses have CPU kernels only: a GPU run stops here rather than at its first step.
+  const Device device = engine::resolve_device(config.model.distributed);
+  if (!device.is_cpu())
+    for (const auto& [name, loss] : config.model.base_model.head.losses)
+      if (loss.is<layers::DistillationLossConfig>() || loss.is<layers::DpoLossConfig>())
+        throw NotSupportedError("gpt", fmt::format("{}: the {} loss has no GPU variant yet; run it on the CPU "
+                                                   "(model.distributed.use_cuda: false)",
+                                                   config.model.base_model.head.field_path("losses." + name),
+                                                   loss.type()));
+  ReferenceModels references(config, device);
   data::GPTData data(config.data,
                      data::DataSetup{.experiment_directory = config.run.experiment_dir,
                                      .vocab_size = config.model.base_model.embeddings.vocab_size});
@@ -102,8 +121,15 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
                            .pretrained = config.pretrained,
                            .run = config.run,
                            .profiling = &config.profiling,
-                           .activation_bytes_per_token = activation_bytes_per_token(config)},
+                           .activation_bytes_per_token = activation_bytes_per_token(config),
+                           .prepare_micro_batches =
+                               references.empty() ? std::function<void(std::span<layers::MicroBatch>)>()
+                                                  : [&references](std::span<layers::MicroBatch> micro_batches) {
+                                                      references.run(micro_batches);
+                                                    },
+                           .extra_device_memory = references.memory_parts()},
                           model, data, config.to_yaml_string());
+  references.load();
   trainer.run();
   if (inspect) inspect(trainer);
 }

@@ -14,7 +14,8 @@ class Trainer;
 
 namespace fast_llm::models::gpt {
 
-// Applies the kernel selection (and plugins), builds the model, samples the data and trains. The config must be
+// Applies the kernel selection (and plugins), builds the model and its reference models (reference_models.h), samples
+// the data and trains. The config must be
 // validated and free of unsupported values (cli::require_supported). `inspect`, when given, sees the trainer after
 // the run, before it and the model go (tests read its weights and counters).
 void train(const GPTTrainerConfig& config, const std::function<void(engine::Trainer&)>& inspect = {});
@@ -30,7 +31,7 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
 //                        norm statistics (fp32; fp64 in fp64 runs)
 //   kept after the blocks: the last block's output (h)
 //   working, the larger of: the head (final-norm output and two gradients, 3h, and a chunk of logits,
-//                        vocab_size / cross_entropy_splits) and a block's backward (the gradients of what it kept, the
+//                        vocab_size / cross_entropy_splits, two with a distillation or dpo loss) and a block's backward (the gradients of what it kept, the
 //                        statistics aside, and at least those of the MLP: 4h, the first projection and the activation,
 //                        which recomputation brings back)
 //   the micro-batch: tokens, labels and positions (3 x 8 bytes) and the rotary tables (2 x head_size fp32).

@@ -1,0 +1,147 @@
+#include "fast_llm/layers/language_model/reference_losses.h"
+
+#include <fmt/format.h>
+
+#include "fast_llm/core/error.h"
+#include "fast_llm/kernels/copy.h"
+#include "fast_llm/kernels/dpo.h"
+#include "fast_llm/kernels/pointwise.h"
+#include "fast_llm/layers/language_model/loss_config.h"
+
+namespace fast_llm::layers {
+
+namespace {
+
+kernels::DistillationLossType kernel_loss_type(EntropyLossType type) {
+  switch (type) {
+    case EntropyLossType::cross_entropy: return kernels::DistillationLossType::cross_entropy;
+    case EntropyLossType::forward_kl: return kernels::DistillationLossType::forward_kl;
+    case EntropyLossType::reverse_kl: return kernels::DistillationLossType::reverse_kl;
+  }
+  return kernels::DistillationLossType::cross_entropy;
+}
+
+}  // namespace
+
+bool ReferenceLosses::take(const std::string& name, const LanguageModelLossConfig& loss,
+                           const LanguageModelHeadConfig& head, const std::string& path) {
+  if (const auto* distillation = dynamic_cast<const DistillationLossConfig*>(&loss)) {
+    if (distillation_)
+      throw NotSupportedError("layers", fmt::format("{}: at most one distillation loss is supported, '{}' is another",
+                                                    path, distillation_->name));
+    distillation_ = Distillation{.name = name,
+                                 .reference_model = distillation->reference_model,
+                                 .weight = distillation->weight,
+                                 .temperature = distillation->temperature,
+                                 .loss_type = kernel_loss_type(distillation->loss_type)};
+    return true;
+  }
+  if (const auto* dpo = dynamic_cast<const DpoLossConfig*>(&loss)) {
+    if (dpo_)
+      throw NotSupportedError("layers",
+                              fmt::format("{}: at most one dpo loss is supported, '{}' is another", path, dpo_->name));
+    // A pair's sums need all its rows in one call (Fast-LLM's dpo refuses splits too).
+    if (head.cross_entropy_splits != 1)
+      throw NotSupportedError("layers", fmt::format("{}: the dpo loss needs {} 1 (it is {})", path,
+                                                    head.field_path("cross_entropy_splits"), head.cross_entropy_splits));
+    if (head.final_logit_softcap)
+      throw NotSupportedError("layers", fmt::format("{}: the dpo loss does not support {}", path,
+                                                    head.field_path("final_logit_softcap")));
+    dpo_ = Dpo{.name = name, .reference_model = *dpo->reference_model, .weight = dpo->weight, .beta = dpo->beta};
+    return true;
+  }
+  return false;
+}
+
+ReferenceLosses::Sums ReferenceLosses::zero_sums(Device device, Stream stream) const {
+  auto zero = [&] {
+    Tensor scalar = Tensor::empty(Shape{1}, device.is_cpu() ? DType::float64 : DType::float32, device, stream);
+    kernels::fill({.tensor = scalar, .value = 0.0, .stream = stream});
+    return scalar;
+  };
+  Sums sums;
+  if (distillation_) sums.distillation = zero();
+  if (dpo_) sums.dpo = zero();
+  return sums;
+}
+
+Tensor ReferenceLosses::reference_rows(const LayerContext& context, const std::string& loss, const std::string& model,
+                                       int64_t begin, int64_t end) {
+  const auto found = context.batch.reference_logits.find(model);
+  FLM_CHECK(found != context.batch.reference_logits.end(), "head",
+            "loss '{}' reads the logits of reference model '{}', which the micro-batch does not have (is it in "
+            "`reference_models`?)",
+            loss, model);
+  return found->second.slice(0, begin, end);
+}
+
+void ReferenceLosses::forward_backward(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end,
+                                       Tensor* grad, Sums& sums, double logits_scale_factor,
+                                       std::optional<double> softcap) const {
+  FLM_ASSERT(grad == nullptr || count() == 1 || grad->data() != logits.data(),
+             "two reference losses cannot write their gradient over the logits they read");
+  const Tensor labels = context.batch.labels.slice(0, begin, end);
+  bool written = false;
+  if (distillation_) {
+    const Tensor teacher = reference_rows(context, distillation_->name, distillation_->reference_model, begin, end);
+    kernels::distillation_forward_backward({.logits = logits,
+                                            .target_logits = teacher,
+                                            .labels = labels,
+                                            .loss_sum = sums.distillation,
+                                            .grad_logits = grad,
+                                            .loss_type = distillation_->loss_type,
+                                            .temperature = distillation_->temperature,
+                                            .weight = distillation_->weight * context.loss_gradient_scale,
+                                            .logits_scale_factor = logits_scale_factor,
+                                            .softcap = softcap,
+                                            .accumulate_gradient = false,
+                                            .stream = context.stream});
+    written = true;
+  }
+  if (dpo_) {
+    FLM_ASSERT(begin == 0 && end == context.batch.num_tokens(), "the dpo loss runs on whole micro-batches");
+    const int64_t pairs = context.batch.preference_pairs_in_step;
+    FLM_CHECK(pairs > 0 || !context.training, "head",
+              "the dpo loss '{}' needs preference pairs (the chosen_spans and rejected_spans of the dataset), and the "
+              "step has none: prepare the data with source_schema.chosen_span and rejected_span",
+              dpo_->name);
+    const Tensor reference = reference_rows(context, dpo_->name, dpo_->reference_model, begin, end);
+    kernels::dpo_forward_backward({.logits = logits,
+                                   .reference_logits = reference,
+                                   .labels = labels,
+                                   .pairs = context.batch.preference_pairs,
+                                   .loss_sum = sums.dpo,
+                                   .grad_logits = grad,
+                                   .beta = dpo_->beta,
+                                   .weight = pairs > 0 ? dpo_->weight * context.loss_scale / double(pairs) : 0.0,
+                                   .logits_scale_factor = logits_scale_factor,
+                                   .accumulate_gradient = written,
+                                   .stream = context.stream});
+  }
+}
+
+void ReferenceLosses::add_losses(const LayerContext& context, const Sums& sums, const std::string& total_name) const {
+  if (context.losses == nullptr) return;
+  const Device device = context.device;
+  Tensor& total = context.losses->get(total_name, device);
+  if (distillation_) {
+    kernels::axpy({.input = sums.distillation, .output = context.losses->get(distillation_->name, device),
+                   .alpha = 1.0, .stream = context.stream});
+    kernels::axpy({.input = sums.distillation, .output = total, .alpha = distillation_->weight,
+                   .stream = context.stream});
+  }
+  if (dpo_) {
+    const int64_t pairs = context.batch.preference_pairs_in_step;
+    const double mean = pairs > 0 ? 1.0 / double(pairs) : 0.0;
+    kernels::axpy({.input = sums.dpo,
+                   .output = context.losses->get(dpo_->name, device, LossNormalization::normalized),
+                   .alpha = mean,
+                   .stream = context.stream});
+    kernels::axpy({.input = sums.dpo,
+                   .output = total,
+                   .alpha = dpo_->weight * mean * double(context.batch.labels_in_step),
+                   .stream = context.stream});
+  }
+}
+
+}  // namespace fast_llm::layers

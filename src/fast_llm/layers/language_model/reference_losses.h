@@ -1,0 +1,65 @@
+// The head's losses that read a reference model's logits (Fast-LLM's `distillation` and `dpo` loss types, reference/
+// fast-llm.md §4), kept apart from the label losses so the head runs them with a few calls:
+//   distillation  kernels/distillation.h on each chunk of logits against the teacher's logits of the same rows
+//                 (MicroBatch::reference_logits[reference_model]), masked by the labels; logged under its name as
+//                 sum / labels in the step (a per-label loss, as the label loss)
+//   dpo           kernels/dpo.h on the micro-batch's logits (one chunk: cross_entropy_splits must be 1) and the
+//                 preference pairs of the micro-batch (MicroBatch::preference_pairs); logged under its name as
+//                 the mean over the preference pairs of the step (LossNormalization::normalized), and added to the
+//                 head's total as that mean times the labels in the step, so that the total divided by the labels is
+//                 sum(weight * each loss's logged value), Fast-LLM's lm_head_loss
+// At most one loss of each type; the head refuses the rest. The gradient of the logits (training) is the sum of both
+// losses', scaled as the engine scales the label loss (1 / labels in the step, or 1 / pairs for dpo, times the loss
+// weight and the fp16 loss scale).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "fast_llm/kernels/distillation.h"
+#include "fast_llm/layers/context.h"
+#include "fast_llm/layers/language_model/config.h"
+
+namespace fast_llm::layers {
+
+class ReferenceLosses {
+ public:
+  // Takes `loss` when it is a distillation or dpo loss (false otherwise); `path` names it in errors.
+  bool take(const std::string& name, const LanguageModelLossConfig& loss, const LanguageModelHeadConfig& head,
+            const std::string& path);
+  bool empty() const { return !distillation_ && !dpo_; }
+  int count() const { return int(distillation_.has_value()) + int(dpo_.has_value()); }
+
+  // The losses' sums over one micro-batch: (1) scalars in the dtype of the context's loss sums.
+  struct Sums {
+    Tensor distillation, dpo;
+  };
+  Sums zero_sums(Device device, Stream stream) const;
+
+  // Rows [begin, end) of the micro-batch, whose logits (rows, vocab) are read only. `grad` (rows, vocab), when given,
+  // receives (=) the sum of the losses' gradients; it may be `logits` itself only when there is one loss.
+  void forward_backward(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end, Tensor* grad,
+                        Sums& sums, double logits_scale_factor, std::optional<double> softcap) const;
+
+  // Adds the sums into context.losses under the losses' names and, weighted, under the head's total `total_name`.
+  void add_losses(const LayerContext& context, const Sums& sums, const std::string& total_name) const;
+
+ private:
+  struct Distillation {
+    std::string name, reference_model;
+    double weight = 1.0, temperature = 1.0;
+    kernels::DistillationLossType loss_type = kernels::DistillationLossType::cross_entropy;
+  };
+  struct Dpo {
+    std::string name, reference_model;
+    double weight = 1.0, beta = 1.0;
+  };
+  // The reference model's logits of rows [begin, end) of the micro-batch.
+  static Tensor reference_rows(const LayerContext& context, const std::string& loss, const std::string& model,
+                               int64_t begin, int64_t end);
+
+  std::optional<Distillation> distillation_;
+  std::optional<Dpo> dpo_;
+};
+
+}  // namespace fast_llm::layers

@@ -1,0 +1,98 @@
+#include "fast_llm/models/gpt/reference_models.h"
+
+#include <fmt/format.h>
+
+#include "fast_llm/core/error.h"
+#include "fast_llm/core/logging.h"
+#include "fast_llm/engine/checkpoint/loading.h"
+
+namespace fast_llm::models::gpt {
+
+struct ReferenceModels::Model {
+  std::string name;
+  const ReferenceModelConfig& config;
+  GPTModel model;
+  std::unique_ptr<engine::MultiStage> multi_stage;
+};
+
+ReferenceModels::ReferenceModels(const GPTTrainerConfig& config, Device device) : config_(config), device_(device) {
+  if (config.reference_models.empty()) return;
+  const engine::DistributedConfig& distributed = config.model.distributed;
+  if (*distributed.world_size > 1)
+    throw NotSupportedError("reference_models",
+                            fmt::format("reference models in a run of {} processes are not supported yet; run them in "
+                                        "one process",
+                                        *distributed.world_size));
+  for (const auto& [name, reference] : config.reference_models)
+    models_.push_back(std::unique_ptr<Model>(new Model{.name = name,
+                                                       .config = reference,
+                                                       .model = GPTModel(reference.model.base_model),
+                                                       .multi_stage = nullptr}));
+}
+
+ReferenceModels::~ReferenceModels() = default;
+
+std::vector<engine::MemoryEstimate::Part> ReferenceModels::memory_parts() const {
+  std::vector<engine::MemoryEstimate::Part> parts;
+  const engine::DistributedConfig& distributed = config_.model.distributed;
+  const int64_t logits_bytes = distributed.compute_dtype == DType::float64 ? 8 : 4;
+  const int64_t micro_batches = config_.schedule.sequential_micro_batches();
+  for (const auto& model : models_) {
+    const engine::MultiStageConfig& multi_stage = model->config.model.multi_stage;
+    const auto stages = engine::split_into_stages(model->model.layers(), multi_stage.layers_per_stage);
+    parts.push_back({fmt::format("weights of reference model {}", model->name),
+                     engine::multi_stage_buffer_bytes(
+                         stages, multi_stage, engine::stage_settings(multi_stage, distributed, device_, false))});
+    const int64_t vocab = model->config.model.base_model.embeddings.vocab_size;
+    parts.push_back({fmt::format("logits of reference model {} on {} micro-batch{} of {} tokens", model->name,
+                                 micro_batches, micro_batches == 1 ? "" : "es", config_.data.micro_batch_size),
+                     logits_bytes * vocab * config_.data.micro_batch_size * micro_batches});
+  }
+  return parts;
+}
+
+void ReferenceModels::load() {
+  for (auto& model : models_) {
+    model->multi_stage = std::make_unique<engine::MultiStage>(model->model, model->config.model.multi_stage,
+                                                              config_.model.distributed, device_, /*training=*/false);
+    if (model->config.pretrained.path) {
+      engine::load_pretrained(model->config.pretrained, model->config.model, *model->multi_stage,
+                              /*optimizer_state=*/false);
+      log_main("Reference model {} loaded from {}", model->name, model->config.pretrained.path->string());
+    } else {
+      model->multi_stage->initialize_weights();
+      log_main("Reference model {} initialised (no pretrained.path)", model->name);
+    }
+  }
+}
+
+void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches) {
+  const Stream stream = compute_stream(device_);
+  for (auto& model : models_) {
+    FLM_ASSERT(model->multi_stage != nullptr, "reference model {} run before it was loaded", model->name);
+    const auto& stages = model->multi_stage->stages();
+    layers::LanguageModelHead& head = model->model.head();
+    for (layers::MicroBatch& micro_batch : micro_batches) {
+      layers::LayerContext context{.batch = micro_batch,
+                                   .device = device_,
+                                   .compute_dtype = config_.model.distributed.compute_dtype,
+                                   .stream = stream,
+                                   .training = false};
+      Tensor hidden;
+      for (size_t stage = 0; stage < stages.size(); ++stage) {
+        model->multi_stage->before_forward(stage, stream, /*training=*/false);
+        for (layers::Layer* layer : stages[stage]->layers())
+          hidden = layer == &head ? head.logits(hidden, stream) : layer->forward(context, hidden);
+      }
+      micro_batch.reference_logits[model->name] = std::move(hidden);  // (tokens, vocab)
+    }
+  }
+}
+
+engine::MultiStage& ReferenceModels::multi_stage(const std::string& name) {
+  for (auto& model : models_)
+    if (model->name == name && model->multi_stage) return *model->multi_stage;
+  throw Error("reference_models", fmt::format("no loaded reference model named '{}'", name));
+}
+
+}  // namespace fast_llm::models::gpt

@@ -1,0 +1,52 @@
+// The frozen reference models of a training run (`reference_models: {name: {model, pretrained}}`, Fast-LLM's
+// distillation teachers and DPO references): each is a GPT model of its own architecture, built on the trained model's
+// device with its distributed settings (compute dtype, seed), with weights only (no gradient buffers, no optimizer
+// state), loaded from `pretrained` in any format (distributed, fast_llm, Hugging Face) or, without a path, initialised
+// as a fresh model with the run's seed. Before the trained model sees a micro-batch (training or evaluation), every
+// reference model runs forward on it (no dropout, nothing saved) and its logits, (tokens, vocab) fp32 (fp64 in fp64
+// runs), are stored in the micro-batch under the model's name for the head's losses (distillation, dpo).
+//
+// All micro-batches of a step are run before the step, so the step holds one (tokens, vocab) buffer per micro-batch
+// and reference model: memory_parts() counts them with the weights. As Fast-LLM, reference models need pipeline and
+// sequence-data parallelism off; here they also need one process (no data parallelism yet).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fast_llm/engine/multi_stage/multi_stage.h"
+#include "fast_llm/engine/training/memory_check.h"
+#include "fast_llm/models/gpt/model.h"
+#include "fast_llm/models/gpt/trainer_config.h"
+
+namespace fast_llm::models::gpt {
+
+class ReferenceModels {
+ public:
+  // Declares the models of `config.reference_models` (the whole trainer config must be validated); load() allocates and
+  // fills their weights.
+  ReferenceModels(const GPTTrainerConfig& config, Device device);
+  ~ReferenceModels();
+
+  bool empty() const { return models_.empty(); }
+  // The device memory of the weights and of the logits kept for one step, per model.
+  std::vector<engine::MemoryEstimate::Part> memory_parts() const;
+  // Builds the weight buffers and loads or initialises them.
+  void load();
+  // Stores each model's logits on each micro-batch in micro_batch.reference_logits[name].
+  void run(std::span<layers::MicroBatch> micro_batches);
+
+  // The weights of model `name` (tests check they never change).
+  engine::MultiStage& multi_stage(const std::string& name);
+
+ private:
+  struct Model;
+  const GPTTrainerConfig& config_;
+  Device device_;
+  std::vector<std::unique_ptr<Model>> models_;
+};
+
+}  // namespace fast_llm::models::gpt
