@@ -82,5 +82,30 @@ TEST(Batch, EmptyDocumentsAndOverflow) {
   EXPECT_THROW(make_batch({document({1, 2, 3, 4, 5})}, {.micro_batch_size = 3}), Error);
 }
 
+TEST(Batch, PreferencePairsAsLabelRowsAndTwoSequences) {
+  // A plain document 7 8, then a preference document as Fast-LLM's preparation writes it: prompt 1 2, chosen 3 EOS(9),
+  // BOS(5) prompt 1 2, rejected 4 EOS(9):  1 2 3 9 | 5 1 2 4 9, chosen span [2, 4), rejected span [7, 9).
+  Document preference;
+  preference.tokens = {1, 2, 3, 9, 5, 1, 2, 4, 9};
+  preference.chosen_spans = {{2, 4}};
+  preference.rejected_spans = {{7, 9}};
+  Batch batch = make_batch({document({7, 8}), preference}, {.micro_batch_size = 12});
+  // Inputs at 0..10 (padding at 11): the preference document starts at 2 and is cut after its chosen span (at 6), so
+  // its second sequence 5 1 2 4 9 starts at 6; the label of row 5 (BOS) is masked as a document start.
+  EXPECT_EQ(batch.lengths, (std::vector<int32_t>{2, 4, 5, 1}));
+  EXPECT_EQ(batch.positions, (std::vector<int64_t>{0, 1, 0, 1, 2, 3, 0, 1, 2, 3, 4, 0}));
+  EXPECT_EQ(batch.labels, (std::vector<int64_t>{8, X, 2, 3, 9, X, 1, 2, 4, 9, X, X}));
+  // Chosen tokens 3 9 (positions 4, 5) are the labels of rows 3, 4; rejected tokens 4 9 (positions 9, 10) of rows 8, 9.
+  ASSERT_EQ(batch.preference_pairs.size(), 1u);
+  EXPECT_EQ(batch.preference_pairs[0].chosen_begin, 3);
+  EXPECT_EQ(batch.preference_pairs[0].chosen_end, 5);
+  EXPECT_EQ(batch.preference_pairs[0].rejected_begin, 8);
+  EXPECT_EQ(batch.preference_pairs[0].rejected_end, 10);
+
+  // Unequal numbers of chosen and rejected spans are an error.
+  preference.rejected_spans.clear();
+  EXPECT_THROW(make_batch({preference}, {.micro_batch_size = 12}), Error);
+}
+
 }  // namespace
 }  // namespace fast_llm::data

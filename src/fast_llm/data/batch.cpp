@@ -48,7 +48,18 @@ Batch make_batch(const std::vector<Document>& documents, const BatchOptions& opt
                              .rejected_begin = rejected_begin,
                              .rejected_end = rejected_end});
     }
-    segments.push_back({offset, size});
+    // A preference document (one pair, the chosen part first) is two sequences, prompt + chosen and prompt +
+    // rejected: split where the chosen span ends, so the rejected answer is scored without seeing the chosen one.
+    const bool preference_document = document.chosen_spans.size() == 1 &&
+                                     document.chosen_spans[0].end <= document.rejected_spans[0].begin &&
+                                     document.chosen_spans[0].end > 0;
+    if (preference_document) {
+      const int64_t split = document.chosen_spans[0].end;
+      segments.push_back({offset, split});
+      segments.push_back({offset + split, size - split});
+    } else {
+      segments.push_back({offset, size});
+    }
     offset += size;
   }
   std::fill(ignored.begin() + offset, ignored.end(), uint8_t(1));  // padding
