@@ -96,7 +96,8 @@ int64_t activation_bytes_per_token(const GPTTrainerConfig& config) {
   return kept + compute * hidden + std::max(head_working, block_working) + 3 * 8 + rotary;
 }
 
-void train(const GPTTrainerConfig& config, const std::function<void(engine::Trainer&)>& inspect) {
+void train(const GPTTrainerConfig& config, const std::function<void(engine::Trainer&)>& inspect,
+           const std::function<void(ReferenceModels&)>& inspect_references) {
   config.kernels.apply();
   engine::warn_pretrained_architecture(config.model, config.pretrained, config.run.experiment_dir);
   // Declares the parameters only; the trainer checks the run can start and fit before it allocates them.
@@ -132,6 +133,7 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
   references.load();
   trainer.run();
   if (inspect) inspect(trainer);
+  if (inspect_references) inspect_references(references);
 }
 
 }  // namespace fast_llm::models::gpt

@@ -14,11 +14,14 @@ class Trainer;
 
 namespace fast_llm::models::gpt {
 
+class ReferenceModels;
+
 // Applies the kernel selection (and plugins), builds the model and its reference models (reference_models.h), samples
 // the data and trains. The config must be
-// validated and free of unsupported values (cli::require_supported). `inspect`, when given, sees the trainer after
-// the run, before it and the model go (tests read its weights and counters).
-void train(const GPTTrainerConfig& config, const std::function<void(engine::Trainer&)>& inspect = {});
+// validated and free of unsupported values (cli::require_supported). `inspect` and `inspect_references`, when given,
+// see the trainer and the reference models after the run, before they go (tests read their weights and counters).
+void train(const GPTTrainerConfig& config, const std::function<void(engine::Trainer&)>& inspect = {},
+           const std::function<void(ReferenceModels&)>& inspect_references = {});
 
 // Bytes one token of a micro-batch takes at the peak of a training step, besides the stages' buffers: what the
 // trainer's memory check at start-up counts as activations (engine/training/memory_check.h). The peak is at the start

@@ -1,0 +1,232 @@
+// `train gpt` with reference models (models/gpt/reference_models.h) and the head's distillation and dpo losses, on the
+// CPU: a model whose reference is itself (both freshly initialised with the run's seed) has a distillation KL of 0 and
+// a DPO loss of log(2) at its first step, and then learns; the reference's weights never change; the head's total is
+// the weighted sum of its losses; a reference model loaded from a checkpoint takes its architecture from it; and the
+// config errors (unknown reference model, a reference model no loss reads, dpo with truncated documents, vocabularies
+// that differ).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "data/data_test_util.h"
+#include "fast_llm/config/merge.h"
+#include "fast_llm/engine/checkpoint/loading.h"
+#include "fast_llm/models/gpt/model_type.h"
+#include "fast_llm/models/gpt/reference_models.h"
+#include "fast_llm/models/gpt/training.h"
+#include "models/config_test_util.h"
+
+namespace fast_llm::models::gpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kArchitecture = R"(
+hidden_size: 16
+embeddings: {vocab_size: 40}
+decoder:
+  num_blocks: 2
+  block:
+    mixer: {heads: 2, head_groups: 1, head_size: 8, rotary: {type: default}}
+    mlp: {intermediate_size: 24, gated: true}
+    normalization: {type: rms_norm}
+head: {normalization: {type: rms_norm}}
+)";
+
+// A trainer config: kArchitecture for the trained model and, under `reference_models.reference`, for its reference,
+// with `losses` as the head's losses and `extra` merged on top.
+YAML::Node trainer_tree(const std::string& losses, const std::string& extra = "{}") {
+  YAML::Node tree = YAML::Load(R"(
+training: {train_iters: 4, logs: {interval: 1}, num_workers: 1}
+data: {datasets: {training: {type: random}}, micro_batch_size: 32}
+optimizer: {learning_rate: {base: 0.01}}
+model: {distributed: {compute_dtype: fp64, use_cuda: false, seed: 4321}}
+)");
+  tree["model"]["base_model"] = YAML::Load(kArchitecture);
+  tree["model"]["base_model"]["head"]["losses"] = YAML::Load(losses);
+  tree["reference_models"]["reference"]["model"]["base_model"] = YAML::Load(kArchitecture);
+  return config::merge_config_trees(tree, YAML::Load(extra));
+}
+
+GPTTrainerConfig load(const YAML::Node& tree) {
+  GPTTrainerConfig config;
+  engine::load_config_with_pretrained(config, tree, gpt_model_type());
+  return config;
+}
+
+std::string config_error(const YAML::Node& tree) {
+  try {
+    load(tree);
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+class ReferenceModelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    directory_ = fs::temp_directory_path() /
+                 ("fast_llm_reference_models_test_" + std::to_string(getpid()) + "_" +
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(directory_);
+    fs::create_directories(directory_);
+  }
+  void TearDown() override { fs::remove_all(directory_); }
+
+  // Trains with `tree` in `name` and returns the training records of its metrics file.
+  std::vector<nlohmann::json> train_records(YAML::Node tree, const std::string& name,
+                                            const std::function<void(ReferenceModels&)>& inspect = {}) {
+    tree["run"]["experiment_dir"] = (directory_ / name).string();
+    testing::ScopedEnvironment environment(testing::single_process());
+    train(load(tree), {}, inspect);
+    std::vector<nlohmann::json> result;
+    std::ifstream file(directory_ / name / "runs" / "0" / "metrics.jsonl");
+    for (std::string line; std::getline(file, line);) {
+      nlohmann::json record = nlohmann::json::parse(line);
+      if (record["phase"] == "training") result.push_back(std::move(record));
+    }
+    return result;
+  }
+
+  fs::path directory_;
+};
+
+// The values of every parameter of a model's weights, by name.
+std::map<std::string, std::vector<double>> weights(engine::MultiStage& multi_stage) {
+  std::map<std::string, std::vector<double>> result;
+  for (const char* name : {"embeddings.word_embeddings_weight", "decoder.0.mixer.query.weight",
+                           "decoder.1.mlp.layer_2.weight", "head.final_norm.weight", "head.output_weights"}) {
+    const layers::Parameter* parameter = multi_stage.find_parameter(name);
+    EXPECT_NE(parameter, nullptr) << name;
+    if (parameter == nullptr) continue;
+    const Tensor& weight = parameter->weight;
+    result[name].assign(weight.data_as<double>(), weight.data_as<double>() + weight.numel());
+  }
+  return result;
+}
+
+TEST_F(ReferenceModelsTest, SelfDistillationStartsAtZeroAndTheReferenceStaysFrozen) {
+  const YAML::Node tree = trainer_tree(R"(
+cross_entropy: {type: label, weight: 0.5}
+distillation: {type: distillation, reference_model: reference, loss_type: forward_kl, weight: 2.0}
+)");
+  std::map<std::string, std::vector<double>> after;
+  const auto records = train_records(tree, "run", [&](ReferenceModels& references) {
+    after = weights(references.multi_stage("reference"));
+  });
+  ASSERT_EQ(records.size(), 4u);
+  // The same seed and names give the same initial weights: the first step's KL is 0; the model then moves away.
+  EXPECT_NEAR(records[0]["distillation"].get<double>(), 0.0, 1e-12);
+  EXPECT_GT(records[3]["distillation"].get<double>(), 1e-8);
+  for (const auto& record : records)
+    EXPECT_NEAR(record["lm_head_loss"].get<double>(),
+                0.5 * record["cross_entropy"].get<double>() + 2.0 * record["distillation"].get<double>(), 1e-12);
+  // The reference after training holds the weights a fresh one starts with.
+  testing::ScopedEnvironment environment(testing::single_process());
+  const GPTTrainerConfig config = load(tree);
+  ReferenceModels fresh(config, Device::cpu());
+  fresh.load();
+  EXPECT_EQ(after, weights(fresh.multi_stage("reference")));
+}
+
+// Preference documents: prompt, then chosen answer and EOS (0), then BOS (1), prompt and rejected answer and EOS.
+void write_preference_dataset(const fs::path& path) {
+  std::vector<data::Document> documents;
+  for (int64_t index = 0; index < 24; ++index) {
+    const std::vector<int64_t> prompt{2 + index % 5, 8 + index % 3, 12};
+    const std::vector<int64_t> chosen{20 + index % 4, 21, 22}, rejected{30, 31 + index % 6};
+    data::Document document;
+    document.tokens = prompt;
+    document.tokens.insert(document.tokens.end(), chosen.begin(), chosen.end());
+    document.tokens.push_back(0);
+    const int32_t chosen_end = int32_t(document.tokens.size());
+    document.chosen_spans = {{int32_t(prompt.size()), chosen_end}};
+    document.tokens.push_back(1);
+    document.tokens.insert(document.tokens.end(), prompt.begin(), prompt.end());
+    const int32_t rejected_begin = int32_t(document.tokens.size());
+    document.tokens.insert(document.tokens.end(), rejected.begin(), rejected.end());
+    document.tokens.push_back(0);
+    document.rejected_spans = {{rejected_begin, int32_t(document.tokens.size())}};
+    documents.push_back(document);
+  }
+  data::testing::write_dataset(path, documents, {.data_type = data::TokenDataType::uint16, .preference_spans = true});
+}
+
+TEST_F(ReferenceModelsTest, SelfDpoStartsAtLogTwoAndLearns) {
+  const fs::path dataset = directory_ / "preferences.fast_llm_dataset";
+  write_preference_dataset(dataset);
+  const YAML::Node tree = trainer_tree("{dpo: {type: dpo, reference_model: reference, beta: 0.5}}",
+                                       "{data: {datasets: {training: {type: memmap, path: '" + dataset.string() +
+                                           "'}}, truncate_documents: false, micro_batch_size: 48}, "
+                                           "training: {train_iters: 8}}");
+  const auto records = train_records(tree, "run");
+  ASSERT_EQ(records.size(), 8u);
+  EXPECT_NEAR(records[0]["dpo"].get<double>(), std::log(2.0), 1e-12);
+  EXPECT_LT(records.back()["dpo"].get<double>(), std::log(2.0) - 0.05);
+  for (const auto& record : records)
+    EXPECT_NEAR(record["lm_head_loss"].get<double>(), record["dpo"].get<double>(), 1e-12);
+
+  // The same data without preference spans cannot train a dpo loss.
+  const fs::path plain = directory_ / "plain.fast_llm_dataset";
+  std::vector<data::Document> plain_documents(6);
+  for (size_t index = 0; index < plain_documents.size(); ++index)
+    for (int64_t position = 0; position < 10; ++position)
+      plain_documents[index].tokens.push_back((int64_t(index) * 7 + position) % 40);
+  data::testing::write_dataset(plain, plain_documents, {.data_type = data::TokenDataType::uint16});
+  YAML::Node without = YAML::Clone(tree);
+  without["data"]["datasets"]["training"]["path"] = plain.string();
+  try {
+    train_records(without, "plain");
+    ADD_FAILURE() << "dpo trained on data without preference spans";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("needs preference pairs"), std::string::npos) << error.what();
+  }
+}
+
+TEST_F(ReferenceModelsTest, AReferenceFromACheckpointTakesItsArchitecture) {
+  // A teacher of another width, trained two steps and exported in the fast_llm format.
+  YAML::Node teacher = trainer_tree("{cross_entropy: {type: label}}",
+                                    "{training: {train_iters: 2, export: {interval: 2, format: fast_llm}}, "
+                                    "model: {base_model: {hidden_size: 24}}}");
+  teacher.remove("reference_models");
+  train_records(teacher, "teacher");
+  const fs::path exported = directory_ / "teacher" / "export" / "fast_llm" / "2";
+  ASSERT_TRUE(fs::exists(exported));
+  // The student names the checkpoint only: the architecture (hidden 24) comes from it.
+  YAML::Node student = trainer_tree("{distillation: {type: distillation, reference_model: reference}}");
+  student["reference_models"]["reference"] =
+      YAML::Load("{pretrained: {format: fast_llm, path: '" + exported.string() + "'}}");
+  testing::ScopedEnvironment environment(testing::single_process());
+  const GPTTrainerConfig config = load(student);
+  EXPECT_EQ(config.reference_models.at("reference").model.base_model.hidden_size, 24);
+  const auto records = train_records(student, "student");
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_GT(records[0]["distillation"].get<double>(), 0.0);
+  EXPECT_LT(records.back()["distillation"].get<double>(), records[0]["distillation"].get<double>());
+}
+
+TEST(ReferenceModelsConfig, Errors) {
+  testing::ScopedEnvironment environment(testing::single_process());
+  EXPECT_NE(config_error(trainer_tree("{distillation: {type: distillation, reference_model: teacher}}"))
+                .find("no reference model named 'teacher'"),
+            std::string::npos);
+  EXPECT_NE(config_error(trainer_tree("{cross_entropy: {type: label}}")).find("reads this reference model"),
+            std::string::npos);
+  EXPECT_NE(config_error(trainer_tree("{dpo: {type: dpo, reference_model: reference}}")).find("truncate_documents"),
+            std::string::npos);
+  EXPECT_NE(config_error(trainer_tree("{dpo: {type: dpo}}", "{data: {truncate_documents: false}}"))
+                .find("reference_model"),
+            std::string::npos);
+  EXPECT_NE(config_error(trainer_tree("{distillation: {type: distillation, reference_model: reference}}",
+                                      "{reference_models: {reference: {model: {base_model: {embeddings: "
+                                      "{vocab_size: 41}}}}}}"))
+                .find("vocabulary of 41"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace fast_llm::models::gpt
