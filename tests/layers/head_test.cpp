@@ -184,17 +184,101 @@ TEST(Head, LossNamesAndWeightedTotal) {
 }
 
 TEST(Head, RefusesUnsupportedLosses) {
-  EXPECT_THROW(LanguageModelHead("head", head_config("{losses: {teacher: {type: distillation}}}"), kHidden, kVocab,
-                                 1.0),
+  EXPECT_THROW(LanguageModelHead("head", head_config("{losses: {a: {type: distillation}, b: {type: distillation}}}"),
+                                 kHidden, kVocab, 1.0),
                NotSupportedError);
-  EXPECT_THROW(LanguageModelHead("head", head_config("{losses: {dpo: {type: dpo, reference_model: ref}}}"), kHidden,
-                                 kVocab, 1.0),
+  EXPECT_THROW(LanguageModelHead("head", head_config("{losses: {dpo: {type: dpo, reference_model: ref}}, "
+                                                     "cross_entropy_splits: 2}"),
+                                 kHidden, kVocab, 1.0),
+               NotSupportedError);
+  EXPECT_THROW(LanguageModelHead("head", head_config("{losses: {dpo: {type: dpo, reference_model: ref}}, "
+                                                     "final_logit_softcap: 3.0}"),
+                                 kHidden, kVocab, 1.0),
                NotSupportedError);
   EXPECT_THROW(LanguageModelHead("head", head_config("{losses: {a: {type: label}, b: {type: label}}}"), kHidden,
                                  kVocab, 1.0),
                NotSupportedError);
   EXPECT_THROW(LanguageModelHead("head", head_config("{losses: {grpo: {type: grpo}}}"), kHidden, kVocab, 1.0),
                NotSupportedError);
+}
+
+// The losses that read a reference model (distillation, dpo), alone or with the label losses: the head's gradients are
+// those of its total, whichever buffer their gradient goes through (over the logits, or its own buffer added to the
+// label losses' or copied when there is none).
+class ReferenceLossHeadTest : public ::testing::TestWithParam<HeadCase> {};
+
+TEST_P(ReferenceLossHeadTest, BackwardMatchesFiniteDifferences) {
+  LanguageModelHead head("head", head_config(GetParam().yaml), kHidden, kVocab, 1.0);
+  bind_parameters(head, 15);
+  BatchData data = make_batch({3, 5, 4}, kVocab, 16, /*index=*/1);
+  const double scale = 1.0 / 9.0;  // 9 labelled tokens
+  data.batch.labels_in_step = 9;
+  // Pairs of label rows (documents at 0, 3, 8); the step holds 3 pairs, this micro-batch 2.
+  data.batch.preference_pairs = {{.chosen_begin = 0, .chosen_end = 2, .rejected_begin = 3, .rejected_end = 5},
+                                 {.chosen_begin = 8, .chosen_end = 9, .rejected_begin = 9, .rejected_end = 11}};
+  data.batch.preference_pairs_in_step = 3;
+  data.batch.reference_logits["teacher"] = random_tensor(Shape{12, kVocab}, 17, 2.0);
+  Tensor input = random_tensor(Shape{12, kHidden}, 18, 1.5);
+
+  LossSums losses;
+  LayerContext training = make_context(data.batch, true, &losses, scale);
+  head.forward(training, input);
+  Tensor grad_input = head.backward(training, Tensor());
+  auto objective = [&] {
+    LossSums sums;
+    LayerContext context = make_context(data.batch, false, &sums, scale);
+    head.forward(context, input);
+    return loss_value(sums, "lm_head_loss") * scale;
+  };
+  EXPECT_NEAR(objective(), loss_value(losses, "lm_head_loss") * scale, 1e-12);
+  expect_gradient(objective, input, grad_input, "input");
+  for (Parameter* parameter : head.parameters())
+    expect_gradient(objective, parameter->weight, parameter->grad, parameter->meta.name);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, ReferenceLossHeadTest,
+    ::testing::Values(
+        HeadCase{"distillation_only", "{normalization: {type: rms_norm}, losses: {d: {type: distillation, "
+                                      "reference_model: teacher, loss_type: reverse_kl, temperature: 2.0}}}"},
+        HeadCase{"distillation_with_label", "{normalization: {type: rms_norm}, cross_entropy_splits: 2, "
+                                            "final_logit_softcap: 3.0, logits_scale_factor: 0.8, losses: {ce: {type: "
+                                            "label, weight: 0.7}, d: {type: distillation, reference_model: teacher, "
+                                            "loss_type: forward_kl, weight: 0.4, temperature: 0.5}}}"},
+        HeadCase{"dpo_only", "{normalization: {type: rms_norm}, losses: {dpo: {type: dpo, reference_model: teacher, "
+                             "beta: 0.7}}}"},
+        HeadCase{"dpo_and_distillation", "{normalization: {type: rms_norm}, losses: {dpo: {type: dpo, "
+                                         "reference_model: teacher, weight: 2.0}, d: {type: distillation, "
+                                         "reference_model: teacher}}}"},
+        HeadCase{"all", "{normalization: {type: rms_norm}, losses: {ce: {type: label, weight: 0.5}, z: {type: "
+                        "z_loss, weight: 0.1}, dpo: {type: dpo, reference_model: teacher, beta: 0.3}, d: {type: "
+                        "distillation, reference_model: teacher, loss_type: cross_entropy}}}"}),
+    [](const auto& info) { return info.param.name; });
+
+// The logged values: distillation per label, dpo per pair of the step, and the total their weighted sum per label.
+TEST(Head, ReferenceLossNames) {
+  LanguageModelHead head("head", head_config("{losses: {ce: {type: label}, dpo: {type: dpo, reference_model: t, "
+                                             "weight: 2.0}, kd: {type: distillation, reference_model: t}}}"),
+                         kHidden, kVocab, 1.0);
+  bind_parameters(head, 25);
+  BatchData data = make_batch({6, 6}, kVocab, 26);
+  data.batch.labels_in_step = 10;
+  data.batch.preference_pairs = {{.chosen_begin = 1, .chosen_end = 3, .rejected_begin = 7, .rejected_end = 9}};
+  data.batch.preference_pairs_in_step = 4;
+  data.batch.reference_logits["t"] = random_tensor(Shape{12, kVocab}, 27);
+  LossSums losses;
+  LayerContext context = make_context(data.batch, false, &losses);
+  head.forward(context, random_tensor(Shape{12, kHidden}, 28));
+  EXPECT_EQ(losses.normalization("dpo"), LossNormalization::normalized);
+  EXPECT_EQ(losses.normalization("kd"), LossNormalization::per_label);
+  EXPECT_GT(loss_value(losses, "dpo"), 0.0);
+  EXPECT_NEAR(loss_value(losses, "lm_head_loss"),
+              loss_value(losses, "ce") + loss_value(losses, "kd") + 2.0 * loss_value(losses, "dpo") * 10, 1e-12);
+  // A missing reference model's logits are an error naming it.
+  data.batch.reference_logits.clear();
+  LossSums again;
+  LayerContext missing = make_context(data.batch, false, &again);
+  EXPECT_THROW(head.forward(missing, random_tensor(Shape{12, kHidden}, 28)), Error);
 }
 
 }  // namespace

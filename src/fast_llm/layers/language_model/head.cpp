@@ -115,7 +115,7 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
   ReferenceLosses::Sums reference_sums = reference_losses_.zero_sums(device, stream);
   // (chunk, vocab): the reference losses' gradient, when it cannot be written over the logits.
   Tensor reference_grad_buffer;
-  if (training && (label_losses || reference_losses_.count() > 1))
+  if (training && !reference_losses_.empty() && (label_losses || reference_losses_.count() > 1))
     reference_grad_buffer = Tensor::empty(logits_buffer.shape(), logits_buffer.dtype(), device, stream);
 
   for (int64_t begin = 0; begin < tokens; begin += chunk_size) {
