@@ -156,6 +156,53 @@ TEST_F(CliTest, MixtralTinyExampleTrains) {
   EXPECT_TRUE(validated) << trained.output;
 }
 
+// The numbers a log line carries under `key`, in order, over the lines that have it.
+std::vector<double> logged(const std::string& output, const std::string& key) {
+  std::vector<double> values;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t at = line.find(key + ": ");
+    if (line.find("training @") != std::string::npos && at != std::string::npos)
+      values.push_back(std::stod(line.substr(at + key.size() + 2)));
+  }
+  return values;
+}
+
+// examples/distillation.yaml trains: the distillation loss against the frozen teacher falls, and the head's total is
+// the weighted sum of it and the label loss.
+TEST_F(CliTest, DistillationExampleTrains) {
+  const fs::path example = fs::path(FAST_LLM_SOURCE_DIR) / "examples" / "distillation.yaml";
+  const Outcome trained = expect({"train", "gpt", "-c", example.string(), "run.experiment_dir=experiment",
+                                  "training.train_iters=12", "training.logs.interval=4"},
+                                 0, "distillation: ");
+  const std::vector<double> distillation = logged(trained.output, "distillation");
+  const std::vector<double> cross_entropy = logged(trained.output, "cross_entropy");
+  const std::vector<double> total = logged(trained.output, "lm_head_loss");
+  ASSERT_EQ(distillation.size(), 3u) << trained.output;
+  ASSERT_EQ(total.size(), 3u) << trained.output;
+  EXPECT_LT(distillation.back(), distillation.front()) << trained.output;
+  for (size_t index = 0; index < total.size(); ++index)
+    EXPECT_NEAR(total[index], 0.5 * cross_entropy[index] + distillation[index], 2e-5) << trained.output;
+}
+
+// examples/dpo.yaml, as its comment says: the preference data prepared from JSONL, then DPO against a reference that
+// starts as the policy itself: log(2) at the first step, then lower.
+TEST_F(CliTest, DpoExampleTrains) {
+  const fs::path source(FAST_LLM_SOURCE_DIR);
+  fs::create_directory_symlink(source / "examples", directory_ / "examples");
+  fs::create_directory_symlink(source / "tests", directory_ / "tests");
+  expect({"prepare", "gpt_memmap", "-c", "examples/dpo/prepare.yaml"}, 0, "Prepared 48 documents");
+  const Outcome trained = expect({"train", "gpt", "-c", "examples/dpo.yaml", "training.train_iters=6",
+                                  "training.logs.interval=1"},
+                                 0, "dpo: ");
+  const std::vector<double> dpo = logged(trained.output, "dpo");
+  ASSERT_EQ(dpo.size(), 6u) << trained.output;
+  EXPECT_NEAR(dpo.front(), std::log(2.0), 1e-5) << trained.output;
+  EXPECT_LT(dpo.back(), 0.5) << trained.output;
+  // Without whole documents a pair could be cut: refused before anything runs.
+  expect({"train", "gpt", "-c", "examples/dpo.yaml", "data.truncate_documents=true"}, 1, "truncate_documents");
+}
+
 // A configuration that cannot run is refused before the model is built (no -c: evaluation of a default 229M-parameter
 // model without weights), and one that cannot fit is refused at start-up with the estimate.
 TEST_F(CliTest, TrainGptChecksBeforeBuilding) {
