@@ -116,6 +116,59 @@ TEST_P(DecoderBlockTest, BackwardMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(DropoutAndNormalization, DecoderBlockTest,
                          ::testing::Combine(::testing::Values(0.0, 0.25), ::testing::ValuesIn(kNormalizations)));
 
+// Activation distillation (block distillation_model): the backward is that of the output's objective plus weight x the
+// logged loss (mean over tokens of the L2 distance between the mixer outputs), with and without dropout; a block
+// distilling the mixer outputs it stored itself (LayerContext::mixer_outputs) has a loss of 0.
+TEST(DecoderBlock, ActivationDistillationMatchesFiniteDifferences) {
+  for (const double dropout : {0.0, 0.25}) {
+    SCOPED_TRACE(dropout);
+    DecoderBlockConfig config = load_config<DecoderBlockConfig>(
+        kBlock + ", dropout: " + std::to_string(dropout) +
+        ", distillation_model: teacher, distillation_loss_weight: 0.7}");
+    DecoderBlock block("decoder.0", config, kHidden, 1.0);
+    bind_parameters(block, 21);
+    BatchData data = make_batch({3, 5, 4}, 10, 22, /*index=*/1);
+    const int64_t tokens = 12;
+    data.batch.reference_mixer_outputs["teacher"]["decoder.0"] = random_tensor(Shape{tokens, kHidden}, 23);
+    Tensor input = random_tensor(Shape{tokens, kHidden}, 24);
+    std::vector<double> output_weights = random_values(tokens * kHidden, 25);
+
+    LossSums losses;
+    LayerContext training = make_context(data.batch, true, &losses, 1.0, /*dropout_seed=*/7);
+    Tensor output = block.forward(training, input);
+    Tensor grad_input = block.backward(training, tensor_from(output_weights, output.shape()));
+    EXPECT_EQ(losses.normalization("activation_distillation_loss"), LossNormalization::normalized);
+    auto objective = [&] {
+      LossSums sums;
+      LayerContext context = make_context(data.batch, true, &sums, 1.0, 7);
+      const double value = dot(block.forward(context, input), output_weights);
+      return value + 0.7 * sums.all().at("activation_distillation_loss").item();
+    };
+    expect_gradient(objective, input, grad_input, "input");
+    for (Parameter* parameter : block.parameters())
+      expect_gradient(objective, parameter->weight, parameter->grad, parameter->meta.name, 24);
+  }
+
+  // The block's own mixer outputs as the teacher's: loss 0.
+  DecoderBlockConfig config = load_config<DecoderBlockConfig>(kBlock +
+                                                              ", distillation_model: self}");
+  DecoderBlock block("decoder.0", config, kHidden, 1.0);
+  bind_parameters(block, 31);
+  BatchData data = make_batch({6, 6}, 10, 32);
+  Tensor input = random_tensor(Shape{12, kHidden}, 33);
+  std::map<std::string, Tensor> stored;
+  LayerContext reference = make_context(data.batch, false);
+  reference.mixer_outputs = &stored;
+  block.forward(reference, input);
+  ASSERT_TRUE(stored.contains("decoder.0"));
+  data.batch.reference_mixer_outputs["self"] = stored;
+  LossSums losses;
+  LayerContext training = make_context(data.batch, true, &losses);
+  block.forward(training, input);
+  EXPECT_EQ(losses.all().at("activation_distillation_loss").item(), 0.0);
+  block.backward(training, random_tensor(Shape{12, kHidden}, 34));
+}
+
 // Breadth-first schedules run several forwards before their backwards: the block, its mixer and its MLP each keep
 // every micro-batch's state, so forward 0, forward 1, backward 1, backward 0 gives each micro-batch's input gradient and
 // the sum of the parameter gradients of running them one after the other.

@@ -1,8 +1,8 @@
 // `train gpt` with reference models (models/gpt/reference_models.h) and the head's distillation and dpo losses, on the
 // CPU: a model whose reference is itself (both freshly initialised with the run's seed) has a distillation KL of 0 and
 // a DPO loss of log(2) at its first step, and then learns; the reference's weights never change; the head's total is
-// the weighted sum of its losses; a reference model loaded from a checkpoint takes its architecture from it; and the
-// config errors (unknown reference model, a reference model no loss reads, dpo with truncated documents, vocabularies
+// the weighted sum of its losses; activation distillation of a model by itself starts at 0; a reference model loaded
+// from a checkpoint takes its architecture from it; and the config errors (unknown reference model, a reference model no loss reads, dpo with truncated documents, vocabularies
 // that differ).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -133,6 +133,19 @@ distillation: {type: distillation, reference_model: reference, loss_type: forwar
   EXPECT_EQ(after, weights(fresh.multi_stage("reference")));
 }
 
+TEST_F(ReferenceModelsTest, SelfActivationDistillationStartsAtZero) {
+  YAML::Node tree = trainer_tree("{cross_entropy: {type: label}}");
+  tree["model"]["base_model"]["decoder"]["block"]["distillation_model"] = "reference";
+  tree["model"]["base_model"]["decoder"]["block"]["distillation_loss_weight"] = 0.5;
+  const auto records = train_records(tree, "run");
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_NEAR(records[0]["activation_distillation_loss"].get<double>(), 0.0, 1e-12);
+  EXPECT_GT(records[3]["activation_distillation_loss"].get<double>(), 1e-6);
+  // Not part of the head's total (Fast-LLM adds it to the gradient only).
+  for (const auto& record : records)
+    EXPECT_NEAR(record["lm_head_loss"].get<double>(), record["cross_entropy"].get<double>(), 1e-12);
+}
+
 // Preference documents: prompt, then chosen answer and EOS (0), then BOS (1), prompt and rejected answer and EOS.
 void write_preference_dataset(const fs::path& path) {
   std::vector<data::Document> documents;
@@ -226,6 +239,13 @@ TEST(ReferenceModelsConfig, Errors) {
                                       "{vocab_size: 41}}}}}}"))
                 .find("vocabulary of 41"),
             std::string::npos);
+  YAML::Node distilled = trainer_tree("{cross_entropy: {type: label}}");
+  distilled["model"]["base_model"]["decoder"]["block"]["distillation_model"] = "teacher";
+  EXPECT_NE(config_error(distilled).find("distillation_model: no reference model named 'teacher'"), std::string::npos)
+      << config_error(distilled);
+  distilled["model"]["base_model"]["decoder"]["block"]["distillation_model"] = "reference";
+  distilled["reference_models"]["reference"]["model"]["base_model"]["hidden_size"] = 24;
+  EXPECT_NE(config_error(distilled).find("width 24"), std::string::npos) << config_error(distilled);
 }
 
 }  // namespace

@@ -37,6 +37,9 @@ struct MicroBatch {
   // The logits of each reference model on this micro-batch, by its name in `reference_models` (models/gpt/
   // reference_models.h): (tokens, vocab), fp32 (fp64 for fp64 compute). Empty without reference models.
   std::map<std::string, Tensor> reference_logits;
+  // The mixer output of each block of each reference model that blocks distill (block `distillation_model`), by model
+  // name then block name (e.g. `decoder.3`): (tokens, hidden) in the compute dtype.
+  std::map<std::string, std::map<std::string, Tensor>> reference_mixer_outputs;
   int64_t num_tokens() const { return tokens.numel(); }
 };
 
@@ -88,6 +91,9 @@ struct LayerContext {
   // Set by generation (inference only): attention layers store their keys and values in it and attend to what it
   // holds (attention/key_value_cache.h) instead of only within the micro-batch.
   KeyValueCache* key_value_cache = nullptr;
+  // Set by the reference models' forward (models/gpt/reference_models.h): decoder blocks store a copy of their mixer
+  // output in it under their name, for the trained model's activation distillation.
+  std::map<std::string, Tensor>* mixer_outputs = nullptr;
 };
 
 }  // namespace fast_llm::layers

@@ -39,7 +39,7 @@ void DecoderBlockConfig::visit(Visitor& v) {
     Hint::feature, check::in_range(0.0, 1.0));
   v(distillation_model, "distillation_model",
     "Reference model whose mixer outputs this block is trained to match (activation distillation). Unset: none.",
-    Hint::feature, config::not_supported_yet(std::optional<std::string>(), "activation distillation"));
+    Hint::feature);
   v(distillation_loss_weight, "distillation_loss_weight", "Weight of the activation distillation loss.", Hint::feature,
     check::ge(0.0));
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/kernels/activation_distillation.h"
 #include "fast_llm/kernels/copy.h"
 #include "fast_llm/kernels/pointwise.h"
 #include "fast_llm/layers/common/dropout.h"
@@ -22,9 +23,6 @@ const DecoderBlockConfig& checked(const DecoderBlockConfig& config) {
   if (config.output_scale.enabled.value_or(false))
     throw NotSupportedError("layers", fmt::format("{}: a learned block output scale is not supported",
                                                   config.field_path("output_scale")));
-  if (config.distillation_model)
-    throw NotSupportedError("layers", fmt::format("{}: activation distillation is not supported",
-                                                  config.field_path("distillation_model")));
   return config;
 }
 
@@ -49,6 +47,8 @@ DecoderBlock::DecoderBlock(std::string name, const DecoderBlockConfig& config, i
                            SharedResources* shared)
     : Layer(std::move(name)),
       dropout_(checked(config).dropout),
+      distillation_model_(config.distillation_model),
+      distillation_loss_weight_(config.distillation_loss_weight),
       norm_1_(child_name("norm_1"), config.mixer_normalization(), hidden_size,
               combine_lr_scales(lr_scale, config.lr_scale)),
       norm_2_(child_name("norm_2"), config.mlp_normalization(), hidden_size,
@@ -78,6 +78,12 @@ Tensor DecoderBlock::forward(LayerContext& context, const Tensor& input) {
   Tensor normalized = norm_1_.forward(input, keep ? &saved.norm_1 : nullptr, stream);
   // (tokens, hidden): the mixer output, then the residual stream after the mixer.
   Tensor hidden = mixer_->forward(context, normalized);
+  if (context.mixer_outputs != nullptr) {
+    Tensor copy = Tensor::empty(hidden.shape(), hidden.dtype(), hidden.device(), stream);
+    kernels::copy({.source = hidden, .destination = copy, .stream = stream});
+    (*context.mixer_outputs)[name()] = std::move(copy);
+  }
+  if (distillation_model_ && context.training) saved.distillation_grad = distill_activations(context, hidden);
   apply_dropout(hidden, dropout, dropout_seed(saved.dropout_seed, name(), kMixerDropout), stream);
   // hidden += input, in the same pass as norm_2.
   normalized = norm_2_.add_and_forward(hidden, input, keep ? &saved.norm_2 : nullptr, stream);
@@ -107,8 +113,49 @@ Tensor DecoderBlock::backward(LayerContext& context, const Tensor& grad_output) 
   // Mixer branch: grad_input = grad_hidden + norm_1'(mixer'(dropout'(grad_hidden))), in the same way.
   Tensor grad_mixer =
       dropout_copy(grad_hidden, dropout_, dropout_seed(saved.dropout_seed, name(), kMixerDropout), stream);
+  if (saved.distillation_grad.defined()) {
+    // grad_mixer may be grad_hidden itself (no dropout), which norm_1's backward still reads as the residual's.
+    if (grad_mixer.data() == grad_hidden.data()) {
+      Tensor copy = Tensor::empty(grad_hidden.shape(), grad_hidden.dtype(), grad_hidden.device(), stream);
+      kernels::copy({.source = grad_hidden, .destination = copy, .stream = stream});
+      grad_mixer = std::move(copy);
+    }
+    kernels::axpy({.input = saved.distillation_grad, .output = grad_mixer, .alpha = 1.0, .stream = stream});
+    saved.distillation_grad = Tensor();
+  }
   return norm_1_.backward(mixer_->backward(context, grad_mixer), saved.norm_1, stream,
                           /*grad_residual=*/&grad_hidden);
+}
+
+Tensor DecoderBlock::distill_activations(LayerContext& context, const Tensor& mixer_output) {
+  const auto model = context.batch.reference_mixer_outputs.find(*distillation_model_);
+  FLM_CHECK(model != context.batch.reference_mixer_outputs.end() && model->second.contains(name()), "layers",
+            "{}: activation distillation reads the mixer output of block {} of reference model '{}', which the "
+            "micro-batch does not have",
+            name(), name(), *distillation_model_);
+  const Tensor& teacher = model->second.at(name());
+  const Stream stream = context.stream;
+  const int64_t tokens = mixer_output.size(0);
+  const double micro_batches = double(std::max<int64_t>(context.micro_batches_in_step, 1));
+  Tensor loss_sum = Tensor::empty(Shape{1}, context.device.is_cpu() ? DType::float64 : DType::float32, context.device,
+                                  stream);
+  kernels::fill({.tensor = loss_sum, .value = 0.0, .stream = stream});
+  Tensor grad = Tensor::empty(mixer_output.shape(), mixer_output.dtype(), mixer_output.device(), stream);
+  kernels::activation_distillation_forward_backward(
+      {.student = mixer_output,
+       .teacher = teacher,
+       .loss_sum = loss_sum,
+       .grad = &grad,
+       .weight =
+           distillation_loss_weight_ * context.loss_scale / (double(std::max<int64_t>(tokens, 1)) * micro_batches),
+       .stream = stream});
+  if (context.losses != nullptr)
+    kernels::axpy({.input = loss_sum,
+                   .output = context.losses->get("activation_distillation_loss", context.device,
+                                                 LossNormalization::normalized),
+                   .alpha = 1.0 / (double(std::max<int64_t>(tokens, 1)) * micro_batches),
+                   .stream = stream});
+  return grad;
 }
 
 double DecoderBlock::flops(const MicroBatch& batch) const {

@@ -10,9 +10,16 @@
 // Parameters: `<name>.norm_1.*`, `<name>.mixer.*`, `<name>.norm_2.*`, `<name>.mlp.*`, in that order.
 // Backward returns the gradient of x (=), accumulating parameter gradients (+=). The block keeps its norms' state per
 // micro-batch (context.batch.index) from forward to backward; the mixer and the MLP keep their own.
+// Activation distillation (Fast-LLM's block `distillation_model`, training only): the mixer output m (before dropout)
+// is compared with the same block's mixer output of the named reference model
+// (MicroBatch::reference_mixer_outputs): loss = mean over tokens of ||m_t - teacher_t||_2, added (divided by the
+// micro-batches in the step, as the MoE router losses) to the normalised loss `activation_distillation_loss`; its
+// gradient, times distillation_loss_weight, is kept from forward and added to the mixer output's gradient in backward.
+// With LayerContext::mixer_outputs set (a reference model's forward), the block stores a copy of its mixer output.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "fast_llm/layers/block/config.h"
@@ -29,7 +36,7 @@ class DecoderBlock : public Layer {
  public:
   // `lr_scale`: product of the enclosing scales (model, decoder). `shared`: what the blocks of the model share (rotary
   // tables), or null for this block's own. Refused: mixer and MLP types without a registered layer, post-mixer /
-  // post-MLP norms, a learned output scale, activation distillation.
+  // post-MLP norms, a learned output scale.
   DecoderBlock(std::string name, const DecoderBlockConfig& config, int64_t hidden_size, double lr_scale,
                SharedResources* shared = nullptr);
 
@@ -51,9 +58,15 @@ class DecoderBlock : public Layer {
     Normalization::Saved norm_1;
     Normalization::Saved norm_2;
     uint64_t dropout_seed = 0;
+    Tensor distillation_grad;  // (tokens, hidden): the activation distillation's gradient of the mixer output
   };
 
+  // The activation distillation's loss (into context.losses) and its gradient of the mixer output (see above).
+  Tensor distill_activations(LayerContext& context, const Tensor& mixer_output);
+
   double dropout_;
+  std::optional<std::string> distillation_model_;
+  double distillation_loss_weight_ = 1.0;
   Normalization norm_1_;
   std::unique_ptr<Mixer> mixer_;
   Normalization norm_2_;

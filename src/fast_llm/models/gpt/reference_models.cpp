@@ -5,6 +5,7 @@
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
 #include "fast_llm/engine/checkpoint/loading.h"
+#include "fast_llm/layers/block/config.h"
 
 namespace fast_llm::models::gpt {
 
@@ -13,7 +14,22 @@ struct ReferenceModels::Model {
   const ReferenceModelConfig& config;
   GPTModel model;
   std::unique_ptr<engine::MultiStage> multi_stage;
+  bool keeps_mixer_outputs = false;  // a block of the trained model distills its mixer outputs
 };
+
+namespace {
+
+// Whether a block of the trained model names `reference` as its distillation_model.
+bool distilled_by_blocks(const GPTTrainerConfig& config, const std::string& reference) {
+  const layers::BlockSequenceConfig& decoder = config.model.base_model.decoder.get();
+  for (int index = 0; index < decoder.block_count(); ++index) {
+    const auto* block = dynamic_cast<const layers::DecoderBlockConfig*>(&decoder.block_at(index));
+    if (block != nullptr && block->distillation_model == reference) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 ReferenceModels::ReferenceModels(const GPTTrainerConfig& config, Device device) : config_(config), device_(device) {
   if (config.reference_models.empty()) return;
@@ -27,7 +43,8 @@ ReferenceModels::ReferenceModels(const GPTTrainerConfig& config, Device device) 
     models_.push_back(std::unique_ptr<Model>(new Model{.name = name,
                                                        .config = reference,
                                                        .model = GPTModel(reference.model.base_model),
-                                                       .multi_stage = nullptr}));
+                                                       .multi_stage = nullptr,
+                                                       .keeps_mixer_outputs = distilled_by_blocks(config, name)}));
 }
 
 ReferenceModels::~ReferenceModels() = default;
@@ -47,6 +64,12 @@ std::vector<engine::MemoryEstimate::Part> ReferenceModels::memory_parts() const 
     parts.push_back({fmt::format("logits of reference model {} on {} micro-batch{} of {} tokens", model->name,
                                  micro_batches, micro_batches == 1 ? "" : "es", config_.data.micro_batch_size),
                      logits_bytes * vocab * config_.data.micro_batch_size * micro_batches});
+    if (model->keeps_mixer_outputs) {
+      const int64_t blocks = model->model.block_count();
+      parts.push_back({fmt::format("mixer outputs of the {} blocks of reference model {}", blocks, model->name),
+                       int64_t(dtype_size(distributed.compute_dtype)) * model->config.model.base_model.hidden_size *
+                           blocks * config_.data.micro_batch_size * micro_batches});
+    }
   }
   return parts;
 }
@@ -77,7 +100,10 @@ void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches) {
                                    .device = device_,
                                    .compute_dtype = config_.model.distributed.compute_dtype,
                                    .stream = stream,
-                                   .training = false};
+                                   .training = false,
+                                   .mixer_outputs = model->keeps_mixer_outputs
+                                                        ? &micro_batch.reference_mixer_outputs[model->name]
+                                                        : nullptr};
       Tensor hidden;
       for (size_t stage = 0; stage < stages.size(); ++stage) {
         model->multi_stage->before_forward(stage, stream, /*training=*/false);

@@ -4,7 +4,9 @@
 // state), loaded from `pretrained` in any format (distributed, fast_llm, Hugging Face) or, without a path, initialised
 // as a fresh model with the run's seed. Before the trained model sees a micro-batch (training or evaluation), every
 // reference model runs forward on it (no dropout, nothing saved) and its logits, (tokens, vocab) fp32 (fp64 in fp64
-// runs), are stored in the micro-batch under the model's name for the head's losses (distillation, dpo).
+// runs), are stored in the micro-batch under the model's name for the head's losses (distillation, dpo); when blocks
+// of the trained model distill a reference model's activations (block `distillation_model`), its blocks' mixer
+// outputs are stored too (MicroBatch::reference_mixer_outputs).
 //
 // All micro-batches of a step are run before the step, so the step holds one (tokens, vocab) buffer per micro-batch
 // and reference model: memory_parts() counts them with the weights. As Fast-LLM, reference models need pipeline and

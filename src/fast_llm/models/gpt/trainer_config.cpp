@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "fast_llm/layers/block/config.h"
 #include "fast_llm/layers/language_model/loss_config.h"
 
 namespace fast_llm::models::gpt {
@@ -81,11 +82,31 @@ void GPTTrainerConfig::check_reference_models() const {
                                            reference, vocab, model.base_model.embeddings.vocab_size));
     used.insert(reference);
   }
+  // Activation distillation: the reference model's block of the same name has a mixer output of the same width.
+  const layers::BlockSequenceConfig& decoder = model.base_model.decoder.get();
+  for (int index = 0; index < decoder.block_count(); ++index) {
+    const auto* block = dynamic_cast<const layers::DecoderBlockConfig*>(&decoder.block_at(index));
+    if (block == nullptr || !block->distillation_model) continue;
+    const std::string field = block->field_path("distillation_model");
+    const auto found = reference_models.find(*block->distillation_model);
+    if (found == reference_models.end())
+      throw ConfigError(field, fmt::format("no reference model named '{}' in `reference_models`{}",
+                                           *block->distillation_model,
+                                           reference_models.empty() ? " (there is none)" : ""));
+    const GPTBaseModelConfig& reference = found->second.model.base_model;
+    if (reference.decoder.get().block_count() <= index || reference.hidden_size != model.base_model.hidden_size)
+      throw ConfigError(field, fmt::format("block {} distills block {} of reference model '{}', which has {} blocks of "
+                                           "width {} (this model: width {})",
+                                           index, index, *block->distillation_model,
+                                           reference.decoder.get().block_count(), reference.hidden_size,
+                                           model.base_model.hidden_size));
+    used.insert(*block->distillation_model);
+  }
   for (const auto& [name, reference] : reference_models) {
     const std::string path = (this->path().empty() ? std::string() : this->path() + ".") + "reference_models." + name;
     if (!used.contains(name))
-      throw ConfigError(path, "no loss of model.base_model.head.losses reads this reference model (activation "
-                              "distillation is not supported yet)");
+      throw ConfigError(path, "neither a loss of model.base_model.head.losses nor a block's distillation_model reads "
+                              "this reference model");
     if (reference.pretrained.path && !reference.pretrained.model_weights)
       throw ConfigError(path + ".pretrained.model_weights", "a reference model is its weights: it must load them");
   }

@@ -111,6 +111,14 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
                                                    "(model.distributed.use_cuda: false)",
                                                    config.model.base_model.head.field_path("losses." + name),
                                                    loss.type()));
+  if (!device.is_cpu()) {
+    const layers::BlockSequenceConfig& decoder = config.model.base_model.decoder.get();
+    for (int index = 0; index < decoder.block_count(); ++index)
+      if (const auto* block = dynamic_cast<const layers::DecoderBlockConfig*>(&decoder.block_at(index));
+          block != nullptr && block->distillation_model)
+        throw NotSupportedError("gpt", "activation distillation (a block's distillation_model) has no GPU variant yet; "
+                                       "run it on the CPU (model.distributed.use_cuda: false)");
+  }
   ReferenceModels references(config, device);
   data::GPTData data(config.data,
                      data::DataSetup{.experiment_directory = config.run.experiment_dir,
