@@ -240,6 +240,45 @@ TEST_F(DataParallelTrainingTest, MixtureOfExpertsTwoProcessesMatchOne) {
   }
 }
 
+// A reference model (whole on every process) read by the distillation loss and by every block's activation
+// distillation: two processes give the losses of one that runs both micro-batches, and the reference's logged losses
+// match too.
+TEST_F(DataParallelTrainingTest, ReferenceModelsTwoProcessesMatchOne) {
+  const std::vector<std::string> overrides = {
+      "model.base_model.head.losses={ce: {type: label, weight: 0.5}, kd: {type: distillation, reference_model: "
+      "teacher, loss_type: reverse_kl}}",
+      "model.base_model.decoder.block.distillation_model=teacher",
+      "reference_models={teacher: {model: {base_model: {embeddings: {vocab_size: 64}, decoder: {block: {mixer: {type: "
+      "attention, heads: 2, head_groups: 1, head_size: 8, add_linear_biases: false}, mlp: {intermediate_size: 32, "
+      "gated: true}, normalization: {type: rms_norm}}, num_blocks: 2}, hidden_size: 16}}}}",
+      "training.checkpoint.interval=null"};
+  std::vector<std::string> single_overrides = overrides;
+  single_overrides.push_back("schedule.depth_first_micro_batches=2");
+  const fs::path single = train("reference_df2", 0, single_overrides);
+  const fs::path parallel = train("reference_dp2", 2, overrides);
+  expect_same_records(records(parallel), records(single), kTolerance);
+  auto logged = [](const fs::path& experiment) {
+    std::vector<double> values;
+    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
+    for (std::string line; std::getline(stream, line);) {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      if (record.value("phase", "") != "training") continue;
+      values.push_back(record.at("kd").get<double>());
+      values.push_back(record.at("activation_distillation_loss").get<double>());
+    }
+    return values;
+  };
+  const std::vector<double> expected = logged(single), actual = logged(parallel);
+  ASSERT_EQ(actual.size(), 6u);
+  ASSERT_EQ(actual.size(), expected.size());
+  // Step 1: the reference starts as the model itself (same seed): both distances are 0.
+  EXPECT_NEAR(expected[0], 0.0, 1e-6);
+  EXPECT_NEAR(expected[1], 0.0, 1e-6);
+  EXPECT_GT(expected[4], 0.0);
+  for (size_t index = 0; index < expected.size(); ++index)
+    EXPECT_NEAR(actual[index], expected[index], kTolerance * expected[index] + 1e-7) << index;
+}
+
 // ZeRO-2 and 3 with one stage per layer (four stages, two shared buffers: the buffers really are shared).
 TEST_F(DataParallelTrainingTest, ZeroStagesTwoAndThreeMatchOneProcess) {
   const std::string exported = "training.export={format: fast_llm, interval: 3}";

@@ -31,14 +31,23 @@ bool distilled_by_blocks(const GPTTrainerConfig& config, const std::string& refe
 
 }  // namespace
 
-ReferenceModels::ReferenceModels(const GPTTrainerConfig& config, Device device) : config_(config), device_(device) {
+namespace {
+
+// The run's distributed settings as one process sees them alone: a reference model is whole on every process (each
+// runs it on its own micro-batches), so its weights are neither sharded nor reduced.
+engine::DistributedConfig one_process(const engine::DistributedConfig& distributed) {
+  engine::DistributedConfig result = distributed;
+  result.world_size = 1;
+  result.rank = 0;
+  result.local_world_size = 1;
+  return result;
+}
+
+}  // namespace
+
+ReferenceModels::ReferenceModels(const GPTTrainerConfig& config, Device device)
+    : config_(config), distributed_(one_process(config.model.distributed)), device_(device) {
   if (config.reference_models.empty()) return;
-  const engine::DistributedConfig& distributed = config.model.distributed;
-  if (*distributed.world_size > 1)
-    throw NotSupportedError("reference_models",
-                            fmt::format("reference models in a run of {} processes are not supported yet; run them in "
-                                        "one process",
-                                        *distributed.world_size));
   for (const auto& [name, reference] : config.reference_models)
     models_.push_back(std::unique_ptr<Model>(new Model{.name = name,
                                                        .config = reference,
@@ -51,7 +60,7 @@ ReferenceModels::~ReferenceModels() = default;
 
 std::vector<engine::MemoryEstimate::Part> ReferenceModels::memory_parts() const {
   std::vector<engine::MemoryEstimate::Part> parts;
-  const engine::DistributedConfig& distributed = config_.model.distributed;
+  const engine::DistributedConfig& distributed = distributed_;
   const int64_t logits_bytes = distributed.compute_dtype == DType::float64 ? 8 : 4;
   const int64_t micro_batches = config_.schedule.sequential_micro_batches();
   for (const auto& model : models_) {
@@ -77,7 +86,7 @@ std::vector<engine::MemoryEstimate::Part> ReferenceModels::memory_parts() const 
 void ReferenceModels::load() {
   for (auto& model : models_) {
     model->multi_stage = std::make_unique<engine::MultiStage>(model->model, model->config.model.multi_stage,
-                                                              config_.model.distributed, device_, /*training=*/false);
+                                                              distributed_, device_, /*training=*/false);
     if (model->config.pretrained.path) {
       engine::load_pretrained(model->config.pretrained, model->config.model, *model->multi_stage,
                               /*optimizer_state=*/false);
@@ -98,7 +107,7 @@ void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches) {
     for (layers::MicroBatch& micro_batch : micro_batches) {
       layers::LayerContext context{.batch = micro_batch,
                                    .device = device_,
-                                   .compute_dtype = config_.model.distributed.compute_dtype,
+                                   .compute_dtype = distributed_.compute_dtype,
                                    .stream = stream,
                                    .training = false,
                                    .mixer_outputs = model->keeps_mixer_outputs

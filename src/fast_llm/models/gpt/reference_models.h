@@ -9,8 +9,9 @@
 // outputs are stored too (MicroBatch::reference_mixer_outputs).
 //
 // All micro-batches of a step are run before the step, so the step holds one (tokens, vocab) buffer per micro-batch
-// and reference model: memory_parts() counts them with the weights. As Fast-LLM, reference models need pipeline and
-// sequence-data parallelism off; here they also need one process (no data parallelism yet).
+// and reference model: memory_parts() counts them with the weights. With data parallelism every process holds the
+// whole reference model (no ZeRO sharding: it has no optimizer state to shard) and runs it on its own micro-batches.
+// As Fast-LLM, reference models need pipeline and sequence-data parallelism off (refused for every model today).
 #pragma once
 
 #include <map>
@@ -47,6 +48,7 @@ class ReferenceModels {
  private:
   struct Model;
   const GPTTrainerConfig& config_;
+  engine::DistributedConfig distributed_;  // the run's, as one process
   Device device_;
   std::vector<std::unique_ptr<Model>> models_;
 };
