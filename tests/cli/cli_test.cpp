@@ -193,8 +193,17 @@ TEST_F(CliTest, DpoExampleTrains) {
   fs::create_directory_symlink(source / "tests", directory_ / "tests");
   expect({"prepare", "gpt_memmap", "-c", "examples/dpo/prepare.yaml"}, 0, "Prepared 48 documents");
   const Outcome trained = expect({"train", "gpt", "-c", "examples/dpo.yaml", "training.train_iters=6",
-                                  "training.logs.interval=1"},
+                                  "training.logs.interval=1",
+                                  "training.evaluators={validation: {type: loss, interval: 6, iterations: 2}}",
+                                  "data.datasets.validation={type: file, path: experiments/dpo/dataset/"
+                                  "fast_llm_config.yaml}"},
                                  0, "dpo: ");
+  // The evaluation runs the reference model too: its line carries the dpo loss.
+  bool validated = false;
+  std::istringstream lines(trained.output);
+  for (std::string line; std::getline(lines, line);)
+    validated = validated || (line.find("validation") != std::string::npos && line.find("dpo: ") != std::string::npos);
+  EXPECT_TRUE(validated) << trained.output;
   const std::vector<double> dpo = logged(trained.output, "dpo");
   ASSERT_EQ(dpo.size(), 6u) << trained.output;
   EXPECT_NEAR(dpo.front(), std::log(2.0), 1e-5) << trained.output;
