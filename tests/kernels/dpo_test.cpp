@@ -80,7 +80,9 @@ TEST(DpoReference, MatchesFormulaAndFiniteDifferences) {
     Tensor grad = filled(Shape{tokens, vocab}, DType::float64, 7.0);
     const double weight = 0.5;
     const double loss = run(logits, reference, kLabels, kPairs, &grad, beta, weight, scale);
-    auto objective = [&] { return naive_loss(values_of(logits), reference_values, kLabels, vocab, kPairs, beta, scale); };
+    auto objective = [&] {
+      return naive_loss(values_of(logits), reference_values, kLabels, vocab, kPairs, beta, scale);
+    };
     EXPECT_NEAR(loss, objective(), 1e-12);
     std::vector<double> expected = finite_difference_gradient(logits, objective);
     for (double& value : expected) value *= weight;

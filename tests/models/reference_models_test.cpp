@@ -2,8 +2,8 @@
 // CPU: a model whose reference is itself (both freshly initialised with the run's seed) has a distillation KL of 0 and
 // a DPO loss of log(2) at its first step, and then learns; the reference's weights never change; the head's total is
 // the weighted sum of its losses; activation distillation of a model by itself starts at 0; a reference model loaded
-// from a checkpoint takes its architecture from it; and the config errors (unknown reference model, a reference model no loss reads, dpo with truncated documents, vocabularies
-// that differ).
+// from a checkpoint takes its architecture from it; and the config errors (unknown reference model, a reference model
+// no loss reads, dpo with truncated documents, vocabularies that differ).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 

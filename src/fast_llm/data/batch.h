@@ -13,9 +13,10 @@
 // writes one of each per document: prompt + chosen answer + EOS, then BOS + prompt + rejected answer + EOS, the chosen
 // span ending at the first EOS). A document with one pair whose chosen span comes first is cut into two attention
 // segments where the chosen span ends, so that each answer is scored after its own prompt only, as TRL scores the two
-// sequences of a pair (Fast-LLM attends across them); the second segment's first token (BOS) is not a label. Each pair is given as the rows of the inputs whose labels are the spans' tokens: token t of a document is
-// the label of input t - 1, so a span [begin, end) of a document at offset o is rows [o + max(begin, 1) - 1, o + end - 1)
-// (a document's first token is never a label), cut at micro_batch_size.
+// sequences of a pair (Fast-LLM attends across them); the second segment's first token (BOS) is not a label. Each pair
+// is given as the rows of the inputs whose labels are the spans' tokens: token t of a document is the label of input
+// t - 1, so a span [begin, end) of a document at offset o is rows [o + max(begin, 1) - 1, o + end - 1) (a document's
+// first token is never a label), cut at micro_batch_size.
 #pragma once
 
 #include <cstdint>

@@ -29,7 +29,8 @@ void check_dpo_forward_backward(const DpoArgs& args) {
     const PreferencePair& pair = args.pairs[index];
     FLM_CHECK(0 <= pair.chosen_begin && pair.chosen_begin <= pair.chosen_end && pair.chosen_end <= rows &&
                   0 <= pair.rejected_begin && pair.rejected_begin <= pair.rejected_end && pair.rejected_end <= rows,
-              contract.op(), "pair {}: chosen rows [{}, {}) or rejected rows [{}, {}) outside the {} rows of the logits",
+              contract.op(),
+              "pair {}: chosen rows [{}, {}) or rejected rows [{}, {}) outside the {} rows of the logits",
               index, pair.chosen_begin, pair.chosen_end, pair.rejected_begin, pair.rejected_end, rows);
   }
 }

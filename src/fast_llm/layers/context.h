@@ -30,8 +30,8 @@ struct MicroBatch {
   // Unmasked labels in the whole step (all micro-batches, all data-parallel ranks; validation: the iteration): what
   // per-label losses are divided by. Set by the trainer; 0 outside it.
   int64_t labels_in_step = 0;
-  // Preference data (DPO): this micro-batch's chosen / rejected pairs as rows (data/batch.h), and the pairs in the whole
-  // step (as labels_in_step).
+  // Preference data (DPO): this micro-batch's chosen / rejected pairs as rows (data/batch.h), and the pairs in the
+  // whole step (as labels_in_step).
   std::vector<kernels::PreferencePair> preference_pairs;
   int64_t preference_pairs_in_step = 0;
   // The logits of each reference model on this micro-batch, by its name in `reference_models` (models/gpt/

@@ -119,7 +119,8 @@ YAML::Node with_pretrained_model_config(const YAML::Node& tree, const ModelType&
   if (const YAML::Node references = tree["reference_models"]; references && references.IsMap())
     for (const auto& entry : references)
       if (entry.second.IsMap())
-        merged["reference_models"][entry.first.as<std::string>()] = with_pretrained_model_config(entry.second, model_type);
+        merged["reference_models"][entry.first.as<std::string>()] =
+            with_pretrained_model_config(entry.second, model_type);
   return merged;
 }
 

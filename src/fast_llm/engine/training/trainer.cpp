@@ -281,9 +281,12 @@ std::vector<layers::MicroBatch> Trainer::next_micro_batches(data::DataLoader& lo
     micro_batches.push_back(uploader_->upload(shared));
     keep_alive.push_back(std::move(shared));
   }
-  // The loss is normalised by the labels of the whole step (the DPO loss by its preference pairs), on every rank.
-  num_labels = groups_->sum(num_labels);
-  preference_pairs = groups_->sum(preference_pairs);
+  // The loss is normalised by the labels of the whole step (the DPO loss by its preference pairs), on every rank: both
+  // counts in one reduction (exact in doubles up to 2^53).
+  std::vector<double> counts{double(num_labels), double(preference_pairs)};
+  groups_->sum(counts);
+  num_labels = int64_t(counts[0]);
+  preference_pairs = int64_t(counts[1]);
   for (layers::MicroBatch& micro_batch : micro_batches) {
     micro_batch.labels_in_step = num_labels;
     micro_batch.preference_pairs_in_step = preference_pairs;

@@ -38,9 +38,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
-#include <span>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 

@@ -2,8 +2,8 @@
 //
 // One row (token) at a time, as the cross-entropy reference: the row of logits and the teacher's row are read into
 // (vocab) buffers of the compute type before anything is written, so grad_logits may be the logits tensor itself. Math
-// in fp32 for fp32 / bf16 / fp16 logits and fp64 for fp64 logits; log-softmax by the stable max + log(sum(exp)). Per-row
-// losses are summed in fp64 in token order (deterministic).
+// in fp32 for fp32 / bf16 / fp16 logits and fp64 for fp64 logits; log-softmax by the stable max + log(sum(exp)).
+// Per-row losses are summed in fp64 in token order (deterministic).
 #include "fast_llm/kernels/distillation.h"
 
 #include <algorithm>

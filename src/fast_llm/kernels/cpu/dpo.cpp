@@ -66,7 +66,8 @@ void dpo_reference(const DpoArgs& args) {
       const double* reference_row = reference.data() + row * vocab;
       const double reference_max = *std::max_element(reference_row, reference_row + vocab);
       double reference_sum = 0;
-      for (int64_t column = 0; column < vocab; ++column) reference_sum += std::exp(reference_row[column] - reference_max);
+      for (int64_t column = 0; column < vocab; ++column)
+        reference_sum += std::exp(reference_row[column] - reference_max);
       reference_log_probability[size_t(row)] = reference_row[label] - reference_max - std::log(reference_sum);
     }
 

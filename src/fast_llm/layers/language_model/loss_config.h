@@ -1,9 +1,9 @@
 // Losses of the language-model head (`head.losses: {name: {type: ...}}`), as Fast-LLM's LanguageModelLossConfig family.
 // `type` is required: `label` (cross-entropy with the next-token labels; Fast-LLM's default loss is named
 // `cross_entropy`), `z_loss` (logsumexp^2 regularizer), `distillation` and `dpo` (against a model of the trainer's
-// `reference_models`; dpo is normalised by the preference pairs in the step instead), and `grpo`, `gspo` (accepted,
-// not built yet). Each loss is weight * (sum over unmasked labels) / (unmasked labels in the whole step), on logits scaled by the
-// head's and the loss's logits_scale_factor (reference/fast-llm.md §4).
+// `reference_models`; dpo is normalised by the preference pairs in the step instead), and `grpo`, `gspo` (accepted, not
+// built yet). Each loss is weight * (sum over unmasked labels) / (unmasked labels in the whole step), on logits scaled
+// by the head's and the loss's logits_scale_factor (reference/fast-llm.md §4).
 #pragma once
 
 #include <array>

@@ -42,8 +42,9 @@ bool ReferenceLosses::take(const std::string& name, const LanguageModelLossConfi
                               fmt::format("{}: at most one dpo loss is supported, '{}' is another", path, dpo_->name));
     // A pair's sums need all its rows in one call (Fast-LLM's dpo refuses splits too).
     if (head.cross_entropy_splits != 1)
-      throw NotSupportedError("layers", fmt::format("{}: the dpo loss needs {} 1 (it is {})", path,
-                                                    head.field_path("cross_entropy_splits"), head.cross_entropy_splits));
+      throw NotSupportedError("layers",
+                              fmt::format("{}: the dpo loss needs {} 1 (it is {})", path,
+                                          head.field_path("cross_entropy_splits"), head.cross_entropy_splits));
     if (head.final_logit_softcap)
       throw NotSupportedError("layers", fmt::format("{}: the dpo loss does not support {}", path,
                                                     head.field_path("final_logit_softcap")));

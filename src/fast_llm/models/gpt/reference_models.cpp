@@ -29,10 +29,6 @@ bool distilled_by_blocks(const GPTTrainerConfig& config, const std::string& refe
   return false;
 }
 
-}  // namespace
-
-namespace {
-
 // The run's distributed settings as one process sees them alone: a reference model is whole on every process (each
 // runs it on its own micro-batches), so its weights are neither sharded nor reduced.
 engine::DistributedConfig one_process(const engine::DistributedConfig& distributed) {

@@ -34,9 +34,9 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
 //                        norm statistics (fp32; fp64 in fp64 runs)
 //   kept after the blocks: the last block's output (h)
 //   working, the larger of: the head (final-norm output and two gradients, 3h, and a chunk of logits,
-//                        vocab_size / cross_entropy_splits, two with a distillation or dpo loss) and a block's backward (the gradients of what it kept, the
-//                        statistics aside, and at least those of the MLP: 4h, the first projection and the activation,
-//                        which recomputation brings back)
+//                        vocab_size / cross_entropy_splits, two with a distillation or dpo loss) and a block's
+//                        backward (the gradients of what it kept, the statistics aside, and at least those of the MLP:
+//                        4h, the first projection and the activation, which recomputation brings back)
 //   the micro-batch: tokens, labels and positions (3 x 8 bytes) and the rotary tables (2 x head_size fp32).
 // A mixture of experts keeps, per token and per slot (shared + top_k experts), the permuted input (h, unless
 // recompute_level drops it), the first projection and the activation (as the dense MLP per token), plus its routing
