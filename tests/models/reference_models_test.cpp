@@ -239,6 +239,11 @@ TEST(ReferenceModelsConfig, Errors) {
                                       "{vocab_size: 41}}}}}}"))
                 .find("vocabulary of 41"),
             std::string::npos);
+  EXPECT_NE(config_error(trainer_tree("{distillation: {type: distillation, reference_model: reference}}",
+                                      "{reference_models: {reference: {model: {base_model: {head: "
+                                      "{final_logit_softcap: 30.0}}}}}}"))
+                .find("final_logit_softcap"),
+            std::string::npos);
   YAML::Node distilled = trainer_tree("{cross_entropy: {type: label}}");
   distilled["model"]["base_model"]["decoder"]["block"]["distillation_model"] = "teacher";
   EXPECT_NE(config_error(distilled).find("distillation_model: no reference model named 'teacher'"), std::string::npos)

@@ -107,6 +107,11 @@ void GPTTrainerConfig::check_reference_models() const {
     if (!used.contains(name))
       throw ConfigError(path, "neither a loss of model.base_model.head.losses nor a block's distillation_model reads "
                               "this reference model");
+    // Its logits are its head's projection times its logits_scale_factor (LanguageModelHead::logits), without a cap.
+    if (reference.model.base_model.head.final_logit_softcap)
+      throw ConfigError(path + ".model.base_model.head.final_logit_softcap",
+                        "a reference model's logits are not soft-capped: reference models with a final_logit_softcap "
+                        "are not supported");
     if (reference.pretrained.path && !reference.pretrained.model_weights)
       throw ConfigError(path + ".pretrained.model_weights", "a reference model is its weights: it must load them");
   }
