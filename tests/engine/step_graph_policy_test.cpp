@@ -47,6 +47,7 @@ TEST(StepGraphPolicy, OnlyOneProcessOnCudaWithoutDropoutOrDynamicScalingQualifie
   expect_refused([](GraphedRunFacts& facts) { facts.world_size = 2; }, "2 processes");
   expect_refused([](GraphedRunFacts& facts) { facts.dropout = true; }, "dropout");
   expect_refused([](GraphedRunFacts& facts) { facts.dynamic_loss_scaling = true; }, "loss scaling");
+  expect_refused([](GraphedRunFacts& facts) { facts.prepared_inputs = true; }, "reference models");
 }
 
 TEST(StepGraphPolicy, KeysFollowTheHostValuesKernelsDependOn) {

@@ -21,6 +21,8 @@ std::optional<std::string> cuda_graphs_refusal(const GraphedRunFacts& facts) {
     return "model.multi_stage.debug_layer_outputs / debug_layer_gradients read every layer's tensors on the host";
   if (facts.host_reads)
     return "a layer reads device values on the host during the step (the mixture of experts' per-expert row counts)";
+  // A graph replays the addresses of its capture; the reference models' outputs are new tensors every step.
+  if (facts.prepared_inputs) return "reference models add new inputs to every step (their logits and activations)";
   return std::nullopt;
 }
 

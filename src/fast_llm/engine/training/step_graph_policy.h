@@ -37,6 +37,7 @@ struct GraphedRunFacts {
   bool dynamic_loss_scaling = false;  // the loss scale changes with each step's outcome, read on the host
   bool tensor_logs = false;           // debug_layer_outputs / debug_layer_gradients read every layer's tensors
   bool host_reads = false;            // some layer reads device values on the host (the MoE's expert offsets)
+  bool prepared_inputs = false;       // the model type adds per-step inputs (reference models' outputs)
 };
 
 // Why a run cannot replay graphs (for the log line), or nothing when it can.

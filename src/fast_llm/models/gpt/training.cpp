@@ -1,7 +1,5 @@
 #include "fast_llm/models/gpt/training.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 
 #include "fast_llm/data/data.h"
@@ -9,8 +7,8 @@
 #include "fast_llm/engine/training/trainer.h"
 #include "fast_llm/layers/attention/config.h"
 #include "fast_llm/layers/block/config.h"
-#include "fast_llm/layers/mlp/config.h"
 #include "fast_llm/layers/language_model/loss_config.h"
+#include "fast_llm/layers/mlp/config.h"
 #include "fast_llm/models/gpt/model.h"
 #include "fast_llm/models/gpt/reference_models.h"
 
@@ -102,23 +100,7 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
   engine::warn_pretrained_architecture(config.model, config.pretrained, config.run.experiment_dir);
   // Declares the parameters only; the trainer checks the run can start and fit before it allocates them.
   GPTModel model(config.model.base_model);
-  // The head's reference losses have CPU kernels only: a GPU run stops here rather than at its first step.
   const Device device = engine::resolve_device(config.model.distributed);
-  if (!device.is_cpu())
-    for (const auto& [name, loss] : config.model.base_model.head.losses)
-      if (loss.is<layers::DistillationLossConfig>() || loss.is<layers::DpoLossConfig>())
-        throw NotSupportedError("gpt", fmt::format("{}: the {} loss has no GPU variant yet; run it on the CPU "
-                                                   "(model.distributed.use_cuda: false)",
-                                                   config.model.base_model.head.field_path("losses." + name),
-                                                   loss.type()));
-  if (!device.is_cpu()) {
-    const layers::BlockSequenceConfig& decoder = config.model.base_model.decoder.get();
-    for (int index = 0; index < decoder.block_count(); ++index)
-      if (const auto* block = dynamic_cast<const layers::DecoderBlockConfig*>(&decoder.block_at(index));
-          block != nullptr && block->distillation_model)
-        throw NotSupportedError("gpt", "activation distillation (a block's distillation_model) has no GPU variant yet; "
-                                       "run it on the CPU (model.distributed.use_cuda: false)");
-  }
   ReferenceModels references(config, device);
   data::GPTData data(config.data,
                      data::DataSetup{.experiment_directory = config.run.experiment_dir,
