@@ -8,6 +8,10 @@
 //
 // Attention segments (`lengths`, `cu_seqlens`) cover the inputs: each document's part of [0, micro_batch_size), then
 // the padding as one more segment of its own, so varlen attention never mixes documents and padding.
+//
+// Policy-gradient token data (GRPO / GSPO), when the documents carry it: the advantage and old log-probability of label
+// t are the values of token t + 1 (shifted as the labels are, Fast-LLM's `get_cropped_data(label_begin, label_end)`),
+// 0 at padding; `label_documents[t]` is the document (0-based, in the sample) that label t belongs to, -1 at padding.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +43,14 @@ struct Batch {
   std::vector<int64_t> positions;   // (micro_batch_size) position of each input within its segment
   int64_t num_documents = 0;        // documents with at least one input token (padding excluded)
   int64_t num_padding = 0;          // padded input tokens
+  // Documents in the whole sample, inputs and trailing labels (Fast-LLM's `num_documents`, the divisor of GSPO's loss
+  // and of the policy metrics): one more than num_documents when a document starts at the last label.
+  int64_t num_sample_documents = 0;
+  // Token data at distance 1, each (micro_batch_size) or empty (the documents carry none).
+  std::vector<float> advantages;
+  std::vector<float> old_log_probabilities;
+  std::vector<int32_t> label_documents;
+  bool has_token_data() const { return !advantages.empty(); }
 
   // Unmasked labels at distance `distance` (1: the cross-entropy label count Fast-LLM normalises by, summed by the
   // trainer over all micro-batches of a step).

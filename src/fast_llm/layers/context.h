@@ -26,6 +26,15 @@ struct MicroBatch {
   // The attention segments' lengths (differences of cu_seqlens) on the host, from the data batch before its upload:
   // what FLOP counts need, without reading the device. Empty: cu_seqlens is read instead (CPU batches only).
   std::vector<int64_t> sequence_lengths;
+  // Policy-gradient token data aligned with the labels (data/batch.h), undefined when the data carries none.
+  Tensor advantages;             // (tokens) float32: advantage of label t
+  Tensor old_log_probabilities;  // (tokens) float32: log-probability of label t under the rollout policy
+  Tensor label_documents;        // (tokens) int32: document of label t in the sample (0-based), -1 at padding
+  int64_t num_documents = 0;     // documents in the sample (inputs and trailing labels), Fast-LLM's num_documents
+  // Set by the trainer (0 elsewhere): labels and documents in the whole step, all micro-batches and data-parallel
+  // ranks, for losses normalised per document (GSPO, the policy metrics).
+  int64_t labels_in_step = 0;
+  int64_t documents_in_step = 0;
   int64_t num_tokens() const { return tokens.numel(); }
 };
 

@@ -269,17 +269,26 @@ std::vector<layers::MicroBatch> Trainer::next_micro_batches(data::DataLoader& lo
                                                             int64_t& num_labels) {
   std::vector<layers::MicroBatch> micro_batches;
   num_labels = 0;
+  int64_t num_documents = 0;
   for (int64_t index = 0; index < rank_samples_per_step_; ++index) {
     std::optional<data::Batch> batch = loader.next();
     FLM_CHECK(batch.has_value(), "training", "dataset '{}' ran out of samples after step {}", dataset,
               completed_steps_);
     auto shared = std::make_shared<const data::Batch>(std::move(*batch));
     num_labels += shared->num_labels(1);
+    num_documents += shared->num_sample_documents;
     micro_batches.push_back(uploader_->upload(shared));
     keep_alive.push_back(std::move(shared));
   }
-  // The loss is normalised by the labels of the whole step, on every rank.
-  num_labels = groups_->sum(num_labels);
+  // The loss is normalised by the labels of the whole step, on every rank (GSPO's by its documents).
+  std::vector<double> counts{double(num_labels), double(num_documents)};
+  groups_->sum(counts);
+  num_labels = int64_t(counts[0]);
+  num_documents = int64_t(counts[1]);
+  for (layers::MicroBatch& micro_batch : micro_batches) {
+    micro_batch.labels_in_step = num_labels;
+    micro_batch.documents_in_step = num_documents;
+  }
   return micro_batches;
 }
 
