@@ -77,7 +77,8 @@ Batch make_batch(const std::vector<Document>& documents, const BatchOptions& opt
   batch.num_sample_documents = int64_t(segments.size());
   if (token_data) {
     batch.advantages.assign(advantages.begin() + 1, advantages.begin() + 1 + input_size);
-    batch.old_log_probabilities.assign(old_log_probabilities.begin() + 1, old_log_probabilities.begin() + 1 + input_size);
+    batch.old_log_probabilities.assign(old_log_probabilities.begin() + 1,
+                                       old_log_probabilities.begin() + 1 + input_size);
     batch.label_documents.assign(size_t(input_size), -1);
     for (size_t document = 0; document < segments.size(); ++document) {
       // Label t is token t + 1: the document's tokens [begin, begin + size) are labels [begin - 1, begin + size - 1).

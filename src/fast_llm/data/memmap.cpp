@@ -273,7 +273,8 @@ MemmapDataset::MemmapDataset(std::string name, const std::filesystem::path& path
                        data_documents, num_tokens, num_documents));
     out.values_offset = check_section(*found, key, kTokenDataHeader, kTokenDataFooter,
                                       per_token * data_tokens + (unsigned __int128)(num_documents + 1) * 8,
-                                      fmt::format("{} tokens of shape {} in {}", data_tokens, shape->dump(), item_type));
+                                      fmt::format("{} tokens of shape {} in {}", data_tokens, shape->dump(),
+                                                  item_type));
     if (!shape->empty())
       throw NotSupportedError(kComponent, fmt::format("{}: {} of shape {} per token: only one value per token (shape "
                                                       "[]) is supported",
@@ -338,7 +339,8 @@ std::vector<float> MemmapDataset::read_token_data(const TokenDataSection& sectio
                                                  int64_t end) const {
   if (!section.present) return {};
   std::vector<float> values(size_t(end - begin));
-  const std::byte* first = file_.data() + section.values_offset + size_t(size_cumsum(index) + begin) * section.item_size;
+  const std::byte* first =
+      file_.data() + section.values_offset + size_t(size_cumsum(index) + begin) * section.item_size;
   for (size_t position = 0; position < values.size(); ++position)
     values[position] = section.item_size == 8 ? float(load_unaligned<double>(first + position * 8))
                                               : load_unaligned<float>(first + position * 4);

@@ -10,7 +10,8 @@
 //                    "token begin" | tokens (num_tokens x data_type) | int64 size cumsum (num_documents + 1) | "token end"
 //                    ["range begin" | int32 (begin, end) x num_ranges | int32 count cumsum (num_documents + 1) | "range end"]
 //                      for loss_masking_spans, then chosen_spans and rejected_spans when present
-//                    ["token data begin" | float32 x num_tokens | int64 size cumsum (num_documents + 1) | "token data end"]
+//                    ["token data begin" | float32 x num_tokens | int64 size cumsum (num_documents + 1)
+//                     | "token data end"]
 //                      for advantages, then old_log_probabilities when present (one value per token: shape [])
 //                  "lm end"
 //   config_offset  uint32 BE config_size | config_size bytes of UTF-8 JSON (the reader config)

@@ -47,19 +47,29 @@ LanguageModelHead::LanguageModelHead(std::string name, const LanguageModelHeadCo
       slot = &label_loss_;
     } else if (loss.is<ZLossConfig>()) {
       slot = &z_loss_;
+    } else if (loss.is<GrpoLossConfig>() || loss.is<GspoLossConfig>()) {
+      if (policy_loss_)
+        throw NotSupportedError("layers", fmt::format("{}: at most one policy-gradient loss is supported, '{}' is "
+                                                      "another",
+                                                      path, policy_loss_->name()));
     } else {
-      throw NotSupportedError("layers", fmt::format("{}: loss type '{}' is not supported (only label and z_loss)",
+      throw NotSupportedError("layers", fmt::format("{}: loss type '{}' is not supported (only label, z_loss, grpo "
+                                                    "and gspo)",
                                                     path, loss.type()));
     }
-    if (slot->has_value())
+    if (slot != nullptr && slot->has_value())
       throw NotSupportedError("layers", fmt::format("{}: at most one loss of type '{}' is supported, '{}' is another",
                                                     path, loss.type(), (*slot)->name));
     if (loss_scale_factor && *loss_scale_factor != loss->logits_scale_factor)
       throw NotSupportedError("layers", fmt::format("{}: the head's losses must share one logits_scale_factor", path));
     loss_scale_factor = loss->logits_scale_factor;
-    *slot = Loss{.name = loss_name, .weight = loss->weight};
+    if (slot != nullptr)
+      *slot = Loss{.name = loss_name, .weight = loss->weight};
+    else
+      policy_loss_.emplace(loss_name, static_cast<const PolicyGradientLossConfig&>(loss.get()),
+                           /*sequence_level=*/loss.is<GspoLossConfig>());
   }
-  FLM_CHECK(label_loss_ || z_loss_, "layers", "{}: the head has no loss", config.field_path("losses"));
+  FLM_CHECK(label_loss_ || z_loss_ || policy_loss_, "layers", "{}: the head has no loss", config.field_path("losses"));
   logits_scale_factor_ *= loss_scale_factor.value_or(1.0);
 
   add_child(final_norm_);
@@ -109,22 +119,39 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
   Tensor z_loss_sum = zero_scalar(device, stream);
   const double label_weight = label_loss_ ? label_loss_->weight * context.loss_gradient_scale : 0.0;
   const double z_loss_weight = z_loss_ ? z_loss_->weight * context.loss_gradient_scale : 0.0;
+  const bool label_losses = label_loss_ || z_loss_;
+  // (chunk, vocab): the policy loss's gradient, when the cross-entropy kernel writes its own into logits_buffer.
+  Tensor policy_grad_buffer;
+  if (policy_loss_) {
+    policy_loss_->begin(context);
+    if (training && label_losses)
+      policy_grad_buffer = Tensor::empty(logits_buffer.shape(), logits_buffer.dtype(), device, stream);
+  }
 
   for (int64_t begin = 0; begin < tokens; begin += chunk_size) {
     const int64_t end = std::min(tokens, begin + chunk_size);
     Tensor hidden = normalized.slice(0, begin, end);          // (chunk, hidden)
     Tensor logits = logits_buffer.slice(0, 0, end - begin);   // (chunk, vocab)
     kernels::gemm({.a = hidden, .b = weight, .out = logits, .transpose_b = true, .stream = stream});
-    kernels::cross_entropy_forward_backward({.logits = logits,
-                                             .labels = batch.labels.slice(0, begin, end),
-                                             .label_loss_sum = label_sum,
-                                             .z_loss_sum = z_loss_ ? &z_loss_sum : nullptr,
-                                             .grad_logits = training ? &logits : nullptr,
-                                             .label_weight = label_weight,
-                                             .z_loss_weight = z_loss_weight,
-                                             .logits_scale_factor = logits_scale_factor_,
-                                             .softcap = softcap_,
-                                             .stream = stream});
+    Tensor policy_grad;
+    if (policy_loss_) {
+      if (training) policy_grad = label_losses ? policy_grad_buffer.slice(0, 0, end - begin) : logits;
+      policy_loss_->forward_chunk(context, logits, begin, end, training ? &policy_grad : nullptr,
+                                  logits_scale_factor_, softcap_);
+    }
+    if (label_losses)
+      kernels::cross_entropy_forward_backward({.logits = logits,
+                                               .labels = batch.labels.slice(0, begin, end),
+                                               .label_loss_sum = label_sum,
+                                               .z_loss_sum = z_loss_ ? &z_loss_sum : nullptr,
+                                               .grad_logits = training ? &logits : nullptr,
+                                               .label_weight = label_weight,
+                                               .z_loss_weight = z_loss_weight,
+                                               .logits_scale_factor = logits_scale_factor_,
+                                               .softcap = softcap_,
+                                               .stream = stream});
+    if (training && policy_loss_ && label_losses)
+      kernels::axpy({.input = policy_grad, .output = logits, .alpha = 1.0, .stream = stream});
     if (!training) continue;
     Tensor grad_hidden = saved.grad_normalized.slice(0, begin, end);
     // grad_h = grad_logits W;  grad W += grad_logits^T h
@@ -147,6 +174,7 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
     };
     if (label_loss_) add(label_sum, *label_loss_);
     if (z_loss_) add(z_loss_sum, *z_loss_);
+    if (policy_loss_) policy_loss_->add_losses(context, total_name);
   }
   if (training) saved_.put(batch.index, std::move(saved));
   return Tensor();

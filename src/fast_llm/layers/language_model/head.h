@@ -12,8 +12,10 @@
 // backward on grad_h and returns the gradient of x; grad_output is ignored. Forward returns an empty tensor.
 // Losses: each configured loss adds its unweighted sum over the micro-batch's labels under its configured name (e.g.
 // `cross_entropy`, `z_loss`), and the head adds sum(weight * loss) under `lm_head_loss` (Fast-LLM's head total); the
-// engine divides by the labels in the step. Supported: one `label` loss and/or one `z_loss` with the same
-// logits_scale_factor; other loss types (distillation, dpo, grpo, gspo) are refused.
+// engine divides by the labels in the step. Supported: one `label` loss, one `z_loss` and one policy-gradient loss
+// (`grpo` or `gspo`, policy_gradient_loss.h) with the same logits_scale_factor; distillation and dpo are refused.
+// The policy loss runs first on each chunk; with a label or z-loss beside it, its gradient goes to a second buffer and
+// is added after the cross-entropy kernel has written its own in place.
 #pragma once
 
 #include <memory>
@@ -22,6 +24,7 @@
 
 #include "fast_llm/layers/common/normalization.h"
 #include "fast_llm/layers/language_model/config.h"
+#include "fast_llm/layers/language_model/policy_gradient_loss.h"
 #include "fast_llm/layers/layer.h"
 #include "fast_llm/layers/saved_per_micro_batch.h"
 
@@ -70,6 +73,7 @@ class LanguageModelHead : public Layer {
   std::optional<double> softcap_;
   std::optional<Loss> label_loss_;
   std::optional<Loss> z_loss_;
+  std::optional<PolicyGradientLoss> policy_loss_;
   Normalization final_norm_;
   Parameter* output_weights_ = nullptr;
   bool output_weights_tied_ = false;  // the word embeddings', declared by the embedding layer
