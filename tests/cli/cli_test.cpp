@@ -507,6 +507,55 @@ TEST_F(CliTest, FastLlmQuickStartExampleTrains) {
          0, "Permission is hereby granted");
 }
 
+// The values of `key` (e.g. "grpo_new_logprobs: ") on the training log lines, in order.
+std::vector<double> logged_values(const std::string& output, const std::string& key) {
+  std::vector<double> values;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("training @ iteration") == std::string::npos) continue;
+    const size_t at = line.find(key);
+    if (at != std::string::npos) values.push_back(std::stod(line.substr(at + key.size())));
+  }
+  return values;
+}
+
+// examples/grpo-prepare.yaml and examples/grpo.yaml as their comments say to run them (from a folder with the
+// repository's examples and tests): the rollouts are prepared with their advantages, and the GRPO run logs Fast-LLM's
+// metrics; the policy's log-probability of the rollouts rises (most advantages of the sampled answers are positive).
+TEST_F(CliTest, GrpoExampleTrains) {
+  const fs::path source(FAST_LLM_SOURCE_DIR);
+  fs::create_directory_symlink(source / "examples", directory_ / "examples");
+  fs::create_directory_symlink(source / "tests", directory_ / "tests");
+  expect({"prepare", "gpt_memmap", "-c", "examples/grpo-prepare.yaml"}, 0, "Prepared 32 documents");
+  const Outcome trained = expect({"train", "gpt", "-c", "examples/grpo.yaml", "training.train_iters=20"}, 0,
+                                 "grpo_clipped_ratio_fraction");
+  for (const char* name : {"grpo: ", "grpo_ratio_new_old: ", "grpo_kl_new_old: ", "grpo_advantage: ",
+                           "grpo_entropy: ", "grpo_num_tokens: ", "grpo_old_logprobs: 0.00000"})
+    EXPECT_NE(trained.output.find(name), std::string::npos) << name << "\n" << trained.output;
+  const std::vector<double> log_probs = logged_values(trained.output, "grpo_new_logprobs: ");
+  ASSERT_EQ(log_probs.size(), 4u) << trained.output;
+  EXPECT_GT(log_probs.back(), log_probs.front() + 0.5) << trained.output;
+  // gspo on the same file.
+  const Outcome gspo = expect({"train", "gpt", "-c", "examples/grpo.yaml", "training.train_iters=5",
+                               "run.experiment_dir=experiments/gspo",
+                               "model.base_model.head.losses={gspo: {type: gspo}}"},
+                              0, "gspo_num_segments");
+  EXPECT_EQ(logged_values(gspo.output, "gspo: ").size(), 1u) << gspo.output;
+}
+
+// examples/sft-prepare.yaml and examples/sft.yaml: supervised fine-tuning with the prompts masked by loss-masking
+// spans; the loss on the answers falls.
+TEST_F(CliTest, SftExampleTrains) {
+  const fs::path source(FAST_LLM_SOURCE_DIR);
+  fs::create_directory_symlink(source / "examples", directory_ / "examples");
+  fs::create_directory_symlink(source / "tests", directory_ / "tests");
+  expect({"prepare", "gpt_memmap", "-c", "examples/sft-prepare.yaml"}, 0, "Prepared 12 documents");
+  const Outcome trained = expect({"train", "gpt", "-c", "examples/sft.yaml", "training.train_iters=20"}, 0);
+  const std::vector<double> losses = logged_values(trained.output, "cross_entropy: ");
+  ASSERT_EQ(losses.size(), 4u) << trained.output;
+  EXPECT_LT(losses.back(), losses.front() - 1.0) << trained.output;
+}
+
 TEST_F(CliTest, FastLlmQuickStartConfigRunsWithMigrationWarnings) {
   std::ifstream hub(std::string(FAST_LLM_SOURCE_DIR) + "/tests/data/hf_configs/smollm2-135m.json");
   ASSERT_TRUE(hub.good());
