@@ -28,6 +28,7 @@
 #include "distributed_test_util.h"
 #include "fast_llm/engine/checkpoint/distributed.h"
 #include "fast_llm/engine/checkpoint/fast_llm_format.h"
+#include "fast_llm/data/memmap.h"
 #include "fast_llm/engine/checkpoint/metadata.h"
 
 namespace fast_llm {
@@ -290,6 +291,56 @@ TEST_F(DataParallelTrainingTest, TiedEmbeddingsWithZeroTwoAndThree) {
                                               "model.multi_stage.zero_stage=" + std::to_string(zero)});
     expect_same_records(records(parallel), records(single), kTolerance);
     expect_same_checkpoint(parallel, single, 3, kTolerance);
+  }
+}
+
+// The policy-gradient losses on a rollout file (token data): GRPO's per-label and GSPO's per-document normalisation
+// use the step's label and document counts, summed over the ranks, so two processes give the one-process run's
+// losses, metrics and weights. Beside a label loss, so the head total stays positive (relative tolerances).
+TEST_F(DataParallelTrainingTest, PolicyGradientLossesTwoProcessesMatchOne) {
+  {
+    data::MemmapWriter writer(directory_ / "rollouts.fast_llm_dataset", {.token_data = true});
+    for (int document = 0; document < 40; ++document) {
+      data::Document rollout;
+      const int size = 5 + (document * 7) % 9;
+      for (int token = 0; token < size; ++token) {
+        rollout.tokens.push_back((document * 13 + token * 5) % 64);
+        // Advantages in [-0.5, 0.5] per document; old log-probs around log(1 / 64) so that ratios clip on both sides.
+        rollout.advantages.push_back(float((document % 5) - 2) * 0.25f);
+        rollout.old_log_probabilities.push_back(-4.16f + 0.3f * float((token * 3 + document) % 7 - 3));
+      }
+      writer.add_document(rollout);
+    }
+    writer.finish();
+  }
+  const std::string dataset =
+      "data.datasets={training: {type: memmap, path: " + (directory_ / "rollouts.fast_llm_dataset").string() + "}}";
+  for (const char* type : {"grpo", "gspo"}) {
+    const std::string losses = fmt::format("model.base_model.head.losses={{ce: {{type: label}}, policy: {{type: {}, "
+                                           "weight: 2.0}}}}",
+                                           type);
+    const fs::path single = train(fmt::format("{}_df2", type), 0,
+                                  {dataset, losses, "data.truncate_documents=false",
+                                   "schedule.depth_first_micro_batches=2"});
+    const fs::path parallel = train(fmt::format("{}_dp2", type), 2, {dataset, losses, "data.truncate_documents=false"});
+    expect_same_records(records(parallel), records(single), kTolerance);
+    expect_same_checkpoint(parallel, single, 3, kTolerance);
+    auto metrics = [](const fs::path& experiment) {
+      std::vector<double> values;
+      std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
+      for (std::string line; std::getline(stream, line);) {
+        const nlohmann::json record = nlohmann::json::parse(line);
+        if (record.value("phase", "") != "training") continue;
+        for (const char* name : {"policy", "policy_new_logprobs", "policy_ratio_new_old", "policy_num_tokens"})
+          values.push_back(record.at(name).get<double>());
+      }
+      return values;
+    };
+    const std::vector<double> expected = metrics(single), actual = metrics(parallel);
+    ASSERT_EQ(actual.size(), 12u) << type;
+    ASSERT_EQ(actual.size(), expected.size()) << type;
+    for (size_t index = 0; index < expected.size(); ++index)
+      EXPECT_NEAR(actual[index], expected[index], kTolerance * (1 + std::abs(expected[index]))) << type << " " << index;
   }
 }
 
