@@ -312,6 +312,13 @@ TEST(Head, RefusesUnsupportedLosses) {
   EXPECT_THROW(LanguageModelHead("head", head_config("{losses: {a: {type: grpo}, b: {type: gspo}}}"), kHidden, kVocab,
                                  1.0),
                NotSupportedError);
+  // GSPO's per-document ratio needs each document in one chunk of logits.
+  try {
+    head_config("{cross_entropy_splits: 2, losses: {s: {type: gspo}}}");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("must be 1 with the gspo loss 's'"), std::string::npos) << error.what();
+  }
 }
 
 }  // namespace
