@@ -9,6 +9,7 @@
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/file_writer.h"
+#include "fast_llm/core/logging.h"
 #include "fast_llm/engine/checkpoint/directory.h"
 
 namespace fast_llm::engine {
@@ -369,8 +370,16 @@ void load_multi_stage_state(MultiStage& multi_stage, const TensorSource& source,
       }
     }
   }
-  // Everything is checked before anything is loaded.
+  // Everything is checked before anything is loaded. A PEFT adapter (LoRA) the source does not hold, as a base model's
+  // checkpoint does not, starts from its initialisation (and zero Adam state): training LoRA on top of a pretrained
+  // model is what adapters are for.
   std::set<std::string> used;
+  std::vector<Target> fresh_adapters;
+  std::erase_if(targets, [&](const Target& target) {
+    if (!target.slot->parameter->meta.peft || source.contains(target.key)) return false;
+    if (target.buffer == &Stage::weight_shard) fresh_adapters.push_back(target);
+    return true;
+  });
   for (const Target& target : targets) {
     const layers::ParameterMeta& meta = target.slot->parameter->meta;
     if (!source.contains(target.key))
@@ -393,6 +402,20 @@ void load_multi_stage_state(MultiStage& multi_stage, const TensorSource& source,
     throw Error(kComponent, fmt::format("{}: tensor '{}' belongs to no parameter of the model (a different "
                                         "architecture?)",
                                         source.describe(), name));
+  }
+  if (!fresh_adapters.empty())
+    log_main("{}: {} adapter weights it does not hold start from their initialization", source.describe(),
+             fresh_adapters.size());
+  for (const Target& target : fresh_adapters) {
+    target.stage->initialize_parameter(*target.slot);
+    if (!optimizer_state) continue;
+    const Overlap overlap = overlap_of(*target.stage, *target.slot);
+    if (overlap.count == 0) continue;
+    for (Tensor& (Stage::*buffer)() : {&Stage::exp_avg, &Stage::exp_avg_sq}) {
+      Tensor moments = elements((target.stage->*buffer)(), overlap.shard_position, overlap.count);
+      set_bytes(moments.data(), target.stage->settings().device, 0, moments.nbytes(),
+                compute_stream(target.stage->settings().device));
+    }
   }
   for (const Target& target : targets) {
     const Overlap overlap = overlap_of(*target.stage, *target.slot);

@@ -195,6 +195,14 @@ void Stage::initialize_weights() {
 }
 
 void Stage::initialize_shard() {
+  for (const ParameterSlot& slot : slots_) initialize_parameter(slot);
+  if (settings_.training) {
+    set_bytes(exp_avg_.data(), settings_.device, 0, exp_avg_.nbytes(), Stream{});
+    set_bytes(exp_avg_sq_.data(), settings_.device, 0, exp_avg_sq_.nbytes(), Stream{});
+  }
+}
+
+void Stage::initialize_parameter(const ParameterSlot& slot) {
   const int rank = settings_.data_rank;
   const size_t element_size = dtype_size(settings_.optimization_dtype);
   // Each region's shard: [region begin of this rank, + shard size) in stage coordinates, at `shard_offset` in the
@@ -205,30 +213,24 @@ void Stage::initialize_shard() {
   const Region regions[] = {{trainable_shard_begin(rank), trainable_shard_size(), 0},
                             {frozen_shard_begin(rank), frozen_shard_size(), trainable_shard_size()}};
   char* shard = static_cast<char*>(weight_shard_.data());
+  const Region& region = slot.parameter->meta.frozen ? regions[1] : regions[0];
+  const int64_t begin = std::max(slot.offset, region.begin);
+  const int64_t end = std::min(slot.offset + slot.numel, region.begin + region.size);
   Tensor staging;
-  for (const ParameterSlot& slot : slots_) {
-    const Region& region = slot.parameter->meta.frozen ? regions[1] : regions[0];
-    int64_t begin = std::max(slot.offset, region.begin);
-    int64_t end = std::min(slot.offset + slot.numel, region.begin + region.size);
-    for (int64_t chunk = begin; chunk < end; chunk += kInitializationChunk) {
-      int64_t count = std::min(kInitializationChunk, end - chunk);
-      char* destination = shard + size_t(region.shard_offset + chunk - region.begin) * element_size;
-      if (settings_.device.is_cpu()) {
-        fill_initial_values(*slot.parameter, chunk - slot.offset, count, destination);
-      } else {
-        if (!staging.defined() || staging.numel() < count)
-          staging = Tensor::empty(Shape{std::min(kInitializationChunk, end - begin)}, settings_.optimization_dtype);
-        fill_initial_values(*slot.parameter, chunk - slot.offset, count, staging.data());
-        copy_bytes(destination, settings_.device, staging.data(), Device::cpu(), size_t(count) * element_size,
-                   compute_stream(settings_.device));
-        // The staging buffer is rewritten by the next chunk: wait for this copy.
-        synchronize(settings_.device, compute_stream(settings_.device));
-      }
+  for (int64_t chunk = begin; chunk < end; chunk += kInitializationChunk) {
+    const int64_t count = std::min(kInitializationChunk, end - chunk);
+    char* destination = shard + size_t(region.shard_offset + chunk - region.begin) * element_size;
+    if (settings_.device.is_cpu()) {
+      fill_initial_values(*slot.parameter, chunk - slot.offset, count, destination);
+    } else {
+      if (!staging.defined() || staging.numel() < count)
+        staging = Tensor::empty(Shape{std::min(kInitializationChunk, end - begin)}, settings_.optimization_dtype);
+      fill_initial_values(*slot.parameter, chunk - slot.offset, count, staging.data());
+      copy_bytes(destination, settings_.device, staging.data(), Device::cpu(), size_t(count) * element_size,
+                 compute_stream(settings_.device));
+      // The staging buffer is rewritten by the next chunk: wait for this copy.
+      synchronize(settings_.device, compute_stream(settings_.device));
     }
-  }
-  if (settings_.training) {
-    set_bytes(exp_avg_.data(), settings_.device, 0, exp_avg_.nbytes(), Stream{});
-    set_bytes(exp_avg_sq_.data(), settings_.device, 0, exp_avg_sq_.nbytes(), Stream{});
   }
 }
 

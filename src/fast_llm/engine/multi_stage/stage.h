@@ -151,6 +151,9 @@ class Stage {
   // Fills this rank's master shard from each parameter's initialisation (element i of a parameter is a pure function
   // of (seed, parameter name, i), so any stage layout and sharding gives the same values) and zeroes the Adam state.
   void initialize_shard();
+  // This rank's part of one parameter's master weights from its initialisation (the Adam state is left as it is): a
+  // LoRA adapter that a base model's checkpoint does not hold starts from there.
+  void initialize_parameter(const ParameterSlot& slot);
   // initialize_shard, then the result into the compute-dtype weights.
   void initialize_weights();
   // weight_buffer <- weight_shard (cast to the compute dtype). One data-parallel rank: a cast, or nothing when the two

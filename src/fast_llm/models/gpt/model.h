@@ -4,8 +4,10 @@
 // head.output_weights). The engine binds the declared parameters, initialises them from their metadata and runs the
 // layers; it sees this class only through engine::BaseModel.
 //
+// `peft: lora` adds LoRA adapters (layers/common/linear.h) to the query and value projections and to the linears with
+// `apply_peft: true`, and with `freeze_others` freezes every other parameter.
 // Refused at construction (NotSupportedError naming the config path): any field the config marks as not supported
-// yet, PEFT (LoRA), mixer and MLP types without a registered layer (today: attention and the dense MLP have one),
+// yet, mixer and MLP types without a registered layer (today: attention and the dense MLP have one),
 // attention dropout, loss types other than label and z_loss.
 #pragma once
 
