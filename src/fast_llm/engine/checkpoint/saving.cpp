@@ -39,8 +39,11 @@ YAML::Node stored_model_config(const ModelConfig& model) {
 
 void check_exportable(const CheckpointStateSaveOptions& options, const ModelConfig& model) {
   if (checkpoint_format_is_native(options.format)) return;
-  model.model_type().external_handler(options.format).check_writable(
-      model.base_model_config(), options.data_type.value_or(model.distributed.optimization_dtype));
+  const ExternalCheckpointHandler& handler = model.model_type().external_handler(options.format);
+  if (options.peft == PeftExport::adapter)
+    handler.check_adapter_writable(model.base_model_config());
+  else
+    handler.check_writable(model.base_model_config(), options.data_type.value_or(model.distributed.optimization_dtype));
 }
 
 void export_checkpoint(const std::filesystem::path& directory, const CheckpointStateSaveOptions& options,
@@ -77,7 +80,10 @@ void export_checkpoint(const std::filesystem::path& directory, const CheckpointS
     default: {
       const ExternalCheckpointHandler& handler = model.model_type().external_handler(options.format);
       if (!options.model_weights) refuse_without_weights(handler.description());
-      handler.write(directory, model.base_model_config(), state, options.parameters_per_file);
+      if (options.peft == PeftExport::adapter)
+        handler.write_adapter(directory, model.base_model_config(), state);
+      else
+        handler.write(directory, model.base_model_config(), state, options.parameters_per_file);
       return;
     }
   }

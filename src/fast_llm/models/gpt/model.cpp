@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/layers/attention/attention.h"
+#include "fast_llm/layers/mlp/mlp.h"
 #include "fast_llm/layers/common/parameter_settings.h"
 
 namespace fast_llm::models::gpt {
@@ -50,6 +52,25 @@ std::vector<layers::Layer*> GPTModel::layers() {
   result.push_back(embeddings_.get());
   for (auto& block : blocks_) result.push_back(block.get());
   result.push_back(head_.get());
+  return result;
+}
+
+std::vector<layers::Linear*> GPTModel::lora_linears() {
+  std::vector<layers::Linear*> result;
+  auto add = [&](layers::Linear& linear) {
+    if (linear.lora()) result.push_back(&linear);
+  };
+  for (auto& block : blocks_) {
+    if (auto* attention = dynamic_cast<layers::Attention*>(&block->mixer())) {
+      add(attention->query());
+      add(attention->key_value());
+      add(attention->dense());
+    }
+    if (auto* mlp = dynamic_cast<layers::Mlp*>(&block->mlp())) {
+      add(mlp->layer_1());
+      add(mlp->layer_2());
+    }
+  }
   return result;
 }
 

@@ -17,6 +17,7 @@
 
 #include "fast_llm/engine/base_model.h"
 #include "fast_llm/layers/block/decoder_block.h"
+#include "fast_llm/layers/common/linear.h"
 #include "fast_llm/layers/language_model/embedding.h"
 #include "fast_llm/layers/language_model/head.h"
 #include "fast_llm/models/gpt/config.h"
@@ -34,6 +35,8 @@ class GPTModel : public engine::BaseModel {
   layers::DecoderBlock& block(int index) { return *blocks_.at(size_t(index)); }
   int block_count() const { return int(blocks_.size()); }
   layers::LanguageModelHead& head() { return *head_; }
+  // The linear layers that have a LoRA adapter (attention projections and dense-MLP layers), in forward order.
+  std::vector<layers::Linear*> lora_linears();
 
   // Weights that take part in matmuls: the mixer and MLP weights of every block and the output projection (counted
   // even when tied to the embeddings); embedding lookups are not matmuls.
