@@ -510,20 +510,21 @@ def check_lora(binary, work, device, results, log):
     tokens = torch.randint(0, config.vocab_size, (BATCH, SEQUENCE), generator=generator, dtype=torch.int64)
     tokens_file = work / "lora" / "tokens.safetensors"
     save_file({"tokens": tokens.contiguous()}, str(tokens_file))
-    ours = our_outputs(binary, "distributed", experiment / "checkpoint", tokens_file, work / "lora" / "ours.safetensors",
-                       device, "float32", log, gradients=False)
+    ours = our_outputs(binary, "distributed", experiment / "checkpoint", tokens_file,
+                       work / "lora" / "ours.safetensors", device, "float32", log, gradients=False)
 
     # The merged export, as transformers loads it.
     logits, _, _ = reference_outputs(load_model(merged), tokens, gradients=False)
-    results.add("lora", "transformers on the merged export vs fast-llm's logits", relative_error(ours["logits"], logits),
-                THRESHOLDS["float32"])
+    results.add("lora", "transformers on the merged export vs fast-llm's logits",
+                relative_error(ours["logits"], logits), THRESHOLDS["float32"])
 
     # The base model with the PEFT file's adapters applied by hand.
     adapter_config = json.loads((adapter / "adapter_config.json").read_text())
     expected = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 4, "lora_alpha": 8.0, "bias": "none",
                 "fan_in_fan_out": False}
     wrong = {key: adapter_config.get(key) for key, value in expected.items() if adapter_config.get(key) != value}
-    results.add("lora", "adapter_config.json fields", float(len(wrong)), 0.5, detail=f"differing: {wrong}" if wrong else "")
+    results.add("lora", "adapter_config.json fields", float(len(wrong)), 0.5,
+                detail=f"differing: {wrong}" if wrong else "")
     results.add("lora", "target_modules", 0.0, 1.0,
                 passed=sorted(adapter_config.get("target_modules", [])) == ["o_proj", "q_proj", "v_proj"],
                 detail=str(adapter_config.get("target_modules")))
@@ -567,7 +568,8 @@ def main():
                         help="fast-llm compute dtypes to check: float32, float64, bfloat16 (default: float32,float64 on "
                              "the CPU, float32,bfloat16 on CUDA)")
     parser.add_argument("--cases", default="",
-                        help="comma-separated case names (default: all, and the export checks export, export_mixtral, lora)")
+                        help="comma-separated case names (default: all, and the export checks export, export_mixtral, "
+                             "lora)")
     parser.add_argument("--work", help="work directory (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()

@@ -4,7 +4,9 @@
 // - training LoRA on an imported Llama leaves the base weights bit for bit and moves the adapters;
 // - the merged Llama export computes the logits of the model with adapters; the PEFT adapter files have PEFT's names,
 //   shapes and config, and applying them by hand to the base weights gives the merged weights;
-// - a LoRA run stopped at a checkpoint and restarted gives, bit for bit, the losses of the uninterrupted run.
+// - a LoRA run stopped at a checkpoint and restarted gives, bit for bit, the losses of the uninterrupted run;
+// - frozen weights kept only in the compute dtype (store_frozen_weights_in_optimization_precision: false) take no
+//   master copy, and give the losses of the run that keeps one, bit for bit, resumed too.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -164,7 +166,8 @@ TEST(Lora, TrainingOnAnImportedLlamaExportsMergedAndAdapterCheckpoints) {
   const std::vector<double> adapted = logits_of(root, fast_llm, "adapted");
   const std::vector<double> merged =
       logits_of(root, "{format: llama, path: '" + (root / "merged").string() + "'}", "merged");
-  const std::vector<double> plain = logits_of(root, "{format: llama, path: '" + (root / "base").string() + "'}", "base");
+  const std::vector<double> plain =
+      logits_of(root, "{format: llama, path: '" + (root / "base").string() + "'}", "base");
   ASSERT_EQ(adapted.size(), merged.size());
   double moved = 0.0;
   for (size_t i = 0; i < adapted.size(); ++i) {
@@ -261,22 +264,63 @@ std::vector<std::pair<double, double>> losses(const std::filesystem::path& exper
   return result;
 }
 
-TEST(Lora, ARestartFromALoraCheckpointContinuesExactly) {
-  const auto uninterrupted = directory("uninterrupted");
-  lora_run(uninterrupted);
+// Six steps uninterrupted, and stopped at the checkpoint of step 3 then restarted: the same losses, bit for bit.
+// Returns the uninterrupted run's.
+std::vector<std::pair<double, double>> expect_exact_resume(const std::string& name,
+                                                           const std::vector<std::string>& overrides) {
+  const auto uninterrupted = directory(name + "_uninterrupted");
+  lora_run(uninterrupted, overrides);
   const auto full = losses(uninterrupted, 0);
-  ASSERT_EQ(full.size(), 6u);
+  EXPECT_EQ(full.size(), 6u);
+  if (full.size() != 6u) return full;
   EXPECT_NE(full[3].first, full[5].first);
-  const auto stopped = directory("stopped");
-  lora_run(stopped, {"training.shutdown.interval=3"});
-  ASSERT_EQ(losses(stopped, 0).size(), 3u);
-  lora_run(stopped, {"training.shutdown.interval=3"});
+  const auto stopped = directory(name + "_stopped");
+  std::vector<std::string> stopping = overrides;
+  stopping.push_back("training.shutdown.interval=3");
+  lora_run(stopped, stopping);
+  EXPECT_EQ(losses(stopped, 0).size(), 3u);
+  lora_run(stopped, stopping);
   const auto resumed = losses(stopped, 1);
-  ASSERT_EQ(resumed.size(), 3u);
-  for (size_t step = 0; step < 3; ++step) {
-    EXPECT_EQ(resumed[step].first, full[3 + step].first) << "step " << 4 + step;
-    EXPECT_EQ(resumed[step].second, full[3 + step].second) << "step " << 4 + step;
+  EXPECT_EQ(resumed.size(), 3u);
+  for (size_t step = 0; step < std::min<size_t>(3, resumed.size()); ++step) {
+    EXPECT_EQ(resumed[step].first, full[3 + step].first) << name << " step " << 4 + step;
+    EXPECT_EQ(resumed[step].second, full[3 + step].second) << name << " step " << 4 + step;
   }
+  return full;
+}
+
+TEST(Lora, ARestartFromALoraCheckpointContinuesExactly) { expect_exact_resume("fp32", {}); }
+
+TEST(Lora, FrozenWeightsKeptInTheComputeDtypeOnly) {
+  // The buffers: with one rank the frozen weights' only copy is the bf16 compute buffer, 4 bytes less per weight.
+  auto bytes = [](bool store_frozen) {
+    const auto config = testing::load_config<GPTModelConfig>(
+        "{base_model: {hidden_size: 16, embeddings: {vocab_size: 32}, decoder: {num_blocks: 2, block: {mixer: {heads: "
+        "2, head_groups: 1, head_size: 8}, mlp: {intermediate_size: 24}}}, peft: {type: lora}}, multi_stage: "
+        "{store_frozen_weights_in_optimization_precision: " + std::string(store_frozen ? "true" : "false") +
+            "}, distributed: {use_cuda: false, compute_dtype: bf16}}",
+        "model");
+    GPTModel model(config.base_model);
+    const auto stages = engine::split_into_stages(model.layers(), config.multi_stage.layers_per_stage);
+    int64_t frozen = 0;
+    for (const auto& stage : stages) frozen += engine::stage_regions(stage, 1).frozen;
+    const engine::StageSettings settings =
+        engine::stage_settings(config.multi_stage, config.distributed, Device::cpu(), /*training=*/true);
+    return std::pair{engine::multi_stage_buffer_bytes(stages, config.multi_stage, settings), frozen};
+  };
+  const auto [kept, frozen] = bytes(true);
+  const int64_t compute_only = bytes(false).first;
+  EXPECT_GT(frozen, 0);
+  EXPECT_EQ(compute_only, kept - 4 * frozen);
+
+  // Training in bf16: the same losses whichever copy the frozen weights keep (the compute weights are the same bf16
+  // values), and a restart resumes exactly from checkpoints that hold the frozen weights widened from bf16.
+  const auto with_master = expect_exact_resume("bf16_master", {"model.distributed.compute_dtype=bf16"});
+  const auto without_master = expect_exact_resume(
+      "bf16_compute_only",
+      {"model.distributed.compute_dtype=bf16",
+       "model.multi_stage.store_frozen_weights_in_optimization_precision=false"});
+  EXPECT_EQ(with_master, without_master);
 }
 
 }  // namespace

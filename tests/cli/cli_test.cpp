@@ -174,7 +174,8 @@ TEST_F(CliTest, LoraFinetuneExampleTrains) {
   std::istringstream lines(trained.output);
   for (std::string line; std::getline(lines, line);) {
     const std::string key = "lm_head_loss: ";
-    if (const size_t at = line.find(key); at != std::string::npos) losses.push_back(std::stod(line.substr(at + key.size())));
+    if (const size_t at = line.find(key); at != std::string::npos)
+      losses.push_back(std::stod(line.substr(at + key.size())));
   }
   ASSERT_EQ(losses.size(), 5u) << trained.output;
   EXPECT_LT(losses.back(), losses.front()) << trained.output;

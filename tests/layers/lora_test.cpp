@@ -111,8 +111,8 @@ TEST_P(LoraLinearTest, ForwardIsFormulaAndBackwardMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, LoraLinearTest,
-                         ::testing::Values(LoraCase{false, 0, kOutput}, LoraCase{false, 3, kOutput}, LoraCase{false, 1, 4},
-                                LoraCase{true, 0, kOutput}, LoraCase{true, 2, 5}));
+                         ::testing::Values(LoraCase{false, 0, kOutput}, LoraCase{false, 3, kOutput},
+                                           LoraCase{false, 1, 4}, LoraCase{true, 0, kOutput}, LoraCase{true, 2, 5}));
 
 TEST(LoraLinear, DropoutMaskIsReplayedInBackward) {
   Linear linear("layer", lora_linear_options(false, 2, kOutput, /*dropout=*/0.4));
@@ -167,7 +167,8 @@ TEST(LoraLayers, AttentionAndMlpAdaptersFollowTheConfig) {
   EXPECT_EQ(names, (std::vector<std::string>{"decoder.0.mixer.query.weight", "decoder.0.mixer.query.lora_0.weight",
                                              "decoder.0.mixer.query.lora_1.weight", "decoder.0.mixer.key_value.weight",
                                              "decoder.0.mixer.key_value.lora_0.weight",
-                                             "decoder.0.mixer.key_value.lora_1.weight", "decoder.0.mixer.dense.weight"}));
+                                             "decoder.0.mixer.key_value.lora_1.weight",
+                                             "decoder.0.mixer.dense.weight"}));
   // The value half only: rows [head_groups * head_size, 2 * head_groups * head_size) of key_value.
   ASSERT_TRUE(attention.key_value().lora().has_value());
   EXPECT_EQ(attention.key_value().lora()->begin, 16);

@@ -135,5 +135,6 @@ struct fast_llm::config::EnumNames<fast_llm::engine::ModelConfigType> {
 template <>
 struct fast_llm::config::EnumNames<fast_llm::engine::PeftExport> {
   using E = fast_llm::engine::PeftExport;
-  static constexpr std::array<std::pair<E, std::string_view>, 2> values{{{E::merged, "merged"}, {E::adapter, "adapter"}}};
+  static constexpr std::array<std::pair<E, std::string_view>, 2> values{
+      {{E::merged, "merged"}, {E::adapter, "adapter"}}};
 };

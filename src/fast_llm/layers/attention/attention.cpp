@@ -267,8 +267,8 @@ Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream
   if (rotary_->enabled()) rotary_tables = rotary_->tables(tokens, device, stream);
   {
     Tensor flat_output = saved.output.reshape(Shape{tokens, int64_t(heads_) * head_size_});
-    Tensor grad_attention =
-        dense_.backward(grad_output, flat_output, stream, std::nullopt, saved.dropout_seed).reshape(saved.output.shape());
+    Tensor grad_attention = dense_.backward(grad_output, flat_output, stream, std::nullopt, saved.dropout_seed)
+                                .reshape(saved.output.shape());
     kernels::attention_backward({.grad_output = grad_attention,
                                  .query = saved.query,
                                  .key = saved.key,

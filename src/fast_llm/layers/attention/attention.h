@@ -80,7 +80,9 @@ class Attention : public Mixer {
   // The generation forward described above; no Saved.
   Tensor forward_cached(const Tensor& input, const MicroBatch& batch, KeyValueCache& cache, Stream stream);
 
-  bool uses_dropout() const override { return query_.uses_dropout() || key_value_.uses_dropout() || dense_.uses_dropout(); }
+  bool uses_dropout() const override {
+    return query_.uses_dropout() || key_value_.uses_dropout() || dense_.uses_dropout();
+  }
   Linear& query() { return query_; }
   Linear& key_value() { return key_value_; }
   Linear& dense() { return dense_; }

@@ -11,7 +11,7 @@
 //
 // LoRA (`peft: lora`, LinearOptions::lora): a low-rank adapter on output features [begin, end) of the layer,
 //   y[:, begin:end] += (alpha / rank) * dropout(x) A^T B^T,   A = lora_0.weight [rank, input] (the weight's
-//   initialisation, as Fast-LLM), B = lora_1.weight [end - begin, rank] (zeros, so training starts from the base model);
+//   initialisation, as Fast-LLM), B = lora_1.weight [end - begin, rank] (zeros: training starts from the base model);
 // both stored transposed with `transposed_weight`, as Fast-LLM's lora_linear does. Names as Fast-LLM's:
 // `<name>.lora_0.weight`, `<name>.lora_1.weight`, marked ParameterMeta::peft. Dropout draws its mask from the seed the
 // caller passes (the micro-batch's LayerContext::dropout_seed, hashed with the layer name); no seed: no dropout

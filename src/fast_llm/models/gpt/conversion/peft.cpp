@@ -103,7 +103,8 @@ GPTBaseModelConfig without_peft(const GPTBaseModelConfig& config) {
 
 std::shared_ptr<engine::TensorSource> merge_lora_adapters(std::shared_ptr<const engine::TensorSource> state,
                                                           const GPTBaseModelConfig& config) {
-  auto result = std::make_shared<engine::TensorList>(fmt::format("{} with its LoRA adapters merged", state->describe()));
+  auto result =
+      std::make_shared<engine::TensorList>(fmt::format("{} with its LoRA adapters merged", state->describe()));
   std::map<std::string, Adapter> adapted;
   for (Adapter& adapter : adapters_of(config)) adapted.emplace(adapter.weight, std::move(adapter));
   GPTModel model(config);
