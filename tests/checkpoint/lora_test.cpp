@@ -104,16 +104,15 @@ void convert(const std::string& input, const std::string& output) {
 
 // Logits (fp64) of the checkpoint `pretrained` ({format, path}) on fixed tokens.
 std::vector<double> logits_of(const std::filesystem::path& root, const std::string& pretrained,
-                              const std::string& name) {
+                              const std::string& name, bool gradients = false) {
   const std::string output = (root / (name + ".safetensors")).string();
   ModelOutputsConfig config;
   testing::ScopedEnvironment environment(testing::single_process());
   engine::load_config_with_pretrained(
       config,
       YAML::Load("{pretrained: " + pretrained + ", tokens: '" + (root / "tokens.safetensors").string() +
-                 "', output: '" + output +
-                 "', gradients: false, model: {distributed: {compute_dtype: float64, optimization_dtype: float64, "
-                 "use_cuda: false}}}"),
+                 "', output: '" + output + "', gradients: " + (gradients ? "true" : "false") +
+                 ", model: {distributed: {compute_dtype: float64, optimization_dtype: float64, use_cuda: false}}}"),
       gpt_model_type());
   write_model_outputs(config);
   return fp64_values(engine::SafetensorsFile(output).read("logits"));
@@ -175,6 +174,10 @@ TEST(Lora, TrainingOnAnImportedLlamaExportsMergedAndAdapterCheckpoints) {
     moved = std::max(moved, std::abs(adapted[i] - plain[i]));
   }
   EXPECT_GT(moved, 1e-6);
+  // Frozen weights have no gradient to write: asking for gradients is refused naming the field.
+  const std::string refused = testing::error_of([&] { logits_of(root, fast_llm, "gradients", /*gradients=*/true); });
+  EXPECT_NE(refused.find("gradients"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("freeze_others"), std::string::npos) << refused;
   const json merged_config = testing::read_json(root / "merged" / "config.json");
   EXPECT_EQ(merged_config["model_type"], "llama");
 
