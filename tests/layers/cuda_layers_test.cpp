@@ -1,8 +1,7 @@
 // The layers on a CUDA device (fp32 and bf16 compute, fp32 gradients) against the same step on the CPU in fp32: the
 // losses and every parameter gradient agree within the dtype's tolerance. The whole GPT model runs once the CUDA
 // attention kernel is registered (skipped before), with LoRA adapters (dropout included), with a mixture of experts once
-// the CUDA MoE ops are. Without a GPU
-// every case skips itself, but for the bf16-against-fp32 comparisons on the CPU.
+// the CUDA MoE ops are. Without a GPU every case skips itself, but for the bf16-against-fp32 comparisons on the CPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
