@@ -3,6 +3,7 @@
 // and a user's mistake is reported as such, never as "[internal] ... this is a bug". In the sanitizer build
 // (`asan` preset) the same test runs the sanitized binary, so memory errors on these paths fail it too.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <unistd.h>
 
@@ -180,7 +181,10 @@ TEST_F(CliTest, LoraFinetuneExampleTrains) {
   ASSERT_EQ(losses.size(), 5u) << trained.output;
   EXPECT_LT(losses.back(), losses.front()) << trained.output;
   EXPECT_TRUE(fs::exists(directory_ / "finetune/export/llama/50/adapter_model.safetensors"));
-  EXPECT_TRUE(fs::exists(directory_ / "finetune/export/llama/50/adapter_config.json"));
+  std::ifstream adapter_config(directory_ / "finetune/export/llama/50/adapter_config.json");
+  const nlohmann::json adapter = nlohmann::json::parse(adapter_config);
+  // The run knows its base model: PEFT's loaders find it there.
+  EXPECT_EQ(adapter["base_model_name_or_path"], fs::absolute(directory_ / "base/export/llama/4").string());
 }
 
 // A configuration that cannot run is refused before the model is built (no -c: evaluation of a default 229M-parameter

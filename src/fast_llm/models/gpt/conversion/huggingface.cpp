@@ -700,8 +700,9 @@ class HuggingfaceHandler : public engine::ExternalCheckpointHandler {
   }
 
   void write_adapter(const std::filesystem::path& directory, const config::Config& base_model,
-                     std::shared_ptr<const engine::TensorSource> state) const override {
-    write_peft_adapter(directory, hf_format(format_), gpt_config(base_model), std::move(state));
+                     std::shared_ptr<const engine::TensorSource> state,
+                     const std::optional<std::filesystem::path>& base_model_path) const override {
+    write_peft_adapter(directory, hf_format(format_), gpt_config(base_model), std::move(state), base_model_path);
   }
 
   void write(const std::filesystem::path& directory, const config::Config& base_model,

@@ -150,7 +150,8 @@ void check_peft_adapter_writable(const HfFormat& format, const GPTBaseModelConfi
 }
 
 void write_peft_adapter(const std::filesystem::path& directory, const HfFormat& format,
-                        const GPTBaseModelConfig& config, std::shared_ptr<const engine::TensorSource> state) {
+                        const GPTBaseModelConfig& config, std::shared_ptr<const engine::TensorSource> state,
+                        const std::optional<std::filesystem::path>& base_model_path) {
   check_peft_adapter_writable(format, config);
   const auto& lora = dynamic_cast<const layers::LoraConfig&>(config.peft.get());
   std::vector<engine::SafetensorsEntry> entries;
@@ -209,9 +210,10 @@ void write_peft_adapter(const std::filesystem::path& directory, const HfFormat& 
       {"inference_mode", true},
       {"use_rslora", false},
       {"modules_to_save", nullptr},
-      // The base model is the pretrained checkpoint the run loaded, which the export does not know: fill in its path
-      // or hub name to load the adapter with PEFT's AutoPeftModel.
-      {"base_model_name_or_path", nullptr}};
+      // The pretrained checkpoint a training run loaded; unknown to a conversion (null: set it by hand to load the
+      // adapter with PEFT's AutoPeftModel).
+      {"base_model_name_or_path", base_model_path ? nlohmann::json(std::filesystem::absolute(*base_model_path).string())
+                                                  : nlohmann::json(nullptr)}};
   write_file(directory / "adapter_config.json", adapter_config.dump(2) + '\n', {.component = kComponent});
 }
 

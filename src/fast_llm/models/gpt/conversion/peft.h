@@ -15,6 +15,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "fast_llm/engine/checkpoint/state.h"
 #include "fast_llm/models/gpt/config.h"
@@ -31,8 +32,10 @@ std::shared_ptr<engine::TensorSource> merge_lora_adapters(std::shared_ptr<const 
                                                           const GPTBaseModelConfig& config);
 // Throws NotSupportedError naming the field when the model has no adapters, or adapters `format` has no module for.
 void check_peft_adapter_writable(const HfFormat& format, const GPTBaseModelConfig& config);
-// Writes adapter_config.json and adapter_model.safetensors of the adapters of `state` into `directory`.
+// Writes adapter_config.json and adapter_model.safetensors of the adapters of `state` into `directory`;
+// base_model_name_or_path is `base_model_path` (absolute) when given, else null.
 void write_peft_adapter(const std::filesystem::path& directory, const HfFormat& format,
-                        const GPTBaseModelConfig& config, std::shared_ptr<const engine::TensorSource> state);
+                        const GPTBaseModelConfig& config, std::shared_ptr<const engine::TensorSource> state,
+                        const std::optional<std::filesystem::path>& base_model_path = std::nullopt);
 
 }  // namespace fast_llm::models::gpt
