@@ -3,6 +3,7 @@
 // and a user's mistake is reported as such, never as "[internal] ... this is a bug". In the sanitizer build
 // (`asan` preset) the same test runs the sanitized binary, so memory errors on these paths fail it too.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <unistd.h>
 
@@ -154,6 +155,36 @@ TEST_F(CliTest, MixtralTinyExampleTrains) {
   ASSERT_GE(losses.size(), 2u) << trained.output;
   EXPECT_LT(losses.back(), losses.front()) << trained.output;
   EXPECT_TRUE(validated) << trained.output;
+}
+
+// examples/lora-finetune.yaml on a tiny Llama made here (mixtral-tiny with a dense MLP, exported as llama) and random
+// tokens: the adapters train (the only trainable parameters), the loss falls, and the export is PEFT's adapter files.
+TEST_F(CliTest, LoraFinetuneExampleTrains) {
+  const fs::path examples = fs::path(FAST_LLM_SOURCE_DIR) / "examples";
+  expect({"train", "gpt", "-c", (examples / "mixtral-tiny.yaml").string(), "run.experiment_dir=base",
+          "model.base_model.decoder.block.mlp={type: mlp, intermediate_size: 48, gated: true, activation: silu, "
+          "add_linear_biases: false}",
+          "training.train_iters=4", "training.export={format: llama, interval: 4}"},
+         0, "Exported step 4");
+  const Outcome trained = expect({"train", "gpt", "-c", (examples / "lora-finetune.yaml").string(),
+                                  "pretrained.path=base/export/llama/4", "data.datasets={training: {type: random}}",
+                                  "data.micro_batch_size=256", "data.maximum_document_length=256",
+                                  "run.experiment_dir=finetune"},
+                                 0, "1792 trainable");
+  std::vector<double> losses;
+  std::istringstream lines(trained.output);
+  for (std::string line; std::getline(lines, line);) {
+    const std::string key = "lm_head_loss: ";
+    if (const size_t at = line.find(key); at != std::string::npos)
+      losses.push_back(std::stod(line.substr(at + key.size())));
+  }
+  ASSERT_EQ(losses.size(), 5u) << trained.output;
+  EXPECT_LT(losses.back(), losses.front()) << trained.output;
+  EXPECT_TRUE(fs::exists(directory_ / "finetune/export/llama/50/adapter_model.safetensors"));
+  std::ifstream adapter_config(directory_ / "finetune/export/llama/50/adapter_config.json");
+  const nlohmann::json adapter = nlohmann::json::parse(adapter_config);
+  // The run knows its base model: PEFT's loaders find it there.
+  EXPECT_EQ(adapter["base_model_name_or_path"], fs::absolute(directory_ / "base/export/llama/4").string());
 }
 
 // A configuration that cannot run is refused before the model is built (no -c: evaluation of a default 229M-parameter

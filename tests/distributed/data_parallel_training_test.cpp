@@ -344,6 +344,36 @@ TEST_F(DataParallelTrainingTest, PolicyGradientLossesTwoProcessesMatchOne) {
   }
 }
 
+// LoRA in bf16 under ZeRO-1 (each rank's bf16 shard of the frozen weights is its part of the full buffer, gathered in
+// place) and ZeRO-3 (shared full buffers: the shard is a buffer of its own, gathered at each use): frozen weights kept
+// only in the compute dtype give the losses of the run that keeps their fp32 copy, bit for bit (the compute weights are
+// the same values), and their checkpoint resumes bit for bit in its own layout and loads into one process.
+TEST_F(DataParallelTrainingTest, LoraWithFrozenWeightsInTheComputeDtype) {
+  for (int zero : {1, 3}) {
+    const std::string name = "lora_z" + std::to_string(zero);
+    const std::vector<std::string> lora{"model.base_model.peft={type: lora, rank: 4, alpha: 8}",
+                                        "model.distributed.compute_dtype=bf16", "model.multi_stage.layers_per_stage=1",
+                                        "model.multi_stage.zero_stage=" + std::to_string(zero)};
+    std::vector<std::string> compute_only = lora;
+    compute_only.push_back("model.multi_stage.store_frozen_weights_in_optimization_precision=false");
+    const fs::path with_master = train(name + "_master", 2, lora);
+    const fs::path parallel = train(name + "_compute_only", 2, compute_only);
+    EXPECT_NE(output_.find("trainable"), std::string::npos) << output_;
+    EXPECT_EQ(output_.find("weights in 2 shared buffers") != std::string::npos, zero == 3) << output_;
+    ASSERT_EQ(records(parallel).size(), 3u);
+    // Exact on the CPU (the GPU's attention backward adds with atomics: its resume tolerance).
+    expect_same_records(records(parallel), records(with_master), mode_.resume_tolerance);
+    const fs::path resumed = stopped_copy(parallel, name + "_resumed", 2);
+    train(name + "_resumed", 2, compute_only);
+    expect_same_checkpoint(resumed, parallel, 3, mode_.resume_tolerance);
+    const fs::path by_one = stopped_copy(parallel, name + "_by_1", 2);
+    std::vector<std::string> one = compute_only;
+    one.push_back("schedule.depth_first_micro_batches=2");
+    train(name + "_by_1", 0, one);
+    EXPECT_EQ(records(by_one).size(), 1u);
+  }
+}
+
 TEST_F(DataParallelTrainingTest, FourProcessesWithTwoMicroBatchesEachMatchOneWithEight) {
   const fs::path single = train("df8", 0, {"schedule.depth_first_micro_batches=8"});
   const fs::path parallel = train("dp4_df2", 4, {"schedule.depth_first_micro_batches=2"});

@@ -296,7 +296,8 @@ TrainingSave Trainer::training_save() const {
   return {.model = sections_.model,
           .state = state(),
           .consumed_samples = completed_steps_ * samples_per_step_,
-          .trainer_config = resolved_config_yaml_};
+          .trainer_config = resolved_config_yaml_,
+          .base_model_path = sections_.pretrained.model_weights ? sections_.pretrained.path : std::nullopt};
 }
 
 bool Trainer::resume_from_checkpoint() {
