@@ -36,6 +36,14 @@ with a llama export and a checkpoint; transformers loads the export (and a mistr
 with `fast-llm convert gpt`) and must give the logits fast-llm computes from its own checkpoint (same threshold).
 `export_mixtral` does the same with a small mixture of experts of ours (4 experts, top-2) exported as mixtral and
 loaded by transformers' MixtralForCausalLM.
+LoRA check (`lora`, docs/post-training.md): transformers saves a random Llama (the `llama` case); `fast-llm train gpt`
+imports it with `peft: {type: lora, rank: 4, alpha: 8}` (query, value half, and dense through apply_peft) for a few
+steps with a merged llama export and a checkpoint, and `fast-llm convert gpt` writes the checkpoint's adapters as PEFT
+files (output.peft=adapter). fast-llm's logits from its own checkpoint (the model with adapters) must equal (float32
+threshold): transformers on the merged export, and transformers on the base model with the PEFT file's adapters
+applied by hand (W += lora_alpha / r * lora_B @ lora_A for every module in the file); the PEFT file's names must be
+PEFT's (`base_model.model.<module>.lora_A.weight`) for exactly q_proj, v_proj and o_proj. When the `peft` package is
+installed, PeftModel.from_pretrained(base, adapter) is compared too.
 
 Usage:
   python3 tools/hf_check.py [--fast-llm PATH] [--device cpu|cuda] [--dtypes float32,float64] [--cases a,b]
@@ -461,6 +469,96 @@ def check_export(binary, work, device, results, log, moe=False):
                     THRESHOLDS["float32"])
 
 
+LORA_TRAIN_CONFIG = """
+pretrained: {{format: llama, path: {base}}}
+training: {{train_iters: 4, logs: {{interval: 1}}, num_workers: 1,
+           checkpoint: {{interval: 4}}, export: {{interval: 4, format: llama}}}}
+data: {{datasets: {{training: {{type: random}}}}, micro_batch_size: 64}}
+optimizer: {{learning_rate: {{base: 0.02}}}}
+model:
+  base_model:
+    peft: {{type: lora, rank: 4, alpha: 8.0}}
+    decoder: {{block: {{mixer: {{dense_layer: {{apply_peft: true}}}}}}}}
+  distributed: {{compute_dtype: fp32, use_cuda: {use_cuda}, seed: 1}}
+run: {{experiment_dir: {experiment}}}
+"""
+
+
+def check_lora(binary, work, device, results, log):
+    """LoRA trained by fast-llm on an imported Llama: merged export and PEFT adapter files against transformers."""
+    case = CASES[0]
+    torch.manual_seed(0)
+    config = make_config(case)
+    base_model = load_model(config)
+    randomize(base_model, seed=7)
+    base = work / "lora" / "base"
+    base_model.save_pretrained(str(base))
+    experiment = work / "lora" / "run"
+    config_file = work / "lora" / "run.yaml"
+    config_file.write_text(LORA_TRAIN_CONFIG.format(base=base, use_cuda="true" if device == "cuda" else "false",
+                                                    experiment=experiment))
+    run_fast_llm(binary, ["train", "gpt", "-c", config_file], log)
+    merged = experiment / "export" / "llama" / "4"
+    if not (merged / "ok").exists():
+        raise RuntimeError(f"the training run wrote no export at {merged}")
+    adapter = work / "lora" / "adapter"
+    run_fast_llm(binary, ["convert", "gpt", "input.format=distributed", f"input.path={experiment / 'checkpoint'}",
+                          "output.format=llama", "output.peft=adapter", f"output.path={adapter}", "exist_ok=true"],
+                 log)
+
+    generator = torch.Generator().manual_seed(4321)
+    tokens = torch.randint(0, config.vocab_size, (BATCH, SEQUENCE), generator=generator, dtype=torch.int64)
+    tokens_file = work / "lora" / "tokens.safetensors"
+    save_file({"tokens": tokens.contiguous()}, str(tokens_file))
+    ours = our_outputs(binary, "distributed", experiment / "checkpoint", tokens_file,
+                       work / "lora" / "ours.safetensors", device, "float32", log, gradients=False)
+
+    # The merged export, as transformers loads it.
+    logits, _, _ = reference_outputs(load_model(merged), tokens, gradients=False)
+    results.add("lora", "transformers on the merged export vs fast-llm's logits",
+                relative_error(ours["logits"], logits), THRESHOLDS["float32"])
+
+    # The base model with the PEFT file's adapters applied by hand.
+    adapter_config = json.loads((adapter / "adapter_config.json").read_text())
+    expected = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 4, "lora_alpha": 8.0, "bias": "none",
+                "fan_in_fan_out": False}
+    wrong = {key: adapter_config.get(key) for key, value in expected.items() if adapter_config.get(key) != value}
+    results.add("lora", "adapter_config.json fields", float(len(wrong)), 0.5,
+                detail=f"differing: {wrong}" if wrong else "")
+    results.add("lora", "target_modules", 0.0, 1.0,
+                passed=sorted(adapter_config.get("target_modules", [])) == ["o_proj", "q_proj", "v_proj"],
+                detail=str(adapter_config.get("target_modules")))
+    lora = load_file(str(adapter / "adapter_model.safetensors"))
+    layers = config.num_hidden_layers
+    expected_names = {f"base_model.model.model.layers.{layer}.self_attn.{module}.lora_{part}.weight"
+                      for layer in range(layers) for module in ("q_proj", "v_proj", "o_proj") for part in "AB"}
+    results.add("lora", "PEFT tensor names", float(len(set(lora) ^ expected_names)), 0.5,
+                detail=str(sorted(set(lora) ^ expected_names)[:6]))
+    scale = adapter_config["lora_alpha"] / adapter_config["r"]
+    by_hand = copy.deepcopy(base_model).to(torch.float64)
+    parameters = dict(by_hand.named_parameters())
+    with torch.no_grad():
+        for name in lora:
+            if not name.endswith(".lora_A.weight"):
+                continue
+            module = name[len("base_model.model."):-len(".lora_A.weight")]
+            a = lora[name].to(torch.float64)
+            b = lora[name.replace(".lora_A.", ".lora_B.")].to(torch.float64)
+            parameters[module + ".weight"] += scale * (b @ a)
+    logits, _, _ = reference_outputs(by_hand, tokens, gradients=False)
+    results.add("lora", "transformers base + PEFT adapters by hand vs fast-llm's logits",
+                relative_error(ours["logits"], logits), THRESHOLDS["float32"])
+    try:
+        import peft
+    except ImportError:
+        results.add("lora", "(info) peft not installed: PeftModel not compared", 0.0, 1.0, passed=True)
+        return
+    with_adapter = peft.PeftModel.from_pretrained(copy.deepcopy(base_model), str(adapter)).eval()
+    logits, _, _ = reference_outputs(with_adapter, tokens, gradients=False)
+    results.add("lora", f"PeftModel (peft {peft.__version__}) vs fast-llm's logits",
+                relative_error(ours["logits"], logits), THRESHOLDS["float32"])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fast-llm", help="the fast-llm binary (default: build/device/bin, build/cuda/bin, build/cpu/bin, PATH)")
@@ -470,7 +568,8 @@ def main():
                         help="fast-llm compute dtypes to check: float32, float64, bfloat16 (default: float32,float64 on "
                              "the CPU, float32,bfloat16 on CUDA)")
     parser.add_argument("--cases", default="",
-                        help="comma-separated case names (default: all, and the export checks export, export_mixtral)")
+                        help="comma-separated case names (default: all, and the export checks export, export_mixtral, "
+                             "lora)")
     parser.add_argument("--work", help="work directory (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
@@ -483,7 +582,7 @@ def main():
         if dtype not in THRESHOLDS:
             parser.error(f"unknown dtype {dtype} (float32, float64, bfloat16)")
     selected = [name for name in args.cases.split(",") if name]
-    exports = ["export", "export_mixtral"]
+    exports = ["export", "export_mixtral", "lora"]
     unknown = [name for name in selected if name not in {case.name for case in CASES} | set(exports)]
     if unknown:
         parser.error(f"unknown cases {unknown} (known: {[case.name for case in CASES] + exports})")
@@ -513,7 +612,10 @@ def main():
         print(f"{export} (a {'mixture of experts' if export == 'export_mixtral' else 'model'} trained by fast-llm, "
               f"loaded by transformers)")
         try:
-            check_export(binary, work, args.device, results, log, moe=export == "export_mixtral")
+            if export == "lora":
+                check_lora(binary, work, args.device, results, log)
+            else:
+                check_export(binary, work, args.device, results, log, moe=export == "export_mixtral")
         except Exception as error:
             results.error(export, f"{type(error).__name__}: {error}")
             traceback.print_exc()

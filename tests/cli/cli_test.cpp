@@ -3,6 +3,7 @@
 // and a user's mistake is reported as such, never as "[internal] ... this is a bug". In the sanitizer build
 // (`asan` preset) the same test runs the sanitized binary, so memory errors on these paths fail it too.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <unistd.h>
 
@@ -210,6 +211,36 @@ TEST_F(CliTest, DpoExampleTrains) {
   EXPECT_LT(dpo.back(), 0.5) << trained.output;
   // Without whole documents a pair could be cut: refused before anything runs.
   expect({"train", "gpt", "-c", "examples/dpo.yaml", "data.truncate_documents=true"}, 1, "truncate_documents");
+}
+
+// examples/lora-finetune.yaml on a tiny Llama made here (mixtral-tiny with a dense MLP, exported as llama) and random
+// tokens: the adapters train (the only trainable parameters), the loss falls, and the export is PEFT's adapter files.
+TEST_F(CliTest, LoraFinetuneExampleTrains) {
+  const fs::path examples = fs::path(FAST_LLM_SOURCE_DIR) / "examples";
+  expect({"train", "gpt", "-c", (examples / "mixtral-tiny.yaml").string(), "run.experiment_dir=base",
+          "model.base_model.decoder.block.mlp={type: mlp, intermediate_size: 48, gated: true, activation: silu, "
+          "add_linear_biases: false}",
+          "training.train_iters=4", "training.export={format: llama, interval: 4}"},
+         0, "Exported step 4");
+  const Outcome trained = expect({"train", "gpt", "-c", (examples / "lora-finetune.yaml").string(),
+                                  "pretrained.path=base/export/llama/4", "data.datasets={training: {type: random}}",
+                                  "data.micro_batch_size=256", "data.maximum_document_length=256",
+                                  "run.experiment_dir=finetune"},
+                                 0, "1792 trainable");
+  std::vector<double> losses;
+  std::istringstream lines(trained.output);
+  for (std::string line; std::getline(lines, line);) {
+    const std::string key = "lm_head_loss: ";
+    if (const size_t at = line.find(key); at != std::string::npos)
+      losses.push_back(std::stod(line.substr(at + key.size())));
+  }
+  ASSERT_EQ(losses.size(), 5u) << trained.output;
+  EXPECT_LT(losses.back(), losses.front()) << trained.output;
+  EXPECT_TRUE(fs::exists(directory_ / "finetune/export/llama/50/adapter_model.safetensors"));
+  std::ifstream adapter_config(directory_ / "finetune/export/llama/50/adapter_config.json");
+  const nlohmann::json adapter = nlohmann::json::parse(adapter_config);
+  // The run knows its base model: PEFT's loaders find it there.
+  EXPECT_EQ(adapter["base_model_name_or_path"], fs::absolute(directory_ / "base/export/llama/4").string());
 }
 
 // A configuration that cannot run is refused before the model is built (no -c: evaluation of a default 229M-parameter
@@ -561,6 +592,55 @@ TEST_F(CliTest, FastLlmQuickStartExampleTrains) {
   expect({"generate", "--pretrained", "fast-llm-tutorial/experiment/export/llama/3", "--tokenizer",
           "fast-llm-tutorial/tokenizer", "--prompt", "Permission is hereby granted", "--max-new-tokens", "4"},
          0, "Permission is hereby granted");
+}
+
+// The values of `key` (e.g. "grpo_new_logprobs: ") on the training log lines, in order.
+std::vector<double> logged_values(const std::string& output, const std::string& key) {
+  std::vector<double> values;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("training @ iteration") == std::string::npos) continue;
+    const size_t at = line.find(key);
+    if (at != std::string::npos) values.push_back(std::stod(line.substr(at + key.size())));
+  }
+  return values;
+}
+
+// examples/grpo-prepare.yaml and examples/grpo.yaml as their comments say to run them (from a folder with the
+// repository's examples and tests): the rollouts are prepared with their advantages, and the GRPO run logs Fast-LLM's
+// metrics; the policy's log-probability of the rollouts rises (most advantages of the sampled answers are positive).
+TEST_F(CliTest, GrpoExampleTrains) {
+  const fs::path source(FAST_LLM_SOURCE_DIR);
+  fs::create_directory_symlink(source / "examples", directory_ / "examples");
+  fs::create_directory_symlink(source / "tests", directory_ / "tests");
+  expect({"prepare", "gpt_memmap", "-c", "examples/grpo-prepare.yaml"}, 0, "Prepared 32 documents");
+  const Outcome trained = expect({"train", "gpt", "-c", "examples/grpo.yaml", "training.train_iters=20"}, 0,
+                                 "grpo_clipped_ratio_fraction");
+  for (const char* name : {"grpo: ", "grpo_ratio_new_old: ", "grpo_kl_new_old: ", "grpo_advantage: ",
+                           "grpo_entropy: ", "grpo_num_tokens: ", "grpo_old_logprobs: 0.00000"})
+    EXPECT_NE(trained.output.find(name), std::string::npos) << name << "\n" << trained.output;
+  const std::vector<double> log_probs = logged_values(trained.output, "grpo_new_logprobs: ");
+  ASSERT_EQ(log_probs.size(), 4u) << trained.output;
+  EXPECT_GT(log_probs.back(), log_probs.front() + 0.5) << trained.output;
+  // gspo on the same file.
+  const Outcome gspo = expect({"train", "gpt", "-c", "examples/grpo.yaml", "training.train_iters=5",
+                               "run.experiment_dir=experiments/gspo",
+                               "model.base_model.head.losses={gspo: {type: gspo}}"},
+                              0, "gspo_num_segments");
+  EXPECT_EQ(logged_values(gspo.output, "gspo: ").size(), 1u) << gspo.output;
+}
+
+// examples/sft-prepare.yaml and examples/sft.yaml: supervised fine-tuning with the prompts masked by loss-masking
+// spans; the loss on the answers falls.
+TEST_F(CliTest, SftExampleTrains) {
+  const fs::path source(FAST_LLM_SOURCE_DIR);
+  fs::create_directory_symlink(source / "examples", directory_ / "examples");
+  fs::create_directory_symlink(source / "tests", directory_ / "tests");
+  expect({"prepare", "gpt_memmap", "-c", "examples/sft-prepare.yaml"}, 0, "Prepared 12 documents");
+  const Outcome trained = expect({"train", "gpt", "-c", "examples/sft.yaml", "training.train_iters=20"}, 0);
+  const std::vector<double> losses = logged_values(trained.output, "cross_entropy: ");
+  ASSERT_EQ(losses.size(), 4u) << trained.output;
+  EXPECT_LT(losses.back(), losses.front() - 1.0) << trained.output;
 }
 
 TEST_F(CliTest, FastLlmQuickStartConfigRunsWithMigrationWarnings) {

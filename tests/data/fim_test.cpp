@@ -449,7 +449,7 @@ TEST(Fim, RandomStream) {
   EXPECT_NE(FimRandom(1, 2, 3).integer(0, int64_t(1) << 40), other.integer(0, int64_t(1) << 40));
 }
 
-TEST(Fim, RefusesSpansAndForeignTokens) {
+TEST(Fim, RefusesSpansTokenDataAndForeignTokens) {
   auto tokenizer = std::make_shared<CharacterTokenizer>();
   std::vector<Document> documents(1);
   documents[0].tokens = ids("abcdef");
@@ -460,6 +460,13 @@ TEST(Fim, RefusesSpansAndForeignTokens) {
             std::string::npos)
       << message;
   documents[0].loss_masking_spans.clear();
+  documents[0].advantages.assign(6, 1.0f);
+  documents[0].old_log_probabilities.assign(6, -1.0f);
+  FimSampledDataset token_data(std::make_shared<FixedSampledDataset>(documents), tokenizer, settings(1.0), 0);
+  message = error_message([&] { token_data.get_sample(0); });
+  EXPECT_NE(message.find("sample 0 holds a document with token data"), std::string::npos) << message;
+  documents[0].advantages.clear();
+  documents[0].old_log_probabilities.clear();
   documents[0].tokens = {1, 2, 300};
   FimSampledDataset foreign(std::make_shared<FixedSampledDataset>(documents), tokenizer, settings(1.0), 0);
   message = error_message([&] { foreign.get_sample(3); });

@@ -28,6 +28,7 @@
 #include "distributed_test_util.h"
 #include "fast_llm/engine/checkpoint/distributed.h"
 #include "fast_llm/engine/checkpoint/fast_llm_format.h"
+#include "fast_llm/data/memmap.h"
 #include "fast_llm/engine/checkpoint/metadata.h"
 
 namespace fast_llm {
@@ -329,6 +330,86 @@ TEST_F(DataParallelTrainingTest, TiedEmbeddingsWithZeroTwoAndThree) {
                                               "model.multi_stage.zero_stage=" + std::to_string(zero)});
     expect_same_records(records(parallel), records(single), kTolerance);
     expect_same_checkpoint(parallel, single, 3, kTolerance);
+  }
+}
+
+// The policy-gradient losses on a rollout file (token data): GRPO's per-label and GSPO's per-document normalisation
+// use the step's label and document counts, summed over the ranks, so two processes give the one-process run's
+// losses, metrics and weights. Beside a label loss, so the head total stays positive (relative tolerances).
+TEST_F(DataParallelTrainingTest, PolicyGradientLossesTwoProcessesMatchOne) {
+  {
+    data::MemmapWriter writer(directory_ / "rollouts.fast_llm_dataset", {.token_data = true});
+    for (int document = 0; document < 40; ++document) {
+      data::Document rollout;
+      const int size = 5 + (document * 7) % 9;
+      for (int token = 0; token < size; ++token) {
+        rollout.tokens.push_back((document * 13 + token * 5) % 64);
+        // Advantages in [-0.5, 0.5] per document; old log-probs around log(1 / 64) so that ratios clip on both sides.
+        rollout.advantages.push_back(float((document % 5) - 2) * 0.25f);
+        rollout.old_log_probabilities.push_back(-4.16f + 0.3f * float((token * 3 + document) % 7 - 3));
+      }
+      writer.add_document(rollout);
+    }
+    writer.finish();
+  }
+  const std::string dataset =
+      "data.datasets={training: {type: memmap, path: " + (directory_ / "rollouts.fast_llm_dataset").string() + "}}";
+  for (const char* type : {"grpo", "gspo"}) {
+    const std::string losses = fmt::format("model.base_model.head.losses={{ce: {{type: label}}, policy: {{type: {}, "
+                                           "weight: 2.0}}}}",
+                                           type);
+    const fs::path single = train(fmt::format("{}_df2", type), 0,
+                                  {dataset, losses, "data.truncate_documents=false",
+                                   "schedule.depth_first_micro_batches=2"});
+    const fs::path parallel = train(fmt::format("{}_dp2", type), 2, {dataset, losses, "data.truncate_documents=false"});
+    expect_same_records(records(parallel), records(single), kTolerance);
+    expect_same_checkpoint(parallel, single, 3, kTolerance);
+    auto metrics = [](const fs::path& experiment) {
+      std::vector<double> values;
+      std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
+      for (std::string line; std::getline(stream, line);) {
+        const nlohmann::json record = nlohmann::json::parse(line);
+        if (record.value("phase", "") != "training") continue;
+        for (const char* name : {"policy", "policy_new_logprobs", "policy_ratio_new_old", "policy_num_tokens"})
+          values.push_back(record.at(name).get<double>());
+      }
+      return values;
+    };
+    const std::vector<double> expected = metrics(single), actual = metrics(parallel);
+    ASSERT_EQ(actual.size(), 12u) << type;
+    ASSERT_EQ(actual.size(), expected.size()) << type;
+    for (size_t index = 0; index < expected.size(); ++index)
+      EXPECT_NEAR(actual[index], expected[index], kTolerance * (1 + std::abs(expected[index]))) << type << " " << index;
+  }
+}
+
+// LoRA in bf16 under ZeRO-1 (each rank's bf16 shard of the frozen weights is its part of the full buffer, gathered in
+// place) and ZeRO-3 (shared full buffers: the shard is a buffer of its own, gathered at each use): frozen weights kept
+// only in the compute dtype give the losses of the run that keeps their fp32 copy, bit for bit (the compute weights are
+// the same values), and their checkpoint resumes bit for bit in its own layout and loads into one process.
+TEST_F(DataParallelTrainingTest, LoraWithFrozenWeightsInTheComputeDtype) {
+  for (int zero : {1, 3}) {
+    const std::string name = "lora_z" + std::to_string(zero);
+    const std::vector<std::string> lora{"model.base_model.peft={type: lora, rank: 4, alpha: 8}",
+                                        "model.distributed.compute_dtype=bf16", "model.multi_stage.layers_per_stage=1",
+                                        "model.multi_stage.zero_stage=" + std::to_string(zero)};
+    std::vector<std::string> compute_only = lora;
+    compute_only.push_back("model.multi_stage.store_frozen_weights_in_optimization_precision=false");
+    const fs::path with_master = train(name + "_master", 2, lora);
+    const fs::path parallel = train(name + "_compute_only", 2, compute_only);
+    EXPECT_NE(output_.find("trainable"), std::string::npos) << output_;
+    EXPECT_EQ(output_.find("weights in 2 shared buffers") != std::string::npos, zero == 3) << output_;
+    ASSERT_EQ(records(parallel).size(), 3u);
+    // Exact on the CPU (the GPU's attention backward adds with atomics: its resume tolerance).
+    expect_same_records(records(parallel), records(with_master), mode_.resume_tolerance);
+    const fs::path resumed = stopped_copy(parallel, name + "_resumed", 2);
+    train(name + "_resumed", 2, compute_only);
+    expect_same_checkpoint(resumed, parallel, 3, mode_.resume_tolerance);
+    const fs::path by_one = stopped_copy(parallel, name + "_by_1", 2);
+    std::vector<std::string> one = compute_only;
+    one.push_back("schedule.depth_first_micro_batches=2");
+    train(name + "_by_1", 0, one);
+    EXPECT_EQ(records(by_one).size(), 1u);
   }
 }
 

@@ -34,6 +34,10 @@ inline void check_document(const data::IndexedDataset& dataset, const data::Docu
   check_spans(dataset, document.loss_masking_spans, size);
   check_spans(dataset, document.chosen_spans, size);
   check_spans(dataset, document.rejected_spans, size);
+  // Token data: one value per token, or none.
+  for (const std::vector<float>* values : {&document.advantages, &document.old_log_probabilities})
+    if (!values->empty() && int64_t(values->size()) != size)
+      broken_promise(dataset, fmt::format("{} token data values for a document of {} tokens", values->size(), size));
 }
 
 // What the dataset's token count is.

@@ -205,7 +205,13 @@ TEST(GPTModel, ComputeDtypesAgreeWithFloat64) {
 }
 
 TEST(GPTModel, RefusesUnsupportedConfigs) {
-  EXPECT_THROW(GPTModel(model_config(tiny_model() + "peft: {type: lora}\n")), NotSupportedError);
+  // LoRA on the experts (grouped gemms) is not there.
+  EXPECT_THROW(GPTModel(model_config(R"(
+hidden_size: 8
+decoder: {block: {mlp: {type: moe, experts: 4, add_linear_biases: false, layer_1: {apply_peft: true}}}}
+peft: {type: lora}
+)")),
+               NotSupportedError);
   EXPECT_THROW(GPTModel(model_config(R"(
 hidden_size: 8
 decoder: {block: {mlp: {type: moe, experts: 4, add_linear_biases: false, router_scale: {enabled: true}}}}

@@ -1,6 +1,7 @@
 // Language-model head: names, tied weights, the loss against a direct computation, backward of the (normalised) loss
-// against finite differences with splits / z-loss / softcap / logits scales / tied weights, splits that do not change
-// anything, loss names, refused losses.
+// against finite differences with splits / z-loss / softcap / logits scales / tied weights / the policy-gradient losses
+// (alone and beside the label loss), splits that do not change anything, loss names (the policy metrics), refused
+// losses.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -130,6 +131,121 @@ INSTANTIATE_TEST_SUITE_P(
         HeadCase{"z_loss_only", "{normalization: {type: none}, losses: {z: {type: z_loss, weight: 0.5}}}"}),
     [](const auto& info) { return info.param.name; });
 
+// Token data for a batch of make_batch: an advantage per document, old log-probs near log(1 / vocab) so that some
+// ratios clip, each label's document.
+void add_token_data(BatchData& data, const std::vector<int64_t>& document_lengths, uint64_t seed) {
+  const int64_t count = int64_t(data.tokens.size());
+  Tensor advantages = Tensor::empty(Shape{count}, DType::float32);
+  Tensor old_log_probabilities = Tensor::empty(Shape{count}, DType::float32);
+  Tensor label_documents = Tensor::empty(Shape{count}, DType::int32);
+  int64_t token = 0;
+  for (size_t document = 0; document < document_lengths.size(); ++document)
+    for (int64_t position = 0; position < document_lengths[document]; ++position, ++token) {
+      advantages.data_as<float>()[token] = float(document) - 0.8f;
+      old_log_probabilities.data_as<float>()[token] = -2.4f + 0.5f * float(random_uniform(seed, uint64_t(token)) - 0.5);
+      label_documents.data_as<int32_t>()[token] = int32_t(document);
+    }
+  data.batch.advantages = advantages;
+  data.batch.old_log_probabilities = old_log_probabilities;
+  data.batch.label_documents = label_documents;
+  data.batch.num_documents = int64_t(document_lengths.size());
+}
+
+class PolicyHeadTest : public ::testing::TestWithParam<HeadCase> {};
+
+// As HeadTest: the objective is the head total times 1 / labels (GSPO's part of the total is its per-document loss
+// times the labels, so this is weight * GSPO's loss).
+TEST_P(PolicyHeadTest, BackwardMatchesFiniteDifferences) {
+  const HeadCase& test_case = GetParam();
+  LanguageModelHead head("head", head_config(test_case.yaml), kHidden, kVocab, 1.0);
+  bind_parameters(head, 5);
+  const std::vector<int64_t> lengths{3, 5, 4};
+  BatchData data = make_batch(lengths, kVocab, 6, /*index=*/1);
+  add_token_data(data, lengths, 14);
+  Tensor input = random_tensor(Shape{12, kHidden}, 7, 1.5);
+  const double scale = 1.0 / 9.0;  // 9 labelled tokens
+
+  LossSums losses;
+  LayerContext training = make_context(data.batch, true, &losses, scale);
+  head.forward(training, input);
+  Tensor grad_input = head.backward(training, Tensor());
+  auto objective = [&] {
+    LossSums sums;
+    LayerContext context = make_context(data.batch, false, &sums, scale);
+    head.forward(context, input);
+    return loss_value(sums, "lm_head_loss") * scale;
+  };
+  EXPECT_NEAR(objective(), loss_value(losses, "lm_head_loss") * scale, 1e-12);
+  EXPECT_GT(max_abs(values_of(grad_input)), 0.0);
+  expect_gradient(objective, input, grad_input, "input");
+  for (Parameter* parameter : head.parameters())
+    expect_gradient(objective, parameter->weight, parameter->grad, parameter->meta.name);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, PolicyHeadTest,
+    ::testing::Values(
+        HeadCase{"grpo", "{normalization: {type: rms_norm}, losses: {grpo: {type: grpo, epsilon_low: 0.1, "
+                         "epsilon_high: 0.15}}}"},
+        HeadCase{"grpo_label_splits", "{normalization: {type: rms_norm}, cross_entropy_splits: 2, losses: {ce: "
+                                      "{type: label, weight: 0.5}, grpo: {type: grpo, weight: 2.0}}}"},
+        HeadCase{"gspo", "{normalization: {type: rms_norm}, losses: {gspo: {type: gspo, epsilon_high: 0.05}}}"},
+        HeadCase{"gspo_label_softcap", "{normalization: {type: rms_norm}, final_logit_softcap: 3.0, losses: {ce: "
+                                       "{type: label}, z: {type: z_loss, weight: 0.1}, gspo: {type: gspo, weight: "
+                                       "0.7}}}"}),
+    [](const auto& info) { return info.param.name; });
+
+// Fast-LLM's names: the loss, `_new_logprobs` always, the metric family with `metrics: basic` (and auto), GSPO's
+// `_num_segments`; per-document values divided by the documents; GSPO's loss is already the step's value.
+TEST(Head, PolicyLossNamesAndNormalisation) {
+  const std::vector<int64_t> lengths{4, 6};
+  BatchData data = make_batch(lengths, kVocab, 12);
+  add_token_data(data, lengths, 15);
+  Tensor input = random_tensor(Shape{10, kHidden}, 13);
+  auto names = [](const LossSums& losses) {
+    std::vector<std::string> result;
+    for (const auto& [name, sum] : losses.all()) result.push_back(name);
+    return result;
+  };
+  LanguageModelHead quiet("head", head_config("{normalization: {type: none}, losses: {g: {type: grpo, metrics: none}}}"),
+                          kHidden, kVocab, 1.0);
+  bind_parameters(quiet, 11);
+  LossSums quiet_losses;
+  LayerContext quiet_context = make_context(data.batch, false, &quiet_losses);
+  quiet.forward(quiet_context, input);
+  EXPECT_EQ(names(quiet_losses), (std::vector<std::string>{"g", "g_new_logprobs", "lm_head_loss"}));
+
+  LanguageModelHead gspo("head", head_config("{normalization: {type: none}, losses: {s: {type: gspo}}}"), kHidden,
+                         kVocab, 1.0);
+  bind_parameters(gspo, 11);
+  LossSums losses;
+  LayerContext context = make_context(data.batch, false, &losses);
+  gspo.forward(context, input);
+  EXPECT_EQ(names(losses),
+            (std::vector<std::string>{"lm_head_loss", "s", "s_advantage", "s_clipped_ratio_fraction", "s_entropy",
+                                      "s_kl_new_old", "s_new_logprobs", "s_num_segments", "s_num_tokens",
+                                      "s_old_logprobs", "s_ratio_new_old", "s_ratio_new_old_squared_sum",
+                                      "s_ratio_new_old_sum"}));
+  EXPECT_EQ(losses.normalization("s"), LossNormalization::normalized);
+  EXPECT_EQ(losses.normalization("lm_head_loss"), LossNormalization::per_label);
+  EXPECT_NEAR(loss_value(losses, "s_num_tokens"), 8.0, 0.0);    // 3 + 5 labels
+  EXPECT_NEAR(loss_value(losses, "s_num_segments"), 2.0, 1e-12);
+  // Mean advantage over the two documents: (-0.8 + 0.2) / 2.
+  EXPECT_NEAR(loss_value(losses, "s_advantage"), -0.3, 1e-6);
+  // The head total (per label) is the GSPO loss times the labels.
+  EXPECT_NEAR(loss_value(losses, "lm_head_loss"), loss_value(losses, "s") * 8.0, 1e-12);
+
+  // A batch without token data: an error naming the loss.
+  BatchData plain = make_batch(lengths, kVocab, 12);
+  LayerContext plain_context = make_context(plain.batch, false, &losses);
+  try {
+    gspo.forward(plain_context, input);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("loss 's' (gspo) needs advantages"), std::string::npos) << error.what();
+  }
+}
+
 // cross_entropy_splits only bounds memory: losses and every gradient are the same as with one split.
 TEST(Head, SplitsChangeNothing) {
   std::vector<std::vector<double>> results;
@@ -198,8 +314,16 @@ TEST(Head, RefusesUnsupportedLosses) {
   EXPECT_THROW(LanguageModelHead("head", head_config("{losses: {a: {type: label}, b: {type: label}}}"), kHidden,
                                  kVocab, 1.0),
                NotSupportedError);
-  EXPECT_THROW(LanguageModelHead("head", head_config("{losses: {grpo: {type: grpo}}}"), kHidden, kVocab, 1.0),
+  EXPECT_THROW(LanguageModelHead("head", head_config("{losses: {a: {type: grpo}, b: {type: gspo}}}"), kHidden, kVocab,
+                                 1.0),
                NotSupportedError);
+  // GSPO's per-document ratio needs each document in one chunk of logits.
+  try {
+    head_config("{cross_entropy_splits: 2, losses: {s: {type: gspo}}}");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("must be 1 with the gspo loss 's'"), std::string::npos) << error.what();
+  }
 }
 
 // The losses that read a reference model (distillation, dpo), alone or with the label losses: the head's gradients are
@@ -218,6 +342,7 @@ TEST_P(ReferenceLossHeadTest, BackwardMatchesFiniteDifferences) {
                                  {.chosen_begin = 8, .chosen_end = 9, .rejected_begin = 9, .rejected_end = 11}};
   data.batch.preference_pairs_in_step = 3;
   data.batch.reference_logits["teacher"] = random_tensor(Shape{12, kVocab}, 17, 2.0);
+  add_token_data(data, {3, 5, 4}, 19);  // read by the cases with a policy-gradient loss only
   Tensor input = random_tensor(Shape{12, kHidden}, 18, 1.5);
 
   LossSums losses;
@@ -252,7 +377,15 @@ INSTANTIATE_TEST_SUITE_P(
                                          "reference_model: teacher}}}"},
         HeadCase{"all", "{normalization: {type: rms_norm}, losses: {ce: {type: label, weight: 0.5}, z: {type: "
                         "z_loss, weight: 0.1}, dpo: {type: dpo, reference_model: teacher, beta: 0.3}, d: {type: "
-                        "distillation, reference_model: teacher, loss_type: cross_entropy}}}"}),
+                        "distillation, reference_model: teacher, loss_type: cross_entropy}}}"},
+        // With a policy-gradient loss: the reference losses' gradient in its buffer, the policy's over the logits.
+        HeadCase{"distillation_and_grpo", "{normalization: {type: rms_norm}, cross_entropy_splits: 2, losses: {d: "
+                                          "{type: distillation, reference_model: teacher, weight: 0.6}, g: {type: "
+                                          "grpo, weight: 1.5}}}"},
+        // Every buffer: both reference losses, the policy loss and the label losses.
+        HeadCase{"all_with_gspo", "{normalization: {type: rms_norm}, losses: {ce: {type: label, weight: 0.5}, z: "
+                                  "{type: z_loss, weight: 0.1}, dpo: {type: dpo, reference_model: teacher, beta: 0.3}, "
+                                  "d: {type: distillation, reference_model: teacher}, g: {type: gspo, weight: 0.7}}}"}),
     [](const auto& info) { return info.param.name; });
 
 // The logged values: distillation per label, dpo per pair of the step, and the total their weighted sum per label.

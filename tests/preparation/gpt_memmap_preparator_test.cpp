@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/data/batch.h"
 #include "fast_llm/data/memmap.h"
 #include "fast_llm/preparation/gpt_memmap_preparator.h"
 #include "preparation/test_tokenizer.h"
@@ -133,6 +134,45 @@ TEST_F(Preparator, HuggingFaceShardSizesSplitsSpansAndDataType) {
   const std::string test = read(folder_ / "out" / "fast_llm_config_test.yaml");
   EXPECT_NE(test.find("num_ranges"), std::string::npos) << test;
   EXPECT_FALSE(fs::exists(folder_ / "out" / "fast_llm_config.yaml"));
+}
+
+// Rollouts with Fast-LLM's `advantages` field (one number per document): every token gets it, old log-probs 0; the
+// batch carries them aligned with the labels; the dataset config's metadata describes the sections.
+TEST_F(Preparator, AdvantagesRoundTripToTheBatch) {
+  fs::create_directories(folder_ / "in");
+  std::ofstream(folder_ / "in" / "rollouts.jsonl") << "{\"text\": \"ab\", \"reward\": 0.5}\n"
+                                                    << "{\"text\": \"cde\", \"reward\": -1.25}\n";
+  prepare_gpt_memmap(config("", ", source_schema: {advantages: reward}"), ByteTestTokenizer());
+  const data::MemmapDataset dataset("rollouts", folder_ / "out" / "shard_0_0.fast_llm_dataset");
+  ASSERT_TRUE(dataset.has_token_data());
+  std::vector<data::Document> documents{dataset.get_document(0), dataset.get_document(1)};
+  EXPECT_EQ(documents[0].advantages, std::vector<float>(4, 0.5f));  // BOS a b EOS
+  EXPECT_EQ(documents[1].advantages, std::vector<float>(5, -1.25f));
+  EXPECT_EQ(documents[1].old_log_probabilities, std::vector<float>(5, 0.0f));
+  const data::Batch batch = data::make_batch(documents, {.micro_batch_size = 8});
+  const std::span<const int64_t> labels = batch.labels_at(1);
+  for (int64_t position = 0; position < 8; ++position) {
+    if (labels[size_t(position)] < 0) continue;
+    // Label t is token t + 1: the first document's tokens are 0..3, the second's 4..8.
+    const int32_t document = position + 1 < 4 ? 0 : 1;
+    EXPECT_EQ(batch.label_documents[size_t(position)], document) << position;
+    EXPECT_EQ(batch.advantages[size_t(position)], document == 0 ? 0.5f : -1.25f) << position;
+    EXPECT_EQ(batch.old_log_probabilities[size_t(position)], 0.0f) << position;
+  }
+  EXPECT_EQ(batch.num_labels(), 3 + 4);
+  const std::string yaml = read(folder_ / "out" / "fast_llm_config.yaml");
+  EXPECT_NE(yaml.find("old_log_probabilities"), std::string::npos) << yaml;
+
+  // A record whose advantage is not a number: an error naming the line.
+  std::ofstream(folder_ / "in" / "rollouts.jsonl") << "{\"text\": \"ab\", \"reward\": \"high\"}\n";
+  fs::remove_all(folder_ / "out");
+  try {
+    prepare_gpt_memmap(config("", ", source_schema: {advantages: reward}"), ByteTestTokenizer());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("rollouts.jsonl:1"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("expected a number"), std::string::npos) << error.what();
+  }
 }
 
 TEST_F(Preparator, ABadLineStopsTheRunNamingItAndWritesNoConfig) {

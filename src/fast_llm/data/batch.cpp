@@ -17,9 +17,16 @@ Batch make_batch(const std::vector<Document>& documents, const BatchOptions& opt
   std::vector<uint8_t> ignored(size_t(sample_size), 0);
   struct Segment {
     int64_t begin, size;
+    int64_t document;  // the (non-empty) document it belongs to: a preference document is two segments
   };
   std::vector<Segment> segments;
+  int64_t num_sample_documents = 0;
   std::vector<PreferenceRows> batch_pairs;
+  // Token data of the whole sample, when the documents carry it (all of them or none).
+  const bool token_data = std::any_of(documents.begin(), documents.end(),
+                                      [](const Document& document) { return document.has_token_data(); });
+  std::vector<float> advantages(token_data ? size_t(sample_size) : 0, 0.0f);
+  std::vector<float> old_log_probabilities(token_data ? size_t(sample_size) : 0, 0.0f);
   int64_t offset = 0;
   for (const Document& document : documents) {
     const int64_t size = document.size();
@@ -27,6 +34,16 @@ Batch make_batch(const std::vector<Document>& documents, const BatchOptions& opt
               sample_size);
     if (size == 0) continue;
     std::copy(document.tokens.begin(), document.tokens.end(), stream.begin() + offset);
+    if (token_data) {
+      FLM_CHECK(int64_t(document.advantages.size()) == size && int64_t(document.old_log_probabilities.size()) == size,
+                "data",
+                "sample {}: a document of {} tokens has {} advantages and {} old log-probabilities (datasets with and "
+                "without token data cannot be mixed)",
+                sample_index, size, document.advantages.size(), document.old_log_probabilities.size());
+      std::copy(document.advantages.begin(), document.advantages.end(), advantages.begin() + offset);
+      std::copy(document.old_log_probabilities.begin(), document.old_log_probabilities.end(),
+                old_log_probabilities.begin() + offset);
+    }
     if (options.use_loss_masking_spans)
       for (const Range& span : document.loss_masking_spans) {
         FLM_ASSERT(span.begin >= 0 && span.begin <= span.end && span.end <= size, "span [{}, {}) of a {}-token document",
@@ -55,12 +72,13 @@ Batch make_batch(const std::vector<Document>& documents, const BatchOptions& opt
                                      document.chosen_spans[0].end > 0;
     if (preference_document) {
       const int64_t split = document.chosen_spans[0].end;
-      segments.push_back({offset, split});
-      segments.push_back({offset + split, size - split});
+      segments.push_back({offset, split, num_sample_documents});
+      segments.push_back({offset + split, size - split, num_sample_documents});
     } else {
-      segments.push_back({offset, size});
+      segments.push_back({offset, size, num_sample_documents});
     }
     offset += size;
+    ++num_sample_documents;
   }
   std::fill(ignored.begin() + offset, ignored.end(), uint8_t(1));  // padding
 
@@ -85,6 +103,21 @@ Batch make_batch(const std::vector<Document>& documents, const BatchOptions& opt
       count += !ignored[target];
     }
     batch.label_counts[size_t(distance - 1)] = count;
+  }
+
+  batch.num_sample_documents = num_sample_documents;
+  if (token_data) {
+    batch.advantages.assign(advantages.begin() + 1, advantages.begin() + 1 + input_size);
+    batch.old_log_probabilities.assign(old_log_probabilities.begin() + 1,
+                                       old_log_probabilities.begin() + 1 + input_size);
+    batch.label_documents.assign(size_t(input_size), -1);
+    for (const Segment& segment : segments) {
+      // Label t is token t + 1: the segment's tokens [begin, begin + size) are labels [begin - 1, begin + size - 1).
+      const int64_t first = std::max<int64_t>(0, segment.begin - 1);
+      const int64_t last = std::min(input_size, segment.begin + segment.size - 1);
+      for (int64_t position = first; position < last; ++position)
+        batch.label_documents[size_t(position)] = int32_t(segment.document);
+    }
   }
 
   // Attention segments over the inputs only.

@@ -17,6 +17,9 @@
 // is given as the rows of the inputs whose labels are the spans' tokens: token t of a document is the label of input
 // t - 1, so a span [begin, end) of a document at offset o is rows [o + max(begin, 1) - 1, o + end - 1) (a document's
 // first token is never a label), cut at micro_batch_size.
+// Policy-gradient token data (GRPO / GSPO), when the documents carry it: the advantage and old log-probability of label
+// t are the values of token t + 1 (shifted as the labels are, Fast-LLM's `get_cropped_data(label_begin, label_end)`),
+// 0 at padding; `label_documents[t]` is the document (0-based, in the sample) that label t belongs to, -1 at padding.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +58,14 @@ struct Batch {
   int64_t num_documents = 0;        // documents with at least one input token (padding excluded)
   int64_t num_padding = 0;          // padded input tokens
   std::vector<PreferenceRows> preference_pairs;  // the documents' chosen / rejected pairs, in document order
+  // Documents in the whole sample, inputs and trailing labels (Fast-LLM's `num_documents`, the divisor of GSPO's loss
+  // and of the policy metrics): one more than num_documents when a document starts at the last label.
+  int64_t num_sample_documents = 0;
+  // Token data at distance 1, each (micro_batch_size) or empty (the documents carry none).
+  std::vector<float> advantages;
+  std::vector<float> old_log_probabilities;
+  std::vector<int32_t> label_documents;
+  bool has_token_data() const { return !advantages.empty(); }
 
   // Unmasked labels at distance `distance` (1: the cross-entropy label count Fast-LLM normalises by, summed by the
   // trainer over all micro-batches of a step).

@@ -32,7 +32,13 @@ struct Document {
   std::vector<Range> loss_masking_spans;  // tokens whose prediction is not trained on
   std::vector<Range> chosen_spans;        // preference data (DPO): pairs with rejected_spans (data/batch.h)
   std::vector<Range> rejected_spans;
+  // Token data of policy-gradient rollouts (GRPO / GSPO), one value per token, or both empty: the advantage of each
+  // token and its log-probability under the policy that generated it (Fast-LLM's `advantages` and
+  // `old_log_probabilities` sections).
+  std::vector<float> advantages;
+  std::vector<float> old_log_probabilities;
   int64_t size() const { return int64_t(tokens.size()); }
+  bool has_token_data() const { return !advantages.empty() || !old_log_probabilities.empty(); }
 };
 
 // Keeps the parts of `ranges` inside [begin, end), shifted to start at `begin` (empty results dropped).

@@ -225,6 +225,10 @@ std::vector<Document> FimSampledDataset::get_sample(int64_t index) const {
               "{}: sample {} holds a document with loss-masking or preference spans; fill-in-the-middle moves tokens, "
               "so it cannot keep them (as in Fast-LLM)",
               name_, index);
+    FLM_CHECK(!document.has_token_data(), kComponent,
+              "{}: sample {} holds a document with token data (advantages); fill-in-the-middle moves tokens, so it "
+              "cannot keep them",
+              name_, index);
     for (int64_t token : document.tokens)
       FLM_CHECK(token >= 0 && token < vocab_size, kComponent,
                 "{}: sample {} holds token {}, outside the tokenizer's {} ids; the dataset was not made with this "

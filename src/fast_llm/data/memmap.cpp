@@ -244,12 +244,13 @@ MemmapDataset::MemmapDataset(std::string name, const std::filesystem::path& path
       throw NotSupportedError(kComponent, fmt::format("{}: image patches (multimodal datasets) are not supported",
                                                       label));
   }
-  for (std::string_view key : {"advantages", "old_log_probabilities"}) {
+  // Token data (policy-gradient rollouts): one float per token; Fast-LLM writes float32 with shape [].
+  auto read_token_data_section = [&](std::string_view key, TokenDataSection& out) {
     auto found = reader_config.find(key);
-    if (found == reader_config.end()) continue;
+    if (found == reader_config.end()) return;
     if (!found->is_object()) fail(fmt::format("reader config: {} is not an object", key));
     std::string section_type = json.string(*found, "type", key);
-    if (section_type == "none") continue;
+    if (section_type == "none") return;
     if (section_type != "token_data")
       fail(fmt::format("{} section has type '{}', expected 'token_data' or 'none'", key, section_type));
     json.only_keys(*found, {"type", "begin", "end", "num_documents", "num_tokens", "shape", "data_type"}, key);
@@ -270,10 +271,29 @@ MemmapDataset::MemmapDataset(std::string name, const std::filesystem::path& path
     if (data_documents != num_documents || data_tokens != num_tokens)
       fail(fmt::format("{} section has {} tokens in {} documents, the tokens section has {} in {}", key, data_tokens,
                        data_documents, num_tokens, num_documents));
-    check_section(*found, key, kTokenDataHeader, kTokenDataFooter,
-                  per_token * data_tokens + (unsigned __int128)(num_documents + 1) * 8,
-                  fmt::format("{} tokens of shape {} in {}", data_tokens, shape->dump(), item_type));
-  }
+    out.values_offset = check_section(*found, key, kTokenDataHeader, kTokenDataFooter,
+                                      per_token * data_tokens + (unsigned __int128)(num_documents + 1) * 8,
+                                      fmt::format("{} tokens of shape {} in {}", data_tokens, shape->dump(),
+                                                  item_type));
+    if (!shape->empty())
+      throw NotSupportedError(kComponent, fmt::format("{}: {} of shape {} per token: only one value per token (shape "
+                                                      "[]) is supported",
+                                                      label, key, shape->dump()));
+    if (item_type != "float32" && item_type != "float64")
+      throw NotSupportedError(kComponent, fmt::format("{}: {} in {}: only float32 and float64 are supported", label,
+                                                      key, item_type));
+    out.present = true;
+    out.item_size = *item_size;
+    // Its document boundaries must be the tokens' (the values are addressed through the tokens' cumsum).
+    const size_t cumsum = out.values_offset + size_t(data_tokens) * out.item_size;
+    for (int64_t index = 0; index <= num_documents_; ++index)
+      if (load_unaligned<int64_t>(file_.data() + cumsum + size_t(index) * 8) != size_cumsum(index))
+        fail(fmt::format("{}: document size cumsum differs from the tokens' at document {}", key, index));
+  };
+  read_token_data_section("advantages", advantages_);
+  read_token_data_section("old_log_probabilities", old_log_probabilities_);
+  if (advantages_.present != old_log_probabilities_.present)
+    fail("advantages and old_log_probabilities must be both present or both absent");
 
   if (cursor + kLmFooter.size() != lm_end)
     fail(fmt::format("language_model section ends at {}, but its sections end at {} (+{} footer bytes)", lm_end,
@@ -315,6 +335,18 @@ std::vector<Range> MemmapDataset::read_ranges(const RangeSection& section, int64
   return crop_ranges(ranges, begin, end);
 }
 
+std::vector<float> MemmapDataset::read_token_data(const TokenDataSection& section, int64_t index, int64_t begin,
+                                                 int64_t end) const {
+  if (!section.present) return {};
+  std::vector<float> values(size_t(end - begin));
+  const std::byte* first =
+      file_.data() + section.values_offset + size_t(size_cumsum(index) + begin) * section.item_size;
+  for (size_t position = 0; position < values.size(); ++position)
+    values[position] = section.item_size == 8 ? float(load_unaligned<double>(first + position * 8))
+                                              : load_unaligned<float>(first + position * 4);
+  return values;
+}
+
 Document MemmapDataset::get_document(int64_t index, int64_t begin, int64_t end) const {
   int64_t size = document_size(index);
   if (end < 0) end = size;
@@ -326,6 +358,8 @@ Document MemmapDataset::get_document(int64_t index, int64_t begin, int64_t end) 
   document.loss_masking_spans = read_ranges(loss_masking_spans_, index, begin, end);
   document.chosen_spans = read_ranges(chosen_spans_, index, begin, end);
   document.rejected_spans = read_ranges(rejected_spans_, index, begin, end);
+  document.advantages = read_token_data(advantages_, index, begin, end);
+  document.old_log_probabilities = read_token_data(old_log_probabilities_, index, begin, end);
   return document;
 }
 
@@ -388,6 +422,19 @@ void MemmapWriter::add_document(const Document& document) {
     append_ranges(chosen_spans_, document.chosen_spans, "chosen span");
     append_ranges(rejected_spans_, document.rejected_spans, "rejected span");
   }
+  if (options_.token_data) {
+    FLM_CHECK(int64_t(document.advantages.size()) == size && int64_t(document.old_log_probabilities.size()) == size,
+              kComponent, "{}: document {} has {} tokens but {} advantages and {} old log-probabilities",
+              file_.path().string(), num_documents(), size, document.advantages.size(),
+              document.old_log_probabilities.size());
+    advantages_.insert(advantages_.end(), document.advantages.begin(), document.advantages.end());
+    old_log_probabilities_.insert(old_log_probabilities_.end(), document.old_log_probabilities.begin(),
+                                  document.old_log_probabilities.end());
+  } else {
+    FLM_CHECK(!document.has_token_data(), kComponent,
+              "{}: document {} has token data (advantages) but the writer was not asked to write it",
+              file_.path().string(), num_documents());
+  }
   file_.write(buffer);
   size_cumsum_.push_back(size_cumsum_.back() + size);
 }
@@ -403,6 +450,21 @@ nlohmann::ordered_json MemmapWriter::write_range_section(const RangeBuffer& buff
           {"end", file_.size()},
           {"num_documents", num_documents()},
           {"num_ranges", buffer.pairs.size() / 2}};
+}
+
+nlohmann::ordered_json MemmapWriter::write_token_data_section(const std::vector<float>& values) {
+  uint64_t begin = file_.size();
+  file_.write(kTokenDataHeader);
+  file_.write(values.data(), values.size() * sizeof(float));
+  file_.write(size_cumsum_.data(), size_cumsum_.size() * sizeof(int64_t));
+  file_.write(kTokenDataFooter);
+  return {{"type", "token_data"},
+          {"begin", begin},
+          {"end", file_.size()},
+          {"num_documents", num_documents()},
+          {"num_tokens", num_tokens()},
+          {"shape", nlohmann::ordered_json::array()},
+          {"data_type", "float32"}};
 }
 
 void MemmapWriter::finish() {
@@ -422,8 +484,9 @@ void MemmapWriter::finish() {
   reader_config["chosen_spans"] = options_.preference_spans ? write_range_section(chosen_spans_) : none;
   reader_config["rejected_spans"] = options_.preference_spans ? write_range_section(rejected_spans_) : none;
   reader_config["image_patches"] = none;
-  reader_config["advantages"] = none;
-  reader_config["old_log_probabilities"] = none;
+  reader_config["advantages"] = options_.token_data ? write_token_data_section(advantages_) : none;
+  reader_config["old_log_probabilities"] =
+      options_.token_data ? write_token_data_section(old_log_probabilities_) : none;
   file_.write(kLmFooter);
   reader_config["end"] = file_.size();
   const std::string json_text = reader_config.dump();

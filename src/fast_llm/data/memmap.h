@@ -10,6 +10,9 @@
 //                    "token begin" | tokens (num_tokens x data_type) | int64 size cumsum (num_documents + 1) | "token end"
 //                    ["range begin" | int32 (begin, end) x num_ranges | int32 count cumsum (num_documents + 1) | "range end"]
 //                      for loss_masking_spans, then chosen_spans and rejected_spans when present
+//                    ["token data begin" | float32 x num_tokens | int64 size cumsum (num_documents + 1)
+//                     | "token data end"]
+//                      for advantages, then old_log_probabilities when present (one value per token: shape [])
 //                  "lm end"
 //   config_offset  uint32 BE config_size | config_size bytes of UTF-8 JSON (the reader config)
 //
@@ -56,6 +59,7 @@ class MemmapDataset final : public IndexedDataset {
   TokenDataType token_data_type() const { return data_type_; }
   bool has_loss_masking_spans() const { return loss_masking_spans_.present; }
   bool has_preference_spans() const { return chosen_spans_.present; }
+  bool has_token_data() const { return advantages_.present; }
 
  private:
   struct RangeSection {
@@ -64,7 +68,14 @@ class MemmapDataset final : public IndexedDataset {
     size_t counts_offset = 0;  // byte offset of the int32 count cumsum
     int64_t num_ranges = 0;
   };
+  // A `token_data` section of one value per token (float32 or float64 in the file, float32 in memory).
+  struct TokenDataSection {
+    bool present = false;
+    size_t values_offset = 0;  // byte offset of the first value
+    size_t item_size = 4;      // 4: float32, 8: float64
+  };
   int64_t size_cumsum(int64_t index) const;
+  std::vector<float> read_token_data(const TokenDataSection& section, int64_t index, int64_t begin, int64_t end) const;
   std::vector<Range> read_ranges(const RangeSection& section, int64_t index, int64_t begin, int64_t end) const;
 
   std::string name_;
@@ -75,6 +86,7 @@ class MemmapDataset final : public IndexedDataset {
   size_t tokens_offset_ = 0;   // byte offset of the first token
   size_t cumsum_offset_ = 0;   // byte offset of the int64 size cumsum
   RangeSection loss_masking_spans_, chosen_spans_, rejected_spans_;
+  TokenDataSection advantages_, old_log_probabilities_;
 };
 
 // Writes a `.fast_llm_dataset` file, streaming the tokens and holding the per-document sizes and spans in memory until
@@ -86,6 +98,7 @@ class MemmapWriter {
     TokenDataType data_type = TokenDataType::uint16;
     bool loss_masking_spans = false;  // write the loss_masking_spans section (each document's spans)
     bool preference_spans = false;    // write chosen_spans and rejected_spans
+    bool token_data = false;          // write advantages and old_log_probabilities (float32, one per token)
   };
   MemmapWriter(const std::filesystem::path& path, Options options);
 
@@ -104,12 +117,15 @@ class MemmapWriter {
   };
   // Writes one `range` section at the current offset and returns its reader config.
   nlohmann::ordered_json write_range_section(const RangeBuffer& buffer);
+  // Writes one `token_data` section (float32, shape []) at the current offset and returns its reader config.
+  nlohmann::ordered_json write_token_data_section(const std::vector<float>& values);
 
   Options options_;
   FileWriter file_;
   uint64_t tokens_begin_ = 0;
   std::vector<int64_t> size_cumsum_{0};
   RangeBuffer loss_masking_spans_, chosen_spans_, rejected_spans_;
+  std::vector<float> advantages_, old_log_probabilities_;  // (num_tokens), held until finish()
   bool finished_ = false;
 };
 

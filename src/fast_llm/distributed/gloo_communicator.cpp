@@ -487,7 +487,8 @@ class GlooCommunicator final : public Communicator {
 
   void all_gather_host(const Tensor& input, const Tensor& output) {
     const uint32_t tag = next_tag_++;
-    std::memcpy(static_cast<char*>(output.data()) + size_t(rank()) * input.nbytes(), input.data(), input.nbytes());
+    // memmove: the input may be this rank's part of the output already (an in-place gather).
+    std::memmove(static_cast<char*>(output.data()) + size_t(rank()) * input.nbytes(), input.data(), input.nbytes());
     if (output.nbytes() == 0) return;
     gloo::AllgatherOptions options(context_);
     options.setOutput(static_cast<uint8_t*>(output.data()), output.nbytes());  // in place: this rank's part is set

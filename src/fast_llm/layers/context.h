@@ -27,9 +27,6 @@ struct MicroBatch {
   // The attention segments' lengths (differences of cu_seqlens) on the host, from the data batch before its upload:
   // what FLOP counts need, without reading the device. Empty: cu_seqlens is read instead (CPU batches only).
   std::vector<int64_t> sequence_lengths;
-  // Unmasked labels in the whole step (all micro-batches, all data-parallel ranks; validation: the iteration): what
-  // per-label losses are divided by. Set by the trainer; 0 outside it.
-  int64_t labels_in_step = 0;
   // Preference data (DPO): this micro-batch's chosen / rejected pairs as rows (data/batch.h), and the pairs in the
   // whole step (as labels_in_step).
   std::vector<kernels::PreferencePair> preference_pairs;
@@ -40,6 +37,16 @@ struct MicroBatch {
   // The mixer output of each block of each reference model that blocks distill (block `distillation_model`), by model
   // name then block name (e.g. `decoder.3`): (tokens, hidden) in the compute dtype.
   std::map<std::string, std::map<std::string, Tensor>> reference_mixer_outputs;
+  // Policy-gradient token data aligned with the labels (data/batch.h), undefined when the data carries none.
+  Tensor advantages;             // (tokens) float32: advantage of label t
+  Tensor old_log_probabilities;  // (tokens) float32: log-probability of label t under the rollout policy
+  Tensor label_documents;        // (tokens) int32: document of label t in the sample (0-based), -1 at padding
+  int64_t num_documents = 0;     // documents in the sample (inputs and trailing labels), Fast-LLM's num_documents
+  // Set by the trainer (0 elsewhere): unmasked labels and documents in the whole step (all micro-batches, all
+  // data-parallel ranks; validation: the iteration): what per-label losses are divided by, and the divisor of losses
+  // normalised per document (GSPO, the policy metrics).
+  int64_t labels_in_step = 0;
+  int64_t documents_in_step = 0;
   int64_t num_tokens() const { return tokens.numel(); }
 };
 

@@ -35,6 +35,7 @@ struct ParameterMeta {
   bool weight_decay = true;  // false for norms and biases
   double lr_scale = 1.0;     // product of the lr_scale settings down the config tree
   bool frozen = false;       // no gradient, no optimizer state
+  bool peft = false;         // a PEFT adapter weight (LoRA): stays trainable when `peft.freeze_others` freezes the rest
 };
 
 struct Parameter {

@@ -27,6 +27,11 @@ nlohmann::json blend_metadata(const std::vector<nlohmann::json>& metadata) {
       for (const char* key : {"num_documents", "num_ranges"})
         out[section][key] = out[section][key].get<int64_t>() + other[section][key].get<int64_t>();
     }
+    for (const char* section : {"advantages", "old_log_probabilities"}) {
+      if (!out.contains(section)) continue;
+      for (const char* key : {"num_tokens", "num_documents"})
+        out[section][key] = out[section][key].get<int64_t>() + other[section][key].get<int64_t>();
+    }
   }
   return out;
 }
@@ -91,6 +96,12 @@ nlohmann::json shard_metadata(const ShardSummary& shard, int64_t begin, int64_t 
     metadata["loss_masking_spans"] = range_metadata(*shard.loss_masking_cumsum, begin, end);
   if (shard.chosen_cumsum) metadata["chosen_spans"] = range_metadata(*shard.chosen_cumsum, begin, end);
   if (shard.rejected_cumsum) metadata["rejected_spans"] = range_metadata(*shard.rejected_cumsum, begin, end);
+  if (shard.token_data)
+    for (const char* section : {"advantages", "old_log_probabilities"})
+      metadata[section] = {{"num_tokens", tokens},
+                           {"num_documents", end - begin},
+                           {"data_type", "float32"},
+                           {"shape", nlohmann::json::array()}};
   return metadata;
 }
 

@@ -24,6 +24,7 @@ struct ShardSummary {
   std::vector<int64_t> size_cumsum{0};  // tokens before each document, and the total
   // Spans before each document, and the total, per span section present.
   std::optional<std::vector<int64_t>> loss_masking_cumsum, chosen_cumsum, rejected_cumsum;
+  bool token_data = false;  // advantages and old_log_probabilities sections (float32, one value per token)
   int64_t num_documents() const { return int64_t(size_cumsum.size()) - 1; }
   int64_t num_tokens() const { return size_cumsum.back(); }
 };

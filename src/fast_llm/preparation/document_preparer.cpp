@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -138,6 +139,8 @@ data::Document DocumentPreparer::from_text(std::string_view text, const std::str
     const int64_t line = 1 + std::count(text.begin(), text.begin() + std::ptrdiff_t(bad), '\n');
     throw Error(kComponent, fmt::format("{}:{}: not valid UTF-8 (byte {} of the file)", location, line, bad));
   }
+  FLM_CHECK(!options_.advantages_field, kComponent,
+            "{}: a text file has no fields; dataset.source_schema.advantages needs JSON Lines records", location);
   data::Document document;
   std::vector<int64_t> unused;
   document.tokens = tokenize_with_splits(text, {}, unused);
@@ -219,6 +222,21 @@ data::Document DocumentPreparer::from_json(std::string_view line, const std::str
         document.rejected_spans.push_back(range);
         break;
     }
+  }
+  if (options_.advantages_field) {
+    const std::string& field = *options_.advantages_field;
+    const auto found = record.find(field);
+    if (found == record.end())
+      throw Error(kComponent,
+                  fmt::format("{}: the record has no field `{}` (dataset.source_schema.advantages)", location, field));
+    if (!found->is_number())
+      throw Error(kComponent, fmt::format("{}: field `{}` is {}, expected a number (the document's advantage)",
+                                          location, field, found->dump()));
+    const double advantage = found->get<double>();
+    if (!std::isfinite(advantage))
+      throw Error(kComponent, fmt::format("{}: field `{}` is not a finite number", location, field));
+    document.advantages.assign(document.tokens.size(), float(advantage));
+    document.old_log_probabilities.assign(document.tokens.size(), 0.0f);
   }
   return document;
 }

@@ -6,6 +6,8 @@
 //   - chosen_span / rejected_span (preference data): the document is `text + chosen + EOS string` followed by
 //     `BOS string + text + rejected`; the chosen span covers `chosen + EOS`, the rejected span `rejected` plus the
 //     final EOS token.
+//   - advantages (policy-gradient data): a number per record; every token of the document gets it as its advantage and
+//     0 as its old log-probability, as Fast-LLM's `has_grpo_data` preparation.
 // Text with spans is tokenized piece by piece between the span boundaries (as Fast-LLM's tokenize_with_splits), so a
 // span boundary is always a token boundary.
 //
@@ -28,6 +30,7 @@ struct DocumentOptions {
   std::optional<std::string> loss_masking_spans_field;
   std::optional<std::string> chosen_field;
   std::optional<std::string> rejected_field;
+  std::optional<std::string> advantages_field;
   bool add_bos = true;
   bool add_eos = true;
   std::optional<int64_t> max_vocab_size;  // ids are taken modulo this (Fast-LLM's testing option)

@@ -73,7 +73,10 @@ void SourceSchemaConfig::visit(config::Visitor& v) {
   v(rejected_span, "rejected_span", "Field containing rejected text for preference optimization.", Hint::optional);
   v(images, "images", "Field containing images.", Hint::optional);
   v(image_positions, "image_positions", "Field containing image positions in the text.", Hint::optional);
-  v(advantages, "advantages", "Field containing advantages for policy optimization.", Hint::optional);
+  v(advantages, "advantages",
+    "Field containing the document's advantage (a number) for policy optimization; every token gets it, with old "
+    "log-probabilities 0 (Fast-LLM's debugging data: real rollouts bring theirs at run time).",
+    Hint::optional);
   v(messages, "messages", "Field containing the conversation messages list (`type: conversation`).", Hint::core);
   v(train_on_eos, "train_on_eos", "Include the final EOS token of a conversation in the loss.", Hint::optional);
 }
@@ -91,9 +94,7 @@ void SourceSchemaConfig::check() const {
     fail("loss_masking_spans", "cannot enable both loss masking and preference spans");
   if (images || image_positions)
     throw NotSupportedError(field_path("images"), "image datasets are not built in fast-llm (no vision encoder)");
-  if (advantages)
-    throw NotSupportedError(field_path("advantages"),
-                            "advantages (GRPO data) are not written by fast-llm's dataset writer");
+  if (advantages && chosen_span) fail("advantages", "cannot enable both advantages and preference spans");
 }
 
 void DatasetSourceConfig::visit(config::Visitor& v) {

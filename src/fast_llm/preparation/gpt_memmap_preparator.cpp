@@ -32,6 +32,7 @@ DocumentOptions document_options(const GPTMemmapPreparatorConfig& config) {
           .loss_masking_spans_field = schema.loss_masking_spans,
           .chosen_field = schema.chosen_span,
           .rejected_field = schema.rejected_span,
+          .advantages_field = schema.advantages,
           .add_bos = config.add_bos,
           .add_eos = config.add_eos,
           .max_vocab_size = config.tokenizer.max_vocab_size,
@@ -96,7 +97,8 @@ PreparationSummary prepare_gpt_memmap(const GPTMemmapPreparatorConfig& config, c
 
   const data::MemmapWriter::Options writer_options{.data_type = summary.data_type,
                                                    .loss_masking_spans = schema.loss_masking_spans.has_value(),
-                                                   .preference_spans = schema.has_preference_spans()};
+                                                   .preference_spans = schema.has_preference_spans(),
+                                                   .token_data = schema.advantages.has_value()};
   std::vector<ShardSummary> shards;
   std::unique_ptr<OpenShard> shard;
   auto open_shard = [&] {
@@ -104,6 +106,7 @@ PreparationSummary prepare_gpt_memmap(const GPTMemmapPreparatorConfig& config, c
     shard_summary.path = fmt::format("shard_0_{}.fast_llm_dataset", shards.size());
     shard_summary.data_type = std::string(data::token_data_type_name(summary.data_type));
     if (writer_options.loss_masking_spans) shard_summary.loss_masking_cumsum.emplace(1, 0);
+    shard_summary.token_data = writer_options.token_data;
     if (writer_options.preference_spans) {
       shard_summary.chosen_cumsum.emplace(1, 0);
       shard_summary.rejected_cumsum.emplace(1, 0);

@@ -61,6 +61,11 @@ void CheckpointStateSaveOptions::visit_save_options(Visitor& v) {
   v(parameters_per_file, "parameters_per_file", "Largest number of parameters in one file.", Hint::feature,
     check::ge(int64_t(1) << 20));
   v(data_type, "data_type", "Data type of the saved weights. Unset: as stored.", Hint::feature);
+  v(peft, "peft",
+    "A model with PEFT (LoRA) adapters, saved in a Hugging Face format: `merged` writes the model with the adapters "
+    "merged into its weights, `adapter` the adapters alone in Hugging Face PEFT's format. Native formats keep the "
+    "adapters as they are.",
+    Hint::feature);
 }
 
 void CheckpointStateSaveOptions::resolve_save_options() {
@@ -71,6 +76,9 @@ void CheckpointStateSaveOptions::check_save_options(const config::Config& owner)
   check_format_supported(owner, format);
   if (format == CheckpointFormat::auto_)
     owner.fail("format", "auto only applies to loading; name the format to write");
+  if (peft == PeftExport::adapter && checkpoint_format_is_native(format))
+    owner.fail("peft", fmt::format("adapter applies to Hugging Face formats; format {} keeps the adapters in the model",
+                                   config::enum_name(format)));
   if (*optimizer_state && !checkpoint_format_supports_optimizer(format))
     owner.fail("optimizer_state", fmt::format("format {} cannot hold optimizer state", config::enum_name(format)));
 }

@@ -60,6 +60,11 @@ struct CheckpointLoadConfig : config::Config {
   void check() const override;
 };
 
+// What a save in an external (Hugging Face) format holds of a model with PEFT adapters (LoRA): the model with the
+// adapters merged into its weights (W + alpha / rank * B A), loadable as a plain model, or the adapters alone in
+// Hugging Face PEFT's format (adapter_config.json + adapter_model.safetensors), to apply on the base model.
+enum class PeftExport { merged, adapter };
+
 // The fields of a checkpoint save shared by `training.export` and CheckpointSaveConfig (a mixin: the owner visits,
 // resolves and checks them).
 struct CheckpointStateSaveOptions {
@@ -69,6 +74,7 @@ struct CheckpointStateSaveOptions {
   std::optional<bool> optimizer_state;
   int64_t parameters_per_file = int64_t(1) << 32;
   std::optional<DType> data_type;
+  PeftExport peft = PeftExport::merged;
 
  protected:
   void visit_save_options(config::Visitor& v);
@@ -124,4 +130,11 @@ struct fast_llm::config::EnumNames<fast_llm::engine::ModelConfigType> {
   using E = fast_llm::engine::ModelConfigType;
   static constexpr std::array<std::pair<E, std::string_view>, 3> values{
       {{E::none, "none"}, {E::model, "model"}, {E::fast_llm, "fast_llm"}}};
+};
+
+template <>
+struct fast_llm::config::EnumNames<fast_llm::engine::PeftExport> {
+  using E = fast_llm::engine::PeftExport;
+  static constexpr std::array<std::pair<E, std::string_view>, 2> values{
+      {{E::merged, "merged"}, {E::adapter, "adapter"}}};
 };

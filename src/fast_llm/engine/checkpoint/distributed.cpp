@@ -195,8 +195,25 @@ void write_distributed_checkpoint(const std::filesystem::path& directory, MultiS
   std::vector<SafetensorsEntry> entries;
   for (size_t index = 0; index < multi_stage.stages().size(); ++index) {
     Stage& stage = *multi_stage.stages()[index];
-    const std::pair<std::string_view, Tensor*> shards[] = {
-        {kWeightsShard, &stage.weight_shard()}, {kExpAvgShard, &stage.exp_avg()}, {kExpAvgSqShard, &stage.exp_avg_sq()}};
+    // The weights as the format stores them whatever the stage keeps: this rank's trainable shard then its frozen
+    // shard, in the optimization dtype (frozen weights kept in the compute dtype are widened, exactly).
+    if (stage.frozen_in_compute_dtype()) {
+      Stage* owner = &stage;
+      const int64_t trainable = stage.weight_shard().numel(), frozen = stage.frozen_shard().numel();
+      entries.push_back({.name = stage_key(index, kWeightsShard),
+                         .dtype = settings.optimization_dtype,
+                         .shape = Shape{trainable + frozen},
+                         .values = [owner, trainable, frozen, dtype = settings.optimization_dtype] {
+                           Tensor values = Tensor::empty(Shape{trainable + frozen}, dtype);
+                           values.slice(0, 0, trainable).copy_bytes_from(to_host_dtype(owner->weight_shard(), dtype));
+                           values.slice(0, trainable, trainable + frozen)
+                               .copy_bytes_from(to_host_dtype(owner->frozen_shard(), dtype));
+                           return values;
+                         }});
+    }
+    std::vector<std::pair<std::string_view, Tensor*>> shards{{kExpAvgShard, &stage.exp_avg()},
+                                                             {kExpAvgSqShard, &stage.exp_avg_sq()}};
+    if (!stage.frozen_in_compute_dtype()) shards.insert(shards.begin(), {kWeightsShard, &stage.weight_shard()});
     for (const auto& [shard, buffer] : shards) {
       Tensor* tensor = buffer;
       entries.push_back({.name = stage_key(index, shard),
@@ -251,12 +268,18 @@ TrainingState load_distributed_checkpoint(const std::filesystem::path& directory
       for (const auto& [shard, buffer] : shards) {
         const std::string key = stage_key(index, shard);
         const SafetensorsTensorInfo& info = file.info(key);
-        if (info.dtype.dtype != buffer->dtype() || info.numel() != buffer->numel())
+        // Frozen weights kept in the compute dtype: the stored weights are the trainable shard, then the frozen one.
+        const bool split = shard == kWeightsShard && stage.frozen_in_compute_dtype();
+        const int64_t expected = buffer->numel() + (split ? stage.frozen_shard().numel() : 0);
+        if (info.dtype.dtype != buffer->dtype() || info.numel() != expected)
           throw Error(kComponent, fmt::format("{}: tensor '{}' is {} x {}, the stage's shard is {} x {}",
                                               file.path().string(), key, info.dtype.name, info.numel(),
-                                              dtype_name(buffer->dtype()), buffer->numel()));
+                                              dtype_name(buffer->dtype()), expected));
         Tensor values = file.read(key).flatten();
-        buffer->copy_bytes_from(values, stream);
+        buffer->copy_bytes_from(values.slice(0, 0, buffer->numel()), stream);
+        if (split)
+          stage.frozen_shard().copy_bytes_from(
+              to_host_dtype(values.slice(0, buffer->numel(), expected), stage.frozen_shard().dtype()), stream);
         synchronize(settings.device, stream);
       }
     }

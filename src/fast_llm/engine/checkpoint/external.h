@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "fast_llm/config/config.h"
@@ -33,8 +34,16 @@ class ExternalCheckpointHandler {
   virtual void check_writable(const config::Config& base_model, DType data_type) const = 0;
   // Writes the config and `P/weights` of `state` (in their dtype) into `directory`, which must exist, in files of at
   // most `parameters_per_file` elements.
+  // A model with PEFT adapters is written with the adapters merged into its weights.
   virtual void write(const std::filesystem::path& directory, const config::Config& base_model,
                      std::shared_ptr<const TensorSource> state, int64_t parameters_per_file) const = 0;
+  // Throws NotSupportedError naming the fields when `base_model` has no PEFT adapters the format's PEFT files can hold.
+  virtual void check_adapter_writable(const config::Config& base_model) const = 0;
+  // Writes the PEFT adapters of `state` alone into `directory` (Hugging Face PEFT's adapter files), naming
+  // `base_model_path` as their base model when given.
+  virtual void write_adapter(const std::filesystem::path& directory, const config::Config& base_model,
+                             std::shared_ptr<const TensorSource> state,
+                             const std::optional<std::filesystem::path>& base_model_path) const = 0;
 };
 
 }  // namespace fast_llm::engine

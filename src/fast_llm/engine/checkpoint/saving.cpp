@@ -39,13 +39,17 @@ YAML::Node stored_model_config(const ModelConfig& model) {
 
 void check_exportable(const CheckpointStateSaveOptions& options, const ModelConfig& model) {
   if (checkpoint_format_is_native(options.format)) return;
-  model.model_type().external_handler(options.format).check_writable(
-      model.base_model_config(), options.data_type.value_or(model.distributed.optimization_dtype));
+  const ExternalCheckpointHandler& handler = model.model_type().external_handler(options.format);
+  if (options.peft == PeftExport::adapter)
+    handler.check_adapter_writable(model.base_model_config());
+  else
+    handler.check_writable(model.base_model_config(), options.data_type.value_or(model.distributed.optimization_dtype));
 }
 
 void export_checkpoint(const std::filesystem::path& directory, const CheckpointStateSaveOptions& options,
                        const ModelConfig& model, std::shared_ptr<const TensorSource> state,
-                       const std::optional<TrainingState>& training, int64_t consumed_samples) {
+                       const std::optional<TrainingState>& training, int64_t consumed_samples,
+                       const std::optional<std::filesystem::path>& base_model_path) {
   const bool optimizer_state = options.optimizer_state.value_or(false);
   if (options.data_type) state = convert_source(state, *options.data_type);
   switch (options.format) {
@@ -77,7 +81,10 @@ void export_checkpoint(const std::filesystem::path& directory, const CheckpointS
     default: {
       const ExternalCheckpointHandler& handler = model.model_type().external_handler(options.format);
       if (!options.model_weights) refuse_without_weights(handler.description());
-      handler.write(directory, model.base_model_config(), state, options.parameters_per_file);
+      if (options.peft == PeftExport::adapter)
+        handler.write_adapter(directory, model.base_model_config(), state, base_model_path);
+      else
+        handler.write(directory, model.base_model_config(), state, options.parameters_per_file);
       return;
     }
   }
@@ -115,7 +122,8 @@ std::filesystem::path save_training_export(const std::filesystem::path& experime
         // Every rank takes part in gathering the state; rank 0 writes the export.
         std::shared_ptr<TensorSource> state = multi_stage_source(multi_stage, optimizer_state);
         if (groups.is_main())
-          export_checkpoint(temporary, options, save.model, state, save.state, save.consumed_samples);
+          export_checkpoint(temporary, options, save.model, state, save.state, save.consumed_samples,
+                            save.base_model_path);
       },
       /*sync=*/true, groups);
   if (groups.is_main()) prune_checkpoints(root, retention);

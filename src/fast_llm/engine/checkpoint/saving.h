@@ -34,10 +34,12 @@ void check_exportable(const CheckpointStateSaveOptions& options, const ModelConf
 
 // Writes `state` of the model `model` into `directory` (which must exist) in `options.format`, converted to
 // `options.data_type` when set. `training` goes into native formats' metadata (fast_llm: with the optimizer state
-// only); the distributed format also needs the stage layout, built here from `model` on the CPU.
+// only); the distributed format also needs the stage layout, built here from `model` on the CPU. `base_model_path`, when
+// known, is the base model that PEFT adapter files (options.peft: adapter) name.
 void export_checkpoint(const std::filesystem::path& directory, const CheckpointStateSaveOptions& options,
                        const ModelConfig& model, std::shared_ptr<const TensorSource> state,
-                       const std::optional<TrainingState>& training, int64_t consumed_samples);
+                       const std::optional<TrainingState>& training, int64_t consumed_samples,
+                       const std::optional<std::filesystem::path>& base_model_path = std::nullopt);
 
 // What a save of a training run holds besides its stages.
 struct TrainingSave {
@@ -45,6 +47,8 @@ struct TrainingSave {
   TrainingState state;
   int64_t consumed_samples = 0;
   std::string_view trainer_config;  // the run's resolved config (YAML text); empty: not stored
+  // The pretrained checkpoint the run started from (`pretrained.path`), named in PEFT adapter exports.
+  std::optional<std::filesystem::path> base_model_path;
 };
 
 // `training.checkpoint` at `step`: `<experiment_dir>/checkpoint/<step>`, then pruned by `retention`. Returns the

@@ -9,6 +9,7 @@
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/file_writer.h"
+#include "fast_llm/core/logging.h"
 #include "fast_llm/engine/checkpoint/directory.h"
 
 namespace fast_llm::engine {
@@ -17,20 +18,25 @@ namespace {
 
 constexpr std::string_view kComponent = "checkpoint";
 
-// This rank's part of one region (trainable or frozen) of a stage: stage coordinates [begin, begin + size), stored at
-// `shard_offset` of the weight shard.
+// This rank's part of one region (trainable or frozen) of a stage: stage coordinates [begin, begin + size), stored from
+// element 0 of the region's shard (the weight and Adam shards for the trainable region, Stage::frozen_shard for the
+// frozen one).
 struct Region {
-  int64_t begin = 0, size = 0, shard_offset = 0;
+  int64_t begin = 0, size = 0;
 };
 
 Region region_of(const Stage& stage, bool frozen) {
   const int rank = stage.settings().data_rank;
-  if (frozen) return {stage.frozen_shard_begin(rank), stage.frozen_shard_size(), stage.trainable_shard_size()};
-  return {stage.trainable_shard_begin(rank), stage.trainable_shard_size(), 0};
+  if (frozen) return {stage.frozen_shard_begin(rank), stage.frozen_shard_size()};
+  return {stage.trainable_shard_begin(rank), stage.trainable_shard_size()};
 }
 
+// The master weights of a parameter's region on this rank: the weight shard (its trainable part starts at 0) or the
+// frozen shard, which may hold the compute dtype.
+Tensor& (Stage::*master_weights(bool frozen))() { return frozen ? &Stage::frozen_shard : &Stage::weight_shard; }
+
 // The part of `slot` in this rank's shard: elements [parameter_begin, parameter_begin + count) of the parameter sit at
-// `shard_position` of the weight shard (and, for trainable parameters, at `shard_position` of the Adam shards).
+// `shard_position` of its region's shard (master_weights, and for trainable parameters the Adam shards).
 struct Overlap {
   int64_t parameter_begin = 0, shard_position = 0, count = 0;
 };
@@ -40,7 +46,7 @@ Overlap overlap_of(const Stage& stage, const ParameterSlot& slot) {
   const int64_t begin = std::max(slot.offset, region.begin);
   const int64_t end = std::min(slot.offset + slot.numel, region.begin + region.size);
   if (begin >= end) return {};
-  return {begin - slot.offset, region.shard_offset + begin - region.begin, end - begin};
+  return {begin - slot.offset, begin - region.begin, end - begin};
 }
 
 // `count` elements of a contiguous 1-d tensor from `begin`.
@@ -278,8 +284,7 @@ GatheredStage gather_stage(Stage& stage, bool optimizer_state) {
   const int64_t trainable_shard = stage.trainable_shard_size();
   GatheredStage gathered;
   gathered.trainable = gather(elements(stage.weight_shard(), 0, trainable_shard), stage.trainable_size());
-  gathered.frozen = gather(elements(stage.weight_shard(), trainable_shard, stage.frozen_shard_size()),
-                           stage.frozen_size());
+  gathered.frozen = gather(stage.frozen_shard(), stage.frozen_size());
   if (optimizer_state) {
     gathered.exp_avg = gather(stage.exp_avg(), stage.trainable_size());
     gathered.exp_avg_sq = gather(stage.exp_avg_sq(), stage.trainable_size());
@@ -316,9 +321,9 @@ std::shared_ptr<TensorSource> multi_stage_source(MultiStage& multi_stage, bool o
         const std::shared_ptr<GatheredStage> stage = found->second;
         const int64_t begin = frozen ? slot->offset - owner->trainable_size() : slot->offset;
         const int64_t count = slot->numel;
-        auto read_from = [stage, begin, count, shape](Tensor GatheredStage::*buffer) {
-          return [stage, begin, count, shape, buffer] {
-            return host_copy(elements((*stage).*buffer, begin, count)).reshape(shape);
+        auto read_from = [stage, begin, count, shape, dtype](Tensor GatheredStage::*buffer) {
+          return [stage, begin, count, shape, buffer, dtype] {
+            return to_host_dtype(elements((*stage).*buffer, begin, count), dtype).reshape(shape);
           };
         };
         result->add(state_key(parameter->meta.name, kWeightsShard), {dtype, shape},
@@ -332,12 +337,13 @@ std::shared_ptr<TensorSource> multi_stage_source(MultiStage& multi_stage, bool o
       }
       const Overlap overlap = overlap_of(*owner, *slot);
       FLM_ASSERT(overlap.count == slot->numel, "parameter {} is not whole in this rank's shard", parameter->meta.name);
-      auto read_from = [owner, overlap, shape](Tensor& (Stage::*buffer)()) {
-        return [owner, overlap, shape, buffer] {
-          return host_copy(elements((owner->*buffer)(), overlap.shard_position, overlap.count)).reshape(shape);
+      auto read_from = [owner, overlap, shape, dtype](Tensor& (Stage::*buffer)()) {
+        return [owner, overlap, shape, buffer, dtype] {
+          return to_host_dtype(elements((owner->*buffer)(), overlap.shard_position, overlap.count), dtype)
+              .reshape(shape);
         };
       };
-      result->add(state_key(parameter->meta.name, kWeightsShard), {dtype, shape}, read_from(&Stage::weight_shard));
+      result->add(state_key(parameter->meta.name, kWeightsShard), {dtype, shape}, read_from(master_weights(frozen)));
       if (optimizer_state && !frozen) {
         result->add(state_key(parameter->meta.name, kExpAvgShard), {dtype, shape}, read_from(&Stage::exp_avg));
         result->add(state_key(parameter->meta.name, kExpAvgSqShard), {dtype, shape}, read_from(&Stage::exp_avg_sq));
@@ -350,7 +356,6 @@ std::shared_ptr<TensorSource> multi_stage_source(MultiStage& multi_stage, bool o
 void load_multi_stage_state(MultiStage& multi_stage, const TensorSource& source, bool optimizer_state) {
   FLM_CHECK(!optimizer_state || multi_stage.settings().training, kComponent,
             "the model has no optimizer state to load (it was built for inference)");
-  const DType dtype = multi_stage.settings().optimization_dtype;
   // What each parameter takes: (key, stage, slot, buffer getter).
   struct Target {
     std::string key;
@@ -362,15 +367,23 @@ void load_multi_stage_state(MultiStage& multi_stage, const TensorSource& source,
   for (auto& stage : multi_stage.stages()) {
     for (const ParameterSlot& slot : stage->parameters()) {
       const layers::ParameterMeta& meta = slot.parameter->meta;
-      targets.push_back({state_key(meta.name, kWeightsShard), stage.get(), &slot, &Stage::weight_shard});
+      targets.push_back({state_key(meta.name, kWeightsShard), stage.get(), &slot, master_weights(meta.frozen)});
       if (optimizer_state && !meta.frozen) {
         targets.push_back({state_key(meta.name, kExpAvgShard), stage.get(), &slot, &Stage::exp_avg});
         targets.push_back({state_key(meta.name, kExpAvgSqShard), stage.get(), &slot, &Stage::exp_avg_sq});
       }
     }
   }
-  // Everything is checked before anything is loaded.
+  // Everything is checked before anything is loaded. A PEFT adapter (LoRA) the source does not hold, as a base model's
+  // checkpoint does not, starts from its initialisation (and zero Adam state): training LoRA on top of a pretrained
+  // model is what adapters are for.
   std::set<std::string> used;
+  std::vector<Target> fresh_adapters;
+  std::erase_if(targets, [&](const Target& target) {
+    if (!target.slot->parameter->meta.peft || source.contains(target.key)) return false;
+    if (target.buffer == &Stage::weight_shard) fresh_adapters.push_back(target);
+    return true;
+  });
   for (const Target& target : targets) {
     const layers::ParameterMeta& meta = target.slot->parameter->meta;
     if (!source.contains(target.key))
@@ -394,12 +407,28 @@ void load_multi_stage_state(MultiStage& multi_stage, const TensorSource& source,
                                         "architecture?)",
                                         source.describe(), name));
   }
+  if (!fresh_adapters.empty())
+    log_main("{}: {} adapter weights it does not hold start from their initialization", source.describe(),
+             fresh_adapters.size());
+  for (const Target& target : fresh_adapters) {
+    target.stage->initialize_parameter(*target.slot);
+    if (!optimizer_state) continue;
+    const Overlap overlap = overlap_of(*target.stage, *target.slot);
+    if (overlap.count == 0) continue;
+    for (Tensor& (Stage::*buffer)() : {&Stage::exp_avg, &Stage::exp_avg_sq}) {
+      Tensor moments = elements((target.stage->*buffer)(), overlap.shard_position, overlap.count);
+      set_bytes(moments.data(), target.stage->settings().device, 0, moments.nbytes(),
+                compute_stream(target.stage->settings().device));
+    }
+  }
   for (const Target& target : targets) {
     const Overlap overlap = overlap_of(*target.stage, *target.slot);
     if (overlap.count == 0) continue;
     const Stream stream = compute_stream(target.stage->settings().device);
-    Tensor values = to_host_dtype(source.load(target.key), dtype).flatten();
-    elements((target.stage->*target.buffer)(), overlap.shard_position, overlap.count)
+    // In the shard's dtype: the optimization dtype, or the compute dtype for frozen weights kept only in it.
+    Tensor& shard = (target.stage->*target.buffer)();
+    Tensor values = to_host_dtype(source.load(target.key), shard.dtype()).flatten();
+    elements(shard, overlap.shard_position, overlap.count)
         .copy_bytes_from(elements(values, overlap.parameter_begin, overlap.count), stream);
     // `values` is freed when this iteration ends: the copy must be done with it.
     synchronize(target.stage->settings().device, stream);

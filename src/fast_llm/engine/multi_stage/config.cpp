@@ -13,7 +13,8 @@ void MultiStageConfig::visit(Visitor& v) {
   v(full_precision_gradients, "full_precision_gradients",
     "Accumulate and reduce gradients in fp32 rather than the compute data type.", Hint::optional);
   v(store_frozen_weights_in_optimization_precision, "store_frozen_weights_in_optimization_precision",
-    "Keep frozen weights in the optimization data type too, so saved checkpoints keep their precision.",
+    "Keep frozen weights in the optimization data type too, so saved checkpoints keep their precision; false keeps "
+    "only their compute-dtype copy (less memory, e.g. for LoRA).",
     Hint::optional);
   static constexpr std::string_view debug_logs = "debug tensor logs";
   v(debug_layer_outputs, "debug_layer_outputs", "Log each layer's output (the value is the detail level).",

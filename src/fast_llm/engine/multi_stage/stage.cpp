@@ -35,6 +35,17 @@ bool weights_alias_shard(const StageSettings& settings) {
 bool gradients_alias_shard(const StageSettings& settings) {
   return settings.data_parallel == 1 && settings.gradient_dtype == settings.optimization_dtype;
 }
+// Frozen weights kept in the compute dtype only (store_frozen_weights_in_optimization_precision: false), when it is not
+// the optimization dtype.
+bool frozen_kept_in_compute_dtype(const StageSettings& settings) {
+  return !settings.store_frozen_weights_in_optimization_precision &&
+         settings.compute_dtype != settings.optimization_dtype;
+}
+// ... and then, unless the stage's full weight buffer is shared with other stages (ZeRO-3), this rank's part of the
+// frozen region of that buffer is their only copy on the rank (the gather that fills the rest is in place).
+bool frozen_shard_in_weight_buffer(const StageSettings& settings, bool weights_shared) {
+  return frozen_kept_in_compute_dtype(settings) && !weights_shared;
+}
 
 }  // namespace
 
@@ -51,7 +62,12 @@ StageRegions stage_regions(const std::vector<layers::Layer*>& layers, int data_p
 int64_t stage_buffer_bytes(const StageRegions& regions, const StageSettings& settings, SharedBufferUse shared) {
   const int64_t shard = regions.trainable / settings.data_parallel;
   const int64_t optimization = int64_t(dtype_size(settings.optimization_dtype));
-  int64_t bytes = (shard + regions.frozen / settings.data_parallel) * optimization;  // weight_shard
+  int64_t bytes = shard * optimization;  // weight_shard, trainable part
+  const int64_t frozen_shard = regions.frozen / settings.data_parallel;
+  if (!frozen_kept_in_compute_dtype(settings))
+    bytes += frozen_shard * optimization;  // weight_shard, frozen part
+  else if (!frozen_shard_in_weight_buffer(settings, shared.weights))
+    bytes += frozen_shard * int64_t(dtype_size(settings.compute_dtype));  // frozen_shard
   if (!weights_alias_shard(settings) && !shared.weights)
     bytes += (regions.trainable + regions.frozen) * int64_t(dtype_size(settings.compute_dtype));  // weight_buffer
   if (!settings.training) return bytes;
@@ -87,13 +103,6 @@ Stage::Stage(int index, std::vector<layers::Layer*> layers, const StageSettings&
       by_group[key].push_back(parameter);
     }
   }
-  FLM_CHECK(frozen.empty() || settings_.store_frozen_weights_in_optimization_precision ||
-                settings_.optimization_dtype == settings_.compute_dtype,
-            "multi_stage",
-            "stage {}: frozen weights kept in the compute dtype ({}) rather than the optimization dtype ({}) are not "
-            "supported; set model.multi_stage.store_frozen_weights_in_optimization_precision: true",
-            index_, dtype_name(settings_.compute_dtype), dtype_name(settings_.optimization_dtype));
-
   const int64_t region_multiple = kParameterAlignment * settings_.data_parallel;
   int64_t offset = 0;
   for (const auto& key : group_keys) {
@@ -119,7 +128,9 @@ Stage::Stage(int index, std::vector<layers::Layer*> layers, const StageSettings&
 
   // Buffers (stage_buffer_bytes counts the same ones).
   const Device device = settings_.device;
-  weight_shard_ = zeros(trainable_shard_size() + frozen_shard_size(), settings_.optimization_dtype, device);
+  frozen_in_compute_dtype_ = frozen_kept_in_compute_dtype(settings_);
+  weight_shard_ = zeros(trainable_shard_size() + (frozen_in_compute_dtype_ ? 0 : frozen_shard_size()),
+                        settings_.optimization_dtype, device);
   weights_alias_shard_ = weights_alias_shard(settings_);
   weights_shared_ = shared.weights.defined();
   gradients_shared_ = settings_.training && shared.gradients.defined();
@@ -132,6 +143,13 @@ Stage::Stage(int index, std::vector<layers::Layer*> layers, const StageSettings&
   weight_buffer_ = weights_alias_shard_ ? weight_shard_
                    : weights_shared_    ? shared.weights.slice(0, 0, trainable_size_ + frozen_size_)
                                         : zeros(trainable_size_ + frozen_size_, settings_.compute_dtype, device);
+  if (!frozen_in_compute_dtype_)
+    frozen_shard_ = weight_shard_.slice(0, trainable_shard_size(), trainable_shard_size() + frozen_shard_size());
+  else if (frozen_shard_in_weight_buffer(settings_, weights_shared_))
+    frozen_shard_ = weight_buffer_.slice(0, frozen_shard_begin(settings_.data_rank),
+                                         frozen_shard_begin(settings_.data_rank) + frozen_shard_size());
+  else
+    frozen_shard_ = zeros(frozen_shard_size(), settings_.compute_dtype, device);
   if (settings_.training) {
     grad_buffer_ = gradients_shared_ ? shared.gradients.slice(0, 0, trainable_size_)
                                      : zeros(trainable_size_, settings_.gradient_dtype, device);
@@ -195,40 +213,50 @@ void Stage::initialize_weights() {
 }
 
 void Stage::initialize_shard() {
-  const int rank = settings_.data_rank;
-  const size_t element_size = dtype_size(settings_.optimization_dtype);
-  // Each region's shard: [region begin of this rank, + shard size) in stage coordinates, at `shard_offset` in the
-  // weight shard.
-  struct Region {
-    int64_t begin, size, shard_offset;
-  };
-  const Region regions[] = {{trainable_shard_begin(rank), trainable_shard_size(), 0},
-                            {frozen_shard_begin(rank), frozen_shard_size(), trainable_shard_size()}};
-  char* shard = static_cast<char*>(weight_shard_.data());
-  Tensor staging;
-  for (const ParameterSlot& slot : slots_) {
-    const Region& region = slot.parameter->meta.frozen ? regions[1] : regions[0];
-    int64_t begin = std::max(slot.offset, region.begin);
-    int64_t end = std::min(slot.offset + slot.numel, region.begin + region.size);
-    for (int64_t chunk = begin; chunk < end; chunk += kInitializationChunk) {
-      int64_t count = std::min(kInitializationChunk, end - chunk);
-      char* destination = shard + size_t(region.shard_offset + chunk - region.begin) * element_size;
-      if (settings_.device.is_cpu()) {
-        fill_initial_values(*slot.parameter, chunk - slot.offset, count, destination);
-      } else {
-        if (!staging.defined() || staging.numel() < count)
-          staging = Tensor::empty(Shape{std::min(kInitializationChunk, end - begin)}, settings_.optimization_dtype);
-        fill_initial_values(*slot.parameter, chunk - slot.offset, count, staging.data());
-        copy_bytes(destination, settings_.device, staging.data(), Device::cpu(), size_t(count) * element_size,
-                   compute_stream(settings_.device));
-        // The staging buffer is rewritten by the next chunk: wait for this copy.
-        synchronize(settings_.device, compute_stream(settings_.device));
-      }
-    }
-  }
+  for (const ParameterSlot& slot : slots_) initialize_parameter(slot);
   if (settings_.training) {
     set_bytes(exp_avg_.data(), settings_.device, 0, exp_avg_.nbytes(), Stream{});
     set_bytes(exp_avg_sq_.data(), settings_.device, 0, exp_avg_sq_.nbytes(), Stream{});
+  }
+}
+
+void Stage::initialize_parameter(const ParameterSlot& slot) {
+  const int rank = settings_.data_rank;
+  const bool frozen = slot.parameter->meta.frozen;
+  // This rank's part of the parameter's region: [region begin, + shard size) in stage coordinates, held by `shard`
+  // (the trainable part of weight_shard, or frozen_shard) from its element 0.
+  const int64_t region_begin = frozen ? frozen_shard_begin(rank) : trainable_shard_begin(rank);
+  const int64_t region_size = frozen ? frozen_shard_size() : trainable_shard_size();
+  Tensor shard = frozen ? frozen_shard_ : weight_shard_.slice(0, 0, trainable_shard_size());
+  const int64_t begin = std::max(slot.offset, region_begin);
+  const int64_t end = std::min(slot.offset + slot.numel, region_begin + region_size);
+  const size_t element_size = dtype_size(settings_.optimization_dtype);
+  // Values are computed in the optimization dtype; written directly where the shard is of that dtype on the CPU,
+  // else through a host staging buffer (cast on the way when the shard holds the compute dtype).
+  const bool direct = settings_.device.is_cpu() && shard.dtype() == settings_.optimization_dtype;
+  Tensor staging;
+  for (int64_t chunk = begin; chunk < end; chunk += kInitializationChunk) {
+    const int64_t count = std::min(kInitializationChunk, end - chunk);
+    Tensor destination = shard.slice(0, chunk - region_begin, chunk - region_begin + count);
+    if (direct) {
+      fill_initial_values(*slot.parameter, chunk - slot.offset, count, destination.data());
+      continue;
+    }
+    if (!staging.defined() || staging.numel() < count)
+      staging = Tensor::empty(Shape{std::min(kInitializationChunk, end - begin)}, settings_.optimization_dtype);
+    fill_initial_values(*slot.parameter, chunk - slot.offset, count, staging.data());
+    Tensor values = staging.slice(0, 0, count);
+    const Stream stream = compute_stream(settings_.device);
+    if (shard.dtype() == settings_.optimization_dtype) {
+      copy_bytes(destination.data(), settings_.device, values.data(), Device::cpu(), size_t(count) * element_size,
+                 stream);
+    } else {
+      kernels::cast({.source = settings_.device.is_cpu() ? values : values.to(settings_.device, stream),
+                     .destination = destination,
+                     .stream = stream});
+    }
+    // The staging buffer is rewritten by the next chunk: wait for this copy.
+    synchronize(settings_.device, stream);
   }
 }
 
@@ -247,7 +275,10 @@ void PendingCollectives::wait(Stream stream) {
 void Stage::copy_weights_from_shard(Stream stream, bool frozen) {
   if (weights_alias_shard_ || weights_shared_ || weight_buffer_.numel() == 0) return;
   if (settings_.data_parallel == 1) {
-    kernels::cast({.source = weight_shard_, .destination = weight_buffer_, .stream = stream});
+    // Frozen weights kept in the compute dtype are already in the buffer (frozen_shard is its frozen region).
+    Tensor destination = frozen_in_compute_dtype_ ? weight_buffer_.slice(0, 0, trainable_size_) : weight_buffer_;
+    if (destination.numel() > 0)
+      kernels::cast({.source = weight_shard_, .destination = destination, .stream = stream});
     return;
   }
   start_gather_weights(stream, frozen).wait(stream);
@@ -258,26 +289,21 @@ PendingCollectives Stage::start_gather_weights(Stream stream, bool frozen) {
                  settings_.data_group->size() == settings_.data_parallel,
              "stage {}: gathering weights without a data-parallel group", index_);
   PendingCollectives pending;
-  // This rank's master shard (both regions, or the trainable one) in the compute dtype; each region is gathered on
-  // its own, rank r's part landing at r * shard of the region, where the layout puts it.
-  Tensor part = frozen ? weight_shard_ : weight_shard_.slice(0, 0, trainable_shard_size());
-  if (part.numel() == 0) return pending;
-  if (settings_.compute_dtype != settings_.optimization_dtype) {
-    Tensor cast = Tensor::empty(part.shape(), settings_.compute_dtype, settings_.device);
-    kernels::cast({.source = part, .destination = cast, .stream = stream});
-    part = cast;
-  }
-  if (trainable_size_ > 0) {
-    Tensor full = weight_buffer_.slice(0, 0, trainable_size_);
-    pending.works.push_back(
-        settings_.data_group->all_gather(part.slice(0, 0, trainable_shard_size()), full, stream));
-  }
-  if (frozen && frozen_size_ > 0) {
-    Tensor full = weight_buffer_.slice(0, trainable_size_, trainable_size_ + frozen_size_);
-    pending.works.push_back(settings_.data_group->all_gather(
-        part.slice(0, trainable_shard_size(), trainable_shard_size() + frozen_shard_size()), full, stream));
-  }
-  pending.tensors.push_back(part);
+  // Each region is gathered on its own from this rank's part of it, in the compute dtype (cast first when kept in
+  // another), rank r's part landing at r * shard of the region, where the layout puts it.
+  auto gather = [&](Tensor part, int64_t begin, int64_t size) {
+    if (size == 0) return;
+    if (part.dtype() != settings_.compute_dtype) {
+      Tensor cast = Tensor::empty(part.shape(), settings_.compute_dtype, settings_.device);
+      kernels::cast({.source = part, .destination = cast, .stream = stream});
+      part = cast;
+    }
+    Tensor full = weight_buffer_.slice(0, begin, begin + size);
+    pending.works.push_back(settings_.data_group->all_gather(part, full, stream));
+    pending.tensors.push_back(part);
+  };
+  gather(weight_shard_.slice(0, 0, trainable_shard_size()), 0, trainable_size_);
+  if (frozen) gather(frozen_shard_, trainable_size_, frozen_size_);
   return pending;
 }
 

@@ -14,6 +14,12 @@
 //   weight_buffer  (trainable_size + frozen_size)  compute dtype, full: what layers read (Parameter::weight views)
 //   grad_buffer    (trainable_size)                gradient dtype, full: what layers accumulate into (+=)
 //   weight_shard   (trainable shard + frozen shard) optimization dtype: master weights of this rank's shard
+//   frozen_shard   (frozen shard)                   the frozen part of weight_shard, or with
+//                  store_frozen_weights_in_optimization_precision: false (and a compute dtype other than the
+//                  optimization dtype) a buffer of its own in the compute dtype, weight_shard then holding the
+//                  trainable shard only: a frozen weight keeps only its compute-dtype copy (unless the stage shares
+//                  its full weight buffer, ZeRO-3, frozen_shard is this rank's part of weight_buffer's frozen region
+//                  itself, and gathering the region is in place)
 //   grad_shard     (trainable shard)                optimization dtype: this rank's reduced gradients
 //   exp_avg, exp_avg_sq (trainable shard)           optimization dtype: Adam state
 // With one data-parallel rank and equal dtypes the shard and the full buffer are the same memory (views), so nothing
@@ -136,6 +142,9 @@ class Stage {
   Tensor& weight_buffer() { return weight_buffer_; }
   Tensor& grad_buffer() { return grad_buffer_; }
   Tensor& weight_shard() { return weight_shard_; }
+  // This rank's shard of the frozen region, in the optimization dtype or (see the file comment) the compute dtype.
+  Tensor& frozen_shard() { return frozen_shard_; }
+  bool frozen_in_compute_dtype() const { return frozen_in_compute_dtype_; }
   Tensor& grad_shard() { return grad_shard_; }
   Tensor& exp_avg() { return exp_avg_; }
   Tensor& exp_avg_sq() { return exp_avg_sq_; }
@@ -151,6 +160,9 @@ class Stage {
   // Fills this rank's master shard from each parameter's initialisation (element i of a parameter is a pure function
   // of (seed, parameter name, i), so any stage layout and sharding gives the same values) and zeroes the Adam state.
   void initialize_shard();
+  // This rank's part of one parameter's master weights from its initialisation (the Adam state is left as it is): a
+  // LoRA adapter that a base model's checkpoint does not hold starts from there.
+  void initialize_parameter(const ParameterSlot& slot);
   // initialize_shard, then the result into the compute-dtype weights.
   void initialize_weights();
   // weight_buffer <- weight_shard (cast to the compute dtype). One data-parallel rank: a cast, or nothing when the two
@@ -194,6 +206,7 @@ class Stage {
   int64_t trainable_size_ = 0;
   int64_t frozen_size_ = 0;
   bool weights_alias_shard_ = false;
+  bool frozen_in_compute_dtype_ = false;
   bool gradients_alias_shard_ = false;
   bool weights_shared_ = false;
   bool gradients_shared_ = false;
@@ -201,7 +214,8 @@ class Stage {
 
   Tensor weight_buffer_;  // (trainable_size + frozen_size) compute dtype
   Tensor grad_buffer_;    // (trainable_size) gradient dtype
-  Tensor weight_shard_;   // (trainable shard + frozen shard) optimization dtype
+  Tensor weight_shard_;   // (trainable shard [+ frozen shard]) optimization dtype
+  Tensor frozen_shard_;   // (frozen shard) optimization dtype (a view of weight_shard_) or compute dtype
   Tensor grad_shard_;     // (trainable shard) optimization dtype
   Tensor exp_avg_;        // (trainable shard) optimization dtype
   Tensor exp_avg_sq_;     // (trainable shard) optimization dtype

@@ -8,14 +8,19 @@
 namespace fast_llm::engine {
 namespace {
 
-// Byte layout of a packed batch: tokens, labels, positions (int64), then cu_seqlens (int32); every part is 8-byte
-// aligned because the int64 parts come first.
+// Byte layout of a packed batch: tokens, labels, positions (int64), then cu_seqlens (int32), then when the batch has
+// token data advantages, old log-probabilities (float32) and label documents (int32); every part is aligned to its
+// type because the int64 parts come first.
 struct Layout {
   int64_t tokens = 0, segments = 0;  // segments + 1 cu_seqlens entries
+  bool token_data = false;
   size_t labels() const { return size_t(tokens) * 8; }
   size_t positions() const { return 2 * size_t(tokens) * 8; }
   size_t cu_seqlens() const { return 3 * size_t(tokens) * 8; }
-  size_t bytes() const { return cu_seqlens() + size_t(segments + 1) * 4; }
+  size_t advantages() const { return cu_seqlens() + size_t(segments + 1) * 4; }
+  size_t old_log_probabilities() const { return advantages() + size_t(tokens) * 4; }
+  size_t label_documents() const { return old_log_probabilities() + size_t(tokens) * 4; }
+  size_t bytes() const { return token_data ? label_documents() + size_t(tokens) * 4 : advantages(); }
 };
 
 }  // namespace
@@ -38,7 +43,13 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
                  int64_t(batch->labels.size()) >= tokens && segments >= 0,
              "batch of sample {} has inconsistent sizes", batch->sample_index);
   const std::span<const int64_t> labels = batch->labels_at(1);
+  const bool token_data = batch->has_token_data();
+  FLM_ASSERT(!token_data || (int64_t(batch->advantages.size()) == tokens &&
+                             int64_t(batch->old_log_probabilities.size()) == tokens &&
+                             int64_t(batch->label_documents.size()) == tokens),
+             "batch of sample {} has token data of inconsistent sizes", batch->sample_index);
   layers::MicroBatch result{.index = 0, .max_seqlen = batch->max_seqlen};
+  result.num_documents = batch->num_sample_documents;
   result.sequence_lengths.assign(batch->lengths.begin(), batch->lengths.end());
   for (const data::PreferenceRows& pair : batch->preference_pairs)
     result.preference_pairs.push_back({.chosen_begin = pair.chosen_begin,
@@ -55,10 +66,15 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
     result.labels = wrap(labels.data(), tokens, DType::int64);
     result.positions = wrap(batch->positions.data(), tokens, DType::int64);
     result.cu_seqlens = wrap(batch->cu_seqlens.data(), segments + 1, DType::int32);
+    if (token_data) {
+      result.advantages = wrap(batch->advantages.data(), tokens, DType::float32);
+      result.old_log_probabilities = wrap(batch->old_log_probabilities.data(), tokens, DType::float32);
+      result.label_documents = wrap(batch->label_documents.data(), tokens, DType::int32);
+    }
     return result;
   }
 
-  const Layout layout{.tokens = tokens, .segments = segments};
+  const Layout layout{.tokens = tokens, .segments = segments, .token_data = token_data};
   Slot& slot = slots_[next_slot_];
   next_slot_ = (next_slot_ + 1) % slots_.size();
   // The slot's previous copy must have read the buffer before it is overwritten.
@@ -70,6 +86,11 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
   std::memcpy(host + layout.labels(), labels.data(), size_t(tokens) * 8);
   std::memcpy(host + layout.positions(), batch->positions.data(), size_t(tokens) * 8);
   std::memcpy(host + layout.cu_seqlens(), batch->cu_seqlens.data(), size_t(segments + 1) * 4);
+  if (token_data) {
+    std::memcpy(host + layout.advantages(), batch->advantages.data(), size_t(tokens) * 4);
+    std::memcpy(host + layout.old_log_probabilities(), batch->old_log_probabilities.data(), size_t(tokens) * 4);
+    std::memcpy(host + layout.label_documents(), batch->label_documents.data(), size_t(tokens) * 4);
+  }
 
   // Allocated in the upload stream's pool, used on the compute stream: recorded there, so its memory returns to the
   // pool only after the compute work queued when the last view of it goes.
@@ -89,6 +110,11 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
   result.labels = view(layout.labels(), tokens, DType::int64);
   result.positions = view(layout.positions(), tokens, DType::int64);
   result.cu_seqlens = view(layout.cu_seqlens(), segments + 1, DType::int32);
+  if (token_data) {
+    result.advantages = view(layout.advantages(), tokens, DType::float32);
+    result.old_log_probabilities = view(layout.old_log_probabilities(), tokens, DType::float32);
+    result.label_documents = view(layout.label_documents(), tokens, DType::int32);
+  }
   return result;
 }
 

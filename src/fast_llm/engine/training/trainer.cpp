@@ -272,6 +272,7 @@ std::vector<layers::MicroBatch> Trainer::next_micro_batches(data::DataLoader& lo
   std::vector<layers::MicroBatch> micro_batches;
   num_labels = 0;
   int64_t preference_pairs = 0;
+  int64_t num_documents = 0;
   for (int64_t index = 0; index < rank_samples_per_step_; ++index) {
     std::optional<data::Batch> batch = loader.next();
     FLM_CHECK(batch.has_value(), "training", "dataset '{}' ran out of samples after step {}", dataset,
@@ -279,18 +280,21 @@ std::vector<layers::MicroBatch> Trainer::next_micro_batches(data::DataLoader& lo
     auto shared = std::make_shared<const data::Batch>(std::move(*batch));
     num_labels += shared->num_labels(1);
     preference_pairs += int64_t(shared->preference_pairs.size());
+    num_documents += shared->num_sample_documents;
     micro_batches.push_back(uploader_->upload(shared));
     keep_alive.push_back(std::move(shared));
   }
-  // The loss is normalised by the labels of the whole step (the DPO loss by its preference pairs), on every rank: both
-  // counts in one reduction (exact in doubles up to 2^53).
-  std::vector<double> counts{double(num_labels), double(preference_pairs)};
+  // The loss is normalised by the labels of the whole step (the DPO loss by its preference pairs, GSPO's by its
+  // documents), on every rank: all counts in one reduction (exact in doubles up to 2^53).
+  std::vector<double> counts{double(num_labels), double(preference_pairs), double(num_documents)};
   groups_->sum(counts);
   num_labels = int64_t(counts[0]);
   preference_pairs = int64_t(counts[1]);
+  num_documents = int64_t(counts[2]);
   for (layers::MicroBatch& micro_batch : micro_batches) {
     micro_batch.labels_in_step = num_labels;
     micro_batch.preference_pairs_in_step = preference_pairs;
+    micro_batch.documents_in_step = num_documents;
   }
   if (sections_.prepare_micro_batches) sections_.prepare_micro_batches(micro_batches);
   return micro_batches;
@@ -300,7 +304,8 @@ TrainingSave Trainer::training_save() const {
   return {.model = sections_.model,
           .state = state(),
           .consumed_samples = completed_steps_ * samples_per_step_,
-          .trainer_config = resolved_config_yaml_};
+          .trainer_config = resolved_config_yaml_,
+          .base_model_path = sections_.pretrained.model_weights ? sections_.pretrained.path : std::nullopt};
 }
 
 bool Trainer::resume_from_checkpoint() {

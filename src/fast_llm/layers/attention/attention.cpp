@@ -17,7 +17,7 @@ namespace fast_llm::layers {
 namespace {
 
 LinearOptions projection_options(const AffineLinearConfig& config, int64_t input_size, int64_t output_size,
-                                 int64_t hidden_size, double lr_scale) {
+                                 int64_t hidden_size, double lr_scale, std::optional<LoraOptions> lora) {
   lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
   FLM_ASSERT(config.bias.enabled.has_value(), "{}: bias.enabled is resolved at validation", config.path());
   return {.input_size = input_size,
@@ -26,7 +26,21 @@ LinearOptions projection_options(const AffineLinearConfig& config, int64_t input
           .transposed_weight = false,
           .weight = parameter_settings(config.weight, default_weight_initialization(hidden_size), lr_scale),
           .bias_settings = parameter_settings(config.bias, default_bias_initialization(), lr_scale,
-                                              /*default_weight_decay=*/false)};
+                                              /*default_weight_decay=*/false),
+          .lora = std::move(lora)};
+}
+
+// key_value's adapter, as Fast-LLM's: over the value half by default, the key half too with key_layer.apply_peft (one
+// adapter over the contiguous rows it covers).
+std::optional<LoraOptions> key_value_lora(const LoraConfig* lora, const AttentionConfig& config) {
+  const int64_t half = int64_t(config.head_groups) * config.head_size;
+  const bool key = config.key_layer.apply_peft.value_or(false), value = config.value_layer.apply_peft.value_or(true);
+  if (lora == nullptr || (!key && !value)) return std::nullopt;
+  return LoraOptions{.rank = lora->rank,
+                     .alpha = lora->alpha,
+                     .dropout = lora->dropout,
+                     .begin = key ? 0 : half,
+                     .end = value ? 2 * half : half};
 }
 
 const AttentionConfig& checked(const AttentionConfig& config) {
@@ -53,7 +67,7 @@ std::unique_ptr<Normalization> optional_norm(std::string name, const std::option
 }  // namespace
 
 Attention::Attention(std::string name, const AttentionConfig& config, int64_t hidden_size, double lr_scale,
-                     std::shared_ptr<Rotary> rotary)
+                     std::shared_ptr<Rotary> rotary, const LoraConfig* lora)
     : Mixer(std::move(name)),
       heads_(checked(config).heads),
       head_groups_(config.head_groups),
@@ -62,13 +76,17 @@ Attention::Attention(std::string name, const AttentionConfig& config, int64_t hi
       softmax_scale_(std::pow(double(config.head_size), -config.softmax_scale_power)),
       query_(child_name("query"),
              projection_options(config.query_layer, hidden_size, int64_t(config.heads) * config.head_size, hidden_size,
-                                combine_lr_scales(lr_scale, config.lr_scale))),
+                                combine_lr_scales(lr_scale, config.lr_scale),
+                                lora_options(lora, config.query_layer, /*default_apply=*/true, 0,
+                                             int64_t(config.heads) * config.head_size))),
       key_value_(child_name("key_value"),
                  projection_options(config.key_layer, hidden_size, 2 * int64_t(config.head_groups) * config.head_size,
-                                    hidden_size, combine_lr_scales(lr_scale, config.lr_scale))),
+                                    hidden_size, combine_lr_scales(lr_scale, config.lr_scale),
+                                    key_value_lora(lora, config))),
       dense_(child_name("dense"),
              projection_options(config.dense_layer, int64_t(config.heads) * config.head_size, hidden_size, hidden_size,
-                                combine_lr_scales(lr_scale, config.lr_scale))),
+                                combine_lr_scales(lr_scale, config.lr_scale),
+                                lora_options(lora, config.dense_layer, /*default_apply=*/false, 0, hidden_size))),
       rotary_(std::move(rotary)) {
   if (config.window_size) window_size_ = *config.window_size;
   const double mixer_lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
@@ -86,7 +104,7 @@ Attention::Attention(std::string name, const AttentionConfig& config, int64_t hi
 
 Attention::Attention(const AttentionConfig& config, const SublayerArguments& arguments)
     : Attention(arguments.name, config, arguments.hidden_size, arguments.lr_scale,
-                arguments.shared.rotary(config.rotary.get(), config.head_size)) {}
+                arguments.shared.rotary(config.rotary.get(), config.head_size), arguments.lora) {}
 
 FLM_REGISTER_SUBLAYER(Mixer, Attention, AttentionConfig, "attention");
 
@@ -95,7 +113,10 @@ Tensor Attention::forward(LayerContext& context, const Tensor& input) {
     FLM_ASSERT(!context.training, "{}: a key/value cache in a training forward", name());
     return forward_cached(input, context.batch, *context.key_value_cache, context.stream);
   }
-  return saved_.keep(context, [&](Saved* saved) { return forward(input, context.batch, saved, context.stream); });
+  return saved_.keep(context, [&](Saved* saved) {
+    return forward(input, context.batch, saved, context.stream,
+                   context.training ? std::optional<uint64_t>(context.dropout_seed) : std::nullopt);
+  });
 }
 
 Tensor Attention::backward(LayerContext& context, const Tensor& grad_output) {
@@ -103,13 +124,16 @@ Tensor Attention::backward(LayerContext& context, const Tensor& grad_output) {
 }
 
 Attention::Projections Attention::project(const Tensor& input, Normalization::Saved* query_norm,
-                                          Normalization::Saved* key_norm, Stream stream) {
+                                          Normalization::Saved* key_norm, Stream stream,
+                                          std::optional<uint64_t> dropout_seed) {
   const int64_t tokens = input.size(0);
   // (tokens, heads, head_size) and (tokens, head_groups, head_size), each contiguous.
   Projections result{
-      .query = query_.forward(input, stream).reshape(Shape{tokens, heads_, head_size_}),
-      .key = key_value_.forward(input, stream, key_range()).reshape(Shape{tokens, head_groups_, head_size_}),
-      .value = key_value_.forward(input, stream, value_range()).reshape(Shape{tokens, head_groups_, head_size_})};
+      .query = query_.forward(input, stream, std::nullopt, dropout_seed).reshape(Shape{tokens, heads_, head_size_}),
+      .key = key_value_.forward(input, stream, key_range(), dropout_seed)
+                 .reshape(Shape{tokens, head_groups_, head_size_}),
+      .value = key_value_.forward(input, stream, value_range(), dropout_seed)
+                   .reshape(Shape{tokens, head_groups_, head_size_})};
   if (query_norm_) {
     result.query = query_norm_->forward(result.query.reshape(Shape{tokens * heads_, head_size_}), query_norm, stream)
                        .reshape(Shape{tokens, heads_, head_size_});
@@ -144,10 +168,11 @@ Tensor Attention::attend(const Projections& projections, const MicroBatch& batch
   return output;
 }
 
-Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream) {
+Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream,
+                          std::optional<uint64_t> dropout_seed) {
   const int64_t tokens = input.size(0);
   Normalization::Saved query_norm_saved, key_norm_saved;
-  Projections projections = project(input, &query_norm_saved, &key_norm_saved, stream);
+  Projections projections = project(input, &query_norm_saved, &key_norm_saved, stream, dropout_seed);
   if (rotary_->enabled()) {
     Rotary::Tables tables = rotary_->tables(tokens, input.device(), stream);
     for (Tensor* tensor : {&projections.query, &projections.key})
@@ -157,7 +182,7 @@ Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* s
   Tensor logsumexp;
   Tensor output = attend(projections, batch, &logsumexp, stream);
   Tensor flat_output = output.reshape(Shape{tokens, int64_t(heads_) * head_size_});
-  Tensor result = dense_.forward(flat_output, stream);
+  Tensor result = dense_.forward(flat_output, stream, std::nullopt, dropout_seed);
   if (saved != nullptr) {
     *saved = Saved{.input = input,
                    .query = projections.query,
@@ -168,7 +193,8 @@ Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* s
                    .cu_seqlens = batch.cu_seqlens,
                    .max_seqlen = batch.max_seqlen,
                    .query_norm = std::move(query_norm_saved),
-                   .key_norm = std::move(key_norm_saved)};
+                   .key_norm = std::move(key_norm_saved),
+                   .dropout_seed = dropout_seed};
   }
   return result;
 }
@@ -241,7 +267,8 @@ Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream
   if (rotary_->enabled()) rotary_tables = rotary_->tables(tokens, device, stream);
   {
     Tensor flat_output = saved.output.reshape(Shape{tokens, int64_t(heads_) * head_size_});
-    Tensor grad_attention = dense_.backward(grad_output, flat_output, stream).reshape(saved.output.shape());
+    Tensor grad_attention = dense_.backward(grad_output, flat_output, stream, std::nullopt, saved.dropout_seed)
+                                .reshape(saved.output.shape());
     kernels::attention_backward({.grad_output = grad_attention,
                                  .query = saved.query,
                                  .key = saved.key,
@@ -272,11 +299,11 @@ Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream
   saved.query_norm = saved.key_norm = Normalization::Saved();
   Tensor grad_input = Tensor::empty(saved.input.shape(), saved.input.dtype(), device, stream);
   query_.backward(grad_query.reshape(Shape{tokens, int64_t(heads_) * head_size_}), saved.input, &grad_input,
-                  /*accumulate_grad_input=*/false, stream);
+                  /*accumulate_grad_input=*/false, stream, std::nullopt, saved.dropout_seed);
   key_value_.backward(grad_key.reshape(Shape{tokens, int64_t(head_groups_) * head_size_}), saved.input, &grad_input,
-                      /*accumulate_grad_input=*/true, stream, key_range());
+                      /*accumulate_grad_input=*/true, stream, key_range(), saved.dropout_seed);
   key_value_.backward(grad_value.reshape(Shape{tokens, int64_t(head_groups_) * head_size_}), saved.input, &grad_input,
-                      /*accumulate_grad_input=*/true, stream, value_range());
+                      /*accumulate_grad_input=*/true, stream, value_range(), saved.dropout_seed);
   return grad_input;
 }
 

@@ -40,8 +40,10 @@ class Attention : public Mixer {
  public:
   // `rotary` may be shared between layers with the same rotary settings (the cos/sin tables are then built once); null
   // builds this layer's own from the config.
+  // `lora` (null: none) adds LoRA adapters to the query projection and the value half of key_value, and to the other
+  // projections whose `apply_peft` is true (the key half, dense).
   Attention(std::string name, const AttentionConfig& config, int64_t hidden_size, double lr_scale,
-            std::shared_ptr<Rotary> rotary = nullptr);
+            std::shared_ptr<Rotary> rotary = nullptr, const LoraConfig* lora = nullptr);
   // As the block's mixer: the rotary tables from `arguments.shared`.
   Attention(const AttentionConfig& config, const SublayerArguments& arguments);
 
@@ -56,12 +58,15 @@ class Attention : public Mixer {
     int64_t max_seqlen = 0;
     Normalization::Saved query_norm;
     Normalization::Saved key_norm;
+    std::optional<uint64_t> dropout_seed;  // the forward's (LoRA dropout), regenerated in backward
   };
 
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
-  // (tokens, hidden) -> (tokens, hidden). `saved` may be null (validation: nothing kept).
-  Tensor forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream);
+  // (tokens, hidden) -> (tokens, hidden). `saved` may be null (validation: nothing kept). `dropout_seed`: the
+  // micro-batch's in a training forward (LoRA dropout), unset otherwise.
+  Tensor forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream,
+                 std::optional<uint64_t> dropout_seed = std::nullopt);
   Tensor backward(const Tensor& grad_output, Saved saved, Stream stream) const;
 
   // Matmuls (6 * tokens * weights) plus attention (12 * heads * head_size per attended query-key pair, counted from
@@ -74,6 +79,13 @@ class Attention : public Mixer {
 
   // The generation forward described above; no Saved.
   Tensor forward_cached(const Tensor& input, const MicroBatch& batch, KeyValueCache& cache, Stream stream);
+
+  bool uses_dropout() const override {
+    return query_.uses_dropout() || key_value_.uses_dropout() || dense_.uses_dropout();
+  }
+  Linear& query() { return query_; }
+  Linear& key_value() { return key_value_; }
+  Linear& dense() { return dense_; }
 
   int heads() const { return heads_; }
   int head_groups() const { return head_groups_; }
@@ -88,7 +100,7 @@ class Attention : public Mixer {
     Tensor value;  // (tokens, head_groups, head_size)
   };
   Projections project(const Tensor& input, Normalization::Saved* query_norm, Normalization::Saved* key_norm,
-                      Stream stream);
+                      Stream stream, std::optional<uint64_t> dropout_seed = std::nullopt);
   // attention_forward over the micro-batch's documents; logsumexp is written to `logsumexp` when given.
   Tensor attend(const Projections& projections, const MicroBatch& batch, Tensor* logsumexp, Stream stream) const;
 

@@ -44,7 +44,7 @@ Tensor dropout_copy(const Tensor& tensor, double probability, uint64_t seed, Str
 }  // namespace
 
 DecoderBlock::DecoderBlock(std::string name, const DecoderBlockConfig& config, int64_t hidden_size, double lr_scale,
-                           SharedResources* shared)
+                           SharedResources* shared, const LoraConfig* lora)
     : Layer(std::move(name)),
       dropout_(checked(config).dropout),
       distillation_model_(config.distillation_model),
@@ -58,10 +58,12 @@ DecoderBlock::DecoderBlock(std::string name, const DecoderBlockConfig& config, i
   const double block_lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
   mixer_ = SublayerRegistry<Mixer>::instance().build(
       config.mixer, config.field_path("mixer"),
-      {.name = child_name("mixer"), .hidden_size = hidden_size, .lr_scale = block_lr_scale, .shared = resources});
+      {.name = child_name("mixer"), .hidden_size = hidden_size, .lr_scale = block_lr_scale, .shared = resources,
+       .lora = lora});
   mlp_ = SublayerRegistry<MlpBase>::instance().build(
       config.mlp, config.field_path("mlp"),
-      {.name = child_name("mlp"), .hidden_size = hidden_size, .lr_scale = block_lr_scale, .shared = resources});
+      {.name = child_name("mlp"), .hidden_size = hidden_size, .lr_scale = block_lr_scale, .shared = resources,
+       .lora = lora});
   add_child(norm_1_);
   add_child(*mixer_);
   add_child(norm_2_);

@@ -36,9 +36,9 @@ class DecoderBlock : public Layer {
  public:
   // `lr_scale`: product of the enclosing scales (model, decoder). `shared`: what the blocks of the model share (rotary
   // tables), or null for this block's own. Refused: mixer and MLP types without a registered layer, post-mixer /
-  // post-MLP norms, a learned output scale.
+  // post-MLP norms, a learned output scale, activation distillation. `lora`: the model's LoRA settings (null: none).
   DecoderBlock(std::string name, const DecoderBlockConfig& config, int64_t hidden_size, double lr_scale,
-               SharedResources* shared = nullptr);
+               SharedResources* shared = nullptr, const LoraConfig* lora = nullptr);
 
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;

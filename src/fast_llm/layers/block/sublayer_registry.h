@@ -20,6 +20,7 @@
 #include "fast_llm/config/config.h"
 #include "fast_llm/core/error.h"
 #include "fast_llm/layers/block/shared_resources.h"
+#include "fast_llm/layers/peft/config.h"
 
 namespace fast_llm::layers {
 
@@ -29,6 +30,7 @@ struct SublayerArguments {
   int64_t hidden_size = 0;
   double lr_scale = 1.0;  // product of the enclosing scales, the block's included; the layer's own config multiplies it
   SharedResources& shared;
+  const LoraConfig* lora = nullptr;  // the model's `peft` when it is LoRA, else null
 };
 
 namespace detail {

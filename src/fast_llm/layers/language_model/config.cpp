@@ -83,6 +83,11 @@ void LanguageModelHeadConfig::check() const {
              "has no effect when losses are fused; set head.loss_implementation to per_loss or leave it unset");
     }
   }
+  for (const auto& [name, loss] : losses)
+    if (loss.is<GspoLossConfig>() && cross_entropy_splits != 1)
+      fail("cross_entropy_splits", fmt::format("must be 1 with the gspo loss '{}': its per-document ratio needs each "
+                                               "document's labels in one chunk",
+                                               name));
   if (prediction_loss_coefficient && int(prediction_loss_coefficient->size()) != prediction_heads)
     fail("prediction_loss_coefficient", fmt::format("must have one entry per prediction head ({}), got {}",
                                                     prediction_heads, prediction_loss_coefficient->size()));

@@ -43,13 +43,20 @@ LanguageModelHead::LanguageModelHead(std::string name, const LanguageModelHeadCo
   for (const auto& [loss_name, loss] : config.losses) {
     const std::string path = config.field_path("losses." + loss_name);
     std::optional<Loss>* slot = nullptr;
+    bool policy = false;
     if (loss.is<LabelLossConfig>()) {
       slot = &label_loss_;
     } else if (loss.is<ZLossConfig>()) {
       slot = &z_loss_;
+    } else if (loss.is<GrpoLossConfig>() || loss.is<GspoLossConfig>()) {
+      if (policy_loss_)
+        throw NotSupportedError("layers", fmt::format("{}: at most one policy-gradient loss is supported, '{}' is "
+                                                      "another",
+                                                      path, policy_loss_->name()));
+      policy = true;
     } else if (!reference_losses_.take(loss_name, loss.get(), config, path)) {
-      throw NotSupportedError("layers", fmt::format("{}: loss type '{}' is not supported (only label, z_loss, "
-                                                    "distillation and dpo)",
+      throw NotSupportedError("layers", fmt::format("{}: loss type '{}' is not supported (only label, z_loss, grpo, "
+                                                    "gspo, distillation and dpo)",
                                                     path, loss.type()));
     }
     if (slot != nullptr && slot->has_value())
@@ -58,10 +65,14 @@ LanguageModelHead::LanguageModelHead(std::string name, const LanguageModelHeadCo
     if (loss_scale_factor && *loss_scale_factor != loss->logits_scale_factor)
       throw NotSupportedError("layers", fmt::format("{}: the head's losses must share one logits_scale_factor", path));
     loss_scale_factor = loss->logits_scale_factor;
-    if (slot != nullptr) *slot = Loss{.name = loss_name, .weight = loss->weight};
+    if (slot != nullptr)
+      *slot = Loss{.name = loss_name, .weight = loss->weight};
+    else if (policy)
+      policy_loss_.emplace(loss_name, static_cast<const PolicyGradientLossConfig&>(loss.get()),
+                           /*sequence_level=*/loss.is<GspoLossConfig>());
   }
-  FLM_CHECK(label_loss_ || z_loss_ || !reference_losses_.empty(), "layers", "{}: the head has no loss",
-            config.field_path("losses"));
+  FLM_CHECK(label_loss_ || z_loss_ || policy_loss_ || !reference_losses_.empty(), "layers",
+            "{}: the head has no loss", config.field_path("losses"));
   logits_scale_factor_ *= loss_scale_factor.value_or(1.0);
 
   add_child(final_norm_);
@@ -112,11 +123,20 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
   const double label_weight = label_loss_ ? label_loss_->weight * context.loss_gradient_scale : 0.0;
   const double z_loss_weight = z_loss_ ? z_loss_->weight * context.loss_gradient_scale : 0.0;
   const bool label_losses = label_loss_ || z_loss_;
+  // Each chunk's logits are read by the reference losses, then the policy loss, then the label losses; only the last
+  // of them writes its gradient over the logits, the others write theirs to a buffer added afterwards.
   ReferenceLosses::Sums reference_sums = reference_losses_.zero_sums(device, stream);
   // (chunk, vocab): the reference losses' gradient, when it cannot be written over the logits.
   Tensor reference_grad_buffer;
-  if (training && !reference_losses_.empty() && (label_losses || reference_losses_.count() > 1))
+  if (training && !reference_losses_.empty() && (label_losses || policy_loss_ || reference_losses_.count() > 1))
     reference_grad_buffer = Tensor::empty(logits_buffer.shape(), logits_buffer.dtype(), device, stream);
+  // (chunk, vocab): the policy loss's gradient, when the cross-entropy kernel writes its own into logits_buffer.
+  Tensor policy_grad_buffer;
+  if (policy_loss_) {
+    policy_loss_->begin(context);
+    if (training && label_losses)
+      policy_grad_buffer = Tensor::empty(logits_buffer.shape(), logits_buffer.dtype(), device, stream);
+  }
 
   for (int64_t begin = 0; begin < tokens; begin += chunk_size) {
     const int64_t end = std::min(tokens, begin + chunk_size);
@@ -127,6 +147,12 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
     if (!reference_losses_.empty())
       reference_losses_.forward_backward(context, logits, begin, end, training ? &reference_grad : nullptr,
                                          reference_sums, logits_scale_factor_, softcap_);
+    Tensor policy_grad;
+    if (policy_loss_) {
+      if (training) policy_grad = label_losses ? policy_grad_buffer.slice(0, 0, end - begin) : logits;
+      policy_loss_->forward_chunk(context, logits, begin, end, training ? &policy_grad : nullptr,
+                                  logits_scale_factor_, softcap_);
+    }
     if (label_losses)
       kernels::cross_entropy_forward_backward({.logits = logits,
                                                .labels = batch.labels.slice(0, begin, end),
@@ -138,9 +164,11 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
                                                .logits_scale_factor = logits_scale_factor_,
                                                .softcap = softcap_,
                                                .stream = stream});
+    if (training && policy_loss_ && label_losses)
+      kernels::axpy({.input = policy_grad, .output = logits, .alpha = 1.0, .stream = stream});
     if (!training) continue;
     if (reference_grad_buffer.defined()) {
-      if (label_losses)
+      if (label_losses || policy_loss_)
         kernels::axpy({.input = reference_grad, .output = logits, .alpha = 1.0, .stream = stream});
       else
         kernels::copy({.source = reference_grad, .destination = logits, .stream = stream});
@@ -167,6 +195,7 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
     if (label_loss_) add(label_sum, *label_loss_);
     if (z_loss_) add(z_loss_sum, *z_loss_);
     reference_losses_.add_losses(context, reference_sums, total_name);
+    if (policy_loss_) policy_loss_->add_losses(context, total_name);
   }
   if (training) saved_.put(batch.index, std::move(saved));
   return Tensor();

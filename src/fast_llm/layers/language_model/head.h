@@ -12,11 +12,13 @@
 // backward on grad_h and returns the gradient of x; grad_output is ignored. Forward returns an empty tensor.
 // Losses: each configured loss adds its unweighted sum over the micro-batch's labels under its configured name (e.g.
 // `cross_entropy`, `z_loss`), and the head adds sum(weight * loss) under `lm_head_loss` (Fast-LLM's head total); the
-// engine divides by the labels in the step. Supported: one `label` loss, one `z_loss`, one `distillation` and one `dpo`
-// loss (reference_losses.h: they read reference models' logits), all with the same logits_scale_factor; grpo and gspo
-// are refused. The reference losses run on each chunk before the label losses; when the label losses then overwrite
-// the logits with their gradient (or both reference losses are on), the reference losses' gradient goes to one more
-// (chunk, vocab) buffer that is added to it.
+// engine divides by the labels in the step. Supported: one `label` loss, one `z_loss`, one policy-gradient loss
+// (`grpo` or `gspo`, policy_gradient_loss.h), one `distillation` and one `dpo` loss (reference_losses.h: they read
+// reference models' logits), all with the same logits_scale_factor. On each chunk the reference losses run first, then
+// the policy loss, then the label losses, which overwrite the logits with their gradient in place. A loss whose
+// gradient cannot be written over the logits (a later loss still reads them, or both reference losses are on) writes
+// it to one more (chunk, vocab) buffer (one for the reference losses, one for the policy loss) that is then added to
+// the logits' gradient, so that each loss's gradient is counted once.
 #pragma once
 
 #include <memory>
@@ -25,6 +27,7 @@
 
 #include "fast_llm/layers/common/normalization.h"
 #include "fast_llm/layers/language_model/config.h"
+#include "fast_llm/layers/language_model/policy_gradient_loss.h"
 #include "fast_llm/layers/language_model/reference_losses.h"
 #include "fast_llm/layers/layer.h"
 #include "fast_llm/layers/saved_per_micro_batch.h"
@@ -74,6 +77,7 @@ class LanguageModelHead : public Layer {
   std::optional<double> softcap_;
   std::optional<Loss> label_loss_;
   std::optional<Loss> z_loss_;
+  std::optional<PolicyGradientLoss> policy_loss_;
   ReferenceLosses reference_losses_;
   Normalization final_norm_;
   Parameter* output_weights_ = nullptr;

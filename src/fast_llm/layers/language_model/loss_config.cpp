@@ -61,13 +61,14 @@ void DpoLossConfig::check() const {
 }
 
 void PolicyGradientLossConfig::visit(Visitor& v) {
-  visit_unsupported_type(v, type, "policy-gradient losses");
   CombinableLossConfig::visit(v);
-  v(epsilon_low, "epsilon_low", "Lower clip of the probability ratio: 1 - epsilon_low.", Hint::unknown);
-  v(epsilon_high, "epsilon_high", "Upper clip of the probability ratio: 1 + epsilon_high.", Hint::unknown);
+  v(epsilon_low, "epsilon_low", "Lower clip of the probability ratio: 1 - epsilon_low.", Hint::unknown,
+    check::ge(0.0));
+  v(epsilon_high, "epsilon_high", "Upper clip of the probability ratio: 1 + epsilon_high.", Hint::unknown,
+    check::ge(0.0));
   v(metrics, "metrics",
-    "Diagnostics to log: basic (ratio, KL, advantage and entropy statistics), none, or auto (basic without "
-    "pipeline parallelism).",
+    "Diagnostics to log: basic (ratio, KL, advantage and entropy statistics), none, or auto (basic: the head always "
+    "sees the whole vocabulary).",
     Hint::feature);
 }
 

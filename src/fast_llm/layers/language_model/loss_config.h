@@ -1,9 +1,10 @@
 // Losses of the language-model head (`head.losses: {name: {type: ...}}`), as Fast-LLM's LanguageModelLossConfig family.
 // `type` is required: `label` (cross-entropy with the next-token labels; Fast-LLM's default loss is named
-// `cross_entropy`), `z_loss` (logsumexp^2 regularizer), `distillation` and `dpo` (against a model of the trainer's
-// `reference_models`; dpo is normalised by the preference pairs in the step instead), and `grpo`, `gspo` (accepted, not
-// built yet). Each loss is weight * (sum over unmasked labels) / (unmasked labels in the whole step), on logits scaled
-// by the head's and the loss's logits_scale_factor (reference/fast-llm.md §4).
+// `cross_entropy`), `z_loss` (logsumexp^2 regularizer), `grpo` and `gspo` (clipped policy-gradient losses on the
+// dataset's token data), and `distillation` and `dpo` (against a model of the trainer's `reference_models`; dpo is
+// normalised by the preference pairs in the step instead). Each loss is weight * (sum over unmasked labels) /
+// (unmasked labels in the whole step) (gspo: per document, policy_gradient_loss.h), on logits scaled by the head's and
+// the loss's logits_scale_factor (reference/fast-llm.md §4).
 #pragma once
 
 #include <array>
@@ -67,20 +68,15 @@ struct DpoLossConfig : LanguageModelLossConfig {
 
 // Clipped policy-gradient losses (GRPO per token, GSPO per sequence).
 struct PolicyGradientLossConfig : CombinableLossConfig {
-  std::string type;
   double epsilon_low = 0.2;
   double epsilon_high = 0.2;
   PolicyMetricsLevel metrics = PolicyMetricsLevel::auto_;
   void visit(config::Visitor& v) override;
 };
 
-struct GrpoLossConfig : PolicyGradientLossConfig {
-  GrpoLossConfig() { type = "grpo"; }
-};
+struct GrpoLossConfig : PolicyGradientLossConfig {};
 
-struct GspoLossConfig : PolicyGradientLossConfig {
-  GspoLossConfig() { type = "gspo"; }
-};
+struct GspoLossConfig : PolicyGradientLossConfig {};
 
 }  // namespace fast_llm::layers
 

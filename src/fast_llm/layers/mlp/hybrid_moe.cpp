@@ -28,7 +28,11 @@ HybridMoeMlp::HybridMoeMlp(std::string name, const HybridMoeMlpConfig& config, i
 }
 
 HybridMoeMlp::HybridMoeMlp(const HybridMoeMlpConfig& config, const SublayerArguments& arguments)
-    : HybridMoeMlp(arguments.name, config, arguments.hidden_size, arguments.lr_scale) {}
+    : HybridMoeMlp(arguments.name, config, arguments.hidden_size, arguments.lr_scale) {
+  if (arguments.lora != nullptr)
+    throw NotSupportedError("layers", fmt::format("{}: LoRA with a hybrid mixture of experts is not supported",
+                                                  config.path()));
+}
 
 FLM_REGISTER_SUBLAYER(MlpBase, HybridMoeMlp, HybridMoeMlpConfig, "hybrid_moe");
 

@@ -87,7 +87,15 @@ MoeMlp::MoeMlp(std::string name, const MoeMlpConfig& config, int64_t hidden_size
 }
 
 MoeMlp::MoeMlp(const MoeMlpConfig& config, const SublayerArguments& arguments)
-    : MoeMlp(arguments.name, config, arguments.hidden_size, arguments.lr_scale) {}
+    : MoeMlp(arguments.name, config, arguments.hidden_size, arguments.lr_scale) {
+  if (arguments.lora == nullptr) return;
+  for (auto [field, layer] : {std::pair<std::string_view, const LinearConfig*>{"router", &config.router},
+                              {"layer_1", &config.layer_1},
+                              {"layer_2", &config.layer_2}})
+    if (layer->apply_peft.value_or(false))
+      throw NotSupportedError("layers", fmt::format("{}: LoRA on the mixture of experts' {} is not supported",
+                                                    layer->field_path("apply_peft"), field));
+}
 
 FLM_REGISTER_SUBLAYER(MlpBase, MoeMlp, MoeMlpConfig, "moe");
 

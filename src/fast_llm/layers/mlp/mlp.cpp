@@ -21,7 +21,7 @@ const MlpConfig& dense_config(const MlpBaseConfig& config) {
 }
 
 LinearOptions layer_options(const AffineLinearConfig& config, int64_t input_size, int64_t output_size,
-                            bool transposed_weight, int64_t hidden_size, double lr_scale) {
+                            bool transposed_weight, int64_t hidden_size, double lr_scale, const LoraConfig* lora) {
   lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
   FLM_ASSERT(config.bias.enabled.has_value(), "{}: bias.enabled is resolved at validation", config.path());
   return {.input_size = input_size,
@@ -30,7 +30,8 @@ LinearOptions layer_options(const AffineLinearConfig& config, int64_t input_size
           .transposed_weight = transposed_weight,
           .weight = parameter_settings(config.weight, default_weight_initialization(hidden_size), lr_scale),
           .bias_settings = parameter_settings(config.bias, default_bias_initialization(), lr_scale,
-                                              /*default_weight_decay=*/false)};
+                                              /*default_weight_decay=*/false),
+          .lora = lora_options(lora, config, /*default_apply=*/false, 0, output_size)};
 }
 
 }  // namespace
@@ -47,7 +48,8 @@ kernels::ActivationType kernel_activation(ActivationType type) {
   FLM_ASSERT(false, "unknown activation type {}", int(type));
 }
 
-Mlp::Mlp(std::string name, const MlpBaseConfig& base_config, int64_t hidden_size, double lr_scale)
+Mlp::Mlp(std::string name, const MlpBaseConfig& base_config, int64_t hidden_size, double lr_scale,
+         const LoraConfig* lora)
     : MlpBase(std::move(name)),
       intermediate_size_(dense_config(base_config).intermediate_size),
       gated_(dense_config(base_config).gated),
@@ -56,35 +58,40 @@ Mlp::Mlp(std::string name, const MlpBaseConfig& base_config, int64_t hidden_size
       layer_1_(child_name("layer_1"),
                layer_options(dense_config(base_config).layer_1, hidden_size,
                              (gated_ ? 2 : 1) * intermediate_size_, /*transposed_weight=*/false, hidden_size,
-                             combine_lr_scales(lr_scale, base_config.lr_scale))),
+                             combine_lr_scales(lr_scale, base_config.lr_scale), lora)),
       layer_2_(child_name("layer_2"),
                layer_options(dense_config(base_config).layer_2, intermediate_size_, hidden_size,
-                             /*transposed_weight=*/true, hidden_size, combine_lr_scales(lr_scale, base_config.lr_scale))) {
+                             /*transposed_weight=*/true, hidden_size, combine_lr_scales(lr_scale, base_config.lr_scale),
+                             lora)) {
   add_child(layer_1_);
   add_child(layer_2_);
 }
 
 Mlp::Mlp(const MlpConfig& config, const SublayerArguments& arguments)
-    : Mlp(arguments.name, config, arguments.hidden_size, arguments.lr_scale) {}
+    : Mlp(arguments.name, config, arguments.hidden_size, arguments.lr_scale, arguments.lora) {}
 
 FLM_REGISTER_SUBLAYER(MlpBase, Mlp, MlpConfig, "mlp");
 
 Tensor Mlp::forward(LayerContext& context, const Tensor& input) {
-  return saved_.keep(context, [&](Saved* saved) { return forward(input, saved, context.stream); });
+  return saved_.keep(context, [&](Saved* saved) {
+    return forward(input, saved, context.stream,
+                   context.training ? std::optional<uint64_t>(context.dropout_seed) : std::nullopt);
+  });
 }
 
 Tensor Mlp::backward(LayerContext& context, const Tensor& grad_output) {
   return backward(grad_output, saved_.take(context.batch.index, name()), context.stream);
 }
 
-Tensor Mlp::forward(const Tensor& input, Saved* saved, Stream stream) const {
-  Tensor hidden = layer_1_.forward(input, stream);
+Tensor Mlp::forward(const Tensor& input, Saved* saved, Stream stream, std::optional<uint64_t> dropout_seed) const {
+  Tensor hidden = layer_1_.forward(input, stream, std::nullopt, dropout_seed);
   Tensor activated = activate(hidden, stream);
-  Tensor output = layer_2_.forward(activated, stream);
+  Tensor output = layer_2_.forward(activated, stream, std::nullopt, dropout_seed);
   if (saved != nullptr) {
     *saved = Saved{.input = input,
                    .hidden = recompute_level_ == MlpRecomputeLevel::full ? Tensor() : hidden,
-                   .activated = recompute_level_ == MlpRecomputeLevel::none ? activated : Tensor()};
+                   .activated = recompute_level_ == MlpRecomputeLevel::none ? activated : Tensor(),
+                   .dropout_seed = dropout_seed};
   }
   return output;
 }
@@ -103,11 +110,12 @@ Tensor Mlp::activate(const Tensor& hidden, Stream stream) const {
 
 Tensor Mlp::backward(const Tensor& grad_output, Saved saved, Stream stream) const {
   FLM_ASSERT(saved.input.defined(), "{}: backward without a saved forward", name());
-  Tensor hidden = saved.hidden.defined() ? std::move(saved.hidden) : layer_1_.forward(saved.input, stream);
+  Tensor hidden = saved.hidden.defined() ? std::move(saved.hidden)
+                                         : layer_1_.forward(saved.input, stream, std::nullopt, saved.dropout_seed);
   Tensor grad_hidden;
   {
     Tensor activated = saved.activated.defined() ? std::move(saved.activated) : activate(hidden, stream);
-    Tensor grad_activated = layer_2_.backward(grad_output, activated, stream);
+    Tensor grad_activated = layer_2_.backward(grad_output, activated, stream, std::nullopt, saved.dropout_seed);
     activated = Tensor();  // not needed any more: its memory can serve grad_hidden
     grad_hidden = Tensor::empty(hidden.shape(), hidden.dtype(), hidden.device(), stream);
     kernels::activation_backward({.type = activation_,
@@ -118,7 +126,7 @@ Tensor Mlp::backward(const Tensor& grad_output, Saved saved, Stream stream) cons
                                   .stream = stream});
   }
   hidden = Tensor();
-  return layer_1_.backward(grad_hidden, saved.input, stream);
+  return layer_1_.backward(grad_hidden, saved.input, stream, std::nullopt, saved.dropout_seed);
 }
 
 }  // namespace fast_llm::layers

@@ -11,6 +11,7 @@
 // takes the Saved by value, so each tensor is freed as soon as backward is done with it.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "fast_llm/kernels/activation.h"
@@ -23,8 +24,10 @@ namespace fast_llm::layers {
 
 class Mlp : public MlpBase {
  public:
-  // The dense MLP only: moe and hybrid_moe and the MLP's own pre/post norms are refused.
-  Mlp(std::string name, const MlpBaseConfig& config, int64_t hidden_size, double lr_scale);
+  // The dense MLP only: moe and hybrid_moe and the MLP's own pre/post norms are refused. `lora` (null: none) adds LoRA
+  // adapters to the layers whose `apply_peft` is true.
+  Mlp(std::string name, const MlpBaseConfig& config, int64_t hidden_size, double lr_scale,
+      const LoraConfig* lora = nullptr);
   // As the block's MLP.
   Mlp(const MlpConfig& config, const SublayerArguments& arguments);
 
@@ -33,18 +36,24 @@ class Mlp : public MlpBase {
     Tensor hidden;     // (tokens, 2 * intermediate) gated, (tokens, intermediate) otherwise: layer_1 output; not kept
                        // with recompute_level full
     Tensor activated;  // (tokens, intermediate): activation output, layer_2 input; kept with recompute_level none only
+    std::optional<uint64_t> dropout_seed;  // the forward's (LoRA dropout), regenerated in backward
   };
 
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
-  // (tokens, hidden) -> (tokens, hidden); `saved` may be null (validation: nothing kept).
-  Tensor forward(const Tensor& input, Saved* saved, Stream stream) const;
+  // (tokens, hidden) -> (tokens, hidden); `saved` may be null (validation: nothing kept). `dropout_seed`: the
+  // micro-batch's in a training forward (LoRA dropout), unset otherwise.
+  Tensor forward(const Tensor& input, Saved* saved, Stream stream,
+                 std::optional<uint64_t> dropout_seed = std::nullopt) const;
   Tensor backward(const Tensor& grad_output, Saved saved, Stream stream) const;
 
   // Model FLOPs of forward + backward (recomputation excluded).
   double flops(int64_t tokens) const { return layer_1_.flops(tokens) + layer_2_.flops(tokens); }
   double flops(const MicroBatch& batch) const override { return flops(batch.num_tokens()); }
   MlpRecomputeLevel recompute_level() const { return recompute_level_; }
+  bool uses_dropout() const override { return layer_1_.uses_dropout() || layer_2_.uses_dropout(); }
+  Linear& layer_1() { return layer_1_; }
+  Linear& layer_2() { return layer_2_; }
   int64_t matmul_weight_count() const override {
     return layer_1_.input_size() * layer_1_.output_size() + layer_2_.input_size() * layer_2_.output_size();
   }

@@ -1,7 +1,6 @@
 // Field list of the PEFT configs.
 #include "fast_llm/layers/peft/config.h"
 
-#include "fast_llm/layers/common/unsupported_type.h"
 
 namespace fast_llm::layers {
 
@@ -12,7 +11,6 @@ FLM_REGISTER_CONFIG(PeftConfig, NoPeftConfig, "none");
 FLM_REGISTER_CONFIG(PeftConfig, LoraConfig, "lora");
 
 void LoraConfig::visit(config::Visitor& v) {
-  visit_unsupported_type(v, type, "LoRA");
   v(rank, "rank", "Inner dimension of the low-rank adapters.", Hint::stability, check::gt(0));
   v(alpha, "alpha", "Adapter scaling numerator: the adapter output is multiplied by alpha / rank.", Hint::stability);
   v(dropout, "dropout", "Dropout probability on the adapter input.", Hint::stability, check::in_range(0.0, 1.0));

@@ -1,6 +1,6 @@
 // Parameter-efficient fine-tuning (`peft:` of the base model), as Fast-LLM's PeftConfig: `none` (the default) or
 // `lora`, which adds low-rank adapters to the query and value projections (and to other linear layers that set
-// `apply_peft: true`) and by default freezes everything else.
+// `apply_peft: true`) and by default freezes everything else (models/gpt/model.cpp, layers/common/linear.h).
 #pragma once
 
 #include <string>
@@ -18,7 +18,6 @@ struct PeftConfig : config::Config {
 struct NoPeftConfig : PeftConfig {};
 
 struct LoraConfig : PeftConfig {
-  std::string type = "lora";
   int rank = 8;
   double alpha = 8.0;
   double dropout = 0.0;

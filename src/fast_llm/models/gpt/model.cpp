@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/layers/attention/attention.h"
+#include "fast_llm/layers/mlp/mlp.h"
 #include "fast_llm/layers/common/parameter_settings.h"
 
 namespace fast_llm::models::gpt {
@@ -13,9 +15,9 @@ GPTModel::GPTModel(const GPTBaseModelConfig& config) {
   if (auto unsupported = config.unsupported_fields(); !unsupported.empty())
     throw NotSupportedError("gpt", fmt::format("the model config uses features that are not supported yet:\n  {}",
                                                fmt::join(unsupported, "\n  ")));
-  if (!config.peft.is<layers::NoPeftConfig>())
-    throw NotSupportedError("gpt", fmt::format("{}: PEFT type '{}' is not supported", config.field_path("peft"),
-                                               config.peft.type()));
+  const auto* lora = dynamic_cast<const layers::LoraConfig*>(&config.peft.get());
+  FLM_ASSERT(lora != nullptr || config.peft.is<layers::NoPeftConfig>(), "{}: unknown PEFT type '{}'",
+             config.field_path("peft"), config.peft.type());
 
   const int64_t hidden_size = config.hidden_size;
   const double lr_scale = layers::combine_lr_scales(1.0, config.lr_scale);
@@ -30,12 +32,18 @@ GPTModel::GPTModel(const GPTBaseModelConfig& config) {
     if (block == nullptr)
       throw NotSupportedError("gpt", fmt::format("{}: block {} is not a decoder block", decoder.path(), index));
     blocks_.push_back(std::make_unique<layers::DecoderBlock>(fmt::format("decoder.{}", index), *block, hidden_size,
-                                                             decoder_lr_scale, &shared));
+                                                             decoder_lr_scale, &shared, lora));
   }
 
   head_ = std::make_unique<layers::LanguageModelHead>(
       "head", config.head, hidden_size, config.embeddings.vocab_size, lr_scale,
       config.tied_embedding_weight ? &embeddings_->word_embeddings() : nullptr);
+
+  // LoRA's freeze_others (Fast-LLM's apply_weight): every weight but the adapters' is frozen, so the engine gives it no
+  // gradient, no optimizer state and no place in the gradient norm (engine/multi_stage/stage.h).
+  if (lora != nullptr && lora->freeze_others)
+    for (layers::Layer* layer : layers())
+      for (layers::Parameter* parameter : layer->parameters()) parameter->meta.frozen = !parameter->meta.peft;
 }
 
 std::vector<layers::Layer*> GPTModel::layers() {
@@ -44,6 +52,25 @@ std::vector<layers::Layer*> GPTModel::layers() {
   result.push_back(embeddings_.get());
   for (auto& block : blocks_) result.push_back(block.get());
   result.push_back(head_.get());
+  return result;
+}
+
+std::vector<layers::Linear*> GPTModel::lora_linears() {
+  std::vector<layers::Linear*> result;
+  auto add = [&](layers::Linear& linear) {
+    if (linear.lora()) result.push_back(&linear);
+  };
+  for (auto& block : blocks_) {
+    if (auto* attention = dynamic_cast<layers::Attention*>(&block->mixer())) {
+      add(attention->query());
+      add(attention->key_value());
+      add(attention->dense());
+    }
+    if (auto* mlp = dynamic_cast<layers::Mlp*>(&block->mlp())) {
+      add(mlp->layer_1());
+      add(mlp->layer_2());
+    }
+  }
   return result;
 }
 

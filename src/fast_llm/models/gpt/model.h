@@ -4,8 +4,10 @@
 // head.output_weights). The engine binds the declared parameters, initialises them from their metadata and runs the
 // layers; it sees this class only through engine::BaseModel.
 //
+// `peft: lora` adds LoRA adapters (layers/common/linear.h) to the query and value projections and to the linears with
+// `apply_peft: true`, and with `freeze_others` freezes every other parameter.
 // Refused at construction (NotSupportedError naming the config path): any field the config marks as not supported
-// yet, PEFT (LoRA), mixer and MLP types without a registered layer (today: attention and the dense MLP have one),
+// yet, mixer and MLP types without a registered layer (today: attention and the dense MLP have one),
 // attention dropout, loss types other than label and z_loss.
 #pragma once
 
@@ -15,6 +17,7 @@
 
 #include "fast_llm/engine/base_model.h"
 #include "fast_llm/layers/block/decoder_block.h"
+#include "fast_llm/layers/common/linear.h"
 #include "fast_llm/layers/language_model/embedding.h"
 #include "fast_llm/layers/language_model/head.h"
 #include "fast_llm/models/gpt/config.h"
@@ -32,6 +35,8 @@ class GPTModel : public engine::BaseModel {
   layers::DecoderBlock& block(int index) { return *blocks_.at(size_t(index)); }
   int block_count() const { return int(blocks_.size()); }
   layers::LanguageModelHead& head() { return *head_; }
+  // The linear layers that have a LoRA adapter (attention projections and dense-MLP layers), in forward order.
+  std::vector<layers::Linear*> lora_linears();
 
   // Weights that take part in matmuls: the mixer and MLP weights of every block and the output projection (counted
   // even when tied to the embeddings); embedding lookups are not matmuls.

@@ -13,6 +13,7 @@
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/file_writer.h"
 #include "fast_llm/engine/checkpoint/directory.h"
+#include "fast_llm/models/gpt/conversion/peft.h"
 #include "fast_llm/models/gpt/conversion/upcycling.h"
 #include "fast_llm/models/gpt/model.h"
 
@@ -146,12 +147,14 @@ class FusedParameterCache {
   Tensor tensor_;
 };
 
-// The parameters (name, shape) of the model `config` describes, in declaration order.
+// The parameters (name, shape) of the model `config` describes, in declaration order, PEFT adapters left out (a Hugging
+// Face checkpoint holds a base model: peft.h).
 std::vector<std::pair<std::string, Shape>> model_parameters(const GPTBaseModelConfig& config) {
   GPTModel model(config);
   std::vector<std::pair<std::string, Shape>> result;
   for (layers::Layer* layer : model.layers())
-    for (layers::Parameter* parameter : layer->parameters()) result.emplace_back(parameter->meta.name, parameter->meta.shape);
+    for (layers::Parameter* parameter : layer->parameters())
+      if (!parameter->meta.peft) result.emplace_back(parameter->meta.name, parameter->meta.shape);
   return result;
 }
 
@@ -589,6 +592,21 @@ std::shared_ptr<engine::TensorSource> export_hf_weights(const HfFormat& format,
   return result;
 }
 
+HfTensorNames hf_tensor_names(const HfFormat& format, const std::string& parameter) {
+  const auto [entry, index] = weight_entry(format, parameter);
+  HfTensorNames result{.transposed = entry->kind == HfWeightEntry::Kind::transpose};
+  switch (entry->kind) {
+    case HfWeightEntry::Kind::copy:
+    case HfWeightEntry::Kind::transpose:
+    case HfWeightEntry::Kind::concatenate:
+      for (const std::string& pattern : entry->hf) result.names.push_back(fill_pattern(pattern, index));
+      return result;
+    default:
+      throw NotSupportedError(kComponent, fmt::format("the {} format stores parameter {} per expert",
+                                                      config::enum_name(format.format), parameter));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Checkpoints
 
@@ -628,6 +646,9 @@ void write_huggingface_checkpoint(const std::filesystem::path& directory, engine
                                   const GPTBaseModelConfig& config, std::shared_ptr<const engine::TensorSource> state,
                                   std::optional<DType> data_type, int64_t parameters_per_file) {
   const HfFormat& table = hf_format(format);
+  if (has_lora(config))
+    return write_huggingface_checkpoint(directory, format, without_peft(config), merge_lora_adapters(state, config),
+                                        data_type, parameters_per_file);
   // The config first: a model the format cannot hold (e.g. a mixture of experts as llama) is refused naming the fields
   // that say so, rather than the first parameter without a Hugging Face name.
   export_hf_config(table, config, data_type.value_or(DType::float32));
@@ -670,7 +691,18 @@ class HuggingfaceHandler : public engine::ExternalCheckpointHandler {
   }
 
   void check_writable(const config::Config& base_model, DType data_type) const override {
-    export_hf_config(hf_format(format_), gpt_config(base_model), data_type);
+    const GPTBaseModelConfig& model = gpt_config(base_model);
+    export_hf_config(hf_format(format_), has_lora(model) ? without_peft(model) : model, data_type);
+  }
+
+  void check_adapter_writable(const config::Config& base_model) const override {
+    check_peft_adapter_writable(hf_format(format_), gpt_config(base_model));
+  }
+
+  void write_adapter(const std::filesystem::path& directory, const config::Config& base_model,
+                     std::shared_ptr<const engine::TensorSource> state,
+                     const std::optional<std::filesystem::path>& base_model_path) const override {
+    write_peft_adapter(directory, hf_format(format_), gpt_config(base_model), std::move(state), base_model_path);
   }
 
   void write(const std::filesystem::path& directory, const config::Config& base_model,

@@ -129,6 +129,15 @@ std::shared_ptr<engine::TensorSource> export_hf_weights(const HfFormat& format,
                                                         std::shared_ptr<const engine::TensorSource> state,
                                                         const GPTBaseModelConfig& config);
 
+// The Hugging Face tensors a Fast-LLM parameter (not an expert one) is written as, in the order of its rows (a
+// concatenated parameter splits in equal parts along dim 0), and whether they are its transpose. Error for a parameter
+// the format has no place for.
+struct HfTensorNames {
+  std::vector<std::string> names;
+  bool transposed = false;
+};
+HfTensorNames hf_tensor_names(const HfFormat& format, const std::string& parameter);
+
 struct HuggingfaceCheckpoint {
   const HfFormat* format = nullptr;
   nlohmann::json config_json;

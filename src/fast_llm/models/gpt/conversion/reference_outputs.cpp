@@ -43,6 +43,13 @@ void ModelOutputsConfig::check() const {
 
 void write_model_outputs(const ModelOutputsConfig& config) {
   const GPTModelConfig& model_config = config.model;
+  // Gradients are written for every parameter, named as the checkpoint's format names it: a model whose weights are
+  // frozen (LoRA's freeze_others) has none for them.
+  if (const auto* lora = dynamic_cast<const layers::LoraConfig*>(&model_config.base_model.peft.get());
+      config.gradients && lora != nullptr && lora->freeze_others)
+    throw ConfigError(config.field_path("gradients"),
+                      "is true, but the model's weights other than its LoRA adapters are frozen and have no "
+                      "gradient (model.base_model.peft.freeze_others); set gradients: false");
   const layers::LanguageModelHeadConfig& head_config = model_config.base_model.head;
   GPTModel model(model_config.base_model);
   const Device device = engine::resolve_device(model_config.distributed);
