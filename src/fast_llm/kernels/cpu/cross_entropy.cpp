@@ -53,17 +53,7 @@ void cross_entropy_reference(const CrossEntropyArgs& args) {
       }
       // z = x s, or c tanh(x s / c) with a softcap c; dz/dx = s, or s (1 - tanh^2).
       std::vector<Compute> z(static_cast<size_t>(vocab)), dz_dx(static_cast<size_t>(vocab));  // (vocab)
-      for (int64_t column = 0; column < vocab; ++column) {
-        const Compute scaled = load_value(logits[token * logits_row + column * logits_column]) * scale_factor;
-        if (args.softcap) {
-          const Compute cap = Compute(*args.softcap), tanh = std::tanh(scaled / cap);
-          z[size_t(column)] = cap * tanh;
-          dz_dx[size_t(column)] = scale_factor * (Compute(1) - tanh * tanh);
-        } else {
-          z[size_t(column)] = scaled;
-          dz_dx[size_t(column)] = scale_factor;
-        }
-      }
+      scaled_logits_row(logits + token * logits_row, logits_column, scale_factor, args.softcap, z, dz_dx);
       // lse = m + log(sum_k exp(z_k - m)), m = max_k z_k;  softmax_k = exp(z_k - lse)
       const Compute max_z = *std::max_element(z.begin(), z.end());
       Compute sum = 0;

@@ -55,16 +55,8 @@ void distillation_reference(const DistillationArgs& args) {
       // log q = log_softmax(z), log p = log_softmax(t); dz/dx = s, or s (1 - tanh^2) with a softcap.
       std::vector<Compute> log_q(static_cast<size_t>(vocab)), log_p(static_cast<size_t>(vocab)),
           dz_dx(static_cast<size_t>(vocab));  // (vocab)
+      scaled_logits_row(logits + token * logits_row, logits_column, scale_factor, args.softcap, log_q, dz_dx);
       for (int64_t column = 0; column < vocab; ++column) {
-        const Compute scaled = load_value(logits[token * logits_row + column * logits_column]) * scale_factor;
-        if (args.softcap) {
-          const Compute cap = Compute(*args.softcap), tanh = std::tanh(scaled / cap);
-          log_q[size_t(column)] = cap * tanh;
-          dz_dx[size_t(column)] = scale_factor * (Compute(1) - tanh * tanh);
-        } else {
-          log_q[size_t(column)] = scaled;
-          dz_dx[size_t(column)] = scale_factor;
-        }
         log_p[size_t(column)] = Compute(targets[size_t(token * vocab + column)]) * target_scale;
       }
       log_softmax_in_place(log_q);

@@ -50,17 +50,7 @@ void policy_gradient_reference(const PolicyGradientArgs& args) {
 
     // z = x s, or c tanh(x s / c) with a softcap c; dz/dx = s, or s (1 - tanh^2). Returns logsumexp(z).
     auto load_row = [&](int64_t token, std::vector<Compute>& z, std::vector<Compute>& dz_dx) {
-      for (int64_t column = 0; column < vocab; ++column) {
-        const Compute scaled = load_value(logits[token * logits_row + column * logits_column]) * scale_factor;
-        if (args.softcap) {
-          const Compute cap = Compute(*args.softcap), tanh = std::tanh(scaled / cap);
-          z[size_t(column)] = cap * tanh;
-          dz_dx[size_t(column)] = scale_factor * (Compute(1) - tanh * tanh);
-        } else {
-          z[size_t(column)] = scaled;
-          dz_dx[size_t(column)] = scale_factor;
-        }
-      }
+      scaled_logits_row(logits + token * logits_row, logits_column, scale_factor, args.softcap, z, dz_dx);
       const Compute max_z = *std::max_element(z.begin(), z.end());
       Compute sum = 0;
       for (const Compute value : z) sum += std::exp(value - max_z);

@@ -3,6 +3,8 @@
 // contract (kernels/contract.h) before a kernel runs.
 #pragma once
 
+#include <cmath>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -20,6 +22,24 @@ inline int64_t strided_offset(const Shape& shape, const Shape& strides, int64_t 
     linear /= shape[dim];
   }
   return offset;
+}
+
+// One row of a head's logits as its losses see them: z = x s, or c tanh(x s / c) with a softcap c, into `z`, and
+// dz/dx (s, or s (1 - tanh^2)) into `dz_dx`; `row` is the row's first element, `column_stride` its element step.
+template <class Compute, class T>
+void scaled_logits_row(const T* row, int64_t column_stride, Compute scale, std::optional<double> softcap,
+                       std::vector<Compute>& z, std::vector<Compute>& dz_dx) {
+  for (size_t column = 0; column < z.size(); ++column) {
+    const Compute scaled = load_value(row[int64_t(column) * column_stride]) * scale;
+    if (softcap) {
+      const Compute cap = Compute(*softcap), tanh = std::tanh(scaled / cap);
+      z[column] = cap * tanh;
+      dz_dx[column] = scale * (Compute(1) - tanh * tanh);
+    } else {
+      z[column] = scaled;
+      dz_dx[column] = scale;
+    }
+  }
 }
 
 // All elements of a floating tensor (any rank and strides) in row-major order, converted to Compute.
