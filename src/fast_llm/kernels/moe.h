@@ -1,29 +1,9 @@
 // Ops of the dropless mixture of experts (layers/mlp/mixture_of_experts.h): routing, the map from token slots to rows
 // in expert order, the permutation of tokens into that order and back, and the per-row scaling by routing scores.
-//
-// Vocabulary. T tokens, each with `slots` = shared_experts + top_k (expert, score) pairs: the shared experts first
-// (numbers routed .. routed + shared - 1, score 1), then the top_k routed experts in descending logit order (ties: the
-// lower expert number first; `sinkhorn` when training: descending Sinkhorn value). The permuted buffer has T * slots
-// rows, grouped by expert (expert_offsets), and within an expert ordered by slot index t * slots + j, so every variant
-// produces the same rows.
-//
-//   moe_route_forward    logits (T, routed) fp32 -> experts, scores (T, slots); the load-balancing statistics and the
-//                        loss values, added into the step's loss sums
-//   moe_route_backward   grad of the scores (and of both router losses) -> grad of the logits
-//   moe_dispatch_map     experts (T, slots) -> expert_offsets (E + 1), rows (T, slots)
-//   moe_permute          output[rows[t, j]] = input[t]                                      (tokens -> expert order)
-//   moe_unpermute        output[t] = sum_j input[rows[t, j]]              (expert order -> tokens; permute's adjoint)
-//   moe_scale_rows       output[rows[t, j]] = scores[t, j] * input[rows[t, j]]
-//   moe_scale_rows_backward  grad_input = scores * grad_output, grad_scores[t, j] = <grad_output, input>[rows[t, j]]
-//
-// Routing, as Fast-LLM (`routing: aux_loss`): scores = softmax over the top_k logits. Load-balancing loss:
-//   aux = sum_e mean_t softmax(logits_t)_e * mean_t [e in top_k(t)]      (routed experts only; the mask is constant)
-// Router z-loss: z = mean_t logsumexp(logits_t)^2. `routing: sinkhorn`: when training the experts are the top_k of
-// sinkhorn(logits) (exp of the logits, rows and columns normalised alternately until the columns' factors move by
-// less than 1e-5 on average, Fast-LLM's loop, at most 1000 iterations), not training the top_k of the logits; scores
-// are sigmoid(logit) for top_k 1, else softmax over all routed logits, taken at the chosen experts; no load-balancing
-// loss.
-// Sums and the softmax are in fp32 (fp64 for fp64 logits on the CPU).
+// T tokens have `slots` = shared_experts + top_k (expert, score) pairs each: shared experts first (score 1), then the
+// top_k routed ones in descending logit order, ties to the lower expert. The permuted buffer has T * slots rows grouped
+// by expert and ordered by slot within an expert, so every variant gives the same rows. Sums and softmax in fp32 (fp64
+// for fp64 logits). Routing and loss formulas (Fast-LLM's): docs/moe.md, "Op contracts".
 #pragma once
 
 #include "fast_llm/kernels/registry.h"

@@ -1,26 +1,8 @@
-// Op: policy_gradient_forward_backward. The clipped policy-gradient losses of Fast-LLM's GRPO and GSPO on a chunk of
-// logits, with the gradient of the logits computed in the same pass (no autograd through softmax), and the sums behind
-// their logged metrics. With z = logits * logits_scale_factor (then softcap * tanh(z / softcap) if a softcap is set)
-// and, for each unmasked label y_t (labels < 0 are masked):
-//   new log-prob   l_t = z_t[y_t] - logsumexp(z_t)
-//   log-ratio      d_t = l_t - old_log_probability_t
-//   per token (GRPO):    r_t = exp(d_t),                     a_t = advantage_t
-//   per document (GSPO): r_t = exp(mean_{u in s} d_u),      a_t = mean_{u in s} advantage_u   (s: t's document,
-//                        means over its unmasked labels in this call: the whole micro-batch, one call)
-//   loss_t = -min(r_t a_t, clip(r_t, 1 - epsilon_low, 1 + epsilon_high) a_t)
-// loss_sum += sum_t loss_t (for GSPO, the document's loss counted once per label: length-proportional, Fast-LLM's
-// n_s * loss_s); the caller divides (GRPO: by the labels in the step, GSPO: by the documents in the step).
-// The gradient written to grad_logits (=) is grad_weight * d(sum_t loss_t)/d logits:
-//   d loss / d l_t = -c_t,  c_t = (max(a_t, 0) [r_t <= 1 + epsilon_high] + min(a_t, 0) [r_t >= 1 - epsilon_low]) r_t
-//   (GSPO: d l_t enters r through the document mean, and n_s cancels the 1 / n_s), so
-//   grad z_t = grad_weight * c_t * (softmax(z_t) - onehot(y_t)), chained through softcap and logits_scale_factor;
-//   masked rows get 0. grad_logits may be the logits tensor itself (in place).
-// Metric sums (+=, indices PolicyMetric), with document weights w_t = 1 / (unmasked labels of t's document) on
-// unmasked labels: the per-document means are sum_t w_t x_t (the caller divides by the documents in the step):
-//   new_logprobs sum w l; old_logprobs sum w old; ratio_new_old sum w r; ratio_new_old_sum sum v r;
-//   ratio_new_old_squared_sum sum v r^2 (v = 1 per label for GRPO, w for GSPO); kl_new_old sum w (r - log r - 1);
-//   clipped_ratio_fraction sum w [r < 1 - epsilon_low or r > 1 + epsilon_high]; advantage sum w a; num_tokens
-//   (unmasked labels); num_segments (documents with labels); entropy sum w (logsumexp(z) - sum_k softmax_k z_k).
+// Op: policy_gradient_forward_backward. Fast-LLM's clipped GRPO (per-token ratio) and GSPO (per-document ratio)
+// losses on a chunk of logits (scaled, optionally softcapped), with the gradient of the logits written (=) in the same
+// pass (in place allowed) and the sums behind the logged metrics (+=, indices PolicyMetric). loss_sum is the sum over
+// unmasked labels (GSPO: each document's loss once per label); the caller divides by the step's labels (GRPO) or
+// documents (GSPO). The formulas, gradient and metric definitions: docs/post-training.md, "GRPO and GSPO formulas".
 #pragma once
 
 #include <optional>

@@ -1,25 +1,9 @@
-// CUDA variants ("fused") of the seven mixture-of-experts ops (kernels/moe.h), with the contract and the row order
-// the header states; the CPU reference (kernels/cpu/moe.cpp) is the definition they are tested against
-// (tests/kernels/moe_consistency_test.cpp).
-//
-// Routing (float32 logits, at most kMaxRouted = 256 routed experts): one warp per token, each lane holding the logits
-// of experts lane, lane + 32, ... in registers (8 at most), so nothing grows with the expert count beyond that. Top-k
-// is k warp-wide arg-max reductions over (key, expert), ties to the lower expert. The load-balancing statistics are
-// summed without atomics: each block sums its 256 tokens per expert in a fixed order into a partial row, and one block
-// adds the partial rows in block order (expert counts are integers). Sinkhorn (`routing: sinkhorn` when training)
-// runs on the device as three small kernels per iteration (row factors, per-block column partial sums, column factors
-// with the convergence error); the column kernel raises a device flag when the loop has converged and every later
-// kernel of the loop returns at once, so the host reads that flag (a 4-byte copy and a stream synchronisation) only
-// every kSinkhornCheck iterations and the iteration count is still Fast-LLM's.
-// Dispatch map, no host round trip: per-chunk expert histograms, one block turns them into each chunk's start per
-// expert and the expert offsets, then one warp per chunk walks its slots in order and ranks equal experts with
-// __match_any_sync, so the rows within an expert follow the slot order exactly as the reference's.
-// Permute, unpermute, scale and its backward: row kernels with 16-byte accesses where the rows allow (bf16 / fp16 /
-// fp32), the unpermute summing a token's slots in slot order in fp32 with one rounding, the scale backward's dot
-// products reduced in a fixed order by one block per row. Every result is bitwise reproducible run to run.
-// Index values outside their range (the data's, which the CPU reference checks and these trust) never cause an access
-// out of bounds: an expert outside [0, E) gets row -1 and no count, a row outside the buffer is skipped (read as
-// zero by unpermute, zero gradient in the scale backward).
+// CUDA variants ("fused") of the seven mixture-of-experts ops, with kernels/moe.h's contract and row order; the CPU
+// reference (kernels/cpu/moe.cpp) is what tests/kernels/moe_consistency_test.cpp compares them with. Routing holds a
+// token's logits in one warp (at most 256 routed experts); Sinkhorn runs on the device and the host reads its
+// convergence flag every kSinkhornCheck iterations; the dispatch map needs no host round trip; row kernels use 16-byte
+// accesses. No float atomics: every result is reproducible run to run. Out-of-range indices are skipped, never
+// accessed. Per-kernel design and syncs: docs/gpu.md, "Mixture-of-experts kernels".
 #include "fast_llm/kernels/cuda/common.cuh"
 
 #include <cub/block/block_scan.cuh>
