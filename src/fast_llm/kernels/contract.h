@@ -44,4 +44,10 @@ class OpContract {
   Device device_;
 };
 
+// The operands every loss over a chunk of head logits shares: logits (tokens, vocab) floating with a vocabulary,
+// labels (tokens) int64, loss_sum a float32 or float64 scalar, and grad_logits (when given) of the logits' shape and
+// dtype. Returns the token count.
+int64_t check_head_loss_operands(const OpContract& contract, const Tensor& logits, const Tensor& labels,
+                                 const Tensor& loss_sum, const Tensor* grad_logits);
+
 }  // namespace fast_llm::kernels

@@ -8,13 +8,8 @@ namespace fast_llm::kernels {
 
 void check_policy_gradient_forward_backward(const PolicyGradientArgs& args) {
   const OpContract contract("policy_gradient_forward_backward", args.logits.device());
-  contract.rank("logits", args.logits, 2, "(tokens, vocab)");
-  contract.floating("logits", args.logits);
-  FLM_CHECK(args.logits.size(1) > 0, contract.op(), "logits has shape {}: the vocabulary is empty",
-            args.logits.shape().str());
-  const Shape tokens{args.logits.size(0)};
-  contract.shape("labels", args.labels, tokens);
-  contract.dtype("labels", args.labels, {DType::int64});
+  const Shape tokens{
+      check_head_loss_operands(contract, args.logits, args.labels, args.loss_sum, args.grad_logits)};
   contract.shape("advantages", args.advantages, tokens);
   contract.dtype("advantages", args.advantages, {DType::float32});
   contract.shape("old_log_probabilities", args.old_log_probabilities, tokens);
@@ -22,15 +17,9 @@ void check_policy_gradient_forward_backward(const PolicyGradientArgs& args) {
   contract.shape("label_documents", args.label_documents, tokens);
   contract.dtype("label_documents", args.label_documents, {DType::int32});
   FLM_CHECK(args.num_documents >= 0, contract.op(), "num_documents is {}", args.num_documents);
-  contract.shape("loss_sum", args.loss_sum, Shape{1});
-  contract.dtype("loss_sum", args.loss_sum, {DType::float32, DType::float64});
   if (args.metric_sums != nullptr) {
     contract.shape("metric_sums", *args.metric_sums, Shape{kPolicyMetricCount});
     contract.dtype("metric_sums", *args.metric_sums, {DType::float32, DType::float64});
-  }
-  if (args.grad_logits != nullptr) {
-    contract.shape("grad_logits", *args.grad_logits, args.logits.shape());
-    contract.same_dtype("grad_logits", *args.grad_logits, "logits", args.logits);
   }
   FLM_CHECK(args.epsilon_low >= 0.0 && args.epsilon_high >= 0.0, contract.op(),
             "epsilon_low {} and epsilon_high {} must be non-negative", args.epsilon_low, args.epsilon_high);
