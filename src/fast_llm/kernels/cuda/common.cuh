@@ -309,6 +309,18 @@ __device__ __forceinline__ float2 group_sum2(float2 value, float2 (*scratch)[32]
   return total;
 }
 
+// The block's sum (or maximum) of one value per thread, in thread order (the same result in every run); every thread
+// gets it. `scratch` holds blockDim.x floats; the block synchronises twice.
+__device__ __forceinline__ float block_reduce_in_thread_order(float value, float* scratch, bool maximum) {
+  scratch[threadIdx.x] = value;
+  __syncthreads();
+  float result = scratch[0];
+  for (unsigned index = 1; index < blockDim.x; ++index)
+    result = maximum ? fmaxf(result, scratch[index]) : result + scratch[index];
+  __syncthreads();
+  return result;
+}
+
 // Sums `value` over the whole block (blockDim.x a multiple of 32, at most 1024) in double; the result is valid in
 // thread 0. `scratch` holds 32 doubles.
 __device__ __forceinline__ double block_sum_to_thread0(double value, double* scratch) {

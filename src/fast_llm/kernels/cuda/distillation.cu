@@ -18,18 +18,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// The block's sum (or maximum) of one value per thread, in thread order; every thread gets it. `scratch` holds
-// kThreads floats; the block synchronises twice.
-__device__ float block_reduce(float value, float* scratch, bool maximum) {
-  scratch[threadIdx.x] = value;
-  __syncthreads();
-  float result = scratch[0];
-  for (int index = 1; index < kThreads; ++index)
-    result = maximum ? fmaxf(result, scratch[index]) : result + scratch[index];
-  __syncthreads();
-  return result;
-}
-
 template <class T>
 __device__ float student_logit(const T* row, int64_t column, float scale, float softcap, float* derivative) {
   const float scaled = load(row[column]) * scale;
@@ -76,15 +64,15 @@ __global__ void distillation_rows(DistillationParams p) {
       max_z = fmaxf(max_z, student_logit(logits, column, p.scale, p.softcap, nullptr));
       max_t = fmaxf(max_t, targets[column] * p.target_scale);
     }
-    max_z = block_reduce(max_z, scratch, true);
-    max_t = block_reduce(max_t, scratch, true);
+    max_z = block_reduce_in_thread_order(max_z, scratch, true);
+    max_t = block_reduce_in_thread_order(max_t, scratch, true);
     float sum_z = 0.0f, sum_t = 0.0f;
     for (int64_t column = threadIdx.x; column < p.vocab; column += kThreads) {
       sum_z += expf(student_logit(logits, column, p.scale, p.softcap, nullptr) - max_z);
       sum_t += expf(targets[column] * p.target_scale - max_t);
     }
-    const float lse_z = max_z + logf(block_reduce(sum_z, scratch, false));
-    const float lse_t = max_t + logf(block_reduce(sum_t, scratch, false));
+    const float lse_z = max_z + logf(block_reduce_in_thread_order(sum_z, scratch, false));
+    const float lse_t = max_t + logf(block_reduce_in_thread_order(sum_t, scratch, false));
     float loss = 0.0f;
     for (int64_t column = threadIdx.x; column < p.vocab; column += kThreads) {
       const float log_q = student_logit(logits, column, p.scale, p.softcap, nullptr) - lse_z;
@@ -93,7 +81,7 @@ __global__ void distillation_rows(DistillationParams p) {
       else if (p.loss_type == int(DistillationLossType::forward_kl)) loss += expf(log_p) * (log_p - log_q);
       else loss += expf(log_q) * (log_q - log_p);
     }
-    loss = block_reduce(loss, scratch, false);
+    loss = block_reduce_in_thread_order(loss, scratch, false);
     if (threadIdx.x == 0) p.row_losses[row] = loss;
     if (grad == nullptr) continue;
     for (int64_t column = threadIdx.x; column < p.vocab; column += kThreads) {
@@ -130,7 +118,7 @@ __global__ void activation_distillation_rows(ActivationParams p) {
       const float difference = load(student[column]) - load(teacher[column]);
       squared += difference * difference;
     }
-    const float norm = sqrtf(block_reduce(squared, scratch, false));
+    const float norm = sqrtf(block_reduce_in_thread_order(squared, scratch, false));
     if (threadIdx.x == 0) p.row_losses[row] = norm;
     if (p.grad == nullptr) continue;
     T* grad = static_cast<T*>(p.grad) + row * p.hidden;

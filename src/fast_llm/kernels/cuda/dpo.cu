@@ -22,28 +22,17 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// The block's sum (or maximum) of one value per thread, in thread order; every thread gets it.
-__device__ float block_reduce(float value, float* scratch, bool maximum) {
-  scratch[threadIdx.x] = value;
-  __syncthreads();
-  float result = scratch[0];
-  for (int index = 1; index < kThreads; ++index)
-    result = maximum ? fmaxf(result, scratch[index]) : result + scratch[index];
-  __syncthreads();
-  return result;
-}
-
 // The logsumexp of a row of `count` values times `scale`.
 template <class T>
 __device__ float row_logsumexp(const T* row, int64_t count, float scale, float* scratch) {
   float maximum = -INFINITY;
   for (int64_t column = threadIdx.x; column < count; column += kThreads)
     maximum = fmaxf(maximum, load(row[column]) * scale);
-  maximum = block_reduce(maximum, scratch, true);
+  maximum = block_reduce_in_thread_order(maximum, scratch, true);
   float sum = 0.0f;
   for (int64_t column = threadIdx.x; column < count; column += kThreads)
     sum += expf(load(row[column]) * scale - maximum);
-  return maximum + logf(block_reduce(sum, scratch, false));
+  return maximum + logf(block_reduce_in_thread_order(sum, scratch, false));
 }
 
 struct RowParams {
