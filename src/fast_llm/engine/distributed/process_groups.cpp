@@ -61,17 +61,35 @@ ProcessGroups::ProcessGroups(const DistributedConfig& config, Device device)
                                             .name = "host",
                                             .local = local});
   const bool nccl = device.is_cuda() && config.backend == DistributedBackend::nccl;
-  data_ = distributed::create_communicator(
+  world_ = distributed::create_communicator(
       {.backend = nccl ? distributed::CommunicationBackend::nccl : distributed::CommunicationBackend::gloo,
        .device = device,
        .rank = rank_,
        .size = world_size_,
-       .store = distributed::prefix_store(store_, "data"),
+       .store = distributed::prefix_store(store_, "world"),
        .timeout = timeout,
-       .name = "data",
+       .name = "world",
        .local = local});
-  log_main("{} processes joined ({} rendezvous; data-parallel group on {} through {})", world_size_,
-           config.rendezvous == RendezvousKind::tcp ? "tcp" : "file", device.str(), nccl ? "NCCL" : "Gloo");
+  // Every rank takes part in every split, in this order; a group of one rank is dropped (null).
+  auto split = [&](int size, int color, const char* name) -> std::unique_ptr<distributed::Communicator> {
+    std::unique_ptr<distributed::Communicator> group = world_->split(color, name);
+    return size > 1 ? std::move(group) : nullptr;
+  };
+  const int tp = config.tensor_parallel, pp = config.pipeline_parallel, dp = config.data_parallel();
+  const int tensor_rank = config.tensor_rank(), data_rank = config.data_rank(), pipeline_rank = config.pipeline_rank();
+  const int sdp_rank = config.sequence_data_rank(), batch_rank = config.batch_data_rank();
+  tensor_ = split(tp, data_rank * pp + pipeline_rank, "tensor");
+  data_ = split(dp, tensor_rank * pp + pipeline_rank, "data");
+  pipeline_ = split(pp, tensor_rank * dp + data_rank, "pipeline");
+  sequence_data_ = split(config.sequence_data_parallel, (tensor_rank * pp + pipeline_rank) * dp + batch_rank,
+                         "sequence_data");
+  batch_data_ = split(config.batch_data_parallel(), (tensor_rank * pp + pipeline_rank) * dp + sdp_rank, "batch_data");
+  tensor_and_sequence_data_ = split(tp * config.sequence_data_parallel, pipeline_rank * dp + batch_rank,
+                                    "tensor_and_sequence_data");
+  log_main("{} processes joined ({} rendezvous; groups on {} through {}: tensor {}, data {} (sequence {}), pipeline "
+           "{})",
+           world_size_, config.rendezvous == RendezvousKind::tcp ? "tcp" : "file", device.str(),
+           nccl ? "NCCL" : "Gloo", tp, dp, config.sequence_data_parallel, pp);
 }
 
 ProcessGroups::~ProcessGroups() = default;

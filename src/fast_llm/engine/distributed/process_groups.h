@@ -5,11 +5,13 @@
 // same paths as before this existed. Otherwise the processes meet at a store (`rendezvous: tcp`: served by rank 0 at
 // MASTER_ADDR, on the port distributed/launch.h gives; under mpirun on one machine without MASTER_ADDR, files in the
 // job's temporary folder; `rendezvous: file`: files in `rendezvous_directory`) and every process builds:
-//   data  the data-parallel group (every rank today: tensor and pipeline parallelism are part 2), over the run's
-//         device: NCCL on a GPU by default, Gloo on the CPU and when `backend: gloo` (GPU tensors staged through host
-//         memory, so several processes can share one GPU);
-//   host  a Gloo group of the whole world over CPU tensors, for the host's own numbers (a step's label count, the
-//         losses of a log interval) and the barriers around checkpoints, so those never wait for the GPU stream.
+//   world  every rank, over the run's device: NCCL on a GPU by default, Gloo on the CPU and when `backend: gloo` (GPU
+//          tensors staged through host memory, so several processes can share one GPU); the groups below are split
+//          from it with the rank layout of DistributedConfig (Fast-LLM's: tensor ranks adjacent, then data, then
+//          pipeline, the last two swapped when pipeline_first);
+//   host   a Gloo group of the whole world over CPU tensors, for the host's own numbers (a step's label count, the
+//          losses of a log interval) and the barriers around checkpoints, so those never wait for the GPU stream.
+// A device group of one rank is null: a caller with nothing to exchange tests the pointer.
 // Every collective gives up after `model.distributed.timeout` with an error naming the operation and the group.
 #pragma once
 
@@ -35,8 +37,21 @@ class ProcessGroups {
   int world_size() const { return world_size_; }
   bool is_main() const { return rank_ == 0; }
   // Null in a one-process run.
-  distributed::Communicator* data() const { return data_.get(); }
+  distributed::Communicator* world() const { return world_.get(); }
   distributed::Communicator* host() const { return host_.get(); }
+  // The ranks that differ only in their tensor rank (same data and pipeline rank).
+  distributed::Communicator* tensor() const { return tensor_.get(); }
+  // The ranks with this rank's tensor and pipeline rank: data parallelism, sequence-data parallelism included.
+  distributed::Communicator* data() const { return data_.get(); }
+  // The ranks with this rank's tensor and data rank, ordered by pipeline rank.
+  distributed::Communicator* pipeline() const { return pipeline_.get(); }
+  // The data ranks that split one sequence (same batch-data rank), and those that read different samples (same
+  // sequence-data rank).
+  distributed::Communicator* sequence_data() const { return sequence_data_.get(); }
+  distributed::Communicator* batch_data() const { return batch_data_.get(); }
+  // Tensor and sequence-data ranks together (same batch-data and pipeline rank): where sequence-tensor parallel
+  // activations are split when sequence-data parallelism is on too.
+  distributed::Communicator* tensor_and_sequence_data() const { return tensor_and_sequence_data_.get(); }
 
   // Every process has reached this point (a host barrier; nothing in a one-process run).
   void barrier() const;
@@ -54,7 +69,13 @@ class ProcessGroups {
   int world_size_ = 1;
   std::shared_ptr<distributed::Store> store_;
   std::unique_ptr<distributed::Communicator> host_;
+  std::unique_ptr<distributed::Communicator> world_;
+  std::unique_ptr<distributed::Communicator> tensor_;
   std::unique_ptr<distributed::Communicator> data_;
+  std::unique_ptr<distributed::Communicator> pipeline_;
+  std::unique_ptr<distributed::Communicator> sequence_data_;
+  std::unique_ptr<distributed::Communicator> batch_data_;
+  std::unique_ptr<distributed::Communicator> tensor_and_sequence_data_;
 };
 
 }  // namespace fast_llm::engine
