@@ -1,188 +1,26 @@
-// Data-parallel training, run as users run it: `fast-llm train gpt --nproc-per-node N` on CPU processes that talk
-// through Gloo over loopback. Fast-LLM's principle is the test: the same global batch gives the same losses, gradient
-// norms and updated weights (master weights and Adam state) as one process that runs the micro-batches in sequence
-// (fp32, tight tolerance: the sums are the same numbers added in another order). Checkpoints resume bit for bit in the
-// same layout and load into another number of processes.
-//
-// With FAST_LLM_TEST_CUDA=1 (the GPU machine, tools/device_check.sh) the same layouts run on one GPU shared by all
-// the processes, through the Gloo engine's host staging (NCCL refuses two ranks on one GPU), in bf16 with fp32 master
-// weights, against the one-process GPU run: tolerances of bf16 sums taken in another order, and a lower learning rate
-// so that Adam's first steps, which move a weight by about the learning rate whatever the size of its gradient, cannot
-// turn those differences into large ones. The attention backward adds its query gradients with atomics, so a resumed
-// GPU run matches to that tolerance rather than bit for bit.
+// Data-parallel training, run as users run it (`fast-llm train gpt --nproc-per-node N`, layout_comparison.h): N
+// processes give the losses, gradient norms and updated weights of one process that runs the N times as many
+// micro-batches in sequence, under ZeRO 1, 2 and 3, with tied embeddings, MoE, reference models, policy-gradient losses
+// and LoRA. Checkpoints resume bit for bit in the same layout and load into another number of processes.
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <sys/socket.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
-#include "../cli/run_fast_llm.h"
-#include "distributed_test_util.h"
-#include "fast_llm/engine/checkpoint/distributed.h"
-#include "fast_llm/engine/checkpoint/fast_llm_format.h"
 #include "fast_llm/data/memmap.h"
-#include "fast_llm/engine/checkpoint/metadata.h"
+#include "layout_comparison.h"
 
 namespace fast_llm {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::Outcome;
 
-// A small model that trains in about a second per process; every run gets 16-token micro-batches of the same
-// random dataset, so a layout only changes which process reads which sample. The attention has no biases, as Llama:
-// the key bias has a gradient of zero up to rounding (softmax ignores what it adds), and Adam's first steps turn that
-// rounding noise into updates of the order of the learning rate, different in every summation order.
-constexpr const char* kConfig = R"(
-training: {train_iters: 3, logs: {interval: 1}, checkpoint: {interval: 1, keep: 10}}
-data:
-  datasets: {training: {type: random}}
-  micro_batch_size: 16
-optimizer: {learning_rate: {base: 1.0e-2}, gradient_norm_clipping: 0.5}
-model:
-  base_model:
-    embeddings: {vocab_size: 64}
-    decoder:
-      block:
-        mixer: {type: attention, heads: 2, head_groups: 1, head_size: 8, add_linear_biases: false}
-        mlp: {intermediate_size: 32, gated: true}
-        normalization: {type: rms_norm}
-      num_blocks: 2
-    hidden_size: 16
-  multi_stage: {layers_per_stage: 2}
-  distributed: {compute_dtype: fp32, use_cuda: false, timeout: 20}
-)";
-
-// What differs between the CPU run (fp32, exact resume) and the GPU run (bf16, see above).
-struct Mode {
-  std::vector<std::string> overrides;
-  double tolerance = 2e-5;         // relative, on losses, gradient norms and (with 1 + |value|) weights
-  double resume_tolerance = 0.0;  // same layout, resumed against uninterrupted
-};
-
-Mode test_mode() {
-  const char* cuda = std::getenv("FAST_LLM_TEST_CUDA");
-  if (cuda == nullptr || std::string(cuda) != "1") return {};
-  return {.overrides = {"model.distributed.use_cuda=true", "model.distributed.compute_dtype=bf16",
-                        "model.distributed.backend=gloo", "optimizer.learning_rate.base=1.0e-4"},
-          .tolerance = 2e-3,
-          .resume_tolerance = 2e-3};
-}
-
-struct TrainingRecord {
-  double loss = 0, grad_norm = 0;
-};
-
-class DataParallelTrainingTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    directory_ = testing::fresh_test_folder("fast_llm_dp_test");
-    std::ofstream(directory_ / "config.yaml") << kConfig;
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(directory_);
-  }
-
-  // Trains in `<directory>/<name>` with `processes` processes (0: one process, no launcher) and `overrides`; expects
-  // success.
-  fs::path train(const std::string& name, int processes, std::vector<std::string> overrides) {
-    std::vector<std::string> arguments{"train", "gpt", "-c", (directory_ / "config.yaml").string(),
-                                       "run.experiment_dir=" + (directory_ / name).string()};
-    if (processes > 0) arguments.insert(arguments.begin() + 2, {"--nproc-per-node", std::to_string(processes)});
-    arguments.insert(arguments.end(), mode_.overrides.begin(), mode_.overrides.end());
-    arguments.insert(arguments.end(), overrides.begin(), overrides.end());
-    const Outcome outcome = testing::run_fast_llm(arguments, directory_, std::chrono::seconds(300), std::nullopt,
-                                                  {{"OMP_NUM_THREADS", "1"}});
-    EXPECT_TRUE(outcome.exited && outcome.status == 0) << name << ":\n" << outcome.output;
-    output_ = outcome.output;
-    return directory_ / name;
-  }
-
-  // The training records of the experiment's first run, by step.
-  static std::vector<TrainingRecord> records(const fs::path& experiment) {
-    std::vector<TrainingRecord> result;
-    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
-    for (std::string line; std::getline(stream, line);) {
-      const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.value("phase", "") != "training") continue;
-      result.push_back({.loss = record.at("lm_head_loss").get<double>(),
-                        .grad_norm = record.at("grad_norm").get<double>()});
-    }
-    return result;
-  }
-
-  // Every tensor of checkpoint `step` of the two experiments (master weights, Adam moments), compared.
-  static void expect_same_checkpoint(const fs::path& actual, const fs::path& expected, int step, double tolerance) {
-    const fs::path actual_folder = actual / "checkpoint" / std::to_string(step);
-    const fs::path expected_folder = expected / "checkpoint" / std::to_string(step);
-    expect_same_state(*engine::distributed_checkpoint_source(actual_folder,
-                                                             engine::read_checkpoint_metadata(actual_folder)),
-                      *engine::distributed_checkpoint_source(expected_folder,
-                                                             engine::read_checkpoint_metadata(expected_folder)),
-                      tolerance);
-  }
-
-  // The `fast_llm` exports of step `step` of the two experiments, compared.
-  static void expect_same_export(const fs::path& actual, const fs::path& expected, int step, double tolerance) {
-    const fs::path folder = fs::path("export") / "fast_llm" / std::to_string(step);
-    expect_same_state(*engine::open_fast_llm_checkpoint(actual / folder).state,
-                      *engine::open_fast_llm_checkpoint(expected / folder).state, tolerance);
-  }
-
-  static void expect_same_state(const engine::TensorSource& actual_state, const engine::TensorSource& expected_state,
-                                double tolerance) {
-    // The same tensors, in an order that follows each run's stage layout.
-    std::vector<std::string> names = expected_state.names(), actual_names = actual_state.names();
-    std::sort(names.begin(), names.end());
-    std::sort(actual_names.begin(), actual_names.end());
-    ASSERT_EQ(actual_names, names);
-    for (const std::string& name : names) {
-      const Tensor a = actual_state.load(name), b = expected_state.load(name);
-      ASSERT_EQ(a.numel(), b.numel()) << name;
-      const float* x = a.data_as<float>();
-      const float* y = b.data_as<float>();
-      for (int64_t i = 0; i < a.numel(); ++i) {
-        if (tolerance == 0) {
-          ASSERT_EQ(x[i], y[i]) << name << "[" << i << "]";
-        } else {
-          ASSERT_NEAR(x[i], y[i], tolerance * (1 + std::abs(y[i]))) << name << "[" << i << "]";
-        }
-      }
-    }
-  }
-
-  static void expect_same_records(const std::vector<TrainingRecord>& actual,
-                                  const std::vector<TrainingRecord>& expected, double tolerance) {
-    ASSERT_EQ(actual.size(), expected.size());
-    for (size_t step = 0; step < expected.size(); ++step) {
-      EXPECT_NEAR(actual[step].loss, expected[step].loss, tolerance * expected[step].loss) << "step " << step + 1;
-      EXPECT_NEAR(actual[step].grad_norm, expected[step].grad_norm, tolerance * expected[step].grad_norm)
-          << "step " << step + 1;
-    }
-  }
-
-  // A copy of `experiment` holding only its checkpoint of `step` (as if the run had stopped there).
-  fs::path stopped_copy(const fs::path& experiment, const std::string& name, int step) {
-    const fs::path copy = directory_ / name;
-    fs::create_directories(copy / "checkpoint");
-    fs::copy(experiment / "checkpoint" / std::to_string(step), copy / "checkpoint" / std::to_string(step),
-             fs::copy_options::recursive);
-    return copy;
-  }
-
-  fs::path directory_;
-  std::string output_;  // of the last run
-  const Mode mode_ = test_mode();
-  const double kTolerance = mode_.tolerance;
-};
+class DataParallelTrainingTest : public testing::LayoutComparisonTest {};
 
 TEST_F(DataParallelTrainingTest, TwoProcessesMatchOneWithTwoMicroBatchesAndResume) {
   // Both export the model of step 3 in the layout-free fast_llm format too (the two ranks' shards gathered).
