@@ -61,10 +61,6 @@ void PolicyGradientLoss::begin(const LayerContext& context) {
                                     "carries no token data (prepare it with dataset.source_schema.advantages, or use "
                                     "a dataset file with `advantages` and `old_log_probabilities` sections)",
                                     name_, sequence_level_ ? "gspo" : "grpo"));
-  if (!context.device.is_cpu())
-    throw NotSupportedError("head", fmt::format("loss '{}' ({}): the policy-gradient loss has no GPU variant yet; "
-                                                "train it on the CPU",
-                                                name_, sequence_level_ ? "gspo" : "grpo"));
   loss_sum_ = zeros(Shape{1}, context.device, context.stream);
   metric_sums_ = zeros(Shape{kernels::kPolicyMetricCount}, context.device, context.stream);
 }

@@ -99,13 +99,6 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
            const std::function<void(ReferenceModels&)>& inspect_references) {
   config.kernels.apply();
   engine::warn_pretrained_architecture(config.model, config.pretrained, config.run.experiment_dir);
-  // The policy-gradient losses have a CPU kernel only: a GPU run stops here, before anything is built or allocated.
-  if (!engine::resolve_device(config.model.distributed).is_cpu())
-    for (const auto& [name, loss] : config.model.base_model.head.losses)
-      if (loss.is<layers::GrpoLossConfig>() || loss.is<layers::GspoLossConfig>())
-        throw NotSupportedError("train", fmt::format("model.base_model.head.losses.{}: the {} loss has no GPU variant "
-                                                     "yet; run it on the CPU (model.distributed.use_cuda: false)",
-                                                     name, loss.type()));
   // Declares the parameters only; the trainer checks the run can start and fit before it allocates them.
   GPTModel model(config.model.base_model);
   const Device device = engine::resolve_device(config.model.distributed);

@@ -1,0 +1,101 @@
+// Consistency of every policy_gradient_forward_backward variant with the CPU reference: GRPO and GSPO, with and
+// without the metric sums, masked tokens, several documents per chunk (one with a single label), both clipping
+// sides (old log-probs around the new ones), logits_scale_factor and softcap, fp32 / bf16 / fp16 (and fp64 on the
+// CPU) logits, the gradient out of place, over the logits, or not at all, logits as column slices of wider rows; the
+// loss and metric sums start non-zero (they are added to). The reference is checked against formulas and finite
+// differences in policy_gradient_test.cpp.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "fast_llm/kernels/policy_gradient.h"
+#include "kernels/consistency.h"
+
+namespace fast_llm::kernels {
+namespace {
+
+using namespace testing;
+
+enum class GradientMode { out_of_place, in_place, none };
+
+struct PolicyCase {
+  int64_t tokens = 1, vocab = 1;
+  DType dtype = DType::float32;
+  bool sequence_level = false, metrics = true;
+  double logits_scale_factor = 1.0;
+  std::optional<double> softcap = std::nullopt;
+  GradientMode gradient = GradientMode::out_of_place;
+  bool strided = false;
+};
+
+void check_policy_gradient(DeviceType device_type) {
+  std::map<std::string, bool> ran;
+  uint64_t seed = 73000;
+  std::vector<PolicyCase> cases;
+  for (DType dtype : {DType::bfloat16, DType::float16, DType::float32, DType::float64})
+    for (const auto& [tokens, vocab] : std::vector<std::pair<int64_t, int64_t>>{{6, 7}, {13, 1000}, {5, 32003}})
+      for (bool sequence_level : {false, true})
+        for (GradientMode gradient : {GradientMode::out_of_place, GradientMode::in_place, GradientMode::none})
+          cases.push_back({.tokens = tokens, .vocab = vocab, .dtype = dtype, .sequence_level = sequence_level,
+                           .metrics = gradient != GradientMode::in_place,
+                           .logits_scale_factor = vocab == 7 ? 0.5 : 1.0,
+                           .softcap = vocab == 1000 ? std::optional<double>(15.0) : std::nullopt,
+                           .gradient = gradient, .strided = vocab == 1000});
+  for (const PolicyCase& c : cases) {
+    const int64_t stored_vocab = c.strided ? c.vocab + 3 : c.vocab;
+    std::function<Tensor(const Tensor&)> view;
+    if (c.strided) view = [vocab = c.vocab](const Tensor& t) { return t.slice(1, 1, 1 + vocab); };
+    // Three documents: tokens [0, 1) (one label), [1, tokens / 2) and the rest; every third token after the first
+    // masked. Old log-probs near log(1 / vocab) so that the ratios fall on both sides of the clipping range.
+    std::vector<double> labels, advantages, old_log_probs, documents;
+    const double uniform = -std::log(double(c.vocab));
+    for (int64_t token = 0; token < c.tokens; ++token) {
+      labels.push_back(token % 3 == 2 ? -100.0 : double((token * 5 + 1) % c.vocab));
+      const int64_t document = token == 0 ? 0 : token < c.tokens / 2 ? 1 : 2;
+      documents.push_back(double(document));
+      advantages.push_back(0.4 * double(document) - 0.5 + 0.05 * double(token % 4));
+      old_log_probs.push_back(uniform + 0.4 * double((token * 7) % 5 - 2));
+    }
+    const DType sum_dtype = c.dtype == DType::float64 ? DType::float64 : DType::float32;
+    ConsistencyProblem<PolicyGradientForwardBackward> problem{
+        .name = fmt::format("{} ({}, {}) {} metrics={} gradient={}", dtype_name(c.dtype), c.tokens, c.vocab,
+                            c.sequence_level ? "gspo" : "grpo", c.metrics, int(c.gradient)),
+        .dtype = c.dtype, .exact = false, .tensors = {}, .call = {}};
+    const Tensor logits = random_tensor(Shape{c.tokens, stored_vocab}, c.dtype, ++seed, -4, 4);
+    problem.tensors["logits"] = c.gradient == GradientMode::in_place ? accumulated_output(logits, view)
+                                                                     : input(logits, view);
+    problem.tensors["labels"] = input(make_tensor(labels, Shape{c.tokens}, DType::int64));
+    problem.tensors["advantages"] = input(make_tensor(advantages, Shape{c.tokens}, DType::float32));
+    problem.tensors["old_log_probabilities"] = input(make_tensor(old_log_probs, Shape{c.tokens}, DType::float32));
+    problem.tensors["label_documents"] = input(make_tensor(documents, Shape{c.tokens}, DType::int32));
+    problem.tensors["loss_sum"] = accumulated_output(filled(Shape{1}, sum_dtype, 0.25));
+    if (c.metrics)
+      problem.tensors["metric_sums"] = accumulated_output(filled(Shape{kPolicyMetricCount}, sum_dtype, 0.5));
+    if (c.gradient == GradientMode::out_of_place)
+      problem.tensors["grad_logits"] = output(Tensor::empty(Shape{c.tokens, stored_vocab}, c.dtype), view);
+    problem.call = [c](TensorMap& t, const auto& run) {
+      Tensor* grad = c.gradient == GradientMode::in_place ? &t.at("logits")
+                     : c.gradient == GradientMode::none   ? nullptr
+                                                          : &t.at("grad_logits");
+      run({.logits = t.at("logits"), .labels = t.at("labels"), .advantages = t.at("advantages"),
+           .old_log_probabilities = t.at("old_log_probabilities"), .label_documents = t.at("label_documents"),
+           .num_documents = 3, .sequence_level = c.sequence_level, .loss_sum = t.at("loss_sum"),
+           .metric_sums = c.metrics ? &t.at("metric_sums") : nullptr, .grad_logits = grad, .grad_weight = 0.3,
+           .epsilon_low = 0.2, .epsilon_high = 0.28, .logits_scale_factor = c.logits_scale_factor,
+           .softcap = c.softcap});
+    };
+    for (const VariantOutcome& outcome : check_variants(problem, device_type))
+      ran[outcome.id] = ran[outcome.id] || !outcome.unsupported;
+  }
+  for (const auto& [id, any] : ran) EXPECT_TRUE(any) << id << " declined every consistency problem";
+}
+
+TEST(PolicyGradientConsistency, CpuVariantsMatchTheReference) { check_policy_gradient(DeviceType::cpu); }
+
+TEST(PolicyGradientConsistency, CudaVariantsMatchTheReference) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  check_policy_gradient(DeviceType::cuda);
+}
+
+}  // namespace
+}  // namespace fast_llm::kernels
