@@ -7,10 +7,11 @@
 // timed with its host synchronisations, as a step would see it.
 //
 // Then the per-expert gemm loop of the layer's first projection (out_e = x_e W1_e^T on views of the permuted buffer
-// and of the weight, one gemm per expert, as layers/mlp/mixture_of_experts.cpp runs it), three ways: the same row
-// counts every run (the gemm's plans cached), new row counts every run with autotuning off (a new cuBLASLt plan per
-// expert and run: what a training step sees), and the same with autotuning on (a plan and a synchronising tuning run
-// per expert and run). The time between CUDA events includes the GPU's idle gaps while the host makes plans.
+// and of the weight, one gemm per expert), five ways: the same row counts every run (the gemm's plans cached); new row
+// counts every run as exact-size problems, autotuning off (a new cuBLASLt plan per expert and run) and on (a plan and a
+// synchronising tuning run each); and new row counts as `ragged` gemms (as layers/mlp/mixture_of_experts.cpp runs
+// them: one plan per power-of-two bucket of rows), autotuning off and on. The time between CUDA events includes the
+// GPU's idle gaps while the host makes plans.
 //
 // Before timing, the whole op chain (route, dispatch map, permute, scale, unpermute, scale backward, route backward)
 // runs on a small odd shape (67 tokens, 12 experts top-3, hidden 40, intermediate 24) on the GPU and with the CPU
@@ -208,14 +209,15 @@ std::vector<int64_t> random_offsets(int64_t rows, int64_t experts, uint64_t seed
 
 // One gemm per expert with rows: out_e = x_e W1_e^T.
 void expert_gemms(const Tensor& permuted, const Tensor& weight, Tensor& hidden, const std::vector<int64_t>& offsets,
-                  int64_t width) {
+                  int64_t width, bool ragged) {
   for (size_t expert = 0; expert + 1 < offsets.size(); ++expert) {
     if (offsets[expert + 1] == offsets[expert]) continue;
     Tensor out = hidden.slice(0, offsets[expert], offsets[expert + 1]);
     kernels::gemm({.a = permuted.slice(0, offsets[expert], offsets[expert + 1]),
                    .b = weight.slice(0, int64_t(expert) * width, int64_t(expert + 1) * width),
                    .out = out,
-                   .transpose_b = true});
+                   .transpose_b = true,
+                   .ragged = ragged});
   }
 }
 
@@ -235,16 +237,19 @@ void time_expert_gemms(const MoeShape& s, int iterations) {
   const std::vector<int64_t> fixed = random_offsets(rows, s.routed, seed);
   struct Way {
     const char* name;
-    bool fresh, autotune;
+    bool fresh, autotune, ragged;
   };
-  for (const Way& way : {Way{"expert gemms, same row counts", false, true},
-                         Way{"expert gemms, new row counts, no autotune", true, false},
-                         Way{"expert gemms, new row counts, autotune", true, true}}) {
+  for (const Way& way : {Way{"expert gemms, same row counts", false, true, false},
+                         Way{"expert gemms, new row counts, no autotune", true, false, false},
+                         Way{"expert gemms, new row counts, autotune", true, true, false},
+                         Way{"ragged gemms, new row counts, no autotune", true, false, true},
+                         Way{"ragged gemms, new row counts, autotune", true, true, true}}) {
     KernelSelection selection = initial;
     selection.autotune = way.autotune;
     set_kernel_selection(selection);
     const auto run = [&] {
-      expert_gemms(permuted, weight, hidden, way.fresh ? random_offsets(rows, s.routed, ++seed) : fixed, width);
+      expert_gemms(permuted, weight, hidden, way.fresh ? random_offsets(rows, s.routed, ++seed) : fixed, width,
+                   way.ragged);
     };
     const double ms = benchmarks::median_ms(run, 3, iterations);
     std::printf("%-44s %12.1f %12s %10s  %.1f TFLOP/s\n", way.name, ms * 1e3, "-", "-", flops / (ms * 1e-3) / 1e12);

@@ -215,6 +215,7 @@ struct GemmCase {
   int64_t batch = 0;  // 0: unbatched
   bool shared_b = false;
   Layout layout_a = Layout::row_major, layout_b = Layout::row_major;
+  bool ragged = false;
 };
 
 // A (batch,) rows x columns operand in `layout`, random in [-1, 1).
@@ -238,10 +239,10 @@ TensorSpec operand(const GemmCase& gemm_case, int64_t batch, int64_t rows, int64
 
 ConsistencyProblem<Gemm> make_problem(const GemmCase& c, uint64_t seed) {
   ConsistencyProblem<Gemm> problem;
-  problem.name = fmt::format("{}->{} m={} n={} k={} ta={} tb={} bias={} alpha={} beta={} batch={}{} layouts={}/{}",
+  problem.name = fmt::format("{}->{} m={} n={} k={} ta={} tb={} bias={} alpha={} beta={} batch={}{} layouts={}/{}{}",
                              dtype_name(c.dtype), dtype_name(c.out_dtype), c.m, c.n, c.k, c.transpose_a,
                              c.transpose_b, c.bias, c.alpha, c.beta, c.batch, c.shared_b ? " shared b" : "",
-                             int(c.layout_a), int(c.layout_b));
+                             int(c.layout_a), int(c.layout_b), c.ragged ? " ragged" : "");
   problem.dtype = c.out_dtype == DType::float32 ? c.dtype : c.out_dtype;
   problem.tensors["a"] = operand(c, c.batch, c.transpose_a ? c.k : c.m, c.transpose_a ? c.m : c.k, c.layout_a, seed);
   problem.tensors["b"] = operand(c, c.shared_b ? 0 : c.batch, c.transpose_b ? c.n : c.k, c.transpose_b ? c.k : c.n,
@@ -253,7 +254,8 @@ ConsistencyProblem<Gemm> make_problem(const GemmCase& c, uint64_t seed) {
   problem.call = [c](TensorMap& tensors, const auto& run) {
     const Tensor* bias = c.bias ? &tensors.at("bias") : nullptr;
     run({.a = tensors.at("a"), .b = tensors.at("b"), .out = tensors.at("out"), .bias = bias,
-         .transpose_a = c.transpose_a, .transpose_b = c.transpose_b, .alpha = c.alpha, .beta = c.beta});
+         .transpose_a = c.transpose_a, .transpose_b = c.transpose_b, .alpha = c.alpha, .beta = c.beta,
+         .ragged = c.ragged});
   };
   return problem;
 }
@@ -316,6 +318,30 @@ TEST(GemmConsistency, CudaVariantsMatchTheReference) {
     // cuBLASLt is the baseline on CUDA: it must run every one of these.
     EXPECT_TRUE(report_ran(report, "gemm:cuda:cublaslt")) << make_problem(gemm_case, 0).name;
   }
+}
+
+// Ragged gemms (an expert's rows: m and k change from call to call) share the plan of their power-of-two bucket and
+// run it with their exact sizes: sizes that fall in one bucket one after the other (the first call of a bucket tunes
+// its plan), sizes equal to their bucket, and the three products of the MoE layer (forward x W^T, input gradient
+// dy W, weight gradient dy^T x accumulated), each against the reference.
+TEST(GemmCuda, RaggedSizesShareTheirBucketsPlanAndMatchTheReference) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  uint64_t seed = 9000;
+  for (DType dtype : {DType::bfloat16, DType::float32})
+    for (int64_t rows : {1, 3, 64, 65, 100, 127, 128, 129, 1000, 1024, 1500}) {
+      // Forward: (rows, 96) x (160, 96)^T; input gradient: (rows, 160) x (160, 96); weight gradient: (rows, 160)^T
+      // x (rows, 96) added to fp32.
+      const GemmCase forward{.m = rows, .n = 160, .k = 96, .dtype = dtype, .transpose_b = true, .out_dtype = dtype,
+                             .ragged = true};
+      const GemmCase input_gradient{.m = rows, .n = 96, .k = 160, .dtype = dtype, .out_dtype = dtype,
+                                    .ragged = true};
+      const GemmCase weight_gradient{.m = 160, .n = 96, .k = rows, .dtype = dtype, .transpose_a = true,
+                                     .out_dtype = DType::float32, .beta = 1, .ragged = true};
+      for (const GemmCase& gemm_case : {forward, input_gradient, weight_gradient}) {
+        const ConsistencyReport report = check_variants(make_problem(gemm_case, seed += 10), DeviceType::cuda);
+        EXPECT_TRUE(report_ran(report, "gemm:cuda:cublaslt")) << make_problem(gemm_case, 0).name;
+      }
+    }
 }
 
 TEST(GemmCuda, AutotuningRefusesToRunInsideAGraphCapture) {

@@ -27,6 +27,9 @@ struct GemmArgs {
   bool transpose_b = false;
   double alpha = 1.0;
   double beta = 0.0;
+  // m and k change from call to call (the rows routed to one expert): a variant that chooses its algorithm per
+  // problem may choose it once per bucket of sizes instead of per exact size.
+  bool ragged = false;
   Stream stream = {};
 };
 

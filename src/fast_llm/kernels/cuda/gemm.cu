@@ -10,11 +10,15 @@
 //
 // Descriptors and algorithms are host-side objects created once per problem and kept for the process (they hold no
 // device memory); the workspace is one buffer per (device, stream), so gemms on two streams never share one.
+// A `ragged` gemm (an expert's rows: m and k change every step) takes the plan of its power-of-two bucket of m and k,
+// tuned on the first call of the bucket, and runs it with layouts of its exact sizes; where cuBLASLt refuses that
+// algorithm for the exact sizes, the exact problem's heuristic choice (untuned) is kept for it instead.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "fast_llm/kernels/cuda/common.cuh"
@@ -167,10 +171,10 @@ static std::mutex& plan_mutex() {
   return mutex;
 }
 
-// The cached plan for `call`, created (descriptors, heuristic) on first use. Call with plan_mutex held.
-static GemmPlan& plan_for(const GemmCall& call, Device device) {
+// The cached plan of `key` (the problem of `call`, or its bucket), created (descriptors, heuristic) on first use;
+// `tunable`: keep the heuristic's candidates for tune(). Call with plan_mutex held.
+static GemmPlan& plan_for(const GemmCall& call, const GemmKey& key, Device device, bool tunable = true) {
   static std::map<GemmKey, GemmPlan> plans;
-  const GemmKey& key = call.key;
   if (auto found = plans.find(key); found != plans.end()) return found->second;
 
   GemmPlan plan;
@@ -232,9 +236,45 @@ static GemmPlan& plan_for(const GemmCall& call, Device device) {
                                     status == CUBLAS_STATUS_SUCCESS ? "no result" : cublasLtGetStatusName(status)));
   }
   plan.algorithm = results[0].algo;
-  if (found > 1)
+  if (found > 1 && tunable)
     for (int index = 0; index < found; ++index) plan.candidates[plan.candidate_count++] = results[index].algo;
   return plans.emplace(key, plan).first->second;
+}
+
+// The three matrix layouts of a problem, owned (a ragged call's exact sizes, beside its bucket's plan).
+struct OwnedLayouts {
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, out = nullptr;
+  explicit OwnedLayouts(const GemmKey& key)
+      : a(make_layout(key.input_type, key.transpose_a ? key.inner : key.rows, key.transpose_a ? key.rows : key.inner,
+                      key.leading_a, key.batch, key.batch_stride_a)),
+        b(make_layout(key.input_type, key.transpose_b ? key.columns : key.inner,
+                      key.transpose_b ? key.inner : key.columns, key.leading_b, key.batch, key.batch_stride_b)),
+        out(make_layout(key.output_type, key.rows, key.columns, key.leading_out, key.batch, key.batch_stride_out)) {}
+  ~OwnedLayouts() {
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(out);
+  }
+  OwnedLayouts(const OwnedLayouts&) = delete;
+  OwnedLayouts& operator=(const OwnedLayouts&) = delete;
+};
+
+// The layouts a call runs with: its plan's, or a ragged call's exact ones.
+struct Layouts {
+  cublasLtMatrixLayout_t a, b, out;
+};
+
+// The power-of-two bucket (at least 64) of a ragged problem's m and k (cuBLASLt's columns and inner).
+static uint64_t size_bucket(uint64_t size) {
+  uint64_t bucket = 64;
+  while (bucket < size) bucket *= 2;
+  return bucket;
+}
+
+static GemmKey bucket_key(GemmKey key) {
+  key.columns = size_bucket(key.columns);
+  key.inner = size_bucket(key.inner);
+  return key;
 }
 
 // The bytes cuBLASLt's D of `key` spans (column-major, `rows` contiguous).
@@ -251,8 +291,8 @@ static size_t output_span_bytes(const GemmKey& key) {
 // then, so timing one candidate after the other favoured whichever came last. D is `call.out` itself when beta is 0
 // (the real call overwrites it next), else a scratch buffer of its span, so that accumulating outputs keep their
 // values; when that buffer cannot be had, the heuristic's first stays. Synchronises the stream: once per problem.
-static void tune(GemmPlan& plan, const GemmCall& call, float alpha, float beta, void* workspace, cudaStream_t stream,
-                 Device device) {
+static void tune(GemmPlan& plan, const Layouts& layouts, const GemmCall& call, float alpha, float beta,
+                 void* workspace, cudaStream_t stream, Device device) {
   // The host waits for the timings, which a CUDA graph capture cannot record: a captured step only has shapes an
   // eager step already tuned (engine/training/cuda_graph_step.h), so getting here while capturing is a bug. Refused
   // before the plan changes, so that an eager call still tunes it.
@@ -277,9 +317,9 @@ static void tune(GemmPlan& plan, const GemmCall& call, float alpha, float beta, 
   }
   const cublasLtHandle_t handle = cublaslt_handle(device);
   const auto run = [&](int index) {
-    return cublasLtMatmul(handle, plan.description, &alpha, call.a, plan.a_layout, call.b, plan.b_layout, &beta, out,
-                          plan.out_layout, out, plan.out_layout, &plan.candidates[index], workspace,
-                          kCublasLtWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
+    return cublasLtMatmul(handle, plan.description, &alpha, call.a, layouts.a, call.b, layouts.b, &beta, out,
+                          layouts.out, out, layouts.out, &plan.candidates[index], workspace, kCublasLtWorkspaceBytes,
+                          stream) == CUBLAS_STATUS_SUCCESS;
   };
   bool usable[kTunedCandidates] = {};
   for (int index = 0; index < candidates; ++index) usable[index] = run(index);
@@ -328,7 +368,8 @@ cublasLtMatmulAlgo_t gemm_cublaslt_algorithm(const GemmArgs& args) {
   const Device device = args.out.device();
   ::fast_llm::detail::CudaDeviceGuard guard(device.index);
   std::lock_guard lock(plan_mutex());
-  return plan_for(describe(args, shape), device).algorithm;
+  const GemmCall call = describe(args, shape);
+  return plan_for(call, args.ragged ? bucket_key(call.key) : call.key, device).algorithm;
 }
 
 static void gemm_cublaslt(const GemmArgs& args) {
@@ -342,15 +383,36 @@ static void gemm_cublaslt(const GemmArgs& args) {
   const float alpha = float(args.alpha), beta = float(args.beta);
   // The lock covers the plan (its bias pointer is set per call) until cuBLASLt has read it at enqueue time.
   std::lock_guard lock(plan_mutex());
-  GemmPlan& plan = plan_for(call, device);
+  // A ragged problem whose sizes are their bucket's runs its bucket's plan as it is.
+  const GemmKey bucket = bucket_key(call.key);
+  const bool bucketed = args.ragged && (bucket.columns != call.key.columns || bucket.inner != call.key.inner);
+  GemmPlan* plan = &plan_for(call, args.ragged ? bucket : call.key, device);
+  std::optional<OwnedLayouts> exact;
+  if (bucketed) exact.emplace(call.key);
+  Layouts layouts = bucketed ? Layouts{exact->a, exact->b, exact->out}
+                             : Layouts{plan->a_layout, plan->b_layout, plan->out_layout};
   if (call.bias)
-    FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.description, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &call.bias,
+    FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->description, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &call.bias,
                                                     sizeof(call.bias)));
-  if (plan.candidate_count > 0) tune(plan, call, alpha, beta, workspace, stream, device);
+  if (plan->candidate_count > 0) tune(*plan, layouts, call, alpha, beta, workspace, stream, device);
   // C and D are both out: beta * out is read from and the result written to the same matrix.
-  FLM_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(device), plan.description, &alpha, call.a, plan.a_layout, call.b,
-                                  plan.b_layout, &beta, call.out, plan.out_layout, call.out, plan.out_layout,
-                                  &plan.algorithm, workspace, kCublasLtWorkspaceBytes, stream));
+  const auto run = [&] {
+    return cublasLtMatmul(cublaslt_handle(device), plan->description, &alpha, call.a, layouts.a, call.b, layouts.b,
+                          &beta, call.out, layouts.out, call.out, layouts.out, &plan->algorithm, workspace,
+                          kCublasLtWorkspaceBytes, stream);
+  };
+  cublasStatus_t status = run();
+  if (bucketed && (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)) {
+    // The bucket's algorithm does not take these exact sizes: the exact problem's own heuristic choice, untuned (a
+    // ragged problem's sizes come and go; timing each would synchronise every step).
+    plan = &plan_for(call, call.key, device, /*tunable=*/false);
+    if (call.bias)
+      FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->description, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &call.bias, sizeof(call.bias)));
+    layouts = Layouts{plan->a_layout, plan->b_layout, plan->out_layout};
+    status = run();
+  }
+  FLM_CUBLAS_CHECK(status);
 }
 
 FLM_REGISTER_KERNEL(Gemm, DeviceType::cuda, "cublaslt", /*priority=*/0, KernelKind::baseline, &gemm_cublaslt_supports,

@@ -170,6 +170,7 @@ Tensor MoeMlp::first_projection(const Tensor& permuted, const std::vector<int64_
                    .b = expert_weight(layer_1_.weight().weight, width, expert),
                    .out = out,
                    .transpose_b = true,
+                   .ragged = true,
                    .stream = stream});
   }
   return hidden;
@@ -244,6 +245,7 @@ Tensor MoeMlp::forward(const LayerContext& context, const Tensor& input, Saved* 
       kernels::gemm({.a = expert_rows(scaled_rows, offsets, expert),
                      .b = expert_weight(layer_2_.weight().weight, intermediate_size_, expert),
                      .out = out,
+                     .ragged = true,
                      .stream = stream});
     }
   }
@@ -303,6 +305,7 @@ Tensor MoeMlp::backward(const LayerContext& context, const Tensor& grad_output, 
                      .b = expert_weight(weight.weight, intermediate_size_, expert),
                      .out = out,
                      .transpose_b = true,
+                     .ragged = true,
                      .stream = stream});
       if (trained)
         kernels::gemm({.a = expert_rows(scaled_rows, offsets, expert),
@@ -310,6 +313,7 @@ Tensor MoeMlp::backward(const LayerContext& context, const Tensor& grad_output, 
                        .out = weight_grad,
                        .transpose_a = true,
                        .beta = beta,
+                       .ragged = true,
                        .stream = stream});
     }
   }
@@ -351,9 +355,11 @@ Tensor MoeMlp::backward(const LayerContext& context, const Tensor& grad_output, 
                        .out = weight_grad,
                        .transpose_a = true,
                        .beta = beta,
+                       .ragged = true,
                        .stream = stream});
       Tensor out = expert_rows(grad_permuted, offsets, expert);
-      kernels::gemm({.a = grad_rows, .b = expert_weight(weight.weight, width, expert), .out = out, .stream = stream});
+      kernels::gemm({.a = grad_rows, .b = expert_weight(weight.weight, width, expert), .out = out, .ragged = true,
+                     .stream = stream});
     }
   }
   grad_hidden = Tensor();
