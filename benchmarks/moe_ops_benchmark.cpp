@@ -217,7 +217,7 @@ void expert_gemms(const Tensor& permuted, const Tensor& weight, Tensor& hidden, 
                    .b = weight.slice(0, int64_t(expert) * width, int64_t(expert + 1) * width),
                    .out = out,
                    .transpose_b = true,
-                   .ragged = ragged});
+                   .ragged = ragged ? kernels::GemmRagged::m : kernels::GemmRagged::none});
   }
 }
 

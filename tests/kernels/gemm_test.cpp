@@ -215,7 +215,7 @@ struct GemmCase {
   int64_t batch = 0;  // 0: unbatched
   bool shared_b = false;
   Layout layout_a = Layout::row_major, layout_b = Layout::row_major;
-  bool ragged = false;
+  GemmRagged ragged = GemmRagged::none;
 };
 
 // A (batch,) rows x columns operand in `layout`, random in [-1, 1).
@@ -242,7 +242,8 @@ ConsistencyProblem<Gemm> make_problem(const GemmCase& c, uint64_t seed) {
   problem.name = fmt::format("{}->{} m={} n={} k={} ta={} tb={} bias={} alpha={} beta={} batch={}{} layouts={}/{}{}",
                              dtype_name(c.dtype), dtype_name(c.out_dtype), c.m, c.n, c.k, c.transpose_a,
                              c.transpose_b, c.bias, c.alpha, c.beta, c.batch, c.shared_b ? " shared b" : "",
-                             int(c.layout_a), int(c.layout_b), c.ragged ? " ragged" : "");
+                             int(c.layout_a), int(c.layout_b),
+                             c.ragged == GemmRagged::m ? " ragged m" : c.ragged == GemmRagged::k ? " ragged k" : "");
   problem.dtype = c.out_dtype == DType::float32 ? c.dtype : c.out_dtype;
   problem.tensors["a"] = operand(c, c.batch, c.transpose_a ? c.k : c.m, c.transpose_a ? c.m : c.k, c.layout_a, seed);
   problem.tensors["b"] = operand(c, c.shared_b ? 0 : c.batch, c.transpose_b ? c.n : c.k, c.transpose_b ? c.k : c.n,
@@ -332,11 +333,11 @@ TEST(GemmCuda, RaggedSizesShareTheirBucketsPlanAndMatchTheReference) {
       // Forward: (rows, 96) x (160, 96)^T; input gradient: (rows, 160) x (160, 96); weight gradient: (rows, 160)^T
       // x (rows, 96) added to fp32.
       const GemmCase forward{.m = rows, .n = 160, .k = 96, .dtype = dtype, .transpose_b = true, .out_dtype = dtype,
-                             .ragged = true};
+                             .ragged = GemmRagged::m};
       const GemmCase input_gradient{.m = rows, .n = 96, .k = 160, .dtype = dtype, .out_dtype = dtype,
-                                    .ragged = true};
+                                    .ragged = GemmRagged::m};
       const GemmCase weight_gradient{.m = 160, .n = 96, .k = rows, .dtype = dtype, .transpose_a = true,
-                                     .out_dtype = DType::float32, .beta = 1, .ragged = true};
+                                     .out_dtype = DType::float32, .beta = 1, .ragged = GemmRagged::k};
       for (const GemmCase& gemm_case : {forward, input_gradient, weight_gradient}) {
         const ConsistencyReport report = check_variants(make_problem(gemm_case, seed += 10), DeviceType::cuda);
         EXPECT_TRUE(report_ran(report, "gemm:cuda:cublaslt")) << make_problem(gemm_case, 0).name;

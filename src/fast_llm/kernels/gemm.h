@@ -18,6 +18,8 @@
 
 namespace fast_llm::kernels {
 
+enum class GemmRagged { none, m, k };
+
 struct GemmArgs {
   const Tensor& a;                // (m, k), or (k, m) with transpose_a; (batch, ., .) batched
   const Tensor& b;                // (k, n), or (n, k) with transpose_b; (batch, ., .) or shared by the batch
@@ -27,9 +29,10 @@ struct GemmArgs {
   bool transpose_b = false;
   double alpha = 1.0;
   double beta = 0.0;
-  // m and k change from call to call (the rows routed to one expert): a variant that chooses its algorithm per
-  // problem may choose it once per bucket of sizes instead of per exact size.
-  bool ragged = false;
+  // Which size changes from call to call (the rows routed to one expert: m in the forward and input-gradient
+  // products, k in the weight gradient's): a variant that chooses its algorithm per problem may choose it once per
+  // bucket of that size instead of per exact size.
+  GemmRagged ragged = GemmRagged::none;
   Stream stream = {};
 };
 

@@ -10,9 +10,9 @@
 //
 // Descriptors and algorithms are host-side objects created once per problem and kept for the process (they hold no
 // device memory); the workspace is one buffer per (device, stream), so gemms on two streams never share one.
-// A `ragged` gemm (an expert's rows: m and k change every step) takes the plan of its power-of-two bucket of m and k,
+// A `ragged` gemm (an expert's rows: m or k changes every step) takes the plan of the power-of-two bucket of that size,
 // tuned on the first call of the bucket, and runs it with layouts of its exact sizes; where cuBLASLt refuses that
-// algorithm for the exact sizes, the exact problem's heuristic choice (untuned) is kept for it instead.
+// algorithm for the exact sizes (or has none for the bucket), the exact problem's heuristic choice (untuned) is kept.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -264,16 +264,17 @@ struct Layouts {
   cublasLtMatrixLayout_t a, b, out;
 };
 
-// The power-of-two bucket (at least 64) of a ragged problem's m and k (cuBLASLt's columns and inner).
+// The power-of-two bucket (at least 64) of a ragged size.
 static uint64_t size_bucket(uint64_t size) {
   uint64_t bucket = 64;
   while (bucket < size) bucket *= 2;
   return bucket;
 }
 
-static GemmKey bucket_key(GemmKey key) {
-  key.columns = size_bucket(key.columns);
-  key.inner = size_bucket(key.inner);
+// The problem whose plan a ragged call shares: its ragged size (our m is cuBLASLt's columns, k its inner) bucketed.
+static GemmKey bucket_key(GemmKey key, GemmRagged ragged) {
+  if (ragged == GemmRagged::m) key.columns = size_bucket(key.columns);
+  if (ragged == GemmRagged::k) key.inner = size_bucket(key.inner);
   return key;
 }
 
@@ -369,7 +370,7 @@ cublasLtMatmulAlgo_t gemm_cublaslt_algorithm(const GemmArgs& args) {
   ::fast_llm::detail::CudaDeviceGuard guard(device.index);
   std::lock_guard lock(plan_mutex());
   const GemmCall call = describe(args, shape);
-  return plan_for(call, args.ragged ? bucket_key(call.key) : call.key, device).algorithm;
+  return plan_for(call, bucket_key(call.key, args.ragged), device).algorithm;
 }
 
 static void gemm_cublaslt(const GemmArgs& args) {
@@ -383,10 +384,19 @@ static void gemm_cublaslt(const GemmArgs& args) {
   const float alpha = float(args.alpha), beta = float(args.beta);
   // The lock covers the plan (its bias pointer is set per call) until cuBLASLt has read it at enqueue time.
   std::lock_guard lock(plan_mutex());
-  // A ragged problem whose sizes are their bucket's runs its bucket's plan as it is.
-  const GemmKey bucket = bucket_key(call.key);
-  const bool bucketed = args.ragged && (bucket.columns != call.key.columns || bucket.inner != call.key.inner);
-  GemmPlan* plan = &plan_for(call, args.ragged ? bucket : call.key, device);
+  // A ragged problem whose size is its bucket's runs its bucket's plan as it is.
+  const GemmKey bucket = bucket_key(call.key, args.ragged);
+  const bool own_bucket = bucket.columns == call.key.columns && bucket.inner == call.key.inner;
+  bool bucketed = !own_bucket;
+  GemmPlan* plan = nullptr;
+  if (bucketed) {
+    try {
+      plan = &plan_for(call, bucket, device);
+    } catch (const Error&) {
+      bucketed = false;  // no algorithm for the bucket's sizes: the exact problem's own plan, untuned
+    }
+  }
+  if (plan == nullptr) plan = &plan_for(call, call.key, device, /*tunable=*/own_bucket);
   std::optional<OwnedLayouts> exact;
   if (bucketed) exact.emplace(call.key);
   Layouts layouts = bucketed ? Layouts{exact->a, exact->b, exact->out}

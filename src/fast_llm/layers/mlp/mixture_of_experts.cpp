@@ -170,7 +170,7 @@ Tensor MoeMlp::first_projection(const Tensor& permuted, const std::vector<int64_
                    .b = expert_weight(layer_1_.weight().weight, width, expert),
                    .out = out,
                    .transpose_b = true,
-                   .ragged = true,
+                   .ragged = kernels::GemmRagged::m,
                    .stream = stream});
   }
   return hidden;
@@ -245,7 +245,7 @@ Tensor MoeMlp::forward(const LayerContext& context, const Tensor& input, Saved* 
       kernels::gemm({.a = expert_rows(scaled_rows, offsets, expert),
                      .b = expert_weight(layer_2_.weight().weight, intermediate_size_, expert),
                      .out = out,
-                     .ragged = true,
+                     .ragged = kernels::GemmRagged::m,
                      .stream = stream});
     }
   }
@@ -305,7 +305,7 @@ Tensor MoeMlp::backward(const LayerContext& context, const Tensor& grad_output, 
                      .b = expert_weight(weight.weight, intermediate_size_, expert),
                      .out = out,
                      .transpose_b = true,
-                     .ragged = true,
+                     .ragged = kernels::GemmRagged::m,
                      .stream = stream});
       if (trained)
         kernels::gemm({.a = expert_rows(scaled_rows, offsets, expert),
@@ -313,7 +313,7 @@ Tensor MoeMlp::backward(const LayerContext& context, const Tensor& grad_output, 
                        .out = weight_grad,
                        .transpose_a = true,
                        .beta = beta,
-                       .ragged = true,
+                       .ragged = kernels::GemmRagged::k,
                        .stream = stream});
     }
   }
@@ -355,10 +355,13 @@ Tensor MoeMlp::backward(const LayerContext& context, const Tensor& grad_output, 
                        .out = weight_grad,
                        .transpose_a = true,
                        .beta = beta,
-                       .ragged = true,
+                       .ragged = kernels::GemmRagged::k,
                        .stream = stream});
       Tensor out = expert_rows(grad_permuted, offsets, expert);
-      kernels::gemm({.a = grad_rows, .b = expert_weight(weight.weight, width, expert), .out = out, .ragged = true,
+      kernels::gemm({.a = grad_rows,
+                     .b = expert_weight(weight.weight, width, expert),
+                     .out = out,
+                     .ragged = kernels::GemmRagged::m,
                      .stream = stream});
     }
   }
