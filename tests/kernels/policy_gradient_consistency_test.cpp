@@ -60,7 +60,11 @@ void check_policy_gradient(DeviceType device_type) {
     ConsistencyProblem<PolicyGradientForwardBackward> problem{
         .name = fmt::format("{} ({}, {}) {} metrics={} gradient={}", dtype_name(c.dtype), c.tokens, c.vocab,
                             c.sequence_level ? "gspo" : "grpo", c.metrics, int(c.gradient)),
-        .dtype = c.dtype, .exact = false, .tensors = {}, .call = {}};
+        .dtype = c.dtype, .tolerance = std::nullopt, .exact = false, .tensors = {}, .call = {}};
+    // The loss sum adds terms of both signs (advantages of both signs) whose log-probabilities carry fp32 rounding of
+    // a few 1e-7 in absolute value: relative to the small sum that cancellation leaves, fp32 agrees to about 4e-5
+    // (measured on the H200).
+    if (c.dtype == DType::float32) problem.tolerance = 2e-4;
     const Tensor logits = random_tensor(Shape{c.tokens, stored_vocab}, c.dtype, ++seed, -4, 4);
     problem.tensors["logits"] = c.gradient == GradientMode::in_place ? accumulated_output(logits, view)
                                                                      : input(logits, view);
