@@ -108,8 +108,9 @@ TEST_F(PipelineParallelTrainingTest, DataAndPipelineParallelMatchOneProcess) {
 TEST_F(PipelineParallelTrainingTest, ZeroStagesTwoAndThreeWithTwoPipelineRanks) {
   const fs::path single = train("bf8", 0, {"schedule.breadth_first_micro_batches=8"});
   for (int zero : {2, 3}) {
-    const fs::path parallel = train("dp2_pp2s1_bf4_z" + std::to_string(zero), 4,
-                                    {kPipeline, kBreadthFirst4, "model.multi_stage.zero_stage=" + std::to_string(zero)});
+    const std::string zero_stage = "model.multi_stage.zero_stage=" + std::to_string(zero);
+    const fs::path parallel =
+        train("dp2_pp2s1_bf4_z" + std::to_string(zero), 4, {kPipeline, kBreadthFirst4, zero_stage});
     EXPECT_NE(output_.find("gradients in 2 shared buffers"), std::string::npos) << output_;
     EXPECT_EQ(output_.find("weights in 2 shared buffers") != std::string::npos, zero == 3) << output_;
     expect_same_records(records(parallel), records(single), kTolerance);

@@ -52,7 +52,8 @@ YAML::Node layout_of(const MultiStage& multi_stage) {
   layout["pipeline_parallel"] = settings.pipeline_parallel;
   layout["optimization_dtype"] = std::string(dtype_name(settings.optimization_dtype));
   YAML::Node files(YAML::NodeType::Sequence);
-  for (int rank = 0; rank < settings.data_parallel * settings.pipeline_parallel; ++rank) files.push_back(rank_file(rank));
+  for (int rank = 0; rank < settings.data_parallel * settings.pipeline_parallel; ++rank)
+    files.push_back(rank_file(rank));
   layout["files"] = files;
   YAML::Node stages(YAML::NodeType::Sequence);
   for (const auto& stage : multi_stage.stages()) {

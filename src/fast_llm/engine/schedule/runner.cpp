@@ -134,8 +134,8 @@ void ScheduleRunner::run_steps(const Schedule& schedule, std::vector<layers::Lay
       input = std::move(found->second);
       local.erase(found);
     }
-    if (step.first_of_stage)
-      forward ? multi_stage_.before_forward(step.stage, stream_, training) : multi_stage_.before_backward(step.stage, stream_);
+    if (step.first_of_stage && forward) multi_stage_.before_forward(step.stage, stream_, training);
+    if (step.first_of_stage && !forward) multi_stage_.before_backward(step.stage, stream_);
     // The head ignores grad_output (it computed the gradient of its input in forward); the embeddings ignore their
     // input and return no input gradient.
     if (forward) {

@@ -54,7 +54,8 @@ Schedule::Schedule(size_t num_stages, int depth_first, int breadth_first, int sp
   }
   // Where each received input is produced: the same micro-batch and split at the neighbouring stage.
   std::map<std::tuple<size_t, int, int, StepType>, size_t> position;
-  for (const ScheduleStep& step : steps_) position[{step.stage, step.micro_batch, step.split, step.type}] = step.position;
+  for (const ScheduleStep& step : steps_)
+    position[{step.stage, step.micro_batch, step.split, step.type}] = step.position;
   for (ScheduleStep& step : steps_) {
     if (step.receive_from < 0) continue;
     const size_t producer = step.type == StepType::forward ? step.stage - 1 : step.stage + 1;
