@@ -8,7 +8,10 @@
 // run as pretrained weights.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -34,16 +37,16 @@ model:
           type: attention
           heads: 4
           head_groups: 2
-          head_size: 8
+          head_size: 4
           add_linear_biases: false
           query_layer: {bias: {enabled: true}}
           key_layer: {bias: {enabled: true}}
-          value_layer: {bias: {enabled: true}}
           rotary: {type: default, theta: 10000.0}
           window_size: 6
         mlp: {intermediate_size: 32, gated: true, add_linear_biases: false}
         normalization: {type: rms_norm}
       num_blocks: 6
+    head: {normalization: {type: rms_norm}}
     hidden_size: 16
   multi_stage: {layers_per_stage: 1}
   distributed: {compute_dtype: fp32, use_cuda: false, timeout: 20}
@@ -56,18 +59,42 @@ const std::string kBreadthFirst4 = "schedule.breadth_first_micro_batches=4";
 class PipelineParallelTrainingTest : public testing::LayoutComparisonTest {
  protected:
   const char* config() const override { return kQwen2Config; }
+
+  // The validation losses an experiment logged, in order.
+  static std::vector<double> validation_losses(const fs::path& experiment) {
+    std::vector<double> losses;
+    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
+    for (std::string line; std::getline(stream, line);) {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      if (record.value("dataset", "") == "validation") losses.push_back(record.at("lm_head_loss").get<double>());
+    }
+    return losses;
+  }
 };
 
+// Forward-only evaluations (every micro-batch of an iteration breadth-first) give one process's losses too.
+const std::vector<std::string> kEvaluator = {"data.datasets.validation={type: random}",
+                                             "training.evaluators.validation={type: loss, interval: 2, iterations: 2}"};
+
 TEST_F(PipelineParallelTrainingTest, TwoPipelineRanksMatchOneProcessResumeAndLoadInOne) {
-  const fs::path single = train("bf4", 0, {kBreadthFirst4, kExport});
+  std::vector<std::string> single_overrides = kEvaluator;
+  single_overrides.insert(single_overrides.end(), {kBreadthFirst4, kExport});
+  const fs::path single = train("bf4", 0, single_overrides);
+  const std::vector<double> expected_validation = validation_losses(single);
+  ASSERT_EQ(expected_validation.size(), 2u);
   // pp2s1: stages 0, 2, 4, 6 on rank 0 and 1, 3, 5, 7 on rank 1; pp2s2: two stages of two layers on each rank.
   for (const char* layers_per_stage : {"1", "2"}) {
     const std::string name = std::string("pp2s") + layers_per_stage + "_bf4";
-    const fs::path pipeline = train(
-        name, 2, {kPipeline, std::string("model.multi_stage.layers_per_stage=") + layers_per_stage, kBreadthFirst4,
-                  kExport});
+    std::vector<std::string> overrides = kEvaluator;
+    overrides.insert(overrides.end(), {kPipeline, std::string("model.multi_stage.layers_per_stage=") + layers_per_stage,
+                                       kBreadthFirst4, kExport});
+    const fs::path pipeline = train(name, 2, overrides);
     EXPECT_NE(output_.find("Pipeline over 2 ranks"), std::string::npos) << output_;
     expect_same_records(records(pipeline), records(single), kTolerance);
+    const std::vector<double> validation = validation_losses(pipeline);
+    ASSERT_EQ(validation.size(), expected_validation.size());
+    for (size_t index = 0; index < validation.size(); ++index)
+      EXPECT_NEAR(validation[index], expected_validation[index], kTolerance * expected_validation[index]) << index;
     expect_same_checkpoint(pipeline, single, 3, kTolerance);
     expect_same_export(pipeline, single, 3, kTolerance);
   }
@@ -134,6 +161,21 @@ TEST_F(PipelineParallelTrainingTest, TiedEmbeddingsAcrossPipelineRanks) {
                                                                "model.multi_stage.zero_stage=3"});
   expect_same_records(records(parallel), records(single_bf8), kTolerance);
   expect_same_checkpoint(parallel, single_bf8, 3, kTolerance);
+}
+
+// The Hugging Face export of a pipeline run (qwen2, which has no sliding window) is one process's.
+TEST_F(PipelineParallelTrainingTest, HuggingFaceExportOfAPipelineRunMatchesOneProcess) {
+  const std::vector<std::string> qwen2 = {"model.base_model.decoder.block.mixer.window_size=null",
+                                          "training.export={format: qwen2, interval: 3}",
+                                          "training.checkpoint.interval=null", kBreadthFirst4};
+  const fs::path single = train("qwen2_bf4", 0, qwen2);
+  std::vector<std::string> overrides = qwen2;
+  overrides.insert(overrides.end(), {kPipeline, "model.multi_stage.layers_per_stage=2"});
+  const fs::path pipeline = train("qwen2_pp2s2_bf4", 2, overrides);
+  const fs::path folder = fs::path("export") / "qwen2" / "3";
+  ASSERT_TRUE(fs::exists(pipeline / folder / "config.json"));
+  expect_same_state(*engine::SafetensorsSet::open_huggingface(pipeline / folder),
+                    *engine::SafetensorsSet::open_huggingface(single / folder), kTolerance);
 }
 
 // Pretrained weights (a fast_llm export) start a pipeline run: each rank loads its stages.
