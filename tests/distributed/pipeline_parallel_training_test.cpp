@@ -190,5 +190,16 @@ TEST_F(PipelineParallelTrainingTest, PretrainedWeightsLoadIntoEachRanksStages) {
   expect_same_checkpoint(pipeline, single, 3, kTolerance);
 }
 
+// Fewer stages than pipeline ranks: every rank stops with an error naming the two fields, nothing hangs.
+TEST_F(PipelineParallelTrainingTest, FewerStagesThanPipelineRanksIsRefused) {
+  const testing::Outcome outcome = testing::run_fast_llm(
+      {"train", "gpt", "--nproc-per-node", "2", "-c", (directory_ / "config.yaml").string(),
+       "run.experiment_dir=" + (directory_ / "refused").string(), kPipeline, "model.multi_stage.layers_per_stage=8"},
+      directory_, std::chrono::seconds(120), std::nullopt, {{"OMP_NUM_THREADS", "1"}});
+  EXPECT_TRUE(outcome.exited && outcome.status != 0) << outcome.output;
+  EXPECT_NE(outcome.output.find("1 stages cannot fill 2 pipeline ranks"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("model.multi_stage.layers_per_stage"), std::string::npos) << outcome.output;
+}
+
 }  // namespace
 }  // namespace fast_llm

@@ -230,11 +230,13 @@ MemoryEstimate Trainer::estimate_memory(const std::vector<std::pair<std::string,
       stage_settings(sections_.model.multi_stage, sections_.model.distributed, device_, training_);
   const std::vector<std::vector<layers::Layer*>> stages =
       split_into_stages(model_.layers(), sections_.model.multi_stage.layers_per_stage);
-  const SharedBufferCounts shared = shared_buffer_counts(sections_.model.multi_stage, settings.data_parallel,
-                                                         stages.size(), training_);
+  // This pipeline rank's stages (all of them without a pipeline).
+  const std::vector<bool> held = stages_held(stages, settings.pipeline_parallel, settings.pipeline_rank);
+  const size_t num_held = size_t(std::count(held.begin(), held.end(), true));
+  const SharedBufferCounts shared =
+      shared_buffer_counts(sections_.model.multi_stage, settings.data_parallel, num_held, training_);
   estimate.device.push_back(
-      {fmt::format("{} of {} stages{}", training_ ? "weights, gradients and optimizer state" : "weights",
-                   stages.size(),
+      {fmt::format("{} of {} stages{}", training_ ? "weights, gradients and optimizer state" : "weights", num_held,
                    settings.data_parallel > 1
                        ? fmt::format(" (this rank's shard of {}; {} shared weight and {} shared gradient buffers)",
                                      settings.data_parallel, shared.weights, shared.gradients)
