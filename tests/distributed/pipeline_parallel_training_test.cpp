@@ -87,9 +87,16 @@ TEST_F(PipelineParallelTrainingTest, TwoPipelineRanksMatchOneProcessResumeAndLoa
     const std::string name = std::string("pp2s") + layers_per_stage + "_bf4";
     std::vector<std::string> overrides = kEvaluator;
     overrides.insert(overrides.end(), {kPipeline, std::string("model.multi_stage.layers_per_stage=") + layers_per_stage,
-                                       kBreadthFirst4, kExport});
+                                       kBreadthFirst4, kExport, "schedule.debug_schedule=true"});
     const fs::path pipeline = train(name, 2, overrides);
     EXPECT_NE(output_.find("Pipeline over 2 ranks"), std::string::npos) << output_;
+    // Each rank's steps: its stages' forwards over the four micro-batches, then their backwards in reverse.
+    EXPECT_NE(output_.find(std::string(layers_per_stage) == "1"
+                               ? "Schedule of pipeline rank 1 (F/B stage.micro-batch): F1.0 F1.1 F1.2 F1.3 F3.0"
+                               : "Schedule of pipeline rank 0 (F/B stage.micro-batch): F0.0 F0.1 F0.2 F0.3 F2.0 F2.1 "
+                                 "F2.2 F2.3 B2.0 B2.1 B2.2 B2.3 B0.0"),
+              std::string::npos)
+        << output_;
     expect_same_records(records(pipeline), records(single), kTolerance);
     const std::vector<double> validation = validation_losses(pipeline);
     ASSERT_EQ(validation.size(), expected_validation.size());

@@ -25,8 +25,7 @@ void ScheduleConfig::visit(Visitor& v) {
   v(throttle_cpu_rate, "throttle_cpu_rate", "Schedule steps between two throttles.", Hint::expert, check::gt(0));
   v(throttle_cpu_delay, "throttle_cpu_delay", "Wait for the event recorded this many steps earlier when throttling.",
     Hint::expert, check::ge(0));
-  v(debug_schedule, "debug_schedule", "Log the whole schedule.", Hint::logging,
-    config::not_supported_yet(false, "schedule logs"));
+  v(debug_schedule, "debug_schedule", "Log the whole schedule: each rank's steps, in order.", Hint::logging);
   v(debug_send_recv, "debug_send_recv", "Log the pipeline-parallel sends and receives.", Hint::logging);
   v(profile_schedule, "profile_schedule", "Log host and device times of every schedule step.", Hint::logging,
     config::not_supported_yet(false, "schedule profiling"));

@@ -28,6 +28,9 @@ ScheduleRunner::ScheduleRunner(MultiStage& multi_stage, const ScheduleConfig& sc
     throw NotSupportedError("schedule", fmt::format("schedule.micro_batch_splits {}: splitting micro-batches along the "
                                                     "sequence is not supported; use 1",
                                                     schedule.micro_batch_splits));
+  if (schedule.debug_schedule)
+    log_info("Schedule of pipeline rank {} (F/B stage.micro-batch): {}", multi_stage.settings().pipeline_rank,
+             training_schedule_.describe(multi_stage.settings().pipeline_rank));
 }
 
 layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batch, Phase phase, int64_t iteration,
@@ -189,6 +192,10 @@ ScheduleRunner::Message ScheduleRunner::send(const ScheduleStep& step, const Ten
               "({}), got {}",
               boundary, boundary + 1, known->second.str(), tensor.shape().str());
   }
+  if (schedule_.debug_send_recv)
+    log_info("Pipeline: {} of stage {}, micro-batch {}: send {} to pipeline rank {}",
+             step.type == StepType::forward ? "forward" : "backward", step.stage, step.micro_batch,
+             tensor.shape().str(), step.send_to);
   return {.work = pipeline->send(tensor, step.send_to, stream_), .tensor = tensor};
 }
 
@@ -212,6 +219,10 @@ ScheduleRunner::Message ScheduleRunner::post_receive(const ScheduleStep& step, c
   Message message{.tensor = Tensor::empty(boundary_shapes_.at(boundary), distributed_.compute_dtype,
                                           multi_stage_.device(), stream_)};
   message.work = pipeline->recv(message.tensor, step.receive_from, stream_);
+  if (schedule_.debug_send_recv)
+    log_info("Pipeline: {} of stage {}, micro-batch {}: receive {} from pipeline rank {} (posted)",
+             step.type == StepType::forward ? "forward" : "backward", step.stage, step.micro_batch,
+             message.tensor.shape().str(), step.receive_from);
   return message;
 }
 
