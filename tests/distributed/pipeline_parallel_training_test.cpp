@@ -3,9 +3,10 @@
 // of six blocks: eight layers, so two stages per pipeline rank with one layer per stage and with two. Each layout gives
 // the losses, gradient norms and updated weights of one process running the same micro-batches: pp2s1_bf4 and
 // pp2s2_bf4 against one process with four breadth-first micro-batches, dp2_pp2s2_bf4 (four processes) against eight,
-// tied embeddings with the embeddings and the head on different ranks, ZeRO-2 and 3. A pipeline's checkpoint resumes
-// bit for bit in its layout, loads in one process, its fast_llm export equals one process's, and it starts a pipeline
-// run as pretrained weights.
+// tied embeddings with the embeddings and the head on different ranks, ZeRO-2 and 3, evaluations, a mixture of experts
+// (router losses on both ranks). A pipeline's checkpoint resumes bit for bit in its layout, loads in one process and
+// in another stage layout, its fast_llm and Hugging Face exports equal one process's, and it starts a pipeline run as
+// pretrained weights.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -195,6 +196,36 @@ TEST_F(PipelineParallelTrainingTest, PretrainedWeightsLoadIntoEachRanksStages) {
                                   {pretrained, kPipeline, "model.multi_stage.layers_per_stage=2", kBreadthFirst4});
   expect_same_records(records(pipeline), records(single), kTolerance);
   expect_same_checkpoint(pipeline, single, 3, kTolerance);
+}
+
+// A mixture of experts: the router losses come from the blocks of both ranks and the head's loss from the last one;
+// merged by name over the ranks, the logged values are one process's.
+TEST_F(PipelineParallelTrainingTest, RouterLossesOfBothRanksMatchOneProcess) {
+  const std::string moe =
+      "model.base_model.decoder.block.mlp={type: moe, experts: 4, experts_per_token: 2, intermediate_size: 16, "
+      "gated: true, add_linear_biases: false, auxiliary_loss_coefficient: 0.1, z_loss_coefficient: 0.01}";
+  const fs::path single = train("moe_bf4", 0, {moe, kBreadthFirst4, "training.checkpoint.interval=null"});
+  const fs::path pipeline =
+      train("moe_pp2s1_bf4", 2, {moe, kPipeline, kBreadthFirst4, "training.checkpoint.interval=null"});
+  expect_same_records(records(pipeline), records(single), kTolerance);
+  auto router_losses = [](const fs::path& experiment) {
+    std::vector<double> values;
+    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
+    for (std::string line; std::getline(stream, line);) {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      if (record.value("phase", "") != "training") continue;
+      values.push_back(record.at("load_balancing_loss").get<double>());
+      values.push_back(record.at("router_z_loss").get<double>());
+    }
+    return values;
+  };
+  const std::vector<double> expected = router_losses(single), actual = router_losses(pipeline);
+  ASSERT_EQ(actual.size(), 6u);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t index = 0; index < expected.size(); ++index) {
+    EXPECT_GT(expected[index], 0.0) << index;
+    EXPECT_NEAR(actual[index], expected[index], kTolerance * expected[index]) << index;
+  }
 }
 
 // Fewer stages than pipeline ranks: every rank stops with an error naming the two fields, nothing hangs.
