@@ -5,8 +5,8 @@
 // pp2s2_bf4 against one process with four breadth-first micro-batches, dp2_pp2s2_bf4 (four processes) against eight,
 // tied embeddings with the embeddings and the head on different ranks, ZeRO-2 and 3, evaluations, a mixture of experts
 // (router losses on both ranks). A pipeline's checkpoint resumes bit for bit in its layout, loads in one process and
-// in another stage layout, its fast_llm and Hugging Face exports equal one process's, and it starts a pipeline run as
-// pretrained weights.
+// in another stage layout, converts in one process, its fast_llm and Hugging Face exports equal one process's, and it
+// starts a pipeline run as pretrained weights.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -110,6 +110,16 @@ TEST_F(PipelineParallelTrainingTest, TwoPipelineRanksMatchOneProcessResumeAndLoa
   const fs::path pipeline = directory_ / "pp2s2_bf4";
   EXPECT_TRUE(fs::exists(pipeline / "checkpoint" / "3" / "rank_0.safetensors"));
   EXPECT_TRUE(fs::exists(pipeline / "checkpoint" / "3" / "rank_1.safetensors"));
+
+  // `fast-llm convert` reads the pipeline's checkpoint in one process: the one-process export.
+  const testing::Outcome converted = testing::run_fast_llm(
+      {"convert", "gpt", "input.format=distributed", "input.path=" + (pipeline / "checkpoint" / "3").string(),
+       "input.optimizer_state=true", "output.format=fast_llm", "output.optimizer_state=true",
+       "output.path=" + (directory_ / "pp2s2_converted").string()},
+      directory_);
+  ASSERT_TRUE(converted.exited && converted.status == 0) << converted.output;
+  expect_same_state(*engine::open_fast_llm_checkpoint(directory_ / "pp2s2_converted").state,
+                    *engine::open_fast_llm_checkpoint(single / "export" / "fast_llm" / "3").state, kTolerance);
 
   // Stopped after step 2 and restarted in the same layout: bit for bit the uninterrupted run.
   const fs::path resumed = stopped_copy(pipeline, "pp2s2_resumed", 2);
