@@ -64,7 +64,7 @@ void add_gpt_run(CLI::App& command, CommandAction& action, RunKind kind) {
   command.add_flag("-v,--validate", options->validate,
                    "Print the resolved configuration (every field, defaults included) and exit.");
   command.add_option("--nproc-per-node", options->processes,
-                     "Run as this many processes on this machine (data parallel), as torchrun "
+                     "Run as this many processes on this machine (laid out by model.distributed), as torchrun "
                      "--nproc_per_node would; they meet at 127.0.0.1.")
       ->check(CLI::Range(1, 1024));
   command.add_option("overrides", options->overrides,
