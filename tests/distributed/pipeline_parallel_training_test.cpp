@@ -173,6 +173,10 @@ TEST_F(PipelineParallelTrainingTest, TiedEmbeddingsAcrossPipelineRanks) {
   expect_same_records(records(pipeline), records(single), kTolerance);
   expect_same_checkpoint(pipeline, single, 3, kTolerance);
   expect_same_export(pipeline, single, 3, kTolerance);
+  // Resumed in its layout, the head's rank reads its copy of the matrix from the owner's file: bit for bit.
+  const fs::path resumed = stopped_copy(pipeline, "pp2s1_bf4_tied_resumed", 2);
+  train("pp2s1_bf4_tied_resumed", 2, {tied, kPipeline, kBreadthFirst4});
+  expect_same_checkpoint(resumed, pipeline, 3, mode_.resume_tolerance);
   // With two data-parallel ranks and ZeRO-3 too.
   const fs::path single_bf8 = train("bf8_tied", 0, {tied, "schedule.breadth_first_micro_batches=8"});
   const fs::path parallel = train("dp2_pp2s1_bf4_z3_tied", 4, {tied, kPipeline, kBreadthFirst4,
