@@ -1,5 +1,6 @@
 // Stages and flat buffers: layout, binding, initialisation (reproducible, independent of the stage layout and of
-// sharding), casts between the master shard and the compute weights, and refusals.
+// sharding), casts between the master shard and the compute weights, a pipeline rank's share of the stages, and
+// refusals.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -328,6 +329,79 @@ TEST(MultiStage, SeveralProcessesNeedTheirGroup) {
   auto config = testing::multi_stage_config();
   TestModel model(8, 4, 1);
   EXPECT_THROW(MultiStage(model, config, distributed, Device::cpu()), Error);
+}
+
+// A pipeline group seen from one rank: placement only asks for its size and rank.
+class PlacementOnlyGroup : public distributed::Communicator {
+ public:
+  PlacementOnlyGroup(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  std::unique_ptr<distributed::Work> all_reduce(Tensor&, distributed::ReduceOp, Stream) override { return refuse(); }
+  std::unique_ptr<distributed::Work> reduce_scatter(const Tensor&, Tensor&, distributed::ReduceOp, Stream) override {
+    return refuse();
+  }
+  std::unique_ptr<distributed::Work> all_gather(const Tensor&, Tensor&, Stream) override { return refuse(); }
+  std::unique_ptr<distributed::Work> broadcast(Tensor&, int, Stream) override { return refuse(); }
+  std::unique_ptr<distributed::Work> send(const Tensor&, int, Stream) override { return refuse(); }
+  std::unique_ptr<distributed::Work> recv(Tensor&, int, Stream) override { return refuse(); }
+  void barrier() override { refuse(); }
+  std::unique_ptr<Communicator> split(int, const std::string&) override {
+    refuse();
+    return nullptr;
+  }
+
+ private:
+  std::unique_ptr<distributed::Work> refuse() {
+    ADD_FAILURE() << "placing stages should not communicate";
+    return nullptr;
+  }
+  int rank_, size_;
+  std::string name_ = "pipeline (test)";
+};
+
+TEST(MultiStage, APipelineRankHoldsOnlyItsStages) {
+  testing::ScopedEnvironment environment(testing::single_process());
+  // Pipeline rank 1 of 2 (data_parallel 1): stages 1 and 3 of the five one-layer stages.
+  auto distributed = testing::load_config<DistributedConfig>(
+      "{compute_dtype: float64, optimization_dtype: float64, use_cuda: false, world_size: 2, rank: 1, "
+      "local_world_size: 2, pipeline_parallel: 2}",
+      "model.distributed");
+  auto config = testing::multi_stage_config("{layers_per_stage: 1}");
+  TestModel model(11, 4, 3), whole_model(11, 4, 3);
+  PlacementOnlyGroup pipeline(1, 2);
+  MultiStage multi_stage(model, config, distributed, Device::cpu(), /*training=*/true, nullptr, &pipeline);
+  MultiStage whole(whole_model, config, testing::cpu_distributed(), Device::cpu());
+  ASSERT_EQ(multi_stage.stages().size(), 5u);
+  int64_t expected_bytes = 0;
+  for (size_t index = 0; index < 5; ++index) {
+    const bool mine = index % 2 == 1;
+    EXPECT_EQ(multi_stage.runs(index), mine) << index;
+    EXPECT_EQ(multi_stage.holds(index), mine) << index;
+    Stage& stage = *multi_stage.stages()[index];
+    // Every stage is laid out as on one process; only this rank's own memory.
+    EXPECT_EQ(stage.trainable_size(), whole.stages()[index]->trainable_size()) << index;
+    EXPECT_EQ(stage.weight_buffer().defined(), mine) << index;
+    EXPECT_EQ(stage.exp_avg().defined(), mine) << index;
+    for (const ParameterSlot& slot : stage.parameters()) {
+      EXPECT_EQ(slot.parameter->weight.defined(), mine) << slot.parameter->meta.name;
+      EXPECT_EQ(slot.parameter->grad.defined(), mine) << slot.parameter->meta.name;
+    }
+    if (mine)
+      expected_bytes += stage_buffer_bytes(stage_regions(stage.layers(), 1), multi_stage.settings());
+  }
+  // The memory check counts the same buffers.
+  const StageSettings settings = stage_settings(config, distributed, Device::cpu(), /*training=*/true);
+  EXPECT_EQ(settings.pipeline_rank, 1);
+  EXPECT_EQ(multi_stage_buffer_bytes(split_into_stages(model.layers(), 1.0), config, settings), expected_bytes);
+  // This rank's stages start from the values one process gives them.
+  multi_stage.initialize_weights();
+  whole.initialize_weights();
+  for (size_t index : {size_t(1), size_t(3)})
+    EXPECT_EQ(testing::values(multi_stage.stages()[index]->weight_buffer()),
+              testing::values(whole.stages()[index]->weight_buffer()))
+        << index;
 }
 
 TEST(MultiStage, InferenceBuildsNoGradientOrOptimizerState) {

@@ -3,6 +3,8 @@
 // `fast-llm evaluate gpt` takes the same configuration and runs only its evaluators on the `pretrained` weights: as
 // Fast-LLM's command, it is the training run with `training.train_iters=0` appended to the overrides, so the metrics
 // are printed and written (runs/<k>/metrics.jsonl) exactly as a training run's evaluations are.
+#include <fmt/format.h>
+
 #include <cstdlib>
 
 #include "fast_llm/cli/commands.h"
@@ -43,9 +45,14 @@ std::vector<std::string> process_arguments(const TrainOptions& options) {
   return arguments;
 }
 
-// The overrides the run applies: the user's, then (evaluation) no training steps.
+// The overrides the run applies: the user's, then (evaluation) no training steps. With --nproc-per-node the config is
+// checked here as its first process will read it (the layout of pipeline and tensor parallelism depends on the world).
 std::vector<std::string> run_overrides(const TrainOptions& options) {
-  std::vector<std::string> overrides = options.overrides;
+  std::vector<std::string> overrides;
+  if (options.processes > 0)
+    overrides = {fmt::format("model.distributed.world_size={}", options.processes), "model.distributed.rank=0",
+                 fmt::format("model.distributed.local_world_size={}", options.processes)};
+  overrides.insert(overrides.end(), options.overrides.begin(), options.overrides.end());
   if (options.kind == RunKind::evaluate) overrides.push_back("training.train_iters=0");
   return overrides;
 }
@@ -57,7 +64,7 @@ void add_gpt_run(CLI::App& command, CommandAction& action, RunKind kind) {
   command.add_flag("-v,--validate", options->validate,
                    "Print the resolved configuration (every field, defaults included) and exit.");
   command.add_option("--nproc-per-node", options->processes,
-                     "Run as this many processes on this machine (data parallel), as torchrun "
+                     "Run as this many processes on this machine (laid out by model.distributed), as torchrun "
                      "--nproc_per_node would; they meet at 127.0.0.1.")
       ->check(CLI::Range(1, 1024));
   command.add_option("overrides", options->overrides,

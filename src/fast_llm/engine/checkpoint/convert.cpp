@@ -14,6 +14,16 @@ namespace fast_llm::engine {
 
 namespace {
 constexpr std::string_view kComponent = "checkpoint";
+
+// The input's model config without the parallel layout it was trained in (a pipeline's pipeline_parallel, the
+// processes): the conversion runs in this one process, and the formats it writes do not depend on a layout.
+YAML::Node without_parallel_layout(YAML::Node model) {
+  YAML::Node distributed = model["distributed"];
+  if (distributed && distributed.IsMap())
+    for (const char* field : {"pipeline_parallel", "pipeline_first", "world_size", "rank", "local_world_size"})
+      distributed.remove(field);
+  return model;
+}
 }  // namespace
 
 void ConvertConfig::visit(config::Visitor& v) {
@@ -61,7 +71,7 @@ void convert(const ConvertConfig& config, const ModelType& model_type) {
   CheckpointLoadConfig whole = input;
   whole.load_config = checkpoint_format_is_native(input.format) ? ModelConfigType::fast_llm : ModelConfigType::model;
   std::unique_ptr<ModelConfig> model = model_type.make_config();
-  const YAML::Node model_yaml = load_pretrained_model_config(whole, model_type);
+  const YAML::Node model_yaml = without_parallel_layout(YAML::Clone(load_pretrained_model_config(whole, model_type)));
   try {
     model->load(model_yaml, "model");
     model->validate("model");

@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 
@@ -36,6 +38,8 @@ struct RecordedStage {
 };
 struct RecordedLayout {
   int data_parallel = 1;
+  // Stage s's shards are in the files of pipeline rank s % pipeline_parallel: files[p * data_parallel + data rank].
+  int pipeline_parallel = 1;
   DType optimization_dtype = DType::float32;
   std::vector<std::string> files;
   std::vector<RecordedStage> stages;
@@ -45,9 +49,11 @@ YAML::Node layout_of(const MultiStage& multi_stage) {
   YAML::Node layout(YAML::NodeType::Map);
   const StageSettings& settings = multi_stage.settings();
   layout["data_parallel"] = settings.data_parallel;
+  layout["pipeline_parallel"] = settings.pipeline_parallel;
   layout["optimization_dtype"] = std::string(dtype_name(settings.optimization_dtype));
   YAML::Node files(YAML::NodeType::Sequence);
-  for (int rank = 0; rank < settings.data_parallel; ++rank) files.push_back(rank_file(rank));
+  for (int rank = 0; rank < settings.data_parallel * settings.pipeline_parallel; ++rank)
+    files.push_back(rank_file(rank));
   layout["files"] = files;
   YAML::Node stages(YAML::NodeType::Sequence);
   for (const auto& stage : multi_stage.stages()) {
@@ -97,6 +103,8 @@ RecordedLayout read_layout(const std::filesystem::path& directory, const Checkpo
   if (!node || !node.IsMap()) fail("is missing or not a mapping");
   try {
     layout.data_parallel = node["data_parallel"].as<int>();
+    // Checkpoints written before pipeline parallelism have no pipeline_parallel: one pipeline rank.
+    if (node["pipeline_parallel"]) layout.pipeline_parallel = node["pipeline_parallel"].as<int>();
     auto dtype = parse_dtype(node["optimization_dtype"].as<std::string>());
     if (!dtype || !is_floating(*dtype)) fail("has an invalid optimization_dtype");
     layout.optimization_dtype = *dtype;
@@ -147,8 +155,11 @@ RecordedLayout read_layout(const std::filesystem::path& directory, const Checkpo
   } catch (const YAML::Exception& error) {
     fail(fmt::format("is malformed: {}", error.msg));
   }
-  if (layout.data_parallel < 1 || int(layout.files.size()) != layout.data_parallel)
-    fail("lists a number of files that does not match its data_parallel");
+  if (layout.data_parallel < 1 || layout.pipeline_parallel < 1 ||
+      int64_t(layout.files.size()) != int64_t(layout.data_parallel) * layout.pipeline_parallel)
+    fail("lists a number of files that does not match its data_parallel x pipeline_parallel");
+  if (layout.stages.size() < size_t(layout.pipeline_parallel))
+    fail(fmt::format("has {} stages for {} pipeline ranks", layout.stages.size(), layout.pipeline_parallel));
   for (const auto& name : layout.files)
     if (name.find('/') != std::string::npos) fail(fmt::format("names file '{}' outside the checkpoint", name));
   return layout;
@@ -156,7 +167,8 @@ RecordedLayout read_layout(const std::filesystem::path& directory, const Checkpo
 
 bool same_layout(const RecordedLayout& recorded, const MultiStage& multi_stage) {
   const StageSettings& settings = multi_stage.settings();
-  if (recorded.data_parallel != settings.data_parallel || recorded.optimization_dtype != settings.optimization_dtype ||
+  if (recorded.data_parallel != settings.data_parallel || recorded.pipeline_parallel != settings.pipeline_parallel ||
+      recorded.optimization_dtype != settings.optimization_dtype ||
       recorded.stages.size() != multi_stage.stages().size())
     return false;
   for (size_t index = 0; index < recorded.stages.size(); ++index) {
@@ -194,6 +206,8 @@ void write_distributed_checkpoint(const std::filesystem::path& directory, MultiS
                                            "built for training");
   std::vector<SafetensorsEntry> entries;
   for (size_t index = 0; index < multi_stage.stages().size(); ++index) {
+    // This rank's stages (a copy of tied weights is its owner's to save).
+    if (!multi_stage.runs(index)) continue;
     Stage& stage = *multi_stage.stages()[index];
     // The weights as the format stores them whatever the stage keeps: this rank's trainable shard then its frozen
     // shard, in the optimization dtype (frozen weights kept in the compute dtype are widened, exactly).
@@ -222,12 +236,13 @@ void write_distributed_checkpoint(const std::filesystem::path& directory, MultiS
                          .values = [tensor] { return tensor->to(Device::cpu()); }});
     }
   }
-  write_safetensors(directory / rank_file(settings.data_rank), entries,
+  const int file_rank = settings.pipeline_rank * settings.data_parallel + settings.data_rank;
+  write_safetensors(directory / rank_file(file_rank), entries,
                     {{"format", "distributed"},
                      {"step", std::to_string(contents.state.completed_steps)},
-                     {"rank", std::to_string(settings.data_rank)}});
+                     {"rank", std::to_string(file_rank)}});
   // The metadata describes every rank's file: rank 0 writes it.
-  if (settings.data_rank != 0) return;
+  if (file_rank != 0) return;
   CheckpointMetadata metadata{.format = CheckpointFormat::distributed,
                               .model = contents.model,
                               .config = contents.model_config,
@@ -256,10 +271,17 @@ TrainingState load_distributed_checkpoint(const std::filesystem::path& directory
   const RecordedLayout layout = read_layout(directory, metadata);
   if (same_layout(layout, multi_stage)) {
     const StageSettings& settings = multi_stage.settings();
-    SafetensorsFile file(directory / layout.files.at(size_t(settings.data_rank)));
+    // The files of this data rank at each pipeline rank whose stages this rank holds.
+    std::map<size_t, std::unique_ptr<SafetensorsFile>> files;
     const Stream stream = compute_stream(settings.device);
     for (size_t index = 0; index < multi_stage.stages().size(); ++index) {
+      if (!multi_stage.holds(index)) continue;
       Stage& stage = *multi_stage.stages()[index];
+      const size_t file_index =
+          size_t(stage_pipeline_rank(index, settings.pipeline_parallel) * settings.data_parallel + settings.data_rank);
+      std::unique_ptr<SafetensorsFile>& opened = files[file_index];
+      if (!opened) opened = std::make_unique<SafetensorsFile>(directory / layout.files.at(file_index));
+      SafetensorsFile& file = *opened;
       std::vector<std::pair<std::string_view, Tensor*>> shards{{kWeightsShard, &stage.weight_shard()}};
       if (optimizer_state) {
         shards.emplace_back(kExpAvgShard, &stage.exp_avg());
@@ -296,6 +318,7 @@ std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesyste
                                                             const CheckpointMetadata& metadata) {
   const RecordedLayout layout = read_layout(directory, metadata);
   const int ranks = layout.data_parallel;
+  const int pipeline_parallel = layout.pipeline_parallel;
   std::vector<std::shared_ptr<SafetensorsFile>> files;
   for (const std::string& name : layout.files) files.push_back(std::make_shared<SafetensorsFile>(directory / name));
   auto result = std::make_shared<TensorList>(fmt::format("checkpoint {} (distributed)", directory.string()));
@@ -309,7 +332,10 @@ std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesyste
     // Rank r's shard of each region: [r * shard, (r + 1) * shard) of the region, stored from `file_offset` on in the
     // rank's tensor (the frozen part follows the trainable one in `weights`).
     const int64_t trainable_shard = stage.trainable_size / ranks, frozen_shard = stage.frozen_size / ranks;
-    for (const std::shared_ptr<SafetensorsFile>& file : files)
+    // The files of the pipeline rank that owns the stage, by data rank.
+    const auto first_file = files.begin() + int64_t(stage_pipeline_rank(index, pipeline_parallel)) * ranks;
+    const std::vector<std::shared_ptr<SafetensorsFile>> stage_files(first_file, first_file + ranks);
+    for (const std::shared_ptr<SafetensorsFile>& file : stage_files)
       for (const std::string& shard : metadata.shards) {
         const std::string key = stage_key(index, shard);
         const SafetensorsTensorInfo& info = file->info(key);
@@ -329,7 +355,7 @@ std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesyste
         const std::string key = stage_key(index, shard);
         const Shape shape = parameter.shape;
         result->add(state_key(parameter.name, shard), {dtype, shape},
-                    [files, key, region_begin, shape, dtype, element_size, shard_size, file_offset] {
+                    [files = stage_files, key, region_begin, shape, dtype, element_size, shard_size, file_offset] {
                       Tensor values = Tensor::empty(shape, dtype);
                       char* output = static_cast<char*>(values.data());
                       // The pieces of the parameter in each rank's shard, in order.

@@ -267,8 +267,9 @@ std::map<std::string, std::string> write_safetensors_set(const std::filesystem::
 
 namespace {
 
-// Several data-parallel ranks: each stage's master weights (trainable and frozen regions) and Adam moments gathered
-// from every rank's shard into host tensors in stage coordinates. Every rank of the group calls it.
+// Several data-parallel or pipeline ranks: each stage's master weights (trainable and frozen regions) and Adam moments
+// gathered from every rank's shard into host tensors in stage coordinates. Every data-parallel rank of the stage's
+// pipeline rank calls it.
 struct GatheredStage {
   Tensor trainable, frozen, exp_avg, exp_avg_sq;
 };
@@ -277,6 +278,7 @@ GatheredStage gather_stage(Stage& stage, bool optimizer_state) {
   const StageSettings& settings = stage.settings();
   const Stream stream = compute_stream(settings.device);
   auto gather = [&](const Tensor& part, int64_t full_size) {
+    if (settings.data_parallel == 1) return host_copy(part);
     Tensor full = Tensor::empty(Shape{full_size}, part.dtype(), settings.device);
     if (full_size > 0) settings.data_group->all_gather(part, full, stream)->wait(stream);
     return host_copy(full);
@@ -292,6 +294,27 @@ GatheredStage gather_stage(Stage& stage, bool optimizer_state) {
   return gathered;
 }
 
+// A pipeline: stage `index`'s gathered state, from the pipeline rank that owns it to every other one (a broadcast on
+// the pipeline group that every rank of it calls, for every stage in order).
+void share_over_pipeline(MultiStage& multi_stage, size_t index, GatheredStage& gathered, bool optimizer_state) {
+  const Stage& stage = *multi_stage.stages()[index];
+  const StageSettings& settings = multi_stage.settings();
+  const Stream stream = compute_stream(settings.device);
+  const int owner = stage_pipeline_rank(index, settings.pipeline_parallel);
+  auto share = [&](Tensor& host, int64_t size, DType dtype) {
+    Tensor values = Tensor::empty(Shape{size}, dtype, settings.device);
+    if (settings.pipeline_rank == owner && size > 0) values.copy_bytes_from(host, stream);
+    if (size > 0) multi_stage.pipeline_group()->broadcast(values, owner, stream)->wait(stream);
+    host = host_copy(values);
+  };
+  share(gathered.trainable, stage.trainable_size(), settings.optimization_dtype);
+  share(gathered.frozen, stage.frozen_size(),
+        stage.frozen_in_compute_dtype() ? settings.compute_dtype : settings.optimization_dtype);
+  if (!optimizer_state) return;
+  share(gathered.exp_avg, stage.trainable_size(), settings.optimization_dtype);
+  share(gathered.exp_avg_sq, stage.trainable_size(), settings.optimization_dtype);
+}
+
 }  // namespace
 
 std::shared_ptr<TensorSource> multi_stage_source(MultiStage& multi_stage, bool optimizer_state) {
@@ -299,11 +322,18 @@ std::shared_ptr<TensorSource> multi_stage_source(MultiStage& multi_stage, bool o
   FLM_CHECK(!optimizer_state || multi_stage.settings().training, kComponent,
             "the model has no optimizer state (it was built for inference)");
   const DType dtype = multi_stage.settings().optimization_dtype;
-  // Sharded over several ranks: the whole state comes to every rank's host first (a collective).
+  // Sharded over several ranks: the whole state comes to every rank's host first (collectives: each stage's shards
+  // gathered on its pipeline rank, then sent to the other pipeline ranks).
   std::map<const Stage*, std::shared_ptr<GatheredStage>> gathered;
-  if (multi_stage.settings().data_parallel > 1)
-    for (auto& stage : multi_stage.stages())
-      gathered[stage.get()] = std::make_shared<GatheredStage>(gather_stage(*stage, optimizer_state));
+  const bool pipeline = multi_stage.settings().pipeline_parallel > 1;
+  if (multi_stage.settings().data_parallel > 1 || pipeline)
+    for (size_t index = 0; index < multi_stage.stages().size(); ++index) {
+      Stage& stage = *multi_stage.stages()[index];
+      auto state = std::make_shared<GatheredStage>();
+      if (multi_stage.runs(index)) *state = gather_stage(stage, optimizer_state);
+      if (pipeline) share_over_pipeline(multi_stage, index, *state, optimizer_state);
+      gathered[&stage] = state;
+    }
   // Parameters in the layers' declaration order.
   for (layers::Layer* layer : multi_stage.layers()) {
     for (layers::Parameter* parameter : layer->parameters()) {
@@ -410,6 +440,10 @@ void load_multi_stage_state(MultiStage& multi_stage, const TensorSource& source,
   if (!fresh_adapters.empty())
     log_main("{}: {} adapter weights it does not hold start from their initialization", source.describe(),
              fresh_adapters.size());
+  // What other pipeline ranks hold is checked above and loaded there.
+  auto not_here = [](const Target& target) { return !target.stage->allocated(); };
+  std::erase_if(fresh_adapters, not_here);
+  std::erase_if(targets, not_here);
   for (const Target& target : fresh_adapters) {
     target.stage->initialize_parameter(*target.slot);
     if (!optimizer_state) continue;

@@ -21,6 +21,13 @@
 // A stage whose parameters another stage's layer reads (the embeddings, when the head's output weights are tied to
 // them) keeps its own full buffers, gathered and reduced as in stage 1. With one data-parallel rank there is nothing to
 // shard and each stage has its own buffers.
+// Pipeline parallelism (a pipeline group of several ranks): stage s lives on pipeline rank s % pipeline_parallel, and
+// only this rank's stages have buffers, shards and optimizer state here (the other stages' layers exist but own no
+// memory; ZeRO's shared buffers go round this rank's stages in turn). A stage whose parameters a layer of a stage on
+// another rank reads (tied embeddings: the head on the last stage's rank) is held on that rank too, as a copy with its
+// own buffers and optimizer state that runs no layers: after the backward the copies' gradients and the owner's are
+// all-reduced over those ranks (the tie group), so every copy takes the same update as the owner and stays equal to
+// it; the gradient norm counts the owner's only, and checkpoints hold the owner's.
 #pragma once
 
 #include <memory>
@@ -59,7 +66,12 @@ SharedBufferCounts shared_buffer_counts(const MultiStageConfig& multi_stage, int
 // Per stage: whether a layer of another stage reads one of its parameters (tied weights); such a stage keeps its own
 // full buffers under ZeRO-2 and 3.
 std::vector<bool> stages_lending_parameters(const std::vector<std::vector<layers::Layer*>>& stages);
-// Bytes of every buffer of the stages of `stages` (their own and the shared ones), computed without building them.
+// Per stage: whether pipeline rank `pipeline_rank` of `pipeline_parallel` holds its buffers: its own stages, and the
+// stages lending parameters to one of them (the copies of tied weights, see the file comment).
+std::vector<bool> stages_held(const std::vector<std::vector<layers::Layer*>>& stages, int pipeline_parallel,
+                              int pipeline_rank);
+// Bytes of every buffer of the stages of `stages` this pipeline rank holds (their own and the shared ones), computed
+// without building them.
 int64_t multi_stage_buffer_bytes(const std::vector<std::vector<layers::Layer*>>& stages,
                                  const MultiStageConfig& multi_stage, const StageSettings& settings);
 
@@ -67,8 +79,11 @@ class MultiStage {
  public:
   // `training` false builds weights only (no gradient buffers, no optimizer state). Both configs must be validated.
   // `data_group` (not owned, outliving this) is the data-parallel group, needed when there are several ranks.
+  // `pipeline_group` (likewise) places the stages on its ranks; without it this process holds every stage (the
+  // reference models, generation and evaluation, which run the whole model in one process).
   MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, const DistributedConfig& distributed,
-             Device device, bool training = true, distributed::Communicator* data_group = nullptr);
+             Device device, bool training = true, distributed::Communicator* data_group = nullptr,
+             distributed::Communicator* pipeline_group = nullptr);
   // Waits for the collectives still on their way (they write into this model's buffers).
   ~MultiStage();
   MultiStage(const MultiStage&) = delete;
@@ -81,6 +96,13 @@ class MultiStage {
   const std::vector<layers::Layer*>& layers() const { return layers_; }
   std::vector<std::unique_ptr<Stage>>& stages() { return stages_; }
   const std::vector<std::unique_ptr<Stage>>& stages() const { return stages_; }
+  // Whether this rank runs stage `stage`'s layers (its pipeline rank: it owns the stage, whose shard counts in the
+  // gradient norm and goes into checkpoints), and whether it holds its buffers (its own stages and the copies of tied
+  // weights; Stage::allocated).
+  bool runs(size_t stage) const { return runs_[stage]; }
+  bool holds(size_t stage) const { return stages_[stage]->allocated(); }
+  // The pipeline group (null: one pipeline rank).
+  distributed::Communicator* pipeline_group() const { return pipeline_group_; }
 
   // Parameters (trainable + frozen) and the trainable ones, counted without padding.
   int64_t num_parameters() const;
@@ -123,6 +145,10 @@ class MultiStage {
   void begin_shared_gradients(size_t stage, Stream stream);
   // Whether a layer of the stage adds to parameter gradients in its forward (layers::Layer).
   bool gradients_in_forward(size_t stage) const;
+  // The next stage this rank runs after (`step` 1) or before (-1) `stage`, or -1.
+  int64_t next_run_stage(size_t stage, int step) const;
+  // Sums the gradients of the stages tied across pipeline ranks over the tie group (every holder gets the sum).
+  void reduce_tied_gradients(Stream stream);
 
   BaseModel& model_;
   StageSettings settings_;
@@ -130,6 +156,14 @@ class MultiStage {
   std::vector<std::unique_ptr<Stage>> stages_;
   SharedBufferCounts shared_counts_;
   std::vector<Tensor> shared_weights_, shared_gradients_;
+  // Per stage: the shared weight / gradient buffer it uses (-1: its own buffers).
+  std::vector<int64_t> weight_buffer_of_, gradient_buffer_of_;
+  distributed::Communicator* pipeline_group_ = nullptr;
+  std::vector<bool> runs_;
+  // Per stage: its parameters are read by a stage of another pipeline rank (it is held on both); and the group of the
+  // ranks holding such stages (null when there is none).
+  std::vector<bool> tied_across_ranks_;
+  std::unique_ptr<distributed::Communicator> tie_group_;
   // Per shared weight buffer: the stage whose weights it holds or is receiving (-1: none), and that gather.
   std::vector<int64_t> weight_occupant_;
   std::vector<PendingCollectives> pending_gathers_;

@@ -77,8 +77,8 @@ int64_t stage_buffer_bytes(const StageRegions& regions, const StageSettings& set
 }
 
 Stage::Stage(int index, std::vector<layers::Layer*> layers, const StageSettings& settings,
-             const SharedStageBuffers& shared)
-    : index_(index), layers_(std::move(layers)), settings_(settings) {
+             const SharedStageBuffers& shared, bool allocate)
+    : index_(index), allocated_(allocate), layers_(std::move(layers)), settings_(settings) {
   FLM_CHECK(settings_.data_parallel >= 1 && settings_.data_rank >= 0 && settings_.data_rank < settings_.data_parallel,
             "multi_stage", "data rank {} is outside a data-parallel group of {}", settings_.data_rank,
             settings_.data_parallel);
@@ -125,10 +125,12 @@ Stage::Stage(int index, std::vector<layers::Layer*> layers, const StageSettings&
     offset = round_up(offset + numel, kParameterAlignment);
   }
   frozen_size_ = round_up(offset, region_multiple) - trainable_size_;
+  frozen_in_compute_dtype_ = frozen_kept_in_compute_dtype(settings_);
+  // Another pipeline rank's stage: its layers exist (the model is built whole) but own no memory here.
+  if (!allocated_) return;
 
   // Buffers (stage_buffer_bytes counts the same ones).
   const Device device = settings_.device;
-  frozen_in_compute_dtype_ = frozen_kept_in_compute_dtype(settings_);
   weight_shard_ = zeros(trainable_shard_size() + (frozen_in_compute_dtype_ ? 0 : frozen_shard_size()),
                         settings_.optimization_dtype, device);
   weights_alias_shard_ = weights_alias_shard(settings_);

@@ -51,6 +51,9 @@ namespace fast_llm::engine {
 
 inline constexpr int64_t kParameterAlignment = 64;
 
+// The pipeline rank stage `stage` lives on (Fast-LLM's placement: round robin).
+inline int stage_pipeline_rank(size_t stage, int pipeline_parallel) { return int(stage % size_t(pipeline_parallel)); }
+
 // Where one parameter sits in its stage.
 struct ParameterSlot {
   layers::Parameter* parameter = nullptr;
@@ -76,6 +79,9 @@ struct StageSettings {
   int data_rank = 0;
   // The data-parallel group (size data_parallel, rank data_rank); needed when data_parallel > 1. Not owned.
   distributed::Communicator* data_group = nullptr;
+  // The pipeline (model.distributed.pipeline_parallel): stage s lives on pipeline rank s % pipeline_parallel.
+  int pipeline_parallel = 1;
+  int pipeline_rank = 0;
   uint64_t seed = 0;        // initialisation seed (model.distributed.seed)
   bool training = true;     // false: no gradient or optimizer buffers (inference, evaluation-only runs)
   bool store_frozen_weights_in_optimization_precision = true;
@@ -116,12 +122,15 @@ class Stage {
  public:
   // Lays out and allocates the buffers of `layers` and binds every parameter to its views. Parameters are not
   // initialised: call `initialize_weights` (or load a checkpoint into the shards, then `copy_weights_from_shard`).
+  // `allocate` false (a stage of another pipeline rank) only lays out: no buffer, and the parameters stay unbound.
   Stage(int index, std::vector<layers::Layer*> layers, const StageSettings& settings,
-        const SharedStageBuffers& shared = {});
+        const SharedStageBuffers& shared = {}, bool allocate = true);
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
 
   int index() const { return index_; }
+  // Whether this rank holds the stage's buffers (false: a stage of another pipeline rank, layout only).
+  bool allocated() const { return allocated_; }
   const std::vector<layers::Layer*>& layers() const { return layers_; }
   const std::vector<ParameterSlot>& parameters() const { return slots_; }
   const std::vector<ParameterGroup>& groups() const { return groups_; }
@@ -199,6 +208,7 @@ class Stage {
   void fill_initial_values(const layers::Parameter& parameter, int64_t begin, int64_t count, void* output) const;
 
   int index_;
+  bool allocated_ = true;
   std::vector<layers::Layer*> layers_;
   StageSettings settings_;
   std::vector<ParameterSlot> slots_;

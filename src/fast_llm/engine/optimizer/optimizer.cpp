@@ -109,13 +109,17 @@ void Optimizer::queue_update(Stream stream) {
   const Device device = multi_stage_.device();
   set_bytes(state_.data(), device, 0, sizeof(double), stream);  // the squared_norm field
   Tensor squared_norm = state_.slice(0, field::squared_norm, field::squared_norm + 1);
-  for (auto& stage : multi_stage_.stages()) {
-    if (stage->trainable_shard_size() == 0) continue;
-    kernels::squared_norm({.input = stage->grad_shard(), .result = squared_norm, .stream = stream});
+  // This rank's stages only (a copy of tied weights held for another pipeline rank's stage counts on its owner).
+  for (size_t index = 0; index < multi_stage_.stages().size(); ++index) {
+    Stage& stage = *multi_stage_.stages()[index];
+    if (!multi_stage_.runs(index) || stage.trainable_shard_size() == 0) continue;
+    kernels::squared_norm({.input = stage.grad_shard(), .result = squared_norm, .stream = stream});
   }
-  // Each rank summed its own shards: the global norm is the sum over the data-parallel group, so every rank takes the
-  // same clipping and skip decisions (on the device, without the host waiting).
+  // Each rank summed its own shards: the global norm is the sum over the data-parallel and pipeline groups, so every
+  // rank takes the same clipping and skip decisions (on the device, without the host waiting).
   if (distributed::Communicator* group = multi_stage_.settings().data_group; group && group->size() > 1)
+    group->all_reduce(squared_norm, distributed::ReduceOp::sum, stream)->wait(stream);
+  if (distributed::Communicator* group = multi_stage_.pipeline_group(); group && group->size() > 1)
     group->all_reduce(squared_norm, distributed::ReduceOp::sum, stream)->wait(stream);
   kernels::optimizer_decision({.state = state_,
                                .learning_rates = learning_rates_,
@@ -127,6 +131,7 @@ void Optimizer::queue_update(Stream stream) {
   const int rank = multi_stage_.settings().data_rank;
   for (size_t index = 0; index < multi_stage_.stages().size(); ++index) {
     Stage* stage = multi_stage_.stages()[index].get();
+    if (!stage->allocated()) continue;
     Tensor weights = stage->trainable_weight_shard();
     // Where the compute-dtype weights line up with the shard, Adam writes them in its own pass; else a cast follows.
     Tensor compute_weights = stage->trainable_compute_weight_shard();

@@ -4,7 +4,8 @@
 // without the host waiting (kernels/optimizer_ops.h):
 //   1. gradients -> optimization-dtype shards (a cast, or nothing when they are the same memory; with several
 //      data-parallel ranks a reduce-scatter, Stage::copy_gradients_to_shard);
-//   2. sum over stages of squared_norm(grad shard) into the device state (then over the data-parallel group);
+//   2. sum over this rank's stages of squared_norm(grad shard) into the device state (then over the data-parallel
+//      group, and the pipeline group);
 //   3. optimizer_decision: global norm = sqrt(sum) / loss scale; a non-finite norm skips the step (weights, Adam state
 //      and the step counter unchanged); clipping coefficient = min(1, gradient_norm_clipping / (norm + 1e-6)); the
 //      step counter, the rate schedule(step) (from a table of rates uploaded ahead) and the bias corrections;

@@ -17,7 +17,10 @@ void ScheduleConfig::visit(Visitor& v) {
   v(micro_batch_splits, "micro_batch_splits",
     "Cut each micro-batch along the sequence into this many pieces run in order.", Hint::performance, check::gt(0),
     config::not_supported_yet(1, "micro-batch splits"));
-  v(pipeline_overlap, "pipeline_overlap", "Overlap pipeline-parallel communication with compute.", Hint::testing);
+  v(pipeline_overlap, "pipeline_overlap",
+    "Overlap pipeline-parallel communication with compute (receives are posted as early as the schedule's order "
+    "allows; posting them later could make two ranks wait for each other, so this cannot be turned off).",
+    Hint::testing, config::not_supported_yet(true, "pipeline communication without overlap"));
   v(data_overlap, "data_overlap", "Overlap data-parallel communication with compute.", Hint::testing);
   v(throttle_cpu, "throttle_cpu",
     "Keep the host from queueing work too far ahead of the device, which limits memory fragmentation.",
@@ -25,8 +28,7 @@ void ScheduleConfig::visit(Visitor& v) {
   v(throttle_cpu_rate, "throttle_cpu_rate", "Schedule steps between two throttles.", Hint::expert, check::gt(0));
   v(throttle_cpu_delay, "throttle_cpu_delay", "Wait for the event recorded this many steps earlier when throttling.",
     Hint::expert, check::ge(0));
-  v(debug_schedule, "debug_schedule", "Log the whole schedule.", Hint::logging,
-    config::not_supported_yet(false, "schedule logs"));
+  v(debug_schedule, "debug_schedule", "Log the whole schedule: each rank's steps, in order.", Hint::logging);
   v(debug_send_recv, "debug_send_recv", "Log the pipeline-parallel sends and receives.", Hint::logging);
   v(profile_schedule, "profile_schedule", "Log host and device times of every schedule step.", Hint::logging,
     config::not_supported_yet(false, "schedule profiling"));

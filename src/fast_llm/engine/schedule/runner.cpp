@@ -1,8 +1,10 @@
-// The step schedule: forward breadth-first over a depth-first group, backward in reverse, gradient accumulation.
+// Executing the step list: layers, the multi-stage's hooks, and the pipeline's sends and receives.
 #include "fast_llm/engine/schedule/runner.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include "fast_llm/core/error.h"
@@ -18,11 +20,17 @@ ScheduleRunner::ScheduleRunner(MultiStage& multi_stage, const ScheduleConfig& sc
       distributed_(distributed),
       stream_(compute_stream(multi_stage.device())),
       logs_(logs),
-      global_tensor_names_(global_tensor_names) {
+      global_tensor_names_(global_tensor_names),
+      training_schedule_(multi_stage.stages().size(), schedule.depth_first_micro_batches,
+                         schedule.breadth_first_micro_batches, schedule.micro_batch_splits,
+                         multi_stage.settings().pipeline_parallel, /*training=*/true) {
   if (schedule.micro_batch_splits != 1)
     throw NotSupportedError("schedule", fmt::format("schedule.micro_batch_splits {}: splitting micro-batches along the "
                                                     "sequence is not supported; use 1",
                                                     schedule.micro_batch_splits));
+  if (schedule.debug_schedule)
+    log_info("Schedule of pipeline rank {} (F/B stage.micro-batch): {}", multi_stage.settings().pipeline_rank,
+             training_schedule_.describe(multi_stage.settings().pipeline_rank));
 }
 
 layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batch, Phase phase, int64_t iteration,
@@ -58,48 +66,19 @@ void ScheduleRunner::run_training_step(std::span<layers::MicroBatch> micro_batch
   multi_stage_.begin_gradients(stream_);
   // No labels in the whole step: the losses are empty sums and their gradients 0.
   const double loss_gradient_scale = num_labels > 0 ? loss_scale / double(num_labels) : 0.0;
-  const auto& stages = multi_stage_.stages();
-
-  for (int group = 0; group < depth_first; ++group) {
-    std::vector<layers::LayerContext> contexts;
-    contexts.reserve(size_t(breadth_first));
-    for (int slot = 0; slot < breadth_first; ++slot) {
-      layers::MicroBatch& batch = micro_batches[size_t(group * breadth_first + slot)];
-      batch.index = group * breadth_first + slot;
-      contexts.push_back(make_context(batch, Phase::training, iteration, loss_gradient_scale, loss_scale,
-                                      int64_t(micro_batches.size()), losses));
-    }
-    // (micro-batch) activation between stages: the embeddings ignore their input, the head returns nothing.
-    std::vector<Tensor> activations(static_cast<size_t>(breadth_first));
-    for (size_t stage = 0; stage < stages.size(); ++stage) {
-      multi_stage_.before_forward(stage, stream_, /*training=*/true);
-      for (int slot = 0; slot < breadth_first; ++slot)
-        for (layers::Layer* layer : stages[stage]->layers()) {
-          activations[size_t(slot)] = layer->forward(contexts[size_t(slot)], activations[size_t(slot)]);
-          log_layer_tensor(*layer, activations[size_t(slot)], /*forward=*/true, group * breadth_first + slot,
-                           int64_t(micro_batches.size()));
-        }
-    }
-    // The head ignores grad_output (it computed the gradient of its input in forward).
-    std::vector<Tensor> gradients(static_cast<size_t>(breadth_first));
-    for (size_t stage = stages.size(); stage-- > 0;) {
-      multi_stage_.before_backward(stage, stream_);
-      for (int slot = 0; slot < breadth_first; ++slot)
-        for (auto layer = stages[stage]->layers().rbegin(); layer != stages[stage]->layers().rend(); ++layer) {
-          gradients[size_t(slot)] = (*layer)->backward(contexts[size_t(slot)], gradients[size_t(slot)]);
-          log_layer_tensor(**layer, gradients[size_t(slot)], /*forward=*/false, group * breadth_first + slot,
-                           int64_t(micro_batches.size()));
-        }
-      multi_stage_.after_backward(stage, group == 0, group + 1 == depth_first, stream_);
-    }
+  std::vector<layers::LayerContext> contexts;
+  contexts.reserve(micro_batches.size());
+  for (size_t index = 0; index < micro_batches.size(); ++index) {
+    micro_batches[index].index = int64_t(index);
+    contexts.push_back(make_context(micro_batches[index], Phase::training, iteration, loss_gradient_scale, loss_scale,
+                                    int64_t(micro_batches.size()), losses));
   }
+  run_steps(training_schedule_, contexts, /*training=*/true);
   multi_stage_.finish_gradients(stream_);
 }
 
 void ScheduleRunner::run_forward(std::span<layers::MicroBatch> micro_batches, int64_t iteration,
                                  layers::LossSums& losses) {
-  // Stage by stage over all the micro-batches, so that a stage whose weights are gathered at use (ZeRO-3) is gathered
-  // once.
   std::vector<layers::LayerContext> contexts;
   contexts.reserve(micro_batches.size());
   for (size_t index = 0; index < micro_batches.size(); ++index) {
@@ -107,16 +86,144 @@ void ScheduleRunner::run_forward(std::span<layers::MicroBatch> micro_batches, in
     contexts.push_back(make_context(micro_batches[index], Phase::validation, iteration, 1.0, 1.0,
                                     int64_t(micro_batches.size()), losses));
   }
-  std::vector<Tensor> activations(micro_batches.size());
+  // Stage by stage over all the micro-batches (one breadth-first group), so that a stage whose weights are gathered at
+  // use (ZeRO-3) is gathered once.
+  if (!forward_schedule_ || forward_schedule_->micro_batches() != int(micro_batches.size()))
+    forward_schedule_.emplace(multi_stage_.stages().size(), 1, int(micro_batches.size()), 1,
+                              multi_stage_.settings().pipeline_parallel, /*training=*/false);
+  run_steps(*forward_schedule_, contexts, /*training=*/false);
+}
+
+void ScheduleRunner::run_steps(const Schedule& schedule, std::vector<layers::LayerContext>& contexts, bool training) {
+  const int pipeline_rank = multi_stage_.settings().pipeline_rank;
+  const std::vector<const ScheduleStep*> steps = schedule.steps_of(pipeline_rank);
   const auto& stages = multi_stage_.stages();
-  for (size_t stage = 0; stage < stages.size(); ++stage) {
-    multi_stage_.before_forward(stage, stream_, /*training=*/false);
-    for (size_t index = 0; index < micro_batches.size(); ++index)
-      for (layers::Layer* layer : stages[stage]->layers()) {
-        activations[index] = layer->forward(contexts[index], activations[index]);
-        log_layer_tensor(*layer, activations[index], /*forward=*/true, int64_t(index), int64_t(micro_batches.size()));
+  const int depth_first = training ? schedule_.depth_first_micro_batches : 1;
+  const int64_t count = int64_t(contexts.size());
+  // This rank's receives in the order of the steps producing them: the order every rank issues its messages in.
+  std::vector<const ScheduleStep*> receiving;
+  for (const ScheduleStep* step : steps)
+    if (step->receive_from >= 0) receiving.push_back(step);
+  std::sort(receiving.begin(), receiving.end(), [](const ScheduleStep* a, const ScheduleStep* b) {
+    return a->producer_position < b->producer_position;
+  });
+  size_t next_receive = 0;
+  std::map<size_t, Message> received;  // by the position of the step that takes it
+  std::vector<Message> sent;
+  // Posts the receives of the messages produced before `position`: this rank has issued all it sends before them.
+  auto post_receives = [&](size_t position) {
+    for (; next_receive < receiving.size() && receiving[next_receive]->producer_position < position; ++next_receive) {
+      const ScheduleStep& step = *receiving[next_receive];
+      received[step.position] = post_receive(step, contexts[size_t(step.micro_batch)].batch);
+    }
+  };
+  // The outputs of steps whose next stage runs on this rank too, by (direction, stage that takes it, micro-batch,
+  // split).
+  std::map<std::tuple<StepType, size_t, int, int>, Tensor> local;
+
+  for (size_t index = 0; index < steps.size(); ++index) {
+    const ScheduleStep& step = *steps[index];
+    const bool forward = step.type == StepType::forward;
+    layers::LayerContext& context = contexts[size_t(step.micro_batch)];
+    const Stage& stage = *stages[step.stage];
+    post_receives(step.position);
+    Tensor input;
+    if (step.receive_from >= 0) {
+      Message& message = received.at(step.position);
+      message.work->wait(stream_);
+      input = std::move(message.tensor);
+      received.erase(step.position);
+    } else if (auto found = local.find({step.type, step.stage, step.micro_batch, step.split}); found != local.end()) {
+      input = std::move(found->second);
+      local.erase(found);
+    }
+    if (step.first_of_stage && forward) multi_stage_.before_forward(step.stage, stream_, training);
+    if (step.first_of_stage && !forward) multi_stage_.before_backward(step.stage, stream_);
+    // The head ignores grad_output (it computed the gradient of its input in forward); the embeddings ignore their
+    // input and return no input gradient.
+    if (forward) {
+      for (layers::Layer* layer : stage.layers()) {
+        input = layer->forward(context, input);
+        log_layer_tensor(*layer, input, /*forward=*/true, step.micro_batch, count);
       }
+    } else {
+      for (auto layer = stage.layers().rbegin(); layer != stage.layers().rend(); ++layer) {
+        input = (*layer)->backward(context, input);
+        log_layer_tensor(**layer, input, /*forward=*/false, step.micro_batch, count);
+      }
+    }
+    if (!forward && step.last_of_stage)
+      multi_stage_.after_backward(step.stage, step.depth_first_group == 0, step.depth_first_group + 1 == depth_first,
+                                  stream_);
+    const bool has_output = forward ? step.stage + 1 < stages.size() : step.stage > 0;
+    if (step.send_to >= 0)
+      sent.push_back(send(step, input));
+    else if (has_output)
+      local[{step.type, forward ? step.stage + 1 : step.stage - 1, step.micro_batch, step.split}] = std::move(input);
+    post_receives(index + 1 < steps.size() ? steps[index + 1]->position : schedule.steps().size());
   }
+  FLM_ASSERT(received.empty() && next_receive == receiving.size(), "schedule: {} receives left unused",
+             received.size());
+  for (Message& message : sent) message.work->wait(stream_);
+}
+
+ScheduleRunner::Message ScheduleRunner::send(const ScheduleStep& step, const Tensor& tensor) {
+  distributed::Communicator* pipeline = multi_stage_.pipeline_group();
+  FLM_ASSERT(pipeline && tensor.defined() && tensor.is_contiguous(),
+             "schedule: stage {} has no contiguous output to send to pipeline rank {}", step.stage, step.send_to);
+  // The activations leaving stage s (forward) and their gradients coming back (backward) have one shape per boundary.
+  const size_t boundary = step.type == StepType::forward ? step.stage : step.stage - 1;
+  Message header;
+  if (auto known = boundary_shapes_.find(boundary); known == boundary_shapes_.end()) {
+    FLM_ASSERT(step.type == StepType::forward, "schedule: a gradient sent before its activation's shape");
+    boundary_shapes_[boundary] = tensor.shape();
+    Tensor host = Tensor::empty(Shape{kMaxTensorRank + 1}, DType::int64);
+    int64_t* values = host.data_as<int64_t>();
+    std::fill_n(values, kMaxTensorRank + 1, 0);
+    values[0] = tensor.rank();
+    for (int dim = 0; dim < tensor.rank(); ++dim) values[dim + 1] = tensor.shape()[dim];
+    header.tensor = host.to(multi_stage_.device(), stream_);
+    header.work = pipeline->send(header.tensor, step.send_to, stream_);
+    // Waited for at once: a header is sent once per boundary and run.
+    header.work->wait(stream_);
+  } else {
+    FLM_CHECK(known->second == tensor.shape() && tensor.dtype() == distributed_.compute_dtype, "schedule",
+              "pipeline parallelism needs every micro-batch's activations between stages {} and {} to have one shape "
+              "({}), got {}",
+              boundary, boundary + 1, known->second.str(), tensor.shape().str());
+  }
+  if (schedule_.debug_send_recv)
+    log_info("Pipeline: {} of stage {}, micro-batch {}: send {} to pipeline rank {}",
+             step.type == StepType::forward ? "forward" : "backward", step.stage, step.micro_batch,
+             tensor.shape().str(), step.send_to);
+  return {.work = pipeline->send(tensor, step.send_to, stream_), .tensor = tensor};
+}
+
+ScheduleRunner::Message ScheduleRunner::post_receive(const ScheduleStep& step, const layers::MicroBatch& batch) {
+  distributed::Communicator* pipeline = multi_stage_.pipeline_group();
+  FLM_ASSERT(pipeline != nullptr, "schedule: a receive without a pipeline group");
+  const size_t boundary = step.type == StepType::forward ? step.stage - 1 : step.stage;
+  if (!boundary_shapes_.contains(boundary)) {
+    FLM_ASSERT(step.type == StepType::forward, "schedule: a gradient received before its activation's shape");
+    Tensor header = Tensor::empty(Shape{kMaxTensorRank + 1}, DType::int64, multi_stage_.device(), stream_);
+    pipeline->recv(header, step.receive_from, stream_)->wait(stream_);
+    const Tensor host = header.to(Device::cpu(), stream_);
+    const int64_t* values = host.data_as<int64_t>();
+    Shape shape;
+    for (int64_t dim = 0; dim < values[0]; ++dim) shape.push_back(values[dim + 1]);
+    FLM_CHECK(shape.rank() > 0 && shape[0] == batch.num_tokens(), "schedule",
+              "pipeline rank {} sends activations of shape {} for micro-batches of {} tokens", step.receive_from,
+              shape.str(), batch.num_tokens());
+    boundary_shapes_[boundary] = shape;
+  }
+  Message message{.tensor = Tensor::empty(boundary_shapes_.at(boundary), distributed_.compute_dtype,
+                                          multi_stage_.device(), stream_)};
+  message.work = pipeline->recv(message.tensor, step.receive_from, stream_);
+  if (schedule_.debug_send_recv)
+    log_info("Pipeline: {} of stage {}, micro-batch {}: receive {} from pipeline rank {} (posted)",
+             step.type == StepType::forward ? "forward" : "backward", step.stage, step.micro_batch,
+             message.tensor.shape().str(), step.receive_from);
+  return message;
 }
 
 void ScheduleRunner::log_layer_tensor(const layers::Layer& layer, const Tensor& tensor, bool forward, int64_t index,
@@ -139,7 +246,7 @@ double ScheduleRunner::flops(std::span<const layers::MicroBatch> micro_batches) 
   double total = 0.0;
   for (const layers::MicroBatch& batch : micro_batches)
     for (layers::Layer* layer : multi_stage_.layers()) total += layer->flops(batch);
-  return total;
+  return total / double(multi_stage_.settings().pipeline_parallel);
 }
 
 }  // namespace fast_llm::engine

@@ -1,14 +1,25 @@
-// Runs the micro-batches of one step through the stages (reference/fast-llm.md §6.3).
+// Runs the micro-batches of one step through the stages (reference/fast-llm.md §6.3), as the list of steps that
+// schedule.h builds once: each rank executes its own steps of that list in order, the same code for one process and
+// for a pipeline of several.
 //
-// A training step holds depth_first_micro_batches x breadth_first_micro_batches micro-batches, in that order
-// (micro-batch d * breadth_first + b is breadth-first slot b of depth-first group d). For each depth-first group:
-// forward every micro-batch of the group stage by stage (all micro-batches through stage 0, then stage 1, ...), then
-// backward stage by stage in reverse, calling the multi-stage's hooks around each stage (ZeRO: gathering its weights,
-// reducing its gradients as soon as the group's backward of it is done). Gradients start the step at zero and accumulate (+=) over its micro-batches
-// (without a zeroing pass: the first accumulation into each parameter writes, Stage::begin_gradients); every micro-batch sees loss_gradient_scale = loss scale / (unmasked labels in the whole step), so
-// the gradients are those of the step's mean loss whatever the split (DESIGN.md §4.6). Losses add into one LossSums
-// for the step (numerators: divide by the step's labels for the mean; the MoE router losses, marked normalised, add
-// their value over LayerContext::micro_batches_in_step, the micro-batches of the step on all data-parallel ranks).
+// A training step holds depth_first_micro_batches x breadth_first_micro_batches micro-batches (micro-batch d *
+// breadth_first + b is breadth-first slot b of depth-first group d). For each depth-first group: forward every
+// micro-batch of the group stage by stage, then backward stage by stage in reverse, calling the multi-stage's hooks
+// around each stage (ZeRO: gathering its weights, reducing its gradients as soon as the group's backward of it is
+// done). Gradients start the step at zero and accumulate (+=) over its micro-batches (without a zeroing pass: the first
+// accumulation into each parameter writes, Stage::begin_gradients); every micro-batch sees loss_gradient_scale = loss
+// scale / (unmasked labels in the whole step), so the gradients are those of the step's mean loss whatever the split
+// (DESIGN.md §4.6). Losses add into one LossSums for the step (numerators: divide by the step's labels for the mean;
+// the MoE router losses, marked normalised, add their value over LayerContext::micro_batches_in_step, the
+// micro-batches of the step on all data-parallel ranks). With a pipeline only the ranks running the stages that add a
+// loss hold it (the head's: the last stage's rank); the trainer adds the sums over the ranks.
+//
+// Pipeline (multi_stage.pipeline_group()): a step whose input is on another rank receives it (activations forward,
+// their gradients backward) on the pipeline group, and a step whose output another rank needs sends it there. A
+// receive is posted as early as the order allows (once this rank has issued everything that comes before the step
+// producing it), so it runs while the rank computes, and waited for only when its step starts; sends are waited for at
+// the end of the step. The activations' shape crosses each stage boundary once, in a small header before the first
+// one (every micro-batch has the same number of tokens, so later ones have the same shape; the sender checks it).
 //
 // Micro-batch m of step `iteration` gets dropout seed derive_seed(seed, phase seed shift, iteration, m'), m' its index
 // in the whole step over the data-parallel ranks (m * data_parallel + data rank), so the micro-batch sees the same
@@ -16,12 +27,17 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
 #include <span>
+#include <vector>
 
 #include "fast_llm/engine/distributed/config.h"
 #include "fast_llm/engine/multi_stage/multi_stage.h"
 #include "fast_llm/engine/schedule/layer_logs.h"
 #include "fast_llm/engine/schedule/config.h"
+#include "fast_llm/engine/schedule/schedule.h"
 #include "fast_llm/layers/context.h"
 
 namespace fast_llm::engine {
@@ -47,8 +63,12 @@ class ScheduleRunner {
   // accumulate).
   void run_forward(std::span<layers::MicroBatch> micro_batches, int64_t iteration, layers::LossSums& losses);
 
-  // Model FLOPs of forward + backward of these micro-batches (sum of the layers' flops()).
+  // Model FLOPs of forward + backward of these micro-batches (sum of the layers' flops()), per pipeline rank (the
+  // whole model's over pipeline_parallel: the log line's rate is per GPU).
   double flops(std::span<const layers::MicroBatch> micro_batches) const;
+
+  // The training schedule (all ranks' steps).
+  const Schedule& schedule() const { return training_schedule_; }
 
  private:
   // `micro_batches` are the caller's (this rank's) micro-batches of the step: the context counts those of all ranks.
@@ -61,12 +81,26 @@ class ScheduleRunner {
   void log_layer_tensor(const layers::Layer& layer, const Tensor& tensor, bool forward, int64_t index,
                         int64_t count) const;
 
+  // Runs this rank's steps of `schedule`, micro-batch m with contexts[m]; `training` adds the hooks and backward.
+  void run_steps(const Schedule& schedule, std::vector<layers::LayerContext>& contexts, bool training);
+  // Pipeline messages: the activation (or gradient) a step sends, and the one it receives.
+  struct Message {
+    std::unique_ptr<distributed::Work> work;
+    Tensor tensor;
+  };
+  Message send(const ScheduleStep& step, const Tensor& tensor);
+  Message post_receive(const ScheduleStep& step, const layers::MicroBatch& batch);
+
   MultiStage& multi_stage_;
   const ScheduleConfig& schedule_;
   const DistributedConfig& distributed_;
   Stream stream_;
   LayerLogSettings logs_;
   bool global_tensor_names_;
+  Schedule training_schedule_;
+  std::optional<Schedule> forward_schedule_;
+  // Per stage whose forward output crosses to another pipeline rank: its shape, as sent (or received) in the header.
+  std::map<size_t, Shape> boundary_shapes_;
 };
 
 }  // namespace fast_llm::engine

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <ctime>
 #include <limits>
+#include <map>
 #include <system_error>
 #include <tuple>
 #include <utility>
@@ -70,6 +71,41 @@ void accumulate(std::vector<LossTotal>& totals, const std::string& name, double 
   ++total->count;
 }
 
+// Every rank's loss names with their normalisations, merged over the ranks (those of a pipeline hold the losses of
+// their own stages only): one all-gather of the names as text on the host group.
+std::map<std::string, layers::LossNormalization> loss_names_over_ranks(
+    const ProcessGroups& groups, const std::map<std::string, layers::LossNormalization>& local) {
+  if (groups.world_size() == 1) return local;
+  std::string text;
+  for (const auto& [name, normalization] : local) text += fmt::format("{}\t{}\n", name, int(normalization));
+  std::vector<double> length{double(text.size())};
+  groups.max(length);
+  const int64_t size = int64_t(length[0]);
+  if (size == 0) return local;
+  Tensor mine = Tensor::empty(Shape{size}, DType::int32);
+  std::fill_n(mine.data_as<int32_t>(), size, 0);
+  std::copy(text.begin(), text.end(), mine.data_as<int32_t>());
+  Tensor all = Tensor::empty(Shape{size * groups.world_size()}, DType::int32);
+  groups.host()->all_gather(mine, all, Stream())->wait();
+  std::map<std::string, layers::LossNormalization> names;
+  const int32_t* characters = all.data_as<int32_t>();
+  for (int rank = 0; rank < groups.world_size(); ++rank) {
+    std::string line;
+    for (int64_t index = 0; index < size; ++index) {
+      const char character = char(characters[rank * size + index]);
+      if (character == '\0') break;
+      if (character != '\n') {
+        line += character;
+        continue;
+      }
+      const size_t tab = line.rfind('\t');
+      names.emplace(line.substr(0, tab), layers::LossNormalization(std::stoi(line.substr(tab + 1))));
+      line.clear();
+    }
+  }
+  return names;
+}
+
 }  // namespace
 
 // A `loss` evaluator: `iterations` forward-only steps on `data.datasets.<name>` at each evaluation.
@@ -96,7 +132,7 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
   groups_ = std::make_unique<ProcessGroups>(distributed, device_);
 
   multi_stage_ = std::make_unique<MultiStage>(model_, sections_.model.multi_stage, distributed, device_, training_,
-                                              groups_->data());
+                                              groups_->data(), groups_->pipeline());
   const MultiStageConfig& stage_config = sections_.model.multi_stage;
   runner_ = std::make_unique<ScheduleRunner>(
       *multi_stage_, sections_.schedule, distributed,
@@ -194,11 +230,13 @@ MemoryEstimate Trainer::estimate_memory(const std::vector<std::pair<std::string,
       stage_settings(sections_.model.multi_stage, sections_.model.distributed, device_, training_);
   const std::vector<std::vector<layers::Layer*>> stages =
       split_into_stages(model_.layers(), sections_.model.multi_stage.layers_per_stage);
-  const SharedBufferCounts shared = shared_buffer_counts(sections_.model.multi_stage, settings.data_parallel,
-                                                         stages.size(), training_);
+  // This pipeline rank's stages (all of them without a pipeline).
+  const std::vector<bool> held = stages_held(stages, settings.pipeline_parallel, settings.pipeline_rank);
+  const size_t num_held = size_t(std::count(held.begin(), held.end(), true));
+  const SharedBufferCounts shared =
+      shared_buffer_counts(sections_.model.multi_stage, settings.data_parallel, num_held, training_);
   estimate.device.push_back(
-      {fmt::format("{} of {} stages{}", training_ ? "weights, gradients and optimizer state" : "weights",
-                   stages.size(),
+      {fmt::format("{} of {} stages{}", training_ ? "weights, gradients and optimizer state" : "weights", num_held,
                    settings.data_parallel > 1
                        ? fmt::format(" (this rank's shard of {}; {} shared weight and {} shared gradient buffers)",
                                      settings.data_parallel, shared.weights, shared.gradients)
@@ -285,8 +323,11 @@ std::vector<layers::MicroBatch> Trainer::next_micro_batches(data::DataLoader& lo
     keep_alive.push_back(std::move(shared));
   }
   // The loss is normalised by the labels of the whole step (the DPO loss by its preference pairs, GSPO's by its
-  // documents), on every rank: all counts in one reduction (exact in doubles up to 2^53).
-  std::vector<double> counts{double(num_labels), double(preference_pairs), double(num_documents)};
+  // documents), on every rank: all counts in one reduction (exact in doubles up to 2^53). The ranks of a pipeline read
+  // the same samples: the first one counts them.
+  const double counted = sections_.model.distributed.pipeline_rank() == 0 ? 1.0 : 0.0;
+  std::vector<double> counts{counted * double(num_labels), counted * double(preference_pairs),
+                             counted * double(num_documents)};
   groups_->sum(counts);
   num_labels = int64_t(counts[0]);
   preference_pairs = int64_t(counts[1]);
@@ -483,13 +524,29 @@ MemoryUsage Trainer::fullest_rank_memory(MemoryUsage memory) const {
 
 void Trainer::sum_over_ranks(std::vector<StepRecords::Step>& steps) const {
   if (groups_->world_size() == 1) return;
+  // A pipeline's ranks hold the losses of their own stages: every step gets the names of all ranks' losses.
+  std::map<std::string, layers::LossNormalization> local;
+  for (const StepRecords::Step& step : steps)
+    for (size_t index = 0; index < step.loss_sums.size(); ++index)
+      local.emplace(step.loss_sums[index].first, step.loss_normalizations[index]);
+  const std::map<std::string, layers::LossNormalization> names = loss_names_over_ranks(*groups_, local);
   std::vector<double> sums;
   for (const StepRecords::Step& step : steps)
-    for (const auto& entry : step.loss_sums) sums.push_back(entry.second);
+    for (const auto& [name, normalization] : names) {
+      auto found = std::find_if(step.loss_sums.begin(), step.loss_sums.end(),
+                                [&](const auto& entry) { return entry.first == name; });
+      sums.push_back(found == step.loss_sums.end() ? 0.0 : found->second);
+    }
   groups_->sum(sums);
   size_t next = 0;
-  for (StepRecords::Step& step : steps)
-    for (auto& entry : step.loss_sums) entry.second = sums[next++];
+  for (StepRecords::Step& step : steps) {
+    step.loss_sums.clear();
+    step.loss_normalizations.clear();
+    for (const auto& [name, normalization] : names) {
+      step.loss_sums.emplace_back(name, sums[next++]);
+      step.loss_normalizations.push_back(normalization);
+    }
+  }
 }
 
 void Trainer::stop_if_diverged() const {
@@ -612,17 +669,25 @@ void Trainer::run_evaluators(bool done) {
       // Forward only: a third of forward + backward.
       flops += runner_->flops(micro_batches) / 3.0;
     }
-    // Each rank's loss sums, added over the ranks (the label counts already are).
+    // Each rank's loss sums, added over the ranks (the label counts already are); a pipeline's ranks hold the losses
+    // of their own stages.
+    std::map<std::string, layers::LossNormalization> local;
+    for (const auto& [losses, num_labels] : iteration_losses)
+      for (const auto& [name, sum] : losses.all()) local.emplace(name, losses.normalization(name));
+    const std::map<std::string, layers::LossNormalization> names = loss_names_over_ranks(*groups_, local);
     std::vector<double> sums;
     for (const auto& [losses, num_labels] : iteration_losses)
-      for (const auto& [name, sum] : losses.all()) sums.push_back(sum.item());
+      for (const auto& [name, normalization] : names) {
+        auto found = losses.all().find(name);
+        sums.push_back(found == losses.all().end() ? 0.0 : found->second.item());
+      }
     groups_->sum(sums);
     std::vector<LossTotal> totals;
     size_t next_sum = 0;
     for (const auto& [losses, num_labels] : iteration_losses)
-      for (const auto& [name, sum] : losses.all()) {
+      for (const auto& [name, normalization] : names) {
         const double total = sums[next_sum++];
-        accumulate(totals, name, layers::loss_value(losses.normalization(name), total, num_labels));
+        accumulate(totals, name, layers::loss_value(normalization, total, num_labels));
       }
     const double step_time = (now_seconds() - start) / double(iterations);
     const int world_size = *sections_.model.distributed.world_size;
