@@ -213,7 +213,8 @@ std::optional<std::string> reference_dtype_and_size_reason(const Tensor& query) 
 
 template <class Args>
 std::optional<std::string> supports_reference(const Args& args) {
-  if (auto reason = common_reason(args.query, args.logsumexp, args.cu_seqlens, args.max_seqlen, args.window_size))
+  if (auto reason = common_reason(args.query, args.key, args.query_offset, args.logsumexp, args.cu_seqlens,
+                                     args.max_seqlen, args.window_size))
     return reason;
   return reference_dtype_and_size_reason(args.query);
 }
