@@ -4,6 +4,7 @@
 // Fast-LLM's command, it is the training run with `training.train_iters=0` appended to the overrides, so the metrics
 // are printed and written (runs/<k>/metrics.jsonl) exactly as a training run's evaluations are.
 #include <cstdlib>
+#include <string>
 
 #include "fast_llm/cli/commands.h"
 #include "fast_llm/cli/config_loading.h"
@@ -67,7 +68,12 @@ void add_gpt_run(CLI::App& command, CommandAction& action, RunKind kind) {
       models::gpt::GPTTrainerConfig config;
       std::optional<std::filesystem::path> file;
       if (!options->config.empty()) file = options->config;
-      YAML::Node tree = read_config_tree(file, run_overrides(*options));
+      std::vector<std::string> overrides = run_overrides(*options);
+      // The launcher checks the configuration as its processes will read it: in a world of N processes (a layout such
+      // as sequence_data_parallel must divide it).
+      if (options->processes > 0)
+        overrides.push_back("model.distributed.world_size=" + std::to_string(options->processes));
+      YAML::Node tree = read_config_tree(file, overrides);
       for (const std::string& warning : engine::migrate_legacy_config_forms(tree)) log_warning("{}", warning);
       // The pretrained checkpoint's model config goes under the run's own values.
       engine::load_config_with_pretrained(config, tree, models::gpt::gpt_model_type());

@@ -1,4 +1,5 @@
-// The step schedule: forward breadth-first over a depth-first group, backward in reverse, gradient accumulation.
+// The step schedule: forward breadth-first over a depth-first group, backward in reverse, gradient accumulation; the
+// pieces of micro-batches cut along the sequence.
 #include "fast_llm/engine/schedule/runner.h"
 
 #include <fmt/format.h>
@@ -12,17 +13,47 @@
 namespace fast_llm::engine {
 
 ScheduleRunner::ScheduleRunner(MultiStage& multi_stage, const ScheduleConfig& schedule,
-                               const DistributedConfig& distributed, LayerLogSettings logs, bool global_tensor_names)
+                               const DistributedConfig& distributed, LayerLogSettings logs, bool global_tensor_names,
+                               distributed::Communicator* sequence_data)
     : multi_stage_(multi_stage),
       schedule_(schedule),
       distributed_(distributed),
       stream_(compute_stream(multi_stage.device())),
       logs_(logs),
-      global_tensor_names_(global_tensor_names) {
-  if (schedule.micro_batch_splits != 1)
-    throw NotSupportedError("schedule", fmt::format("schedule.micro_batch_splits {}: splitting micro-batches along the "
-                                                    "sequence is not supported; use 1",
-                                                    schedule.micro_batch_splits));
+      global_tensor_names_(global_tensor_names),
+      sequence_layout_{.splits = schedule.micro_batch_splits,
+                       .sequence_data_parallel = distributed.sequence_data_parallel,
+                       .sequence_data_rank = distributed.sequence_data_rank(),
+                       .sequence_data = sequence_data} {
+  FLM_ASSERT(distributed.sequence_data_parallel == 1 || sequence_data != nullptr,
+             "sequence_data_parallel {} without its group", distributed.sequence_data_parallel);
+  if (sequence_layout_.cuts())
+    for (const layers::Layer* layer : multi_stage.layers())
+      if (layer->uses_dropout())
+        throw NotSupportedError(
+            "schedule", fmt::format("{} draws random numbers (dropout), which schedule.micro_batch_splits {} and "
+                                    "model.distributed.sequence_data_parallel {} would draw differently from the "
+                                    "whole micro-batch; set its dropout to 0 or both to 1",
+                                    layer->name(), schedule.micro_batch_splits, distributed.sequence_data_parallel));
+}
+
+std::vector<layers::MicroBatch> ScheduleRunner::inputs(std::span<layers::MicroBatch> micro_batches,
+                                                       int64_t first_index) const {
+  std::vector<layers::MicroBatch> result;
+  for (size_t offset = 0; offset < micro_batches.size(); ++offset) {
+    layers::MicroBatch& batch = micro_batches[offset];
+    batch.index = first_index + int64_t(offset);
+    if (!sequence_layout_.cuts()) {
+      result.push_back(batch);
+      continue;
+    }
+    std::vector<layers::MicroBatch> pieces = sequence_pieces(batch, batch.index, sequence_layout_, stream_);
+    for (size_t split = 0; split < pieces.size(); ++split) {
+      pieces[split].index = batch.index * sequence_layout_.splits + int64_t(split);
+      result.push_back(std::move(pieces[split]));
+    }
+  }
+  return result;
 }
 
 layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batch, Phase phase, int64_t iteration,
@@ -30,7 +61,9 @@ layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batc
                                                   layers::LossSums& losses) const {
   // Micro-batch m of data rank r is the step's micro-batch m * data_parallel + r: the one a single process with
   // data_parallel times the micro-batches reads at that place (data/data_loader.h), and gets the same seed.
-  const int64_t global_index = batch.index * distributed_.batch_data_parallel() + distributed_.batch_data_rank();
+  // The pieces of a micro-batch share its seed (they draw no random numbers: see the constructor).
+  const int64_t index = batch.sequence_piece ? batch.sequence_piece->sequence : batch.index;
+  const int64_t global_index = index * distributed_.batch_data_parallel() + distributed_.batch_data_rank();
   const uint64_t phase_shift =
       phase == Phase::training ? distributed_.train_seed_shift.value : distributed_.valid_seed_shift.value;
   return layers::LayerContext{
@@ -41,7 +74,9 @@ layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batc
       .training = phase == Phase::training,
       .loss_gradient_scale = loss_gradient_scale,
       .loss_scale = loss_scale,
-      .micro_batches_in_step = micro_batches * distributed_.batch_data_parallel(),
+      // Every piece of every rank counts (sequence-data ranks hold pieces of the same micro-batches).
+      .micro_batches_in_step = micro_batches * (sequence_layout_.cuts() ? sequence_layout_.splits : 1) *
+                               distributed_.batch_data_parallel() * distributed_.sequence_data_parallel,
       .dropout_seed = derive_seed(uint64_t(distributed_.seed), phase_shift, uint64_t(iteration),
                                   uint64_t(global_index)),
       .losses = &losses};
@@ -60,35 +95,39 @@ void ScheduleRunner::run_training_step(std::span<layers::MicroBatch> micro_batch
   const double loss_gradient_scale = num_labels > 0 ? loss_scale / double(num_labels) : 0.0;
   const auto& stages = multi_stage_.stages();
 
+  const int splits = sequence_layout_.cuts() ? sequence_layout_.splits : 1;
+  const int64_t step_inputs = int64_t(micro_batches.size()) * splits;
   for (int group = 0; group < depth_first; ++group) {
+    // The group's inputs: breadth-first slot b's splits at [b * splits, (b + 1) * splits).
+    std::vector<layers::MicroBatch> group_inputs =
+        inputs(micro_batches.subspan(size_t(group * breadth_first), size_t(breadth_first)), group * breadth_first);
     std::vector<layers::LayerContext> contexts;
-    contexts.reserve(size_t(breadth_first));
-    for (int slot = 0; slot < breadth_first; ++slot) {
-      layers::MicroBatch& batch = micro_batches[size_t(group * breadth_first + slot)];
-      batch.index = group * breadth_first + slot;
-      contexts.push_back(make_context(batch, Phase::training, iteration, loss_gradient_scale, loss_scale,
+    contexts.reserve(group_inputs.size());
+    for (const layers::MicroBatch& input : group_inputs)
+      contexts.push_back(make_context(input, Phase::training, iteration, loss_gradient_scale, loss_scale,
                                       int64_t(micro_batches.size()), losses));
-    }
-    // (micro-batch) activation between stages: the embeddings ignore their input, the head returns nothing.
-    std::vector<Tensor> activations(static_cast<size_t>(breadth_first));
+    // (input) activation between stages: the embeddings ignore their input, the head returns nothing.
+    std::vector<Tensor> activations(group_inputs.size());
     for (size_t stage = 0; stage < stages.size(); ++stage) {
       multi_stage_.before_forward(stage, stream_, /*training=*/true);
-      for (int slot = 0; slot < breadth_first; ++slot)
+      for (size_t input = 0; input < group_inputs.size(); ++input)
         for (layers::Layer* layer : stages[stage]->layers()) {
-          activations[size_t(slot)] = layer->forward(contexts[size_t(slot)], activations[size_t(slot)]);
-          log_layer_tensor(*layer, activations[size_t(slot)], /*forward=*/true, group * breadth_first + slot,
-                           int64_t(micro_batches.size()));
+          activations[input] = layer->forward(contexts[input], activations[input]);
+          log_layer_tensor(*layer, activations[input], /*forward=*/true, group_inputs[input].index, step_inputs);
         }
     }
-    // The head ignores grad_output (it computed the gradient of its input in forward).
-    std::vector<Tensor> gradients(static_cast<size_t>(breadth_first));
+    // The head ignores grad_output (it computed the gradient of its input in forward). A micro-batch's splits in
+    // reverse: attention adds the key gradients of a split into those of the splits before it.
+    std::vector<Tensor> gradients(group_inputs.size());
     for (size_t stage = stages.size(); stage-- > 0;) {
       multi_stage_.before_backward(stage, stream_);
       for (int slot = 0; slot < breadth_first; ++slot)
-        for (auto layer = stages[stage]->layers().rbegin(); layer != stages[stage]->layers().rend(); ++layer) {
-          gradients[size_t(slot)] = (*layer)->backward(contexts[size_t(slot)], gradients[size_t(slot)]);
-          log_layer_tensor(**layer, gradients[size_t(slot)], /*forward=*/false, group * breadth_first + slot,
-                           int64_t(micro_batches.size()));
+        for (int split = splits; split-- > 0;) {
+          const size_t input = size_t(slot * splits + split);
+          for (auto layer = stages[stage]->layers().rbegin(); layer != stages[stage]->layers().rend(); ++layer) {
+            gradients[input] = (*layer)->backward(contexts[input], gradients[input]);
+            log_layer_tensor(**layer, gradients[input], /*forward=*/false, group_inputs[input].index, step_inputs);
+          }
         }
       multi_stage_.after_backward(stage, group == 0, group + 1 == depth_first, stream_);
     }
@@ -100,21 +139,20 @@ void ScheduleRunner::run_forward(std::span<layers::MicroBatch> micro_batches, in
                                  layers::LossSums& losses) {
   // Stage by stage over all the micro-batches, so that a stage whose weights are gathered at use (ZeRO-3) is gathered
   // once.
+  std::vector<layers::MicroBatch> all_inputs = inputs(micro_batches, 0);
   std::vector<layers::LayerContext> contexts;
-  contexts.reserve(micro_batches.size());
-  for (size_t index = 0; index < micro_batches.size(); ++index) {
-    micro_batches[index].index = int64_t(index);
-    contexts.push_back(make_context(micro_batches[index], Phase::validation, iteration, 1.0, 1.0,
-                                    int64_t(micro_batches.size()), losses));
-  }
-  std::vector<Tensor> activations(micro_batches.size());
+  contexts.reserve(all_inputs.size());
+  for (const layers::MicroBatch& input : all_inputs)
+    contexts.push_back(
+        make_context(input, Phase::validation, iteration, 1.0, 1.0, int64_t(micro_batches.size()), losses));
+  std::vector<Tensor> activations(all_inputs.size());
   const auto& stages = multi_stage_.stages();
   for (size_t stage = 0; stage < stages.size(); ++stage) {
     multi_stage_.before_forward(stage, stream_, /*training=*/false);
-    for (size_t index = 0; index < micro_batches.size(); ++index)
+    for (size_t index = 0; index < all_inputs.size(); ++index)
       for (layers::Layer* layer : stages[stage]->layers()) {
         activations[index] = layer->forward(contexts[index], activations[index]);
-        log_layer_tensor(*layer, activations[index], /*forward=*/true, int64_t(index), int64_t(micro_batches.size()));
+        log_layer_tensor(*layer, activations[index], /*forward=*/true, int64_t(index), int64_t(all_inputs.size()));
       }
   }
 }

@@ -13,6 +13,12 @@
 // Micro-batch m of step `iteration` gets dropout seed derive_seed(seed, phase seed shift, iteration, m'), m' its index
 // in the whole step over the data-parallel ranks (m * data_parallel + data rank), so the micro-batch sees the same
 // dropout whatever the layout.
+// With schedule.micro_batch_splits = k or sequence_data_parallel = s, each micro-batch runs as this rank's k pieces of
+// its sequence (sequence_pieces.h): the step's inputs are depth_first x breadth_first x k, in Fast-LLM's order (for a
+// depth-first group, stage by stage: each breadth-first micro-batch's splits in order), and the backward takes each
+// micro-batch's splits in reverse order; piece j of micro-batch m has index m * k + j (what layers key their saved state
+// by). The normalised losses count the pieces of all ranks as micro-batches. Layers that draw random numbers (dropout)
+// are refused with pieces: their masks are drawn over a micro-batch's rows, which the pieces would draw again.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +28,7 @@
 #include "fast_llm/engine/multi_stage/multi_stage.h"
 #include "fast_llm/engine/schedule/layer_logs.h"
 #include "fast_llm/engine/schedule/config.h"
+#include "fast_llm/engine/schedule/sequence_pieces.h"
 #include "fast_llm/layers/context.h"
 
 namespace fast_llm::engine {
@@ -32,10 +39,12 @@ class ScheduleRunner {
  public:
   // The configs must be validated and outlive the runner.
   // `logs`: per-layer tensor logs (layer_logs.h), off by default.
+  // `sequence_data`: the sequence-data group (ProcessGroups::sequence_data(); null when of one rank).
   ScheduleRunner(MultiStage& multi_stage, const ScheduleConfig& schedule, const DistributedConfig& distributed,
-                 LayerLogSettings logs = {}, bool global_tensor_names = true);
+                 LayerLogSettings logs = {}, bool global_tensor_names = true,
+                 distributed::Communicator* sequence_data = nullptr);
 
-  // Micro-batches in one step (depth_first x breadth_first x micro_batch_splits; splits are refused above 1).
+  // Micro-batches (whole sequences) in one step on this rank (depth_first x breadth_first).
   int micro_batches_per_step() const { return schedule_.sequential_micro_batches(); }
 
   // Forward and backward of one training step. `micro_batches` (micro_batches_per_step() of them, on the model's
@@ -61,12 +70,17 @@ class ScheduleRunner {
   void log_layer_tensor(const layers::Layer& layer, const Tensor& tensor, bool forward, int64_t index,
                         int64_t count) const;
 
+  // The inputs the layers see for `micro_batches`: themselves, or (cutting along the sequence) their pieces, those of
+  // micro-batch m at [m * splits, (m + 1) * splits). Sets each input's index.
+  std::vector<layers::MicroBatch> inputs(std::span<layers::MicroBatch> micro_batches, int64_t first_index) const;
+
   MultiStage& multi_stage_;
   const ScheduleConfig& schedule_;
   const DistributedConfig& distributed_;
   Stream stream_;
   LayerLogSettings logs_;
   bool global_tensor_names_;
+  SequenceLayout sequence_layout_;
 };
 
 }  // namespace fast_llm::engine

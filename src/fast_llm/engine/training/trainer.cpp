@@ -101,7 +101,7 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
   runner_ = std::make_unique<ScheduleRunner>(
       *multi_stage_, sections_.schedule, distributed,
       LayerLogSettings{.outputs = stage_config.debug_layer_outputs, .gradients = stage_config.debug_layer_gradients},
-      stage_config.debug_global_tensors);
+      stage_config.debug_global_tensors, groups_->sequence_data());
   // Two steps of micro-batches: the step the device runs and the one the host prepares.
   uploader_ = std::make_unique<BatchUploader>(device_, stream_, int(2 * rank_samples_per_step_));
   if (training_) {
@@ -149,6 +149,13 @@ std::vector<std::pair<std::string, int64_t>> Trainer::check_run() {
   rank_samples_per_step_ = sections_.schedule.sequential_micro_batches();
   samples_per_step_ = rank_samples_per_step_ * distributed.batch_data_parallel();
   tokens_per_sample_ = data_.config().micro_batch_size;
+  if (const int64_t pieces = int64_t(sections_.schedule.micro_batch_splits) * distributed.sequence_data_parallel;
+      tokens_per_sample_ % pieces != 0)
+    throw ConfigError(data_.config().field_path("micro_batch_size"),
+                      fmt::format("{} tokens do not cut into schedule.micro_batch_splits x "
+                                  "model.distributed.sequence_data_parallel = {} x {} equal pieces",
+                                  tokens_per_sample_, sections_.schedule.micro_batch_splits,
+                                  distributed.sequence_data_parallel));
   if (data_.sampling_parameters().predicted_tokens != 1)
     throw NotSupportedError("training", fmt::format("{} predicted tokens per position (multi-token prediction heads) "
                                                     "are not supported by the training loop",
@@ -288,6 +295,8 @@ std::vector<layers::MicroBatch> Trainer::next_micro_batches(data::DataLoader& lo
   // documents), on every rank: all counts in one reduction (exact in doubles up to 2^53).
   std::vector<double> counts{double(num_labels), double(preference_pairs), double(num_documents)};
   groups_->sum(counts);
+  // The ranks of a sequence-data group read the same samples (each keeps its pieces of them): counted once.
+  for (double& count : counts) count /= double(sections_.model.distributed.sequence_data_parallel);
   num_labels = int64_t(counts[0]);
   preference_pairs = int64_t(counts[1]);
   num_documents = int64_t(counts[2]);
