@@ -174,6 +174,11 @@ Tensor Attention::attend(const Projections& projections, const Tensor& cu_seqlen
 
 Attention::KeyValues Attention::carried_key_values(const Tensor& key, const Tensor& value, const SequencePiece& piece,
                                                    Stream stream) {
+  if (!causal_ && piece.splits > 1)
+    throw NotSupportedError("layers", fmt::format("{}: attention without causality sees the keys of later splits, "
+                                                  "which schedule.micro_batch_splits {} computes after this one; "
+                                                  "use 1 (sequence_data_parallel gathers every key)",
+                                                  name(), piece.splits));
   auto carry = key_value_carries_.find(piece.sequence);
   if (carry == key_value_carries_.end()) {
     FLM_ASSERT(piece.split == 0, "{}: split {} of sequence {} without the keys of the splits before it", name(),
