@@ -177,7 +177,8 @@ double ScheduleRunner::flops(std::span<const layers::MicroBatch> micro_batches) 
   double total = 0.0;
   for (const layers::MicroBatch& batch : micro_batches)
     for (layers::Layer* layer : multi_stage_.layers()) total += layer->flops(batch);
-  return total;
+  // The ranks of a sequence-data group share the micro-batches: each is counted its share (the group's average).
+  return total / double(distributed_.sequence_data_parallel);
 }
 
 }  // namespace fast_llm::engine

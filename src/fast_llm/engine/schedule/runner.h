@@ -56,7 +56,8 @@ class ScheduleRunner {
   // accumulate).
   void run_forward(std::span<layers::MicroBatch> micro_batches, int64_t iteration, layers::LossSums& losses);
 
-  // Model FLOPs of forward + backward of these micro-batches (sum of the layers' flops()).
+  // Model FLOPs of forward + backward of these micro-batches (sum of the layers' flops()), this rank's share of them
+  // (1 / sequence_data_parallel).
   double flops(std::span<const layers::MicroBatch> micro_batches) const;
 
  private:
