@@ -4,7 +4,8 @@
 // unsplit one-process run. The model is Qwen2-style (grouped-query attention, rotary, query / key / value biases, a
 // sliding window of 6 tokens) and the samples pack several documents of 3 to 11 tokens, so documents cross the split
 // and rank boundaries. Layouts: ms2, ms4, df2 x bf2 x ms4 (the schedule's order), sdp2, sdp2 x ms2, sdp2 x batch 2 (4
-// processes) against df2; an sdp2 checkpoint resumed by one process; a sequence that does not cut evenly refused.
+// processes) against df2; an sdp2 checkpoint resumed by one process; a sequence that does not cut evenly and dropout
+// refused.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -110,16 +111,24 @@ TEST_F(SequenceTrainingTest, SequenceDataParallelWithBatchDataParallelMatchesOne
                   train_documents("df2", 0, {"schedule.depth_first_micro_batches=2"}));
 }
 
-TEST_F(SequenceTrainingTest, SequenceThatDoesNotCutEvenlyIsRefused) {
-  const testing::Outcome outcome = testing::run_fast_llm(
-      {"train", "gpt", "-c", (directory_ / "config.yaml").string(), "run.experiment_dir=" + (directory_ / "refused").string(),
-       "data.datasets={training: {type: random}}", "schedule.micro_batch_splits=3"},
-      directory_, std::chrono::seconds(60), std::nullopt, {{"OMP_NUM_THREADS", "1"}});
-  EXPECT_TRUE(outcome.exited && outcome.status != 0) << outcome.output;
-  EXPECT_NE(outcome.output.find("data.micro_batch_size: 16 tokens do not cut into schedule.micro_batch_splits x "
-                                "model.distributed.sequence_data_parallel = 3 x 1 equal pieces"),
-            std::string::npos)
-      << outcome.output;
+TEST_F(SequenceTrainingTest, UnevenCutsAndDropoutAreRefused) {
+  const auto refused = [&](const std::string& name, const std::vector<std::string>& overrides,
+                           const std::string& message) {
+    std::vector<std::string> arguments{"train", "gpt", "-c", (directory_ / "config.yaml").string(),
+                                       "run.experiment_dir=" + (directory_ / name).string(),
+                                       "data.datasets={training: {type: random}}"};
+    arguments.insert(arguments.end(), overrides.begin(), overrides.end());
+    const testing::Outcome outcome = testing::run_fast_llm(arguments, directory_, std::chrono::seconds(60),
+                                                           std::nullopt, {{"OMP_NUM_THREADS", "1"}});
+    EXPECT_TRUE(outcome.exited && outcome.status != 0) << outcome.output;
+    EXPECT_NE(outcome.output.find(message), std::string::npos) << outcome.output;
+  };
+  refused("uneven", {"schedule.micro_batch_splits=3"},
+          "data.micro_batch_size: 16 tokens do not cut into schedule.micro_batch_splits x "
+          "model.distributed.sequence_data_parallel = 3 x 1 equal pieces");
+  refused("dropout", {"schedule.micro_batch_splits=2", "model.base_model.decoder.block.dropout=0.1"},
+          "draws random numbers (dropout), which schedule.micro_batch_splits 2 and "
+          "model.distributed.sequence_data_parallel 1 would draw differently");
 }
 
 }  // namespace

@@ -326,5 +326,49 @@ TEST(AttentionConsistency, CudaTileVariantsFoldTheRotaryInverseIntoTheirStores) 
   }
 }
 
+// A query range inside a longer key range (query_offset: micro_batch_splits, sequence_data_parallel) is the CPU
+// reference's only: every CUDA variant declines it with the reason, forward and backward.
+TEST(AttentionConsistency, CudaVariantsDeclineAQueryRangeInsideLongerKeys) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const Device device = Device::cuda(0);
+  const AttentionCase c{.document_lengths = {64, 64}, .heads = 4, .head_groups = 2, .head_size = 64, .causal = true,
+                        .window = std::nullopt};
+  const int64_t queries = 64;
+  const Shape query_shape{queries, c.heads, c.head_size}, key_shape{c.tokens(), c.head_groups, c.head_size};
+  const Tensor query = random_tensor(query_shape, c.dtype, 60001, -1, 1).to(device);
+  const Tensor key = random_tensor(key_shape, c.dtype, 60002, -1, 1).to(device);
+  const Tensor cu_seqlens = cu_seqlens_of(c).to(device);
+  Tensor output = Tensor::empty(query_shape, c.dtype, device);
+  Tensor logsumexp = Tensor::empty(Shape{c.heads, queries}, DType::float32, device);
+  Tensor grad_query = Tensor::empty(query_shape, c.dtype, device);
+  Tensor grad_key = Tensor::empty(key_shape, c.dtype, device), grad_value = Tensor::empty(key_shape, c.dtype, device);
+  const AttentionForwardArgs forward{.query = query, .key = key, .value = key, .cu_seqlens = cu_seqlens,
+                                     .max_seqlen = c.longest(), .output = output, .logsumexp = logsumexp,
+                                     .softmax_scale = c.softmax_scale(), .query_offset = 64};
+  const AttentionBackwardArgs backward{.grad_output = output, .query = query, .key = key, .value = key,
+                                       .output = output, .logsumexp = logsumexp, .cu_seqlens = cu_seqlens,
+                                       .max_seqlen = c.longest(), .grad_query = grad_query, .grad_key = grad_key,
+                                       .grad_value = grad_value, .softmax_scale = c.softmax_scale(),
+                                       .query_offset = 64};
+  int declined = 0;
+  for (const auto& variant : OpRegistry<AttentionForward>::instance().variants()) {
+    if (variant.info.device != DeviceType::cuda) continue;
+    ASSERT_TRUE(variant.supports) << variant.info.variant;
+    const auto reason = variant.supports(forward);
+    ASSERT_TRUE(reason.has_value()) << variant.info.variant << " accepts a query offset";
+    EXPECT_NE(reason->find("only the CPU reference"), std::string::npos) << *reason;
+    ++declined;
+  }
+  for (const auto& variant : OpRegistry<AttentionBackward>::instance().variants()) {
+    if (variant.info.device != DeviceType::cuda) continue;
+    ASSERT_TRUE(variant.supports) << variant.info.variant;
+    const auto reason = variant.supports(backward);
+    ASSERT_TRUE(reason.has_value()) << variant.info.variant << " accepts a query offset";
+    EXPECT_NE(reason->find("only the CPU reference"), std::string::npos) << *reason;
+    ++declined;
+  }
+  EXPECT_GE(declined, 2);
+}
+
 }  // namespace
 }  // namespace fast_llm::kernels
