@@ -4,13 +4,17 @@
 // unsplit one-process run. The model is Qwen2-style (grouped-query attention, rotary, query / key / value biases, a
 // sliding window of 6 tokens) and the samples pack several documents of 3 to 11 tokens, so documents cross the split
 // and rank boundaries. Layouts: ms2, ms4, df2 x bf2 x ms4 (the schedule's order), sdp2, sdp2 x ms2, sdp2 x batch 2 (4
-// processes) against df2; an sdp2 checkpoint resumed by one process; a sequence that does not cut evenly and dropout
-// refused.
+// processes) against df2; an sdp2 checkpoint resumed by one process; reference models (distillation) with ms4; a
+// sequence that does not cut evenly, dropout and reference models with sequence-data parallelism refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "fast_llm/data/memmap.h"
 #include "layout_comparison.h"
@@ -111,6 +115,39 @@ TEST_F(SequenceTrainingTest, SequenceDataParallelWithBatchDataParallelMatchesOne
                   train_documents("df2", 0, {"schedule.depth_first_micro_batches=2"}));
 }
 
+// A reference model read by the distillation loss and by every block's activation distillation runs on the whole
+// micro-batch; its splits read their rows of its outputs: the losses of the unsplit run. Sequence-data parallelism
+// refuses reference models, as Fast-LLM does.
+TEST_F(SequenceTrainingTest, ReferenceModelsWithSplitsMatchTheWholeMicroBatches) {
+  const std::vector<std::string> overrides = {
+      "model.base_model.head.losses={ce: {type: label, weight: 0.5}, kd: {type: distillation, reference_model: "
+      "teacher, loss_type: reverse_kl}}",
+      "model.base_model.decoder.block.distillation_model=teacher",
+      "reference_models={teacher: {model: {base_model: {embeddings: {vocab_size: 64}, decoder: {block: {mixer: {type: "
+      "attention, heads: 2, head_groups: 1, head_size: 8, add_linear_biases: false}, mlp: {intermediate_size: 32, "
+      "gated: true}, normalization: {type: rms_norm}}, num_blocks: 2}, hidden_size: 16}}}}"};
+  std::vector<std::string> split = overrides;
+  split.push_back("schedule.micro_batch_splits=4");
+  const fs::path whole = train_documents("reference_ms1", 0, overrides);
+  const fs::path splits = train_documents("reference_ms4", 0, split);
+  expect_same_run(splits, whole);
+  auto logged = [](const fs::path& experiment) {
+    std::vector<double> values;
+    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
+    for (std::string line; std::getline(stream, line);) {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      if (record.value("phase", "") != "training") continue;
+      for (const char* name : {"kd", "activation_distillation_loss"}) values.push_back(record.at(name).get<double>());
+    }
+    return values;
+  };
+  const std::vector<double> expected = logged(whole), actual = logged(splits);
+  ASSERT_EQ(actual.size(), expected.size());
+  ASSERT_FALSE(expected.empty());
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_NEAR(actual[i], expected[i], kTolerance * (1 + std::abs(expected[i]))) << i;
+}
+
 TEST_F(SequenceTrainingTest, UnevenCutsAndDropoutAreRefused) {
   const auto refused = [&](const std::string& name, const std::vector<std::string>& overrides,
                            const std::string& message) {
@@ -129,6 +166,13 @@ TEST_F(SequenceTrainingTest, UnevenCutsAndDropoutAreRefused) {
   refused("dropout", {"schedule.micro_batch_splits=2", "model.base_model.decoder.block.dropout=0.1"},
           "draws random numbers (dropout), which schedule.micro_batch_splits 2 and "
           "model.distributed.sequence_data_parallel 1 would draw differently");
+  refused("reference_sdp2",
+          {"--nproc-per-node", "2", "model.distributed.sequence_data_parallel=2",
+           "model.base_model.head.losses={ce: {type: label}, kd: {type: distillation, reference_model: teacher}}",
+           "reference_models={teacher: {model: {base_model: {embeddings: {vocab_size: 64}, decoder: {block: {mixer: "
+           "{type: attention, heads: 2, head_groups: 1, head_size: 8}, mlp: {intermediate_size: 32}}, num_blocks: 1}, "
+           "hidden_size: 16}}}}"},
+          "reference models need model.distributed.sequence_data_parallel 1");
 }
 
 }  // namespace
