@@ -4,7 +4,7 @@
 // unsplit one-process run. The model is Qwen2-style (grouped-query attention, rotary, query / key / value biases, a
 // sliding window of 6 tokens) and the samples pack several documents of 3 to 11 tokens, so documents cross the split
 // and rank boundaries. Layouts: ms2, ms4, df2 x bf2 x ms4 (the schedule's order), sdp2, sdp2 x ms2, sdp2 x batch 2 (4
-// processes) against df2; an sdp2 checkpoint resumed by one process; reference models (distillation) with ms4; a
+// processes) and sdp2 x ms2 x df2 with ZeRO-3 against df2; an sdp2 checkpoint resumed by one process; reference models (distillation) with ms4; a
 // sequence that does not cut evenly, dropout and reference models with sequence-data parallelism refused.
 #include <gtest/gtest.h>
 
@@ -111,8 +111,15 @@ TEST_F(SequenceTrainingTest, SequenceDataParallelMatchesOneProcess) {
 
 TEST_F(SequenceTrainingTest, SequenceDataParallelWithBatchDataParallelMatchesOneProcess) {
   // Four processes: two batch-data ranks reading different samples, each sample cut over two sequence-data ranks.
-  expect_same_run(train_documents("sdp2_dp4", 4, {"model.distributed.sequence_data_parallel=2"}),
-                  train_documents("df2", 0, {"schedule.depth_first_micro_batches=2"}));
+  const fs::path whole = train_documents("df2", 0, {"schedule.depth_first_micro_batches=2"});
+  expect_same_run(train_documents("sdp2_dp4", 4, {"model.distributed.sequence_data_parallel=2"}), whole);
+  // Two processes with ZeRO-3 (weights gathered per stage, one stage per layer), two depth-first micro-batches in two
+  // splits each.
+  expect_same_run(train_documents("sdp2_ms2_df2_zero3", 2,
+                                  {"model.distributed.sequence_data_parallel=2", "schedule.micro_batch_splits=2",
+                                   "schedule.depth_first_micro_batches=2", "model.multi_stage.zero_stage=3",
+                                   "model.multi_stage.layers_per_stage=1"}),
+                  whole);
 }
 
 // A reference model read by the distillation loss and by every block's activation distillation runs on the whole
