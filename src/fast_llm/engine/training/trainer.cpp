@@ -255,7 +255,8 @@ void Trainer::set_up_cuda_graphs() {
                            .tensor_logs = sections_.model.multi_stage.debug_layer_outputs > 0 ||
                                           sections_.model.multi_stage.debug_layer_gradients > 0,
                            .host_reads = host_reads,
-                           .prepared_inputs = static_cast<bool>(sections_.prepare_micro_batches)});
+                           .prepared_inputs = static_cast<bool>(sections_.prepare_micro_batches),
+                           .sequence_pieces = sections_.schedule.micro_batch_splits > 1});
   if (refusal) {
     log_main("{} is set, but the training steps run without CUDA graphs: {}",
              sections_.schedule.field_path("cuda_graphs"), *refusal);
