@@ -65,8 +65,6 @@ std::vector<layers::MicroBatch> sequence_pieces(const layers::MicroBatch& batch,
   if (batch.advantages.defined() || batch.label_documents.defined())
     throw NotSupportedError("schedule", "policy-gradient token data with schedule.micro_batch_splits or "
                                         "model.distributed.sequence_data_parallel above 1");
-  FLM_ASSERT(layout.sequence_data_parallel == 1 || layout.sequence_data != nullptr,
-             "sequence-data parallelism without its group");
   const Device device = batch.tokens.device();
   const std::vector<int64_t> lengths = document_lengths(batch);
   const int64_t split_tokens = tokens / layout.splits, piece_tokens = split_tokens / layout.sequence_data_parallel;
