@@ -41,7 +41,7 @@ ScheduleRunner::ScheduleRunner(MultiStage& multi_stage, const ScheduleConfig& sc
                                     "whole micro-batch; set its dropout to 0 or both to 1",
                                     layer->name(), schedule.micro_batch_splits, distributed.sequence_data_parallel));
   if (schedule.debug_schedule)
-    log_info("Schedule of pipeline rank {} (F/B stage.micro-batch[:split]): {}", multi_stage.settings().pipeline_rank,
+    log_info("Schedule of pipeline rank {} (F/B stage.micro-batch): {}", multi_stage.settings().pipeline_rank,
              training_schedule_.describe(multi_stage.settings().pipeline_rank));
 }
 
@@ -82,8 +82,8 @@ layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batc
       .loss_gradient_scale = loss_gradient_scale,
       .loss_scale = loss_scale,
       // Every piece of every rank counts (sequence-data ranks hold pieces of the same micro-batches).
-      .micro_batches_in_step = micro_batches * (sequence_layout_.cuts() ? sequence_layout_.splits : 1) *
-                               distributed_.batch_data_parallel() * distributed_.sequence_data_parallel,
+      .micro_batches_in_step = micro_batches * sequence_layout_.splits * distributed_.batch_data_parallel() *
+                               distributed_.sequence_data_parallel,
       .dropout_seed = derive_seed(uint64_t(distributed_.seed), phase_shift, uint64_t(iteration),
                                   uint64_t(global_index)),
       .losses = &losses};
