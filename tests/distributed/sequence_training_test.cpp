@@ -73,10 +73,10 @@ class SequenceTrainingTest : public testing::LayoutComparisonTest {
     writer.finish();
   }
 
-  // train() on the documents above.
+  // train() on the documents above (set before `overrides`, which may add datasets).
   fs::path train_documents(const std::string& name, int processes, std::vector<std::string> overrides) {
-    overrides.push_back("data.datasets={training: {type: memmap, path: " +
-                        (directory_ / "documents.fast_llm_dataset").string() + "}}");
+    overrides.insert(overrides.begin(), "data.datasets={training: {type: memmap, path: " +
+                                            (directory_ / "documents.fast_llm_dataset").string() + "}}");
     return train(name, processes, std::move(overrides));
   }
 
@@ -125,12 +125,29 @@ TEST_F(SequenceTrainingTest, SequenceDataParallelWithBatchDataParallelMatchesOne
 }
 
 // Pieces of sequences through a pipeline: the splits of a micro-batch go through stage 0 on rank 0 and stage 1 on
-// rank 1 in order, their gradients come back in reverse, each piece one message.
+// rank 1 in order, their gradients come back in reverse, each piece one message; evaluations (forward only) too.
 TEST_F(SequenceTrainingTest, PipelineWithSplitsMatchesOneProcess) {
-  const fs::path whole = train_documents("single", 0, {});
-  expect_same_run(
-      train_documents("pp2s2_ms4", 2, {"model.distributed.pipeline_parallel=2", "schedule.micro_batch_splits=4"}),
-      whole);
+  const std::vector<std::string> evaluator = {
+      "data.datasets.validation={type: memmap, path: " + (directory_ / "documents.fast_llm_dataset").string() + "}",
+      "training.evaluators.validation={type: loss, interval: 1, iterations: 2}"};
+  const fs::path whole = train_documents("single", 0, evaluator);
+  std::vector<std::string> pipeline = evaluator;
+  pipeline.insert(pipeline.end(), {"model.distributed.pipeline_parallel=2", "schedule.micro_batch_splits=4"});
+  const fs::path split = train_documents("pp2s2_ms4", 2, pipeline);
+  expect_same_run(split, whole);
+  auto validation_losses = [](const fs::path& experiment) {
+    std::vector<double> losses;
+    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
+    for (std::string line; std::getline(stream, line);) {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      if (record.value("dataset", "") == "validation") losses.push_back(record.at("lm_head_loss").get<double>());
+    }
+    return losses;
+  };
+  const std::vector<double> expected = validation_losses(whole), actual = validation_losses(split);
+  ASSERT_EQ(actual.size(), expected.size());
+  ASSERT_FALSE(expected.empty());
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(actual[i], expected[i], kTolerance * expected[i]) << i;
   // Four processes: two pipeline ranks of two sequence-data ranks each, two breadth-first micro-batches in two splits.
   const fs::path whole_bf2 = train_documents("bf2", 0, {"schedule.breadth_first_micro_batches=2"});
   expect_same_run(train_documents("sdp2_pp2s2_bf2_ms2", 4,
