@@ -1,6 +1,7 @@
 // The step list of the breadth-first schedule (engine/schedule/schedule.h): Fast-LLM's order, the placement of stages
 // on pipeline ranks, where each step's input comes from and its output goes, and that every rank's messages come in
-// one order (so the ranks cannot wait for each other in a cycle).
+// one order (so the ranks cannot wait for each other in a cycle), with micro-batches cut into splits too.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -88,10 +89,58 @@ TEST(ScheduleSteps, ValidationRunsForwardOnlyInOneGroup) {
   EXPECT_EQ(schedule.micro_batches(), 4);
 }
 
-TEST(ScheduleSteps, SplitsRunInOrderWithinEachMicroBatch) {
+TEST(ScheduleSteps, SplitsRunInOrderForwardAndInReverseBackward) {
   const Schedule schedule(2, 1, 2, 2, 1, /*training=*/true);
-  EXPECT_EQ(schedule.describe(), "F0.0:0 F0.0:1 F0.1:0 F0.1:1 F1.0:0 F1.0:1 F1.1:0 F1.1:1 B1.0:0 B1.0:1 B1.1:0 "
-                                 "B1.1:1 B0.0:0 B0.0:1 B0.1:0 B0.1:1");
+  EXPECT_EQ(schedule.splits(), 2);
+  EXPECT_EQ(schedule.describe(), "F0.0:0 F0.0:1 F0.1:0 F0.1:1 F1.0:0 F1.0:1 F1.1:0 F1.1:1 B1.0:1 B1.0:0 B1.1:1 "
+                                 "B1.1:0 B0.0:1 B0.0:0 B0.1:1 B0.1:0");
+}
+
+TEST(ScheduleSteps, TwoPipelineRanksBreadthFirstTwoInTwoSplits) {
+  // pp2 x bf2 x ms2, 4 stages (stage s on rank s % 2): per stage, each breadth-first micro-batch's splits in order in
+  // forward and in reverse in backward; every piece is its own message.
+  const Schedule schedule(4, 1, 2, 2, 2, /*training=*/true);
+  ASSERT_EQ(schedule.steps().size(), 32u);
+  EXPECT_EQ(schedule.describe(0),
+            "F0.0:0 F0.0:1 F0.1:0 F0.1:1 F2.0:0 F2.0:1 F2.1:0 F2.1:1 "
+            "B2.0:1 B2.0:0 B2.1:1 B2.1:0 B0.0:1 B0.0:0 B0.1:1 B0.1:0");
+  EXPECT_EQ(schedule.describe(1),
+            "F1.0:0 F1.0:1 F1.1:0 F1.1:1 F3.0:0 F3.0:1 F3.1:0 F3.1:1 "
+            "B3.0:1 B3.0:0 B3.1:1 B3.1:0 B1.0:1 B1.0:0 B1.1:1 B1.1:0");
+  std::map<std::string, const ScheduleStep*> by_name;
+  for (const ScheduleStep& step : schedule.steps())
+    by_name[fmt::format("{}{}.{}:{}", step.type == StepType::forward ? 'F' : 'B', step.stage, step.micro_batch,
+                        step.split)] = &step;
+  // Each piece's input comes from the same micro-batch and split at the neighbouring stage, on the other rank.
+  EXPECT_EQ(by_name.at("F1.1:1")->receive_from, 0);
+  EXPECT_EQ(by_name.at("F1.1:1")->producer_position, by_name.at("F0.1:1")->position);
+  EXPECT_EQ(by_name.at("F0.1:1")->send_to, 1);
+  EXPECT_EQ(by_name.at("B2.0:0")->receive_from, 1);
+  EXPECT_EQ(by_name.at("B2.0:0")->producer_position, by_name.at("B3.0:0")->position);
+  EXPECT_EQ(by_name.at("B0.1:1")->producer_position, by_name.at("B1.1:1")->position);
+  // The hooks: forward from micro-batch 0's split 0 to micro-batch 1's split 1, backward from micro-batch 0's split 1
+  // to micro-batch 1's split 0.
+  for (const ScheduleStep& step : schedule.steps()) {
+    const bool forward = step.type == StepType::forward;
+    EXPECT_EQ(step.first_of_stage, step.micro_batch == 0 && step.split == (forward ? 0 : 1));
+    EXPECT_EQ(step.last_of_stage, step.micro_batch == 1 && step.split == (forward ? 1 : 0));
+    if (step.receive_from >= 0) {
+      EXPECT_LT(step.producer_position, step.position);
+    }
+  }
+  // Both ranks' messages come in one order.
+  std::map<std::pair<int, int>, std::vector<size_t>> sent, received;
+  for (const ScheduleStep& step : schedule.steps()) {
+    if (step.send_to >= 0) sent[{step.pipeline_rank, step.send_to}].push_back(step.position);
+    if (step.receive_from >= 0) received[{step.receive_from, step.pipeline_rank}].push_back(step.producer_position);
+  }
+  for (auto& [pair, keys] : received) std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(sent, received);
+}
+
+TEST(ScheduleSteps, ValidationRunsEachMicroBatchsSplitsInOrder) {
+  const Schedule schedule(2, 1, 2, 2, 2, /*training=*/false);
+  EXPECT_EQ(schedule.describe(), "F0.0:0 F0.0:1 F0.1:0 F0.1:1 F1.0:0 F1.0:1 F1.1:0 F1.1:1");
 }
 
 }  // namespace

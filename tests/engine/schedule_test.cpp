@@ -1,6 +1,8 @@
 // The step schedule: gradient accumulation gives the loss and gradients of one micro-batch holding the same
 // documents (the loss is normalised by the labels of the whole step), the order of forward and backward calls, the
-// per-micro-batch context, and gradients zeroed at the start of each step.
+// per-micro-batch context, and gradients zeroed at the start of each step. Micro-batch splits: the pieces of a
+// micro-batch (sequence_pieces.h: rows, documents cut to them and to the keys before them, refusals), their order in
+// the step, and the loss and gradients of the whole micro-batch.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -8,6 +10,7 @@
 
 #include "engine/engine_test_util.h"
 #include "fast_llm/engine/schedule/runner.h"
+#include "fast_llm/engine/schedule/sequence_pieces.h"
 
 namespace fast_llm::engine {
 namespace {
@@ -202,6 +205,79 @@ TEST(Schedule, WrongMicroBatchCountIsAnError) {
   ScheduleRun run("{depth_first_micro_batches: 2}");
   std::vector<layers::MicroBatch> one = {slice_batch(kTokens, kLabels, 0, 16, {0, 5, 8, 10, 16})};
   EXPECT_THROW(run.runner.run_training_step(one, 10, 1, 1.0, run.losses), Error);
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Micro-batch splits
+
+std::vector<int64_t> values_of(const Tensor& tensor) {
+  std::vector<int64_t> values;
+  for (int64_t i = 0; i < tensor.numel(); ++i)
+    values.push_back(tensor.dtype() == DType::int32 ? int64_t(tensor.data_as<int32_t>()[i * tensor.stride(0)])
+                                                    : tensor.data_as<int64_t>()[i * tensor.stride(0)]);
+  return values;
+}
+
+TEST(SequencePieces, RowsAndDocumentsOfEachPiece) {
+  // Documents 5, 3, 2, 6 in 16 rows; 2 splits over 2 sequence-data ranks: rank 1 keeps rows [4, 8) and [12, 16).
+  const layers::MicroBatch whole = slice_batch(kTokens, kLabels, 0, 16, {0, 5, 8, 10, 16});
+  const std::vector<layers::MicroBatch> pieces =
+      sequence_pieces(whole, 3, {.splits = 2, .sequence_data_parallel = 2, .sequence_data_rank = 1}, {});
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(values_of(pieces[0].tokens), std::vector<int64_t>(kTokens.begin() + 4, kTokens.begin() + 8));
+  EXPECT_EQ(values_of(pieces[1].labels), std::vector<int64_t>(kLabels.begin() + 12, kLabels.end()));
+  EXPECT_EQ(values_of(pieces[1].positions), (std::vector<int64_t>{2, 3, 4, 5}));
+  EXPECT_EQ(values_of(pieces[0].cu_seqlens), (std::vector<int64_t>{0, 1, 4}));  // the end of 5, then 3
+  EXPECT_EQ(pieces[0].max_seqlen, 3);
+  EXPECT_EQ(values_of(pieces[1].cu_seqlens), (std::vector<int64_t>{0, 4}));
+  for (int split = 0; split < 2; ++split) {
+    const layers::SequencePiece& where = *pieces[size_t(split)].sequence_piece;
+    EXPECT_EQ(where.sequence, 3);
+    EXPECT_EQ(where.split, split);
+    EXPECT_EQ(where.sequence_tokens, 16);
+    EXPECT_EQ(where.split_tokens, 8);
+    EXPECT_EQ(where.begin, 8 * split + 4);
+    EXPECT_EQ(where.key_end(), 8 * (split + 1));
+  }
+  // The keys of split 0 are rows [0, 8): documents 5 and 3; of split 1 all of them.
+  EXPECT_EQ(values_of(pieces[0].sequence_piece->key_cu_seqlens), (std::vector<int64_t>{0, 5, 8}));
+  EXPECT_EQ(pieces[0].sequence_piece->key_max_seqlen, 5);
+  EXPECT_EQ(values_of(pieces[1].sequence_piece->key_cu_seqlens), (std::vector<int64_t>{0, 5, 8, 10, 16}));
+  EXPECT_EQ(pieces[1].sequence_piece->key_sequence_lengths, (std::vector<int64_t>{5, 3, 2, 6}));
+}
+
+TEST(SequencePieces, RefusesUnevenCutsPreferencePairsAndTokenData) {
+  const layers::MicroBatch whole = slice_batch(kTokens, kLabels, 0, 16, {0, 5, 8, 10, 16});
+  EXPECT_THROW(sequence_pieces(whole, 0, {.splits = 3}, {}), Error);
+  layers::MicroBatch pairs = whole;
+  pairs.preference_pairs.push_back({});
+  EXPECT_THROW(sequence_pieces(pairs, 0, {.splits = 2}, {}), NotSupportedError);
+  layers::MicroBatch token_data = whole;
+  token_data.advantages = Tensor::empty(Shape{16}, DType::float32);
+  EXPECT_THROW(sequence_pieces(token_data, 0, {.splits = 2}, {}), NotSupportedError);
+}
+
+TEST(Schedule, MicroBatchSplitsMatchTheWholeMicroBatch) {
+  ScheduleRun whole("{}");
+  const double whole_loss = whole.step({slice_batch(kTokens, kLabels, 0, 16, {0, 5, 8, 10, 16})});
+  const auto whole_gradients = whole.gradients();
+  for (const char* schedule : {"{micro_batch_splits: 2}", "{micro_batch_splits: 4}"}) {
+    ScheduleRun split(schedule);
+    EXPECT_NEAR(split.step({slice_batch(kTokens, kLabels, 0, 16, {0, 5, 8, 10, 16})}), whole_loss, 1e-12) << schedule;
+    expect_same_gradients(split.gradients(), whole_gradients);
+  }
+}
+
+TEST(Schedule, SplitsRunInOrderForwardAndInReverseBackward) {
+  // Two breadth-first micro-batches in two splits each (piece j of micro-batch m is input 2 m + j), one stage: the
+  // micro-batches' splits in order forward, each micro-batch's in reverse backward.
+  ScheduleRun run("{breadth_first_micro_batches: 2, micro_batch_splits: 2}", 4.0);
+  run.step({slice_batch(kTokens, kLabels, 0, 8, {0, 5, 8}), slice_batch(kTokens, kLabels, 8, 16, {0, 2, 8})});
+  std::vector<std::string> heads;
+  for (const std::string& event : run.events.events)
+    if (event.starts_with("head")) heads.push_back(event);
+  EXPECT_EQ(heads, (std::vector<std::string>{"head F 0", "head F 1", "head F 2", "head F 3", "head B 1", "head B 0",
+                                              "head B 3", "head B 2"}));
 }
 
 }  // namespace

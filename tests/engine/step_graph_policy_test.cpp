@@ -48,6 +48,7 @@ TEST(StepGraphPolicy, OnlyOneProcessOnCudaWithoutDropoutOrDynamicScalingQualifie
   expect_refused([](GraphedRunFacts& facts) { facts.dropout = true; }, "dropout");
   expect_refused([](GraphedRunFacts& facts) { facts.dynamic_loss_scaling = true; }, "loss scaling");
   expect_refused([](GraphedRunFacts& facts) { facts.prepared_inputs = true; }, "reference models");
+  expect_refused([](GraphedRunFacts& facts) { facts.sequence_pieces = true; }, "micro_batch_splits");
 }
 
 TEST(StepGraphPolicy, KeysFollowTheHostValuesKernelsDependOn) {

@@ -326,5 +326,102 @@ TEST(AttentionConsistency, CudaTileVariantsFoldTheRotaryInverseIntoTheirStores) 
   }
 }
 
+// A query range inside a longer key range (query_offset: micro_batch_splits, sequence_data_parallel): the CUDA
+// "reference" variant runs it and matches the CPU reference (output, logsumexp, and the gradients with rotary tables,
+// every key row written); the tile variants decline it with the reason.
+TEST(AttentionConsistency, CudaReferenceRunsAQueryRangeInsideLongerKeys) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const Device device = Device::cuda(0);
+  // Documents of 40, 70 and 50 keys; the queries are key rows [64, 128), two documents cut at both ends.
+  const AttentionCase c{.document_lengths = {40, 70, 50}, .heads = 4, .head_groups = 2, .head_size = 64,
+                        .causal = true, .window = 48, .dtype = DType::float32};
+  const int64_t offset = 64, queries = 64, keys = c.tokens(), half = c.head_size / 2;
+  const Shape query_shape{queries, c.heads, c.head_size}, key_shape{keys, c.head_groups, c.head_size};
+  struct Tensors {
+    Tensor query, key, value, grad_output, cu_seqlens, cos, sin, output, logsumexp, grad_query, grad_key, grad_value;
+  };
+  auto [cos, sin] = random_rotary_tables(keys, half, DType::float32, 60005, 1.1);
+  const Tensors host{.query = random_tensor(query_shape, c.dtype, 60001, -2, 2),
+                     .key = random_tensor(key_shape, c.dtype, 60002, -2, 2),
+                     .value = random_tensor(key_shape, c.dtype, 60003, -2, 2),
+                     .grad_output = random_tensor(query_shape, c.dtype, 60004, -1, 1),
+                     .cu_seqlens = cu_seqlens_of(c),
+                     .cos = cos,
+                     .sin = sin,
+                     .output = Tensor::empty(query_shape, c.dtype),
+                     .logsumexp = Tensor::empty(Shape{c.heads, queries}, DType::float32),
+                     .grad_query = Tensor::empty(query_shape, c.dtype),
+                     .grad_key = Tensor::empty(key_shape, c.dtype),
+                     .grad_value = Tensor::empty(key_shape, c.dtype)};
+  const auto on = [&](const Tensor& tensor, Device where) { return where.is_cpu() ? tensor : tensor.to(where); };
+  const auto run = [&](Device where, std::string_view variant_name) {
+    Tensors t{on(host.query, where),       on(host.key, where),         on(host.value, where),
+              on(host.grad_output, where), on(host.cu_seqlens, where),  on(host.cos, where),
+              on(host.sin, where),         on(host.output, where),      on(host.logsumexp, where),
+              on(host.grad_query, where),  on(host.grad_key, where),    on(host.grad_value, where)};
+    const AttentionForwardArgs forward{.query = t.query, .key = t.key, .value = t.value, .cu_seqlens = t.cu_seqlens,
+                                       .max_seqlen = c.longest(), .output = t.output, .logsumexp = t.logsumexp,
+                                       .softmax_scale = c.softmax_scale(), .causal = true, .window_size = c.window,
+                                       .query_offset = offset};
+    const AttentionBackwardArgs backward{.grad_output = t.grad_output, .query = t.query, .key = t.key,
+                                         .value = t.value, .output = t.output, .logsumexp = t.logsumexp,
+                                         .cu_seqlens = t.cu_seqlens, .max_seqlen = c.longest(),
+                                         .grad_query = t.grad_query, .grad_key = t.grad_key,
+                                         .grad_value = t.grad_value, .softmax_scale = c.softmax_scale(),
+                                         .causal = true, .window_size = c.window, .query_offset = offset,
+                                         .rotary_cos = &t.cos, .rotary_sin = &t.sin};
+    const auto& forward_variant = OpRegistry<AttentionForward>::instance().find(variant_name, where);
+    const auto& backward_variant = OpRegistry<AttentionBackward>::instance().find(variant_name, where);
+    for (const auto& reason : {forward_variant.supports ? forward_variant.supports(forward) : std::nullopt,
+                               backward_variant.supports ? backward_variant.supports(backward) : std::nullopt})
+      EXPECT_FALSE(reason.has_value()) << variant_name << ": " << reason.value_or("");
+    check_attention_forward(forward);
+    forward_variant.run(forward);
+    check_attention_backward(backward);
+    backward_variant.run(backward);
+    return t;
+  };
+  const Tensors expected = run(Device::cpu(), "reference");
+  const Tensors actual = run(device, "reference");
+  const auto compare = [&](const Tensor& gpu, const Tensor& cpu, const char* what) {
+    testing::detail::compare_output(values_of(gpu.to(Device::cpu())), values_of(cpu), 1e-4, /*exact=*/false, what);
+  };
+  compare(actual.output, expected.output, "output");
+  compare(actual.logsumexp, expected.logsumexp, "logsumexp");
+  compare(actual.grad_query, expected.grad_query, "grad_query");
+  compare(actual.grad_key, expected.grad_key, "grad_key");
+  compare(actual.grad_value, expected.grad_value, "grad_value");
+
+  // The tile variants decline (bf16, the dtype they take).
+  const Tensor query = random_tensor(query_shape, DType::bfloat16, 60011, -1, 1).to(device);
+  const Tensor key = random_tensor(key_shape, DType::bfloat16, 60012, -1, 1).to(device);
+  const Tensor cu_seqlens = cu_seqlens_of(c).to(device);
+  Tensor output = Tensor::empty(query_shape, DType::bfloat16, device);
+  Tensor logsumexp = Tensor::empty(Shape{c.heads, queries}, DType::float32, device);
+  Tensor grad_query = Tensor::empty(query_shape, DType::bfloat16, device);
+  Tensor grad_key = Tensor::empty(key_shape, DType::bfloat16, device);
+  Tensor grad_value = Tensor::empty(key_shape, DType::bfloat16, device);
+  const AttentionForwardArgs forward{.query = query, .key = key, .value = key, .cu_seqlens = cu_seqlens,
+                                     .max_seqlen = c.longest(), .output = output, .logsumexp = logsumexp,
+                                     .softmax_scale = c.softmax_scale(), .query_offset = offset};
+  const AttentionBackwardArgs backward{.grad_output = output, .query = query, .key = key, .value = key,
+                                       .output = output, .logsumexp = logsumexp, .cu_seqlens = cu_seqlens,
+                                       .max_seqlen = c.longest(), .grad_query = grad_query, .grad_key = grad_key,
+                                       .grad_value = grad_value, .softmax_scale = c.softmax_scale(),
+                                       .query_offset = offset};
+  int declined = 0;
+  const auto expect_declined = [&](const auto& variant, const auto& args) {
+    if (variant.info.device != DeviceType::cuda || variant.info.variant == "reference") return;
+    ASSERT_TRUE(variant.supports) << variant.info.variant;
+    const auto reason = variant.supports(args);
+    ASSERT_TRUE(reason.has_value()) << variant.info.variant << " accepts a query offset";
+    EXPECT_NE(reason->find("only the reference variants"), std::string::npos) << *reason;
+    ++declined;
+  };
+  for (const auto& variant : OpRegistry<AttentionForward>::instance().variants()) expect_declined(variant, forward);
+  for (const auto& variant : OpRegistry<AttentionBackward>::instance().variants()) expect_declined(variant, backward);
+  EXPECT_GE(declined, 2);
+}
+
 }  // namespace
 }  // namespace fast_llm::kernels

@@ -2,7 +2,8 @@
 // forward and logsumexp against a dense fp64 implementation written here (full score matrix, mask from document ids,
 // causality and window); packed documents against each document alone; grouped-query attention against multi-head
 // attention on explicitly repeated keys and values; backward against central finite differences of the dense
-// implementation in fp64; 16-bit and fp32 inputs against fp64; strided inputs; errors.
+// implementation in fp64; a query range inside a longer key range (query_offset) against the rows of the whole
+// attention, forward and backward; 16-bit and fp32 inputs against fp64; strided inputs; errors.
 #include "fast_llm/kernels/attention.h"
 #include "fast_llm/kernels/rotary.h"
 
@@ -397,7 +398,7 @@ TEST(AttentionReference, BackwardRefusesBadRotaryTables) {
   expect_error([&] { run(&table, nullptr); }, "only rotary_cos is given");
   expect_error([&] { run(nullptr, &table); }, "only rotary_sin is given");
   expect_error([&] { run(&float64_table, &table); }, "rotary_cos has dtype float64, expected float32");
-  expect_error([&] { run(&table, &short_table); }, "rotary_sin has shape (2, 4), expected (tokens, rotary_dims / 2)");
+  expect_error([&] { run(&table, &short_table); }, "rotary_sin has shape (2, 4), expected (key_tokens, rotary_dims / 2)");
   expect_error([&] { run(&wide_table, &wide_table); }, "rotary_cos has shape (3, 5)");
   expect_error([&] { run(&table, &narrow); }, "rotary_cos has shape (3, 4), rotary_sin (3, 2)");
 }
@@ -414,6 +415,119 @@ TEST(AttentionReference, BackwardGradientsAreNotTrivial) {
     for (double value : values_of(*gradient)) largest = std::max(largest, std::abs(value));
     EXPECT_GT(largest, 0.1);
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// A query range inside a longer key range
+
+// Rows [begin, end) of a (tokens, ...) tensor, as a contiguous copy.
+Tensor rows(const Tensor& tensor, int64_t begin, int64_t end) {
+  const Tensor view = tensor.slice(0, begin, end);
+  return make_tensor(values_of(view), view.shape(), tensor.dtype());
+}
+
+TEST(AttentionReference, QueryRangeAgainstLongerKeysEqualsRowsOfTheWholeAttention) {
+  // A 12-token sequence of documents of 3, 5 and 4 tokens (two cross the piece boundaries at 4 and 8) cut into pieces
+  // of 4 queries. Each piece attends to the keys of the pieces up to its own (micro_batch_splits) or to all of them
+  // (sequence_data_parallel; the only choice without causality): its output and logsumexp are its rows of the whole
+  // attention, its grad_query its rows, and its key / value gradients those of the whole attention when only its
+  // rows get an output gradient. With rotary tables for the keys' rows.
+  const Problem base{.document_lengths = {3, 5, 4}};
+  const int64_t tokens = base.tokens(), piece = 4, half = base.head_size / 2;
+  const auto [cos, sin] = random_rotary_tables(tokens, half, DType::float32, 95, 1.1);
+  for (const Problem& problem : mask_variants(base)) {
+    const Inputs inputs = random_inputs(problem, DType::float64, 91);
+    const Forward whole = forward(problem, inputs.query, inputs.key, inputs.value, DType::float64);
+    const Tensor cu_seqlens = problem.cu_seqlens();
+    for (int64_t begin = 0; begin < tokens; begin += piece) {
+      for (const int64_t key_tokens : {begin + piece, tokens}) {
+        if (!problem.causal && key_tokens < tokens) continue;  // later keys are visible: they must all be there
+        SCOPED_TRACE(fmt::format("{} queries [{}, {}) keys [0, {})", describe(problem), begin, begin + piece,
+                                 key_tokens));
+        // Keys beyond the last query are never seen causally: cu_seqlens cut there.
+        std::vector<double> offsets{0};
+        int64_t covered = 0;
+        for (int64_t length : problem.document_lengths) {
+          covered = std::min(covered + length, key_tokens);
+          if (covered > int64_t(offsets.back())) offsets.push_back(double(covered));
+        }
+        const Tensor piece_cu_seqlens = make_tensor(offsets, Shape{int64_t(offsets.size())}, DType::int32);
+        const Tensor query = rows(inputs.query, begin, begin + piece), key = rows(inputs.key, 0, key_tokens),
+                     value = rows(inputs.value, 0, key_tokens);
+        Tensor output = Tensor::empty(query.shape(), DType::float64);
+        Tensor logsumexp = Tensor::empty(Shape{problem.heads, piece}, DType::float64);
+        attention_forward({.query = query,
+                           .key = key,
+                           .value = value,
+                           .cu_seqlens = piece_cu_seqlens,
+                           .max_seqlen = problem.longest(),
+                           .output = output,
+                           .logsumexp = logsumexp,
+                           .softmax_scale = problem.softmax_scale,
+                           .causal = problem.causal,
+                           .window_size = problem.window,
+                           .query_offset = begin});
+        expect_near(output, values_of(whole.output.slice(0, begin, begin + piece)), 1e-12, 1e-12, "output");
+        expect_near(logsumexp, values_of(whole.logsumexp.slice(1, begin, begin + piece)), 1e-12, 1e-12, "logsumexp");
+
+        // The output gradient of the piece's rows only, in the whole attention.
+        const Tensor grad_output = random_tensor(query.shape(), DType::float64, 93 + uint64_t(begin));
+        std::vector<double> whole_grad_output(size_t(problem.query_shape().numel()), 0.0);
+        const std::vector<double> piece_grad_output = values_of(grad_output);
+        std::copy(piece_grad_output.begin(), piece_grad_output.end(),
+                  whole_grad_output.begin() + begin * problem.heads * problem.head_size);
+        const Gradients expected = backward(problem, make_tensor(whole_grad_output, problem.query_shape(),
+                                                                 DType::float64),
+                                            inputs, whole, &cos, &sin);
+        Tensor grad_query = Tensor::empty(query.shape(), DType::float64);
+        Tensor grad_key = Tensor::empty(key.shape(), DType::float64);
+        Tensor grad_value = Tensor::empty(key.shape(), DType::float64);
+        const Tensor key_cos = cos.slice(0, 0, key_tokens), key_sin = sin.slice(0, 0, key_tokens);
+        attention_backward({.grad_output = grad_output,
+                            .query = query,
+                            .key = key,
+                            .value = value,
+                            .output = output,
+                            .logsumexp = logsumexp,
+                            .cu_seqlens = piece_cu_seqlens,
+                            .max_seqlen = problem.longest(),
+                            .grad_query = grad_query,
+                            .grad_key = grad_key,
+                            .grad_value = grad_value,
+                            .softmax_scale = problem.softmax_scale,
+                            .causal = problem.causal,
+                            .window_size = problem.window,
+                            .query_offset = begin,
+                            .rotary_cos = &key_cos,
+                            .rotary_sin = &key_sin});
+        expect_near(grad_query, values_of(expected.query.slice(0, begin, begin + piece)), 1e-12, 1e-12,
+                    "grad_query");
+        expect_near(grad_key, values_of(expected.key.slice(0, 0, key_tokens)), 1e-12, 1e-12, "grad_key");
+        expect_near(grad_value, values_of(expected.value.slice(0, 0, key_tokens)), 1e-12, 1e-12, "grad_value");
+      }
+    }
+  }
+}
+
+TEST(AttentionReference, QueryRangeOutsideTheKeysIsRefused) {
+  const Problem problem{.document_lengths = {8}};
+  const Inputs inputs = random_inputs(problem, DType::float32, 97);
+  const Tensor query = inputs.query.slice(0, 0, 4);
+  Tensor output = Tensor::empty(query.shape(), DType::float32);
+  Tensor logsumexp = Tensor::empty(Shape{problem.heads, 4}, DType::float32);
+  const Tensor cu_seqlens = problem.cu_seqlens();
+  expect_error(
+      [&] {
+        attention_forward({.query = query,
+                           .key = inputs.key,
+                           .value = inputs.value,
+                           .cu_seqlens = cu_seqlens,
+                           .max_seqlen = 8,
+                           .output = output,
+                           .logsumexp = logsumexp,
+                           .query_offset = 5});
+      },
+      "query rows [5, 9) (query_offset 5, query of shape (4, 4, 8)) lie outside the 8 key rows");
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -517,14 +631,14 @@ TEST(AttentionReference, ShapeErrors) {
   };
   const Tensor flat_key = inputs.key.reshape(Shape{problem.tokens(), problem.head_groups * problem.head_size});
   expect_error([&] { run(flat_key, inputs.value, cu_seqlens, 4, {}, logsumexp); },
-               "[attention_forward] key has shape (8, 16), expected (tokens, head_groups, head_size)");
+               "[attention_forward] key has shape (8, 16), expected (key_tokens, head_groups, head_size)");
   const Tensor three_groups = random_tensor(Shape{problem.tokens(), 3, problem.head_size}, DType::float32, 72);
   expect_error([&] { run(three_groups, three_groups, cu_seqlens, 4, {}, logsumexp); },
                "query has 4 heads, key has 3 head groups");
   expect_error([&] { run(inputs.key, inputs.value.slice(0, 0, 7), cu_seqlens, 4, {}, logsumexp); },
                "value has shape (7, 2, 8), expected (8, 2, 8)");
   expect_error([&] { run(inputs.key, inputs.value, make_tensor({0, 1, 5}, Shape{3}, DType::int32), 4, {}, logsumexp); },
-               "cu_seqlens runs from 0 to 5, expected 0 to the number of tokens 8");
+               "cu_seqlens runs from 0 to 5, expected 0 to the number of keys 8");
   expect_error(
       [&] { run(inputs.key, inputs.value, make_tensor({0, 5, 3, 8}, Shape{4}, DType::int32), 5, {}, logsumexp); },
       "cu_seqlens decreases at document 1");

@@ -1,7 +1,12 @@
 // Attention mixer: parameter layout and names, backward against finite differences for MHA / GQA / MQA with rotary
-// variants, windows, query/key norms and per-layer biases, packed documents against each document alone, FLOPs, and
+// variants, windows, query/key norms and per-layer biases, packed documents against each document alone, a sequence
+// run as consecutive splits (micro_batch_splits: keys carried between them) against the whole sequence, FLOPs, and
 // refused settings.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <tuple>
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/layers/attention/attention.h"
@@ -87,6 +92,100 @@ TEST_P(AttentionTest, PackedDocumentsEqualEachDocumentAlone) {
     auto summed = values_of(parameters[p]->grad);
     for (size_t i = 0; i < summed.size(); ++i)
       EXPECT_NEAR(summed[i], packed_grads[p][i], 1e-5) << parameters[p]->meta.name << "[" << i << "]";
+  }
+}
+
+// Rows [begin, end) of a packed micro-batch of documents `lengths`, as the schedule cuts it: split `split` of
+// `splits` (sequence_pieces.h builds the same on the engine's side).
+MicroBatch split_of(const MicroBatch& whole, const std::vector<int64_t>& lengths, int split, int splits, int64_t index) {
+  const int64_t tokens = whole.num_tokens(), split_tokens = tokens / splits;
+  const int64_t begin = split * split_tokens, end = begin + split_tokens;
+  // The documents cut to rows [first, last), as (offsets, longest).
+  auto documents = [&](int64_t first, int64_t last, std::vector<int64_t>* kept) {
+    std::vector<int32_t> offsets{0};
+    int64_t document_begin = 0, longest = 0;
+    for (int64_t length : lengths) {
+      const int64_t from = std::max(document_begin, first), to = std::min(document_begin + length, last);
+      if (to > from) {
+        offsets.push_back(offsets.back() + int32_t(to - from));
+        longest = std::max(longest, to - from);
+        if (kept != nullptr) kept->push_back(to - from);
+      }
+      document_begin += length;
+    }
+    Tensor cu_seqlens = Tensor::empty(Shape{int64_t(offsets.size())}, DType::int32);
+    std::copy(offsets.begin(), offsets.end(), cu_seqlens.data_as<int32_t>());
+    return std::pair{cu_seqlens, longest};
+  };
+  MicroBatch piece{.index = index,
+                   .tokens = whole.tokens.slice(0, begin, end),
+                   .labels = whole.labels.slice(0, begin, end),
+                   .positions = whole.positions.slice(0, begin, end)};
+  std::tie(piece.cu_seqlens, piece.max_seqlen) = documents(begin, end, &piece.sequence_lengths);
+  SequencePiece where{.sequence = 0,
+                      .split = split,
+                      .splits = splits,
+                      .sequence_tokens = tokens,
+                      .split_tokens = split_tokens,
+                      .begin = begin};
+  std::tie(where.key_cu_seqlens, where.key_max_seqlen) = documents(0, end, &where.key_sequence_lengths);
+  piece.sequence_piece = where;
+  return piece;
+}
+
+// A sequence of documents 3, 5 and 4 (two of them cross the split boundaries) run as 3 or 2 consecutive splits, forward
+// in order and backward in reverse, each split attending to the keys of those before it: the outputs, input gradients
+// and parameter gradients of the whole sequence (only the order of the sums differs). Attention without causality
+// refuses splits (later keys).
+TEST_P(AttentionTest, SplitsOfASequenceEqualTheWholeSequence) {
+  AttentionConfig config = load_config<AttentionConfig>(GetParam().yaml);
+  Attention attention("mixer", config, kHidden, 1.0);
+  bind_parameters(attention, 27);
+  const std::vector<int64_t> lengths{3, 5, 4};
+  BatchData whole = make_batch(lengths, 10, 28);
+  const int64_t tokens = 12;
+  Tensor input = random_tensor(Shape{tokens, kHidden}, 29);
+  Tensor grad_output = random_tensor(Shape{tokens, kHidden}, 30);
+
+  Attention::Saved saved;
+  const auto whole_output = values_of(attention.forward(input, whole.batch, &saved, {}));
+  const auto whole_grad_input = values_of(attention.backward(grad_output, saved, {}));
+  std::vector<std::vector<double>> whole_grads;
+  for (Parameter* parameter : attention.parameters()) whole_grads.push_back(values_of(parameter->grad));
+
+  for (const int splits : {3, 2}) {
+    SCOPED_TRACE(fmt::format("{} splits", splits));
+    zero_gradients(attention);
+    const int64_t split_tokens = tokens / splits;
+    std::vector<MicroBatch> pieces;
+    for (int split = 0; split < splits; ++split) pieces.push_back(split_of(whole.batch, lengths, split, splits, split));
+    if (!config.causal) {
+      Attention::Saved refused;
+      EXPECT_THROW(attention.forward(input.slice(0, 0, split_tokens), pieces[0], &refused, {}), NotSupportedError);
+      continue;
+    }
+    std::vector<Attention::Saved> piece_saved(static_cast<size_t>(splits));
+    std::vector<double> output, grad_input(size_t(tokens * kHidden));
+    for (int split = 0; split < splits; ++split) {
+      const Tensor rows = input.slice(0, split * split_tokens, (split + 1) * split_tokens);
+      const auto values = values_of(attention.forward(rows, pieces[size_t(split)], &piece_saved[size_t(split)], {}));
+      output.insert(output.end(), values.begin(), values.end());
+    }
+    for (int split = splits; split-- > 0;) {
+      const Tensor rows = grad_output.slice(0, split * split_tokens, (split + 1) * split_tokens);
+      const auto values = values_of(attention.backward(rows, std::move(piece_saved[size_t(split)]), {}));
+      std::copy(values.begin(), values.end(), grad_input.begin() + split * split_tokens * kHidden);
+    }
+    for (size_t i = 0; i < output.size(); ++i) {
+      EXPECT_NEAR(output[i], whole_output[i], 1e-12) << "output[" << i << "]";
+      EXPECT_NEAR(grad_input[i], whole_grad_input[i], 1e-12) << "grad_input[" << i << "]";
+    }
+    auto parameters = attention.parameters();
+    for (size_t p = 0; p < parameters.size(); ++p) {
+      auto summed = values_of(parameters[p]->grad);
+      for (size_t i = 0; i < summed.size(); ++i)
+        EXPECT_NEAR(summed[i], whole_grads[p][i], 1e-12) << parameters[p]->meta.name << "[" << i << "]";
+    }
   }
 }
 

@@ -9,18 +9,20 @@
 namespace fast_llm::kernels {
 namespace {
 
-// What forward and backward share: query, key, value of one floating dtype, (heads, tokens) logsumexp, int32
-// cu_seqlens, max_seqlen and the window.
+// What forward and backward share: query, key, value of one floating dtype, the query range inside the keys,
+// (heads, query_tokens) logsumexp, int32 cu_seqlens, max_seqlen and the window.
 void check_inputs(const OpContract& contract, const Tensor& query, const Tensor& key, const Tensor& value,
                   const Tensor& logsumexp, const Tensor& cu_seqlens, int64_t max_seqlen,
-                  const std::optional<int64_t>& window_size) {
-  contract.rank("query", query, 3, "(tokens, heads, head_size)");
+                  const std::optional<int64_t>& window_size, int64_t query_offset) {
+  contract.rank("query", query, 3, "(query_tokens, heads, head_size)");
   contract.floating("query", query);
-  contract.rank("key", key, 3, "(tokens, head_groups, head_size)");
+  contract.rank("key", key, 3, "(key_tokens, head_groups, head_size)");
   const int64_t tokens = query.size(0), heads = query.size(1), head_size = query.size(2), groups = key.size(1);
-  FLM_CHECK(key.size(0) == tokens && key.size(2) == head_size, contract.op(),
-            "key has shape {}, expected ({}, head_groups, {}) for query of shape {}", key.shape().str(), tokens,
-            head_size, query.shape().str());
+  FLM_CHECK(key.size(2) == head_size, contract.op(), "key has shape {}, expected (key_tokens, head_groups, {})",
+            key.shape().str(), head_size);
+  FLM_CHECK(query_offset >= 0 && query_offset + tokens <= key.size(0), contract.op(),
+            "query rows [{}, {}) (query_offset {}, query of shape {}) lie outside the {} key rows", query_offset,
+            query_offset + tokens, query_offset, query.shape().str(), key.size(0));
   FLM_CHECK(groups > 0 && heads % groups == 0, contract.op(),
             "query has {} heads, key has {} head groups: heads must be a positive multiple of head_groups", heads,
             groups);
@@ -48,21 +50,21 @@ void check_like(const OpContract& contract, std::string_view reference_name, con
   }
 }
 
-// The rotary tables: both absent, or both (tokens, rotary_dims / 2) float32 with 0 < rotary_dims <= head_size.
+// The rotary tables: both absent, or both (key_tokens, rotary_dims / 2) float32 with 0 < rotary_dims <= head_size.
 void check_rotary(const OpContract& contract, const AttentionBackwardArgs& args) {
   FLM_CHECK((args.rotary_cos == nullptr) == (args.rotary_sin == nullptr), contract.op(),
             "rotary_cos and rotary_sin come together; only {} is given",
             args.rotary_cos != nullptr ? "rotary_cos" : "rotary_sin");
   if (args.rotary_cos == nullptr) return;
-  const int64_t tokens = args.query.size(0), head_size = args.query.size(2);
+  const int64_t tokens = args.key.size(0), head_size = args.query.size(2);
   for (const auto& [name, table] : {std::pair{"rotary_cos", args.rotary_cos}, std::pair{"rotary_sin", args.rotary_sin}}) {
     contract.on_device(name, *table);
     FLM_CHECK(table->dtype() == DType::float32, contract.op(), "{} has dtype {}, expected float32", name,
               dtype_name(table->dtype()));
     FLM_CHECK(table->rank() == 2 && table->size(0) == tokens && table->size(1) > 0 && 2 * table->size(1) <= head_size,
               contract.op(),
-              "{} has shape {}, expected (tokens, rotary_dims / 2) = ({}, at most {}) for query of shape {}", name,
-              table->shape().str(), tokens, head_size / 2, args.query.shape().str());
+              "{} has shape {}, expected (key_tokens, rotary_dims / 2) = ({}, at most {}) for key of shape {}", name,
+              table->shape().str(), tokens, head_size / 2, args.key.shape().str());
   }
   FLM_CHECK(args.rotary_cos->shape() == args.rotary_sin->shape(), contract.op(),
             "rotary_cos has shape {}, rotary_sin {}", args.rotary_cos->shape().str(), args.rotary_sin->shape().str());
@@ -73,14 +75,14 @@ void check_rotary(const OpContract& contract, const AttentionBackwardArgs& args)
 void check_attention_forward(const AttentionForwardArgs& args) {
   const OpContract contract("attention_forward", args.query.device());
   check_inputs(contract, args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
-               args.window_size);
+               args.window_size, args.query_offset);
   check_like(contract, "query", args.query, {{"output", &args.output}});
 }
 
 void check_attention_backward(const AttentionBackwardArgs& args) {
   const OpContract contract("attention_backward", args.query.device());
   check_inputs(contract, args.query, args.key, args.value, args.logsumexp, args.cu_seqlens, args.max_seqlen,
-               args.window_size);
+               args.window_size, args.query_offset);
   check_like(contract, "query", args.query,
              {{"grad_output", &args.grad_output}, {"output", &args.output}, {"grad_query", &args.grad_query}});
   check_like(contract, "key", args.key, {{"grad_key", &args.grad_key}, {"grad_value", &args.grad_value}});
@@ -89,10 +91,15 @@ void check_attention_backward(const AttentionBackwardArgs& args) {
 
 void unrotate_attention_gradients(const AttentionBackwardArgs& args, bool query, bool key) {
   if (args.rotary_cos == nullptr || args.rotary_sin == nullptr) return;
-  for (Tensor* gradient : {query ? &args.grad_query : nullptr, key ? &args.grad_key : nullptr})
-    if (gradient != nullptr)
-      rotary_apply({.tensor = *gradient, .cos = *args.rotary_cos, .sin = *args.rotary_sin, .inverse = true,
-                    .stream = args.stream});
+  if (query) {
+    // The query rows' own rows of the (key_tokens) tables.
+    const int64_t begin = args.query_offset, end = args.query_offset + args.grad_query.size(0);
+    const Tensor cos = args.rotary_cos->slice(0, begin, end), sin = args.rotary_sin->slice(0, begin, end);
+    rotary_apply({.tensor = args.grad_query, .cos = cos, .sin = sin, .inverse = true, .stream = args.stream});
+  }
+  if (key)
+    rotary_apply({.tensor = args.grad_key, .cos = *args.rotary_cos, .sin = *args.rotary_sin, .inverse = true,
+                  .stream = args.stream});
 }
 
 }  // namespace fast_llm::kernels

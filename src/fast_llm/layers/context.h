@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,9 +13,36 @@
 #include "fast_llm/kernels/dpo.h"
 #include "fast_llm/tensor/tensor.h"
 
+namespace fast_llm::distributed {
+class Communicator;
+}
+
 namespace fast_llm::layers {
 
 class KeyValueCache;
+
+// Where a micro-batch sits when it is one piece of a longer sequence (engine/schedule/sequence_pieces.h): the sequence
+// (one sample of the data) is cut into `splits` consecutive splits run one after the other (schedule.
+// micro_batch_splits), and each split into `sequence_data` ranks' parts (model.distributed.sequence_data_parallel);
+// this micro-batch holds rows [begin, begin + tokens) of the sequence. Attention is the one layer that looks across
+// rows: it attends from these rows to the keys of rows [0, key_end), key_end the end of this split, which it carries
+// from the earlier splits' forward and gathers over `sequence_data` (attention/attention.h).
+struct SequencePiece {
+  int64_t sequence = 0;         // the sequence's index in the step: keys what attention carries between its splits
+  int split = 0;                // 0 .. splits - 1, forward in this order and backward in the reverse one
+  int splits = 1;
+  int64_t sequence_tokens = 0;  // rows of the whole sequence
+  int64_t split_tokens = 0;     // rows of one split (all sequence-data ranks' parts): split s is [s, s + 1) * this
+  int64_t begin = 0;            // first row of this piece in the sequence
+  // Documents of the key rows [0, key_end()) (cut at key_end), on the device, with their host lengths.
+  Tensor key_cu_seqlens;
+  int64_t key_max_seqlen = 0;
+  std::vector<int64_t> key_sequence_lengths;
+  // The ranks that hold the other parts of this split (null: one rank). Not owned.
+  distributed::Communicator* sequence_data = nullptr;
+
+  int64_t key_end() const { return int64_t(split + 1) * split_tokens; }
+};
 
 // One packed micro-batch, on the compute device.
 struct MicroBatch {
@@ -47,6 +75,8 @@ struct MicroBatch {
   // normalised per document (GSPO, the policy metrics).
   int64_t labels_in_step = 0;
   int64_t documents_in_step = 0;
+  // Set when this micro-batch is a piece of a longer sequence (above); its own cu_seqlens then cover its rows only.
+  std::optional<SequencePiece> sequence_piece;
   int64_t num_tokens() const { return tokens.numel(); }
 };
 

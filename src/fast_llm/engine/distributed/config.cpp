@@ -25,7 +25,7 @@ void DistributedConfig::visit(Visitor& v) {
     Hint::performance, config::not_supported_yet(false, "sequence-tensor parallelism"));
   v(sequence_data_parallel, "sequence_data_parallel",
     "Split each sequence over this many data-parallel ranks; must divide the data-parallel size.", Hint::performance,
-    check::gt(0), config::not_supported_yet(1, "sequence-data parallelism"));
+    check::gt(0));
   v(world_size, "world_size", "Number of processes. Unset: the launcher's (torchrun's WORLD_SIZE, Slurm's SLURM_NTASKS, OpenMPI's "
     "OMPI_COMM_WORLD_SIZE), or 1.", Hint::setup,
     check::gt(0));

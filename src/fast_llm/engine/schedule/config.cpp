@@ -15,8 +15,7 @@ void ScheduleConfig::visit(Visitor& v) {
   v(breadth_first_micro_batches, "breadth_first_micro_batches",
     "Micro-batches per step interleaved stage by stage (fills the pipeline).", Hint::core, check::gt(0));
   v(micro_batch_splits, "micro_batch_splits",
-    "Cut each micro-batch along the sequence into this many pieces run in order.", Hint::performance, check::gt(0),
-    config::not_supported_yet(1, "micro-batch splits"));
+    "Cut each micro-batch along the sequence into this many pieces run in order.", Hint::performance, check::gt(0));
   v(pipeline_overlap, "pipeline_overlap",
     "Overlap pipeline-parallel communication with compute (receives are posted as early as the schedule's order "
     "allows; posting them later could make two ranks wait for each other, so this cannot be turned off).",

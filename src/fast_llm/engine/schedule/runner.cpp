@@ -1,4 +1,5 @@
-// Executing the step list: layers, the multi-stage's hooks, and the pipeline's sends and receives.
+// Executing the step list: layers, the multi-stage's hooks, and the pipeline's sends and receives; the pieces of
+// micro-batches cut along the sequence.
 #include "fast_llm/engine/schedule/runner.h"
 
 #include <fmt/format.h>
@@ -14,23 +15,52 @@
 namespace fast_llm::engine {
 
 ScheduleRunner::ScheduleRunner(MultiStage& multi_stage, const ScheduleConfig& schedule,
-                               const DistributedConfig& distributed, LayerLogSettings logs, bool global_tensor_names)
+                               const DistributedConfig& distributed, LayerLogSettings logs, bool global_tensor_names,
+                               distributed::Communicator* sequence_data)
     : multi_stage_(multi_stage),
       schedule_(schedule),
       distributed_(distributed),
       stream_(compute_stream(multi_stage.device())),
       logs_(logs),
       global_tensor_names_(global_tensor_names),
+      sequence_layout_{.splits = schedule.micro_batch_splits,
+                       .sequence_data_parallel = distributed.sequence_data_parallel,
+                       .sequence_data_rank = distributed.sequence_data_rank(),
+                       .sequence_data = sequence_data},
       training_schedule_(multi_stage.stages().size(), schedule.depth_first_micro_batches,
                          schedule.breadth_first_micro_batches, schedule.micro_batch_splits,
                          multi_stage.settings().pipeline_parallel, /*training=*/true) {
-  if (schedule.micro_batch_splits != 1)
-    throw NotSupportedError("schedule", fmt::format("schedule.micro_batch_splits {}: splitting micro-batches along the "
-                                                    "sequence is not supported; use 1",
-                                                    schedule.micro_batch_splits));
+  FLM_ASSERT(distributed.sequence_data_parallel == 1 || sequence_data != nullptr,
+             "sequence_data_parallel {} without its group", distributed.sequence_data_parallel);
+  if (sequence_layout_.cuts())
+    for (const layers::Layer* layer : multi_stage.layers())
+      if (layer->uses_dropout())
+        throw NotSupportedError(
+            "schedule", fmt::format("{} draws random numbers (dropout), which schedule.micro_batch_splits {} and "
+                                    "model.distributed.sequence_data_parallel {} would draw differently from the "
+                                    "whole micro-batch; set its dropout to 0 or both to 1",
+                                    layer->name(), schedule.micro_batch_splits, distributed.sequence_data_parallel));
   if (schedule.debug_schedule)
     log_info("Schedule of pipeline rank {} (F/B stage.micro-batch): {}", multi_stage.settings().pipeline_rank,
              training_schedule_.describe(multi_stage.settings().pipeline_rank));
+}
+
+std::vector<layers::MicroBatch> ScheduleRunner::inputs(std::span<layers::MicroBatch> micro_batches) const {
+  std::vector<layers::MicroBatch> result;
+  for (size_t index = 0; index < micro_batches.size(); ++index) {
+    layers::MicroBatch& batch = micro_batches[index];
+    batch.index = int64_t(index);
+    if (!sequence_layout_.cuts()) {
+      result.push_back(batch);
+      continue;
+    }
+    std::vector<layers::MicroBatch> pieces = sequence_pieces(batch, batch.index, sequence_layout_, stream_);
+    for (size_t split = 0; split < pieces.size(); ++split) {
+      pieces[split].index = batch.index * sequence_layout_.splits + int64_t(split);
+      result.push_back(std::move(pieces[split]));
+    }
+  }
+  return result;
 }
 
 layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batch, Phase phase, int64_t iteration,
@@ -38,7 +68,9 @@ layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batc
                                                   layers::LossSums& losses) const {
   // Micro-batch m of data rank r is the step's micro-batch m * data_parallel + r: the one a single process with
   // data_parallel times the micro-batches reads at that place (data/data_loader.h), and gets the same seed.
-  const int64_t global_index = batch.index * distributed_.batch_data_parallel() + distributed_.batch_data_rank();
+  // The pieces of a micro-batch share its seed (they draw no random numbers: see the constructor).
+  const int64_t index = batch.sequence_piece ? batch.sequence_piece->sequence : batch.index;
+  const int64_t global_index = index * distributed_.batch_data_parallel() + distributed_.batch_data_rank();
   const uint64_t phase_shift =
       phase == Phase::training ? distributed_.train_seed_shift.value : distributed_.valid_seed_shift.value;
   return layers::LayerContext{
@@ -49,7 +81,9 @@ layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batc
       .training = phase == Phase::training,
       .loss_gradient_scale = loss_gradient_scale,
       .loss_scale = loss_scale,
-      .micro_batches_in_step = micro_batches * distributed_.batch_data_parallel(),
+      // Every piece of every rank counts (sequence-data ranks hold pieces of the same micro-batches).
+      .micro_batches_in_step = micro_batches * sequence_layout_.splits * distributed_.batch_data_parallel() *
+                               distributed_.sequence_data_parallel,
       .dropout_seed = derive_seed(uint64_t(distributed_.seed), phase_shift, uint64_t(iteration),
                                   uint64_t(global_index)),
       .losses = &losses};
@@ -66,30 +100,28 @@ void ScheduleRunner::run_training_step(std::span<layers::MicroBatch> micro_batch
   multi_stage_.begin_gradients(stream_);
   // No labels in the whole step: the losses are empty sums and their gradients 0.
   const double loss_gradient_scale = num_labels > 0 ? loss_scale / double(num_labels) : 0.0;
+  const std::vector<layers::MicroBatch> step_inputs = inputs(micro_batches);
   std::vector<layers::LayerContext> contexts;
-  contexts.reserve(micro_batches.size());
-  for (size_t index = 0; index < micro_batches.size(); ++index) {
-    micro_batches[index].index = int64_t(index);
-    contexts.push_back(make_context(micro_batches[index], Phase::training, iteration, loss_gradient_scale, loss_scale,
+  contexts.reserve(step_inputs.size());
+  for (const layers::MicroBatch& input : step_inputs)
+    contexts.push_back(make_context(input, Phase::training, iteration, loss_gradient_scale, loss_scale,
                                     int64_t(micro_batches.size()), losses));
-  }
   run_steps(training_schedule_, contexts, /*training=*/true);
   multi_stage_.finish_gradients(stream_);
 }
 
 void ScheduleRunner::run_forward(std::span<layers::MicroBatch> micro_batches, int64_t iteration,
                                  layers::LossSums& losses) {
+  const std::vector<layers::MicroBatch> all_inputs = inputs(micro_batches);
   std::vector<layers::LayerContext> contexts;
-  contexts.reserve(micro_batches.size());
-  for (size_t index = 0; index < micro_batches.size(); ++index) {
-    micro_batches[index].index = int64_t(index);
-    contexts.push_back(make_context(micro_batches[index], Phase::validation, iteration, 1.0, 1.0,
-                                    int64_t(micro_batches.size()), losses));
-  }
+  contexts.reserve(all_inputs.size());
+  for (const layers::MicroBatch& input : all_inputs)
+    contexts.push_back(
+        make_context(input, Phase::validation, iteration, 1.0, 1.0, int64_t(micro_batches.size()), losses));
   // Stage by stage over all the micro-batches (one breadth-first group), so that a stage whose weights are gathered at
   // use (ZeRO-3) is gathered once.
   if (!forward_schedule_ || forward_schedule_->micro_batches() != int(micro_batches.size()))
-    forward_schedule_.emplace(multi_stage_.stages().size(), 1, int(micro_batches.size()), 1,
+    forward_schedule_.emplace(multi_stage_.stages().size(), 1, int(micro_batches.size()), schedule_.micro_batch_splits,
                               multi_stage_.settings().pipeline_parallel, /*training=*/false);
   run_steps(*forward_schedule_, contexts, /*training=*/false);
 }
@@ -100,6 +132,13 @@ void ScheduleRunner::run_steps(const Schedule& schedule, std::vector<layers::Lay
   const auto& stages = multi_stage_.stages();
   const int depth_first = training ? schedule_.depth_first_micro_batches : 1;
   const int64_t count = int64_t(contexts.size());
+  FLM_ASSERT(count == int64_t(schedule.micro_batches()) * schedule.splits(),
+             "schedule: {} inputs for {} micro-batches of {} splits", count, schedule.micro_batches(),
+             schedule.splits());
+  // Split j of micro-batch m is input m * splits + j.
+  auto input_of = [&](const ScheduleStep& step) {
+    return size_t(step.micro_batch) * size_t(schedule.splits()) + size_t(step.split);
+  };
   // This rank's receives in the order of the steps producing them: the order every rank issues its messages in.
   std::vector<const ScheduleStep*> receiving;
   for (const ScheduleStep* step : steps)
@@ -114,7 +153,7 @@ void ScheduleRunner::run_steps(const Schedule& schedule, std::vector<layers::Lay
   auto post_receives = [&](size_t position) {
     for (; next_receive < receiving.size() && receiving[next_receive]->producer_position < position; ++next_receive) {
       const ScheduleStep& step = *receiving[next_receive];
-      received[step.position] = post_receive(step, contexts[size_t(step.micro_batch)].batch);
+      received[step.position] = post_receive(step, contexts[input_of(step)].batch);
     }
   };
   // The outputs of steps whose next stage runs on this rank too, by (direction, stage that takes it, micro-batch,
@@ -124,7 +163,8 @@ void ScheduleRunner::run_steps(const Schedule& schedule, std::vector<layers::Lay
   for (size_t index = 0; index < steps.size(); ++index) {
     const ScheduleStep& step = *steps[index];
     const bool forward = step.type == StepType::forward;
-    layers::LayerContext& context = contexts[size_t(step.micro_batch)];
+    const size_t input_index = input_of(step);
+    layers::LayerContext& context = contexts[input_index];
     const Stage& stage = *stages[step.stage];
     post_receives(step.position);
     Tensor input;
@@ -144,12 +184,12 @@ void ScheduleRunner::run_steps(const Schedule& schedule, std::vector<layers::Lay
     if (forward) {
       for (layers::Layer* layer : stage.layers()) {
         input = layer->forward(context, input);
-        log_layer_tensor(*layer, input, /*forward=*/true, step.micro_batch, count);
+        log_layer_tensor(*layer, input, /*forward=*/true, int64_t(input_index), count);
       }
     } else {
       for (auto layer = stage.layers().rbegin(); layer != stage.layers().rend(); ++layer) {
         input = (*layer)->backward(context, input);
-        log_layer_tensor(**layer, input, /*forward=*/false, step.micro_batch, count);
+        log_layer_tensor(**layer, input, /*forward=*/false, int64_t(input_index), count);
       }
     }
     if (!forward && step.last_of_stage)
@@ -193,8 +233,8 @@ ScheduleRunner::Message ScheduleRunner::send(const ScheduleStep& step, const Ten
               boundary, boundary + 1, known->second.str(), tensor.shape().str());
   }
   if (schedule_.debug_send_recv)
-    log_info("Pipeline: {} of stage {}, micro-batch {}: send {} to pipeline rank {}",
-             step.type == StepType::forward ? "forward" : "backward", step.stage, step.micro_batch,
+    log_info("Pipeline: {} of stage {}, micro-batch {} split {}: send {} to pipeline rank {}",
+             step.type == StepType::forward ? "forward" : "backward", step.stage, step.micro_batch, step.split,
              tensor.shape().str(), step.send_to);
   return {.work = pipeline->send(tensor, step.send_to, stream_), .tensor = tensor};
 }
@@ -220,8 +260,8 @@ ScheduleRunner::Message ScheduleRunner::post_receive(const ScheduleStep& step, c
                                           multi_stage_.device(), stream_)};
   message.work = pipeline->recv(message.tensor, step.receive_from, stream_);
   if (schedule_.debug_send_recv)
-    log_info("Pipeline: {} of stage {}, micro-batch {}: receive {} from pipeline rank {} (posted)",
-             step.type == StepType::forward ? "forward" : "backward", step.stage, step.micro_batch,
+    log_info("Pipeline: {} of stage {}, micro-batch {} split {}: receive {} from pipeline rank {} (posted)",
+             step.type == StepType::forward ? "forward" : "backward", step.stage, step.micro_batch, step.split,
              message.tensor.shape().str(), step.receive_from);
   return message;
 }
@@ -246,7 +286,7 @@ double ScheduleRunner::flops(std::span<const layers::MicroBatch> micro_batches) 
   double total = 0.0;
   for (const layers::MicroBatch& batch : micro_batches)
     for (layers::Layer* layer : multi_stage_.layers()) total += layer->flops(batch);
-  return total / double(multi_stage_.settings().pipeline_parallel);
+  return total / double(multi_stage_.settings().pipeline_parallel) / double(distributed_.sequence_data_parallel);
 }
 
 }  // namespace fast_llm::engine

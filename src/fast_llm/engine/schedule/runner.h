@@ -19,11 +19,21 @@
 // receive is posted as early as the order allows (once this rank has issued everything that comes before the step
 // producing it), so it runs while the rank computes, and waited for only when its step starts; sends are waited for at
 // the end of the step. The activations' shape crosses each stage boundary once, in a small header before the first
-// one (every micro-batch has the same number of tokens, so later ones have the same shape; the sender checks it).
+// one (every micro-batch has the same number of tokens and every piece of one the same share of them, so later ones
+// have the same shape; the sender checks it).
 //
 // Micro-batch m of step `iteration` gets dropout seed derive_seed(seed, phase seed shift, iteration, m'), m' its index
 // in the whole step over the data-parallel ranks (m * data_parallel + data rank), so the micro-batch sees the same
 // dropout whatever the layout.
+//
+// With schedule.micro_batch_splits = k or sequence_data_parallel = s, each micro-batch runs as this rank's k pieces of
+// its sequence (sequence_pieces.h), each piece its own step of the list (ScheduleStep::split): for a depth-first group,
+// stage by stage, each breadth-first micro-batch's splits in order, and in backward each micro-batch's splits in
+// reverse. Piece j of micro-batch m has index m * k + j (what layers key their saved state by); the pieces of a
+// micro-batch on a stage carry their keys and values from one to the next (attention.h), and a pipeline sends and
+// receives each piece's activations on its own. The normalised losses count the pieces of all ranks as micro-batches.
+// Layers that draw random numbers (dropout) are refused with pieces: their masks are drawn over a micro-batch's rows,
+// which the pieces would draw again.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +48,7 @@
 #include "fast_llm/engine/schedule/layer_logs.h"
 #include "fast_llm/engine/schedule/config.h"
 #include "fast_llm/engine/schedule/schedule.h"
+#include "fast_llm/engine/schedule/sequence_pieces.h"
 #include "fast_llm/layers/context.h"
 
 namespace fast_llm::engine {
@@ -48,10 +59,12 @@ class ScheduleRunner {
  public:
   // The configs must be validated and outlive the runner.
   // `logs`: per-layer tensor logs (layer_logs.h), off by default.
+  // `sequence_data`: the sequence-data group (ProcessGroups::sequence_data(); null when of one rank).
   ScheduleRunner(MultiStage& multi_stage, const ScheduleConfig& schedule, const DistributedConfig& distributed,
-                 LayerLogSettings logs = {}, bool global_tensor_names = true);
+                 LayerLogSettings logs = {}, bool global_tensor_names = true,
+                 distributed::Communicator* sequence_data = nullptr);
 
-  // Micro-batches in one step (depth_first x breadth_first x micro_batch_splits; splits are refused above 1).
+  // Micro-batches (whole sequences) in one step on this rank (depth_first x breadth_first).
   int micro_batches_per_step() const { return schedule_.sequential_micro_batches(); }
 
   // Forward and backward of one training step. `micro_batches` (micro_batches_per_step() of them, on the model's
@@ -63,8 +76,8 @@ class ScheduleRunner {
   // accumulate).
   void run_forward(std::span<layers::MicroBatch> micro_batches, int64_t iteration, layers::LossSums& losses);
 
-  // Model FLOPs of forward + backward of these micro-batches (sum of the layers' flops()), per pipeline rank (the
-  // whole model's over pipeline_parallel: the log line's rate is per GPU).
+  // Model FLOPs of forward + backward of these micro-batches (sum of the layers' flops()), this rank's share of them:
+  // the whole model's over pipeline_parallel and sequence_data_parallel (the log line's rate is per GPU).
   double flops(std::span<const layers::MicroBatch> micro_batches) const;
 
   // The training schedule (all ranks' steps).
@@ -81,7 +94,12 @@ class ScheduleRunner {
   void log_layer_tensor(const layers::Layer& layer, const Tensor& tensor, bool forward, int64_t index,
                         int64_t count) const;
 
-  // Runs this rank's steps of `schedule`, micro-batch m with contexts[m]; `training` adds the hooks and backward.
+  // The inputs the layers see for `micro_batches`: themselves, or (cutting along the sequence) their pieces, those of
+  // micro-batch m at [m * splits, (m + 1) * splits). Sets each input's index.
+  std::vector<layers::MicroBatch> inputs(std::span<layers::MicroBatch> micro_batches) const;
+
+  // Runs this rank's steps of `schedule`, split j of micro-batch m with contexts[m * splits + j]; `training` adds the
+  // hooks and backward.
   void run_steps(const Schedule& schedule, std::vector<layers::LayerContext>& contexts, bool training);
   // Pipeline messages: the activation (or gradient) a step sends, and the one it receives.
   struct Message {
@@ -97,6 +115,7 @@ class ScheduleRunner {
   Stream stream_;
   LayerLogSettings logs_;
   bool global_tensor_names_;
+  SequenceLayout sequence_layout_;
   Schedule training_schedule_;
   std::optional<Schedule> forward_schedule_;
   // Per stage whose forward output crosses to another pipeline rank: its shape, as sent (or received) in the header.

@@ -19,6 +19,8 @@ Schedule::Schedule(size_t num_stages, int depth_first, int breadth_first, int sp
             "schedule", "a schedule of {} stages, {} x {} micro-batches in {} splits on {} pipeline ranks", num_stages,
             depth_first, breadth_first, splits, pipeline_parallel);
   const size_t last = num_stages - 1;
+  // The first and last steps of (group, stage, direction): forward from slot 0's split 0 to the last slot's last
+  // split; backward from slot 0's last split to the last slot's split 0.
   auto add = [&](size_t stage, int group, int slot, int split, StepType type) {
     const bool forward = type == StepType::forward;
     const int rank = stage_pipeline_rank(stage, pipeline_parallel);
@@ -40,8 +42,8 @@ Schedule::Schedule(size_t num_stages, int depth_first, int breadth_first, int sp
                       .receive_from = receive_from,
                       .send_to = send_to,
                       .position = steps_.size(),
-                      .first_of_stage = slot == 0 && split == 0,
-                      .last_of_stage = slot + 1 == breadth_first_ && split + 1 == splits_});
+                      .first_of_stage = slot == 0 && split == (forward ? 0 : splits_ - 1),
+                      .last_of_stage = slot + 1 == breadth_first_ && split == (forward ? splits_ - 1 : 0)});
   };
   for (int group = 0; group < depth_first_; ++group) {
     for (size_t stage = 0; stage < num_stages; ++stage)
@@ -50,7 +52,7 @@ Schedule::Schedule(size_t num_stages, int depth_first, int breadth_first, int sp
     if (!training) continue;
     for (size_t stage = num_stages; stage-- > 0;)
       for (int slot = 0; slot < breadth_first_; ++slot)
-        for (int split = 0; split < splits_; ++split) add(stage, group, slot, split, StepType::backward);
+        for (int split = splits_; split-- > 0;) add(stage, group, slot, split, StepType::backward);
   }
   // Where each received input is produced: the same micro-batch and split at the neighbouring stage.
   std::map<std::tuple<size_t, int, int, StepType>, size_t> position;

@@ -23,6 +23,8 @@ std::optional<std::string> cuda_graphs_refusal(const GraphedRunFacts& facts) {
     return "a layer reads device values on the host during the step (the mixture of experts' per-expert row counts)";
   // A graph replays the addresses of its capture; the reference models' outputs are new tensors every step.
   if (facts.prepared_inputs) return "reference models add new inputs to every step (their logits and activations)";
+  // The pieces' document boundaries are uploaded from the host every step.
+  if (facts.sequence_pieces) return "schedule.micro_batch_splits cuts every step's micro-batches on the host";
   return std::nullopt;
 }
 

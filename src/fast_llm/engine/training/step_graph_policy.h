@@ -38,6 +38,7 @@ struct GraphedRunFacts {
   bool tensor_logs = false;           // debug_layer_outputs / debug_layer_gradients read every layer's tensors
   bool host_reads = false;            // some layer reads device values on the host (the MoE's expert offsets)
   bool prepared_inputs = false;       // the model type adds per-step inputs (reference models' outputs)
+  bool sequence_pieces = false;       // micro-batches run as pieces (schedule.micro_batch_splits), built every step
 };
 
 // Why a run cannot replay graphs (for the log line), or nothing when it can.

@@ -137,7 +137,7 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
   runner_ = std::make_unique<ScheduleRunner>(
       *multi_stage_, sections_.schedule, distributed,
       LayerLogSettings{.outputs = stage_config.debug_layer_outputs, .gradients = stage_config.debug_layer_gradients},
-      stage_config.debug_global_tensors);
+      stage_config.debug_global_tensors, groups_->sequence_data());
   // Two steps of micro-batches: the step the device runs and the one the host prepares.
   uploader_ = std::make_unique<BatchUploader>(device_, stream_, int(2 * rank_samples_per_step_));
   if (training_) {
@@ -185,6 +185,13 @@ std::vector<std::pair<std::string, int64_t>> Trainer::check_run() {
   rank_samples_per_step_ = sections_.schedule.sequential_micro_batches();
   samples_per_step_ = rank_samples_per_step_ * distributed.batch_data_parallel();
   tokens_per_sample_ = data_.config().micro_batch_size;
+  if (const int64_t pieces = int64_t(sections_.schedule.micro_batch_splits) * distributed.sequence_data_parallel;
+      tokens_per_sample_ % pieces != 0)
+    throw ConfigError(data_.config().field_path("micro_batch_size"),
+                      fmt::format("{} tokens do not cut into schedule.micro_batch_splits x "
+                                  "model.distributed.sequence_data_parallel = {} x {} equal pieces",
+                                  tokens_per_sample_, sections_.schedule.micro_batch_splits,
+                                  distributed.sequence_data_parallel));
   if (data_.sampling_parameters().predicted_tokens != 1)
     throw NotSupportedError("training", fmt::format("{} predicted tokens per position (multi-token prediction heads) "
                                                     "are not supported by the training loop",
@@ -286,7 +293,8 @@ void Trainer::set_up_cuda_graphs() {
                            .tensor_logs = sections_.model.multi_stage.debug_layer_outputs > 0 ||
                                           sections_.model.multi_stage.debug_layer_gradients > 0,
                            .host_reads = host_reads,
-                           .prepared_inputs = static_cast<bool>(sections_.prepare_micro_batches)});
+                           .prepared_inputs = static_cast<bool>(sections_.prepare_micro_batches),
+                           .sequence_pieces = sections_.schedule.micro_batch_splits > 1});
   if (refusal) {
     log_main("{} is set, but the training steps run without CUDA graphs: {}",
              sections_.schedule.field_path("cuda_graphs"), *refusal);
@@ -324,11 +332,13 @@ std::vector<layers::MicroBatch> Trainer::next_micro_batches(data::DataLoader& lo
   }
   // The loss is normalised by the labels of the whole step (the DPO loss by its preference pairs, GSPO's by its
   // documents), on every rank: all counts in one reduction (exact in doubles up to 2^53). The ranks of a pipeline read
-  // the same samples: the first one counts them.
+  // the same samples: the first one counts them. So do the ranks of a sequence-data group (each keeps its pieces of
+  // them): each counts them whole, and the sum is divided by the group's size.
   const double counted = sections_.model.distributed.pipeline_rank() == 0 ? 1.0 : 0.0;
   std::vector<double> counts{counted * double(num_labels), counted * double(preference_pairs),
                              counted * double(num_documents)};
   groups_->sum(counts);
+  for (double& count : counts) count /= double(sections_.model.distributed.sequence_data_parallel);
   num_labels = int64_t(counts[0]);
   preference_pairs = int64_t(counts[1]);
   num_documents = int64_t(counts[2]);

@@ -2,22 +2,25 @@
 //
 // Exact softmax attention over packed documents, one query row at a time: the scores of a query against the keys it
 // may see are held in a row buffer of at most one document's length (per thread), never a (tokens, tokens) matrix.
-// Query i of document [begin, end) sees the keys j in [begin, end) with j <= i when causal, and 0 <= i - j <
-// window_size when a window is set (a window never shows later keys, as flash-attn's (window_size - 1, 0) in
-// Fast-LLM): always one contiguous range [first_key, last_key).
+// Positions are key rows: query row i sits at p = query_offset + i. Query p of document [begin, end) sees the keys j
+// in [begin, end) with j <= p when causal, and 0 <= p - j < window_size when a window is set (a window never shows
+// later keys, as flash-attn's (window_size - 1, 0) in Fast-LLM): always one contiguous range [first_key, last_key).
+// A document's queries are the part of it inside the query range [query_offset, query_offset + query_tokens).
 //
 // query / key / value / output and their gradients: (tokens, heads or head_groups, head_size), any strides, one
-// floating dtype; math in fp32 for fp32 / bf16 / fp16 (rounded on store) and fp64 for fp64. logsumexp: (heads, tokens)
-// in fp32 as the header asks, or fp64 (exact fp64 tests). cu_seqlens: (documents + 1) int32, from 0 to tokens.
+// floating dtype; math in fp32 for fp32 / bf16 / fp16 (rounded on store) and fp64 for fp64. logsumexp: (heads,
+// query_tokens) in fp32 as the header asks, or fp64 (exact fp64 tests). cu_seqlens: (documents + 1) int32, from 0 to
+// key_tokens.
 //
 // Forward runs one (document, head) per task. Backward runs one (document, key/value group) per task, so the heads of
 // a group add into the same dK / dV rows without races; those are accumulated in (document length, head_size) buffers
-// and written (=) once the group is done.
+// and written (=) once the group is done (every key row lies in one document, so every row is written).
 #include "fast_llm/kernels/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "fast_llm/kernels/cpu/dtype_dispatch.h"
@@ -44,11 +47,16 @@ struct TokenHeadView {
 };
 
 struct Shapes {
-  int64_t tokens, heads, head_groups, head_size;
-  std::vector<int64_t> document_begins;  // (documents + 1)
+  int64_t query_tokens, key_tokens, query_offset, heads, head_groups, head_size;
+  std::vector<int64_t> document_begins;  // (documents + 1), in key rows
 
   int64_t documents() const { return int64_t(document_begins.size()) - 1; }
   int64_t heads_per_group() const { return heads / head_groups; }
+  // The key rows of document `document` that are queries too: [first, last) (empty when first >= last).
+  std::pair<int64_t, int64_t> query_positions(int64_t document) const {
+    return {std::max(document_begins[size_t(document)], query_offset),
+            std::min(document_begins[size_t(document + 1)], query_offset + query_tokens)};
+  }
 };
 
 // The keys query `token` of document [begin, end) may see: [first, last).
@@ -62,11 +70,13 @@ KeyRange allowed_keys(int64_t token, int64_t begin, int64_t end, bool causal, co
   return {first, std::max(first, last)};
 }
 
-// The sizes of the call, and the document boundaries read from cu_seqlens, checked against the tokens (the call's
+// The sizes of the call, and the document boundaries read from cu_seqlens, checked against the key rows (the call's
 // shapes are the contract's, checked by the entry function).
 Shapes read_shapes(std::string_view op, const Tensor& query, const Tensor& key, const Tensor& cu_seqlens,
-                   int64_t max_seqlen) {
-  Shapes shapes{.tokens = query.size(0),
+                   int64_t max_seqlen, int64_t query_offset) {
+  Shapes shapes{.query_tokens = query.size(0),
+                .key_tokens = key.size(0),
+                .query_offset = query_offset,
                 .heads = query.size(1),
                 .head_groups = key.size(1),
                 .head_size = query.size(2),
@@ -75,9 +85,9 @@ Shapes read_shapes(std::string_view op, const Tensor& query, const Tensor& key, 
   for (int64_t index = 0; index < cu_seqlens.size(0); ++index)
     shapes.document_begins.push_back(offsets[index * cu_seqlens.stride(0)]);
   const std::vector<int64_t>& begins = shapes.document_begins;
-  FLM_CHECK(begins.front() == 0 && begins.back() == shapes.tokens, op,
-            "cu_seqlens runs from {} to {}, expected 0 to the number of tokens {}", begins.front(), begins.back(),
-            shapes.tokens);
+  FLM_CHECK(begins.front() == 0 && begins.back() == shapes.key_tokens, op,
+            "cu_seqlens runs from {} to {}, expected 0 to the number of keys {}", begins.front(), begins.back(),
+            shapes.key_tokens);
   int64_t longest = 0;
   for (int64_t document = 0; document < shapes.documents(); ++document) {
     const int64_t length = begins[size_t(document + 1)] - begins[size_t(document)];
@@ -93,15 +103,17 @@ Shapes read_shapes(std::string_view op, const Tensor& query, const Tensor& key, 
 // Forward
 
 void attention_forward_reference(const AttentionForwardArgs& args) {
-  const Shapes shapes = read_shapes("attention_forward", args.query, args.key, args.cu_seqlens, args.max_seqlen);
+  const Shapes shapes =
+      read_shapes("attention_forward", args.query, args.key, args.cu_seqlens, args.max_seqlen, args.query_offset);
 
   visit_floating_dtype(args.query.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;
-    const TokenHeadView<const T> query(args.query);  // (tokens, heads, head_size)
-    const TokenHeadView<const T> key(args.key);      // (tokens, head_groups, head_size)
-    const TokenHeadView<const T> value(args.value);  // (tokens, head_groups, head_size)
-    const TokenHeadView<T> output(args.output);      // (tokens, heads, head_size)
-    std::vector<Compute> logsumexp(size_t(shapes.heads * shapes.tokens));  // (heads, tokens)
+    const TokenHeadView<const T> query(args.query);  // (query_tokens, heads, head_size)
+    const TokenHeadView<const T> key(args.key);      // (key_tokens, head_groups, head_size)
+    const TokenHeadView<const T> value(args.value);  // (key_tokens, head_groups, head_size)
+    const TokenHeadView<T> output(args.output);      // (query_tokens, heads, head_size)
+    const int64_t query_tokens = shapes.query_tokens, offset = shapes.query_offset;
+    std::vector<Compute> logsumexp(size_t(shapes.heads * query_tokens));  // (heads, query_tokens)
     const Compute scale = Compute(args.softmax_scale);
     const int64_t tasks = shapes.documents() * shapes.heads;
 
@@ -111,14 +123,16 @@ void attention_forward_reference(const AttentionForwardArgs& args) {
       const int64_t group = head / shapes.heads_per_group();
       const int64_t begin = shapes.document_begins[size_t(document)];
       const int64_t end = shapes.document_begins[size_t(document + 1)];
+      const auto [first_query, last_query] = shapes.query_positions(document);
       std::vector<Compute> scores(size_t(end - begin));         // (keys of the row)
       std::vector<Compute> accumulator(size_t(shapes.head_size));  // (head_size)
-      for (int64_t token = begin; token < end; ++token) {
-        const KeyRange keys = allowed_keys(token, begin, end, args.causal, args.window_size);
+      for (int64_t position = first_query; position < last_query; ++position) {
+        const int64_t token = position - offset;  // query row
+        const KeyRange keys = allowed_keys(position, begin, end, args.causal, args.window_size);
         if (keys.first == keys.last) {
           for (int64_t channel = 0; channel < shapes.head_size; ++channel)
             output(token, head, channel) = store_value<T>(0);
-          logsumexp[size_t(head * shapes.tokens + token)] = -std::numeric_limits<Compute>::infinity();
+          logsumexp[size_t(head * query_tokens + token)] = -std::numeric_limits<Compute>::infinity();
           continue;
         }
         // s_j = scale q . k_j;  lse = m + log(sum_j exp(s_j - m)) with m = max_j s_j;  out = sum_j exp(s_j - lse) v_j
@@ -143,7 +157,7 @@ void attention_forward_reference(const AttentionForwardArgs& args) {
         }
         for (int64_t channel = 0; channel < shapes.head_size; ++channel)
           output(token, head, channel) = store_value<T>(accumulator[size_t(channel)]);
-        logsumexp[size_t(head * shapes.tokens + token)] = row_logsumexp;
+        logsumexp[size_t(head * query_tokens + token)] = row_logsumexp;
       }
     }
     write_values<Compute>(args.logsumexp, logsumexp, /*accumulate=*/false);
@@ -154,19 +168,21 @@ void attention_forward_reference(const AttentionForwardArgs& args) {
 // Backward
 
 void attention_backward_reference(const AttentionBackwardArgs& args) {
-  const Shapes shapes = read_shapes("attention_backward", args.query, args.key, args.cu_seqlens, args.max_seqlen);
+  const Shapes shapes =
+      read_shapes("attention_backward", args.query, args.key, args.cu_seqlens, args.max_seqlen, args.query_offset);
 
   visit_floating_dtype(args.query.dtype(), [&]<class T>(std::type_identity<T>) {
     using Compute = ComputeType<T>;
-    const TokenHeadView<const T> grad_output(args.grad_output);  // (tokens, heads, head_size)
-    const TokenHeadView<const T> query(args.query);              // (tokens, heads, head_size)
-    const TokenHeadView<const T> key(args.key);                  // (tokens, head_groups, head_size)
-    const TokenHeadView<const T> value(args.value);              // (tokens, head_groups, head_size)
-    const TokenHeadView<const T> output(args.output);            // (tokens, heads, head_size)
-    const TokenHeadView<T> grad_query(args.grad_query);          // (tokens, heads, head_size)
-    const TokenHeadView<T> grad_key(args.grad_key);              // (tokens, head_groups, head_size)
-    const TokenHeadView<T> grad_value(args.grad_value);          // (tokens, head_groups, head_size)
-    const std::vector<Compute> logsumexp = read_values<Compute>(args.logsumexp);  // (heads, tokens)
+    const TokenHeadView<const T> grad_output(args.grad_output);  // (query_tokens, heads, head_size)
+    const TokenHeadView<const T> query(args.query);              // (query_tokens, heads, head_size)
+    const TokenHeadView<const T> key(args.key);                  // (key_tokens, head_groups, head_size)
+    const TokenHeadView<const T> value(args.value);              // (key_tokens, head_groups, head_size)
+    const TokenHeadView<const T> output(args.output);            // (query_tokens, heads, head_size)
+    const TokenHeadView<T> grad_query(args.grad_query);          // (query_tokens, heads, head_size)
+    const TokenHeadView<T> grad_key(args.grad_key);              // (key_tokens, head_groups, head_size)
+    const TokenHeadView<T> grad_value(args.grad_value);          // (key_tokens, head_groups, head_size)
+    const std::vector<Compute> logsumexp = read_values<Compute>(args.logsumexp);  // (heads, query_tokens)
+    const int64_t query_tokens = shapes.query_tokens, offset = shapes.query_offset;
     const Compute scale = Compute(args.softmax_scale);
     const int64_t head_size = shapes.head_size;
     const int64_t tasks = shapes.documents() * shapes.head_groups;
@@ -179,10 +195,12 @@ void attention_backward_reference(const AttentionBackwardArgs& args) {
       std::vector<Compute> grad_key_sum(size_t((end - begin) * head_size));    // (document tokens, head_size)
       std::vector<Compute> grad_value_sum(size_t((end - begin) * head_size));  // (document tokens, head_size)
       std::vector<Compute> grad_query_row(static_cast<size_t>(head_size));               // (head_size)
+      const auto [first_query, last_query] = shapes.query_positions(document);
       for (int64_t head = group * shapes.heads_per_group(); head < (group + 1) * shapes.heads_per_group(); ++head) {
-        for (int64_t token = begin; token < end; ++token) {
-          const KeyRange keys = allowed_keys(token, begin, end, args.causal, args.window_size);
-          const Compute row_logsumexp = logsumexp[size_t(head * shapes.tokens + token)];
+        for (int64_t position = first_query; position < last_query; ++position) {
+          const int64_t token = position - offset;  // query row
+          const KeyRange keys = allowed_keys(position, begin, end, args.causal, args.window_size);
+          const Compute row_logsumexp = logsumexp[size_t(head * query_tokens + token)];
           std::fill(grad_query_row.begin(), grad_query_row.end(), Compute(0));
           // A row without keys has a constant (zero) output: no gradient flows through it.
           if (keys.first < keys.last && std::isfinite(row_logsumexp)) {

@@ -395,8 +395,10 @@ void attention_backward_flash(const AttentionBackwardArgs& args) {
 }  // namespace
 
 std::optional<std::string> backward_tiles_reason(const AttentionBackwardArgs& args) {
-  if (auto reason = common_reason(args.query, args.logsumexp, args.cu_seqlens, args.max_seqlen, args.window_size))
+  if (auto reason = common_reason(args.query, args.key, args.logsumexp, args.cu_seqlens, args.max_seqlen,
+                                  args.window_size))
     return reason;
+  if (auto reason = query_range_reason(args.query, args.key, args.query_offset)) return reason;
   if (auto reason = tile_dtype_and_size_reason(args.query, args.softmax_scale)) return reason;
   for (const auto& [name, tensor] :
        {std::pair<const char*, const Tensor*>{"query", &args.query}, {"key", &args.key}, {"value", &args.value},

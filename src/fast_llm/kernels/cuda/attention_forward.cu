@@ -261,8 +261,10 @@ void attention_forward_flash(const AttentionForwardArgs& args) { attention_forwa
 }  // namespace
 
 std::optional<std::string> forward_tiles_reason(const AttentionForwardArgs& args) {
-  if (auto reason = common_reason(args.query, args.logsumexp, args.cu_seqlens, args.max_seqlen, args.window_size))
+  if (auto reason = common_reason(args.query, args.key, args.logsumexp, args.cu_seqlens, args.max_seqlen,
+                                  args.window_size))
     return reason;
+  if (auto reason = query_range_reason(args.query, args.key, args.query_offset)) return reason;
   if (auto reason = tile_dtype_and_size_reason(args.query, args.softmax_scale)) return reason;
   if (auto reason = tile_layout_reason("query", args.query)) return reason;
   if (auto reason = tile_layout_reason("key", args.key)) return reason;

@@ -3,13 +3,14 @@
 // walks the keys of one row one at a time) but simple, exact to fp32 math, deterministic, and O(tokens) memory.
 //
 // A warp owns one row; lane l holds channels l, l + 32, ... (kPerLane of them); dot products are warp butterflies.
-// The document of a token is found by binary search in cu_seqlens (on the device). The keys query i of document
-// [begin, end) sees: [first, last) with last = i + 1 when causal or windowed (end otherwise) and first =
-// max(begin, i - window + 1) with a window (begin otherwise), as the CPU reference.
+// Positions are key rows: query row i sits at p = query_offset + i (a piece of a sequence against a longer key range;
+// 0 and as many keys as queries otherwise). The document of a position is found by binary search in cu_seqlens (on
+// the device). The keys query p of document [begin, end) sees: [first, last) with last = p + 1 when causal or windowed
+// (end otherwise) and first = max(begin, p - window + 1) with a window (begin otherwise), as the CPU reference.
 //   forward: online softmax over the row's keys (natural exp), out = sum p v / sum p, lse = m + log(sum).
 //   backward: (a) per (token, head): delta = dO . O into a (heads, tokens) scratch, and dQ = scale sum_j dS_j k_j;
 //             (b) per (key token, group): dK = scale sum dS q_i, dV = sum p dO_i over the heads of the group and the
-//             queries that see the key. No atomics.
+//             queries (of the query range) that see the key. No atomics.
 #include "fast_llm/kernels/cuda/attention_tile.cuh"
 
 namespace fast_llm::kernels::cuda::attention {
@@ -33,10 +34,12 @@ struct ReferenceParams {
   float* logsumexp;  // (heads, tokens), strided
   int64_t logsumexp_head_stride, logsumexp_token_stride;
   float* delta;  // (heads, tokens) contiguous scratch of the backward
-  const int32_t* cu_seqlens;
+  const int32_t* cu_seqlens;  // of the key rows
   int64_t cu_seqlens_stride;
   int documents;
-  int64_t tokens;
+  int64_t tokens;        // query rows
+  int64_t key_tokens;    // key rows
+  int64_t query_offset;  // key row of query row 0
   int heads, heads_per_group, head_size;
   float softmax_scale;
   bool causal;  // also true with a window
@@ -48,7 +51,7 @@ struct Document {
 };
 
 __device__ __forceinline__ Document document_of(const ReferenceParams& p, int64_t token) {
-  // cu[low] <= token < cu[high] throughout: cu[0] = 0 and cu[documents] = tokens.
+  // cu[low] <= token < cu[high] throughout: cu[0] = 0 and cu[documents] = key_tokens.
   int low = 0, high = p.documents;
   while (high - low > 1) {
     const int middle = (low + high) / 2;
@@ -102,9 +105,10 @@ __global__ void __launch_bounds__(kReferenceThreads) attention_forward_reference
   if (!warp_row(p.tokens * p.heads, row)) return;
   const int lane = int(threadIdx.x) % 32;
   const int64_t token = row / p.heads, head = row % p.heads, group = head / p.heads_per_group;
-  const Document document = document_of(p, token);
-  const int64_t first = p.window > 0 ? max(document.begin, token - p.window + 1) : document.begin;
-  const int64_t last = p.causal ? token + 1 : document.end;
+  const int64_t position = p.query_offset + token;
+  const Document document = document_of(p, position);
+  const int64_t first = p.window > 0 ? max(document.begin, position - p.window + 1) : document.begin;
+  const int64_t last = p.causal ? position + 1 : document.end;
 
   float query[kPerLane], accumulator[kPerLane];
   load_row<T>(p.query, token, head, p.head_size, lane, query);
@@ -136,9 +140,10 @@ __global__ void __launch_bounds__(kReferenceThreads) attention_backward_query_ke
   if (!warp_row(p.tokens * p.heads, row)) return;
   const int lane = int(threadIdx.x) % 32;
   const int64_t token = row / p.heads, head = row % p.heads, group = head / p.heads_per_group;
-  const Document document = document_of(p, token);
-  const int64_t first = p.window > 0 ? max(document.begin, token - p.window + 1) : document.begin;
-  const int64_t last = p.causal ? token + 1 : document.end;
+  const int64_t position = p.query_offset + token;
+  const Document document = document_of(p, position);
+  const int64_t first = p.window > 0 ? max(document.begin, position - p.window + 1) : document.begin;
+  const int64_t last = p.causal ? position + 1 : document.end;
   const float logsumexp = p.logsumexp[head * p.logsumexp_head_stride + token * p.logsumexp_token_stride];
 
   float query[kPerLane], grad_output[kPerLane], output[kPerLane], grad_query[kPerLane];
@@ -168,13 +173,15 @@ template <class T, int kPerLane>
 __global__ void __launch_bounds__(kReferenceThreads) attention_backward_key_value_kernel(const ReferenceParams p) {
   const int64_t groups = p.heads / p.heads_per_group;
   int64_t row;
-  if (!warp_row(p.tokens * groups, row)) return;
+  if (!warp_row(p.key_tokens * groups, row)) return;
   const int lane = int(threadIdx.x) % 32;
   const int64_t key_token = row / groups, group = row % groups;
   const Document document = document_of(p, key_token);
-  // The queries that see the key: i >= key (causal), i < key + window (window).
-  const int64_t first = p.causal ? key_token : document.begin;
-  const int64_t last = p.window > 0 ? min(document.end, key_token + p.window) : document.end;
+  // The positions of the queries that see the key: p >= key (causal), p < key + window (window), within the query
+  // range [query_offset, query_offset + tokens).
+  const int64_t first = max(p.causal ? key_token : document.begin, p.query_offset);
+  const int64_t last = min(p.window > 0 ? min(document.end, key_token + p.window) : document.end,
+                           p.query_offset + p.tokens);
 
   float key[kPerLane], value[kPerLane], grad_key[kPerLane], grad_value[kPerLane];
   load_row<T>(p.key, key_token, group, p.head_size, lane, key);
@@ -182,7 +189,8 @@ __global__ void __launch_bounds__(kReferenceThreads) attention_backward_key_valu
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) grad_key[i] = grad_value[i] = 0.0f;
   for (int64_t head = group * p.heads_per_group; head < (group + 1) * p.heads_per_group; ++head) {
-    for (int64_t token = first; token < last; ++token) {
+    for (int64_t position = first; position < last; ++position) {
+      const int64_t token = position - p.query_offset;  // query row
       const float logsumexp = p.logsumexp[head * p.logsumexp_head_stride + token * p.logsumexp_token_stride];
       if (!isfinite(logsumexp)) continue;
       float query[kPerLane], grad_output[kPerLane];
@@ -213,14 +221,15 @@ std::optional<std::string> reference_dtype_and_size_reason(const Tensor& query) 
 
 template <class Args>
 std::optional<std::string> supports_reference(const Args& args) {
-  if (auto reason = common_reason(args.query, args.logsumexp, args.cu_seqlens, args.max_seqlen, args.window_size))
+  if (auto reason =
+          common_reason(args.query, args.key, args.logsumexp, args.cu_seqlens, args.max_seqlen, args.window_size))
     return reason;
   return reference_dtype_and_size_reason(args.query);
 }
 
 ReferenceParams reference_params(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& output,
                                  const Tensor& logsumexp, const Tensor& cu_seqlens, double softmax_scale, bool causal,
-                                 const std::optional<int64_t>& window_size) {
+                                 const std::optional<int64_t>& window_size, int64_t query_offset) {
   return ReferenceParams{.query = strided(query),
                          .key = strided(key),
                          .value = strided(value),
@@ -237,6 +246,8 @@ ReferenceParams reference_params(const Tensor& query, const Tensor& key, const T
                          .cu_seqlens_stride = cu_seqlens.stride(0),
                          .documents = int(cu_seqlens.size(0) - 1),
                          .tokens = query.size(0),
+                         .key_tokens = key.size(0),
+                         .query_offset = query_offset,
                          .heads = int(query.size(1)),
                          .heads_per_group = int(query.size(1) / key.size(1)),
                          .head_size = int(query.size(2)),
@@ -266,8 +277,9 @@ void attention_forward_cuda_reference(const AttentionForwardArgs& args) {
   const int64_t rows = args.query.size(0) * args.query.size(1);
   if (rows == 0 || args.cu_seqlens.size(0) < 2) return;
   LaunchScope scope("attention_forward", args.query.device(), args.stream);
-  const ReferenceParams params = reference_params(args.query, args.key, args.value, args.output, args.logsumexp,
-                                                  args.cu_seqlens, args.softmax_scale, args.causal, args.window_size);
+  const ReferenceParams params =
+      reference_params(args.query, args.key, args.value, args.output, args.logsumexp, args.cu_seqlens,
+                       args.softmax_scale, args.causal, args.window_size, args.query_offset);
   visit_reference(args.query.dtype(), args.query.size(2), [&]<class T, int kPerLane>(
                                                               std::type_identity<T>, std::integral_constant<int, kPerLane>) {
     attention_forward_reference_kernel<T, kPerLane><<<warp_blocks(rows), kReferenceThreads, 0, scope.stream()>>>(params);
@@ -278,11 +290,13 @@ void attention_forward_cuda_reference(const AttentionForwardArgs& args) {
 void attention_backward_cuda_reference(const AttentionBackwardArgs& args) {
   const Device device = args.query.device();
   const int64_t tokens = args.query.size(0), heads = args.query.size(1), groups = args.key.size(1);
+  const int64_t key_tokens = args.key.size(0);
   if (tokens == 0 || args.cu_seqlens.size(0) < 2) return;
   LaunchScope scope("attention_backward", device, args.stream);
   Tensor delta = Tensor::empty(Shape{heads, tokens}, DType::float32, device, scope.tensor_stream());
   ReferenceParams params = reference_params(args.query, args.key, args.value, args.output, args.logsumexp,
-                                            args.cu_seqlens, args.softmax_scale, args.causal, args.window_size);
+                                            args.cu_seqlens, args.softmax_scale, args.causal, args.window_size,
+                                            args.query_offset);
   params.grad_output = strided(args.grad_output);
   params.grad_query = strided(args.grad_query);
   params.grad_key = strided(args.grad_key);
@@ -294,7 +308,7 @@ void attention_backward_cuda_reference(const AttentionBackwardArgs& args) {
         <<<warp_blocks(tokens * heads), kReferenceThreads, 0, scope.stream()>>>(params);
     scope.check_launch();
     attention_backward_key_value_kernel<T, kPerLane>
-        <<<warp_blocks(tokens * groups), kReferenceThreads, 0, scope.stream()>>>(params);
+        <<<warp_blocks(key_tokens * groups), kReferenceThreads, 0, scope.stream()>>>(params);
     scope.check_launch();
   });
   unrotate_attention_gradients(args, /*query=*/true, /*key=*/true);
@@ -305,7 +319,7 @@ void attention_backward_cuda_reference(const AttentionBackwardArgs& args) {
 FLM_REGISTER_KERNEL(AttentionForward, DeviceType::cuda, "reference", /*priority=*/0, KernelKind::baseline,
                     &supports_reference<AttentionForwardArgs>, &attention_forward_cuda_reference,
                     "one warp per (token, head) row walks its keys: online softmax in fp32; any strides, fp32 / "
-                    "bf16 / fp16, head_size up to 256");
+                    "bf16 / fp16, head_size up to 256, a query range inside longer keys");
 FLM_REGISTER_KERNEL(AttentionBackward, DeviceType::cuda, "reference", /*priority=*/0, KernelKind::baseline,
                     &supports_reference<AttentionBackwardArgs>, &attention_backward_cuda_reference,
                     "one warp per (token, head) for dQ and per (key, group) for dK / dV, probabilities recomputed from "

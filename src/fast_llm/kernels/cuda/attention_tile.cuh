@@ -187,17 +187,28 @@ __device__ __forceinline__ void load_tile(T* tile, const T* source, int64_t toke
 // Host: what the CUDA variants ask beyond the op's contract (kernels/attention.h, checked by the entry functions).
 
 // Why the CUDA kernels cannot run the problem at all (logsumexp's dtype, index ranges), or nothing.
-inline std::optional<std::string> common_reason(const Tensor& query, const Tensor& logsumexp, const Tensor& cu_seqlens,
-                                                int64_t max_seqlen, const std::optional<int64_t>& window_size) {
+inline std::optional<std::string> common_reason(const Tensor& query, const Tensor& key, const Tensor& logsumexp,
+                                                const Tensor& cu_seqlens, int64_t max_seqlen,
+                                                const std::optional<int64_t>& window_size) {
   if (auto reason = float32_reason("logsumexp", logsumexp)) return reason;
-  if (query.size(0) >= (int64_t(1) << 31) || max_seqlen >= (int64_t(1) << 30))
-    return fmt::format("{} tokens, max_seqlen {}; supported: below 2^31 and 2^30", query.size(0), max_seqlen);
+  if (key.size(0) >= (int64_t(1) << 31) || max_seqlen >= (int64_t(1) << 30))
+    return fmt::format("{} keys, max_seqlen {}; supported: below 2^31 and 2^30", key.size(0), max_seqlen);
   if (cu_seqlens.size(0) - 1 > 65535 || query.size(1) > 65535)
     return fmt::format("{} documents, {} heads; supported: at most 65535 of each", cu_seqlens.size(0) - 1,
                        query.size(1));
   if (window_size && *window_size >= (int64_t(1) << 30))
     return fmt::format("window_size {}; supported: below 2^30", *window_size);
   return std::nullopt;
+}
+
+// The tile kernels ("flash", "wgmma") index queries and keys by one token number: a query range inside a longer key
+// range (query_offset, more keys than queries: micro_batch_splits, sequence_data_parallel) is the reference's only.
+inline std::optional<std::string> query_range_reason(const Tensor& query, const Tensor& key, int64_t query_offset) {
+  if (query_offset == 0 && key.size(0) == query.size(0)) return std::nullopt;
+  return fmt::format("queries at key rows [{}, {}) of {} keys (a piece of a sequence against a longer key range, "
+                     "schedule.micro_batch_splits or model.distributed.sequence_data_parallel): only the reference "
+                     "variants support it",
+                     query_offset, query_offset + query.size(0), key.size(0));
 }
 
 // Why a tile kernel ("flash", "wgmma") cannot read or write `tensor` (named `name`) with 16-byte copies: its channels

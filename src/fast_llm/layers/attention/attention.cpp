@@ -6,9 +6,12 @@
 #include <vector>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/distributed/communicator.h"
 #include "fast_llm/kernels/attention.h"
+#include "fast_llm/kernels/copy.h"
 #include "fast_llm/kernels/attention_decode.h"
 #include "fast_llm/kernels/embedding.h"
+#include "fast_llm/kernels/pointwise.h"
 #include "fast_llm/kernels/rotary.h"
 #include "fast_llm/layers/common/parameter_settings.h"
 
@@ -145,8 +148,8 @@ Attention::Projections Attention::project(const Tensor& input, Normalization::Sa
   return result;
 }
 
-Tensor Attention::attend(const Projections& projections, const MicroBatch& batch, Tensor* logsumexp_out,
-                         Stream stream) const {
+Tensor Attention::attend(const Projections& projections, const Tensor& cu_seqlens, int64_t max_seqlen,
+                         int64_t query_offset, Tensor* logsumexp_out, Stream stream) const {
   const Tensor& query = projections.query;
   const int64_t tokens = query.size(0);
   Tensor output = Tensor::empty(query.shape(), query.dtype(), query.device(), stream);
@@ -156,31 +159,108 @@ Tensor Attention::attend(const Projections& projections, const MicroBatch& batch
   kernels::attention_forward({.query = query,
                               .key = projections.key,
                               .value = projections.value,
-                              .cu_seqlens = batch.cu_seqlens,
-                              .max_seqlen = batch.max_seqlen,
+                              .cu_seqlens = cu_seqlens,
+                              .max_seqlen = max_seqlen,
                               .output = output,
                               .logsumexp = logsumexp,
                               .softmax_scale = softmax_scale_,
                               .causal = causal_,
                               .window_size = window_size_,
+                              .query_offset = query_offset,
                               .stream = stream});
   if (logsumexp_out != nullptr) *logsumexp_out = logsumexp;
   return output;
 }
 
+Attention::KeyValues Attention::carried_key_values(const Tensor& key, const Tensor& value, const SequencePiece& piece,
+                                                   Stream stream) {
+  if (!causal_ && piece.splits > 1)
+    throw NotSupportedError("layers", fmt::format("{}: attention without causality sees the keys of later splits, "
+                                                  "which schedule.micro_batch_splits {} computes after this one; "
+                                                  "use 1 (sequence_data_parallel gathers every key)",
+                                                  name(), piece.splits));
+  auto carry = key_value_carries_.find(piece.sequence);
+  if (carry == key_value_carries_.end()) {
+    FLM_ASSERT(piece.split == 0, "{}: split {} of sequence {} without the keys of the splits before it", name(),
+               piece.split, piece.sequence);
+    const Shape shape{piece.sequence_tokens, head_groups_, head_size_};
+    carry = key_value_carries_
+                .emplace(piece.sequence, KeyValues{Tensor::empty(shape, key.dtype(), key.device(), stream),
+                                                   Tensor::empty(shape, value.dtype(), value.device(), stream)})
+                .first;
+  }
+  const int64_t split_begin = int64_t(piece.split) * piece.split_tokens, split_end = piece.key_end();
+  for (const auto& [part, whole] : {std::pair{&key, &carry->second.key}, std::pair{&value, &carry->second.value}}) {
+    Tensor rows = whole->slice(0, split_begin, split_end);
+    if (piece.sequence_data != nullptr)
+      piece.sequence_data->all_gather(*part, rows, stream)->wait(stream);
+    else
+      rows.copy_bytes_from(*part, stream);
+  }
+  KeyValues result{carry->second.key.slice(0, 0, split_end), carry->second.value.slice(0, 0, split_end)};
+  // The saved state of each split holds its rows; the map lets go after the last split.
+  if (piece.split + 1 == piece.splits) key_value_carries_.erase(carry);
+  return result;
+}
+
+Attention::KeyValues Attention::piece_gradients(const Tensor& grad_key, const Tensor& grad_value,
+                                                const SequencePiece& piece, Stream stream) {
+  const int64_t split_begin = int64_t(piece.split) * piece.split_tokens, split_end = piece.key_end();
+  // The gradients of the split's rows on this rank: with one split, its attention's own; otherwise the carry's sums.
+  KeyValues split{grad_key, grad_value};
+  if (piece.splits > 1) {
+    auto carry = gradient_carries_.find(piece.sequence);
+    if (carry == gradient_carries_.end()) {
+      FLM_ASSERT(piece.split + 1 == piece.splits, "{}: backward of split {} of sequence {} before its last split's",
+                 name(), piece.split, piece.sequence);
+      const Shape shape{piece.sequence_tokens, head_groups_, head_size_};
+      KeyValues zeros{Tensor::empty(shape, grad_key.dtype(), grad_key.device(), stream),
+                      Tensor::empty(shape, grad_value.dtype(), grad_value.device(), stream)};
+      kernels::fill({.tensor = zeros.key, .value = 0.0, .stream = stream});
+      kernels::fill({.tensor = zeros.value, .value = 0.0, .stream = stream});
+      carry = gradient_carries_.emplace(piece.sequence, std::move(zeros)).first;
+    }
+    for (const auto& [gradient, sum] :
+         {std::pair{&grad_key, &carry->second.key}, std::pair{&grad_value, &carry->second.value}}) {
+      Tensor rows = sum->slice(0, 0, split_end);
+      kernels::axpy({.input = *gradient, .output = rows, .alpha = 1.0, .stream = stream});
+    }
+    split = {carry->second.key.slice(0, split_begin, split_end), carry->second.value.slice(0, split_begin, split_end)};
+    if (piece.split == 0) gradient_carries_.erase(carry);
+  }
+  if (piece.sequence_data == nullptr) return split;
+  // Every rank of the group holds its own queries' share of the split's key gradients: summed, each keeps its rows.
+  const int64_t rows = piece.split_tokens / piece.sequence_data->size();
+  KeyValues own{Tensor::empty(Shape{rows, head_groups_, head_size_}, grad_key.dtype(), grad_key.device(), stream),
+                Tensor::empty(Shape{rows, head_groups_, head_size_}, grad_value.dtype(), grad_value.device(), stream)};
+  piece.sequence_data->reduce_scatter(split.key, own.key, distributed::ReduceOp::sum, stream)->wait(stream);
+  piece.sequence_data->reduce_scatter(split.value, own.value, distributed::ReduceOp::sum, stream)->wait(stream);
+  return own;
+}
+
 Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream,
                           std::optional<uint64_t> dropout_seed) {
   const int64_t tokens = input.size(0);
+  const std::optional<SequencePiece>& piece = batch.sequence_piece;
   Normalization::Saved query_norm_saved, key_norm_saved;
   Projections projections = project(input, &query_norm_saved, &key_norm_saved, stream, dropout_seed);
   if (rotary_->enabled()) {
-    Rotary::Tables tables = rotary_->tables(tokens, input.device(), stream);
+    // The tables' rows of the tokens' rows in the sequence.
+    const int64_t begin = piece ? piece->begin : 0;
+    const Rotary::Tables tables = rotary_->tables(begin + tokens, input.device(), stream);
+    const Tensor cos = tables.cos.slice(0, begin, begin + tokens), sin = tables.sin.slice(0, begin, begin + tokens);
     for (Tensor* tensor : {&projections.query, &projections.key})
-      kernels::rotary_apply({.tensor = *tensor, .cos = tables.cos, .sin = tables.sin, .inverse = false,
-                             .stream = stream});
+      kernels::rotary_apply({.tensor = *tensor, .cos = cos, .sin = sin, .inverse = false, .stream = stream});
   }
+  if (piece) {
+    KeyValues keys = carried_key_values(projections.key, projections.value, *piece, stream);
+    projections.key = std::move(keys.key);
+    projections.value = std::move(keys.value);
+  }
+  const Tensor& cu_seqlens = piece ? piece->key_cu_seqlens : batch.cu_seqlens;
+  const int64_t max_seqlen = piece ? piece->key_max_seqlen : batch.max_seqlen;
   Tensor logsumexp;
-  Tensor output = attend(projections, batch, &logsumexp, stream);
+  Tensor output = attend(projections, cu_seqlens, max_seqlen, piece ? piece->begin : 0, &logsumexp, stream);
   Tensor flat_output = output.reshape(Shape{tokens, int64_t(heads_) * head_size_});
   Tensor result = dense_.forward(flat_output, stream, std::nullopt, dropout_seed);
   if (saved != nullptr) {
@@ -190,8 +270,9 @@ Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* s
                    .value = projections.value,
                    .output = output,
                    .logsumexp = logsumexp,
-                   .cu_seqlens = batch.cu_seqlens,
-                   .max_seqlen = batch.max_seqlen,
+                   .cu_seqlens = cu_seqlens,
+                   .max_seqlen = max_seqlen,
+                   .piece = piece,
                    .query_norm = std::move(query_norm_saved),
                    .key_norm = std::move(key_norm_saved),
                    .dropout_seed = dropout_seed};
@@ -238,7 +319,7 @@ Tensor Attention::forward_cached(const Tensor& input, const MicroBatch& batch, K
                                .window_size = window_size_,
                                .stream = stream});
   } else {
-    output = attend(projections, batch, nullptr, stream);
+    output = attend(projections, batch.cu_seqlens, batch.max_seqlen, /*query_offset=*/0, nullptr, stream);
     // Prompt b is document b: its keys and values go to rows [0, length) of sequence b.
     int64_t begin = 0;
     for (int64_t sequence = 0; sequence < cache.batch_size(); ++sequence) {
@@ -254,7 +335,7 @@ Tensor Attention::forward_cached(const Tensor& input, const MicroBatch& batch, K
   return dense_.forward(output.reshape(Shape{tokens, int64_t(heads_) * head_size_}), stream);
 }
 
-Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream) const {
+Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream) {
   FLM_ASSERT(saved.input.defined(), "{}: backward without a saved forward", name());
   const int64_t tokens = saved.input.size(0);
   const Device device = saved.input.device();
@@ -262,9 +343,9 @@ Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream
   Tensor grad_query = Tensor::empty(saved.query.shape(), dtype, device, stream);
   Tensor grad_key = Tensor::empty(saved.key.shape(), dtype, device, stream);
   Tensor grad_value = Tensor::empty(saved.value.shape(), dtype, device, stream);
-  // With rotary, the kernel returns the gradients of the query and key before their rotation.
+  // With rotary, the kernel returns the gradients of the query and key before their rotation (tables of the key rows).
   Rotary::Tables rotary_tables;
-  if (rotary_->enabled()) rotary_tables = rotary_->tables(tokens, device, stream);
+  if (rotary_->enabled()) rotary_tables = rotary_->tables(saved.key.size(0), device, stream);
   {
     Tensor flat_output = saved.output.reshape(Shape{tokens, int64_t(heads_) * head_size_});
     Tensor grad_attention = dense_.backward(grad_output, flat_output, stream, std::nullopt, saved.dropout_seed)
@@ -283,6 +364,7 @@ Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream
                                  .softmax_scale = softmax_scale_,
                                  .causal = causal_,
                                  .window_size = window_size_,
+                                 .query_offset = saved.piece ? saved.piece->begin : 0,
                                  .rotary_cos = rotary_->enabled() ? &rotary_tables.cos : nullptr,
                                  .rotary_sin = rotary_->enabled() ? &rotary_tables.sin : nullptr,
                                  .stream = stream});
@@ -290,6 +372,11 @@ Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream
   // Only the projections' input and the norms' state are read from here on (the stream-ordered allocator reuses the
   // memory of the rest for the gradients below).
   saved.query = saved.key = saved.value = saved.output = saved.logsumexp = Tensor();
+  if (saved.piece) {
+    KeyValues own = piece_gradients(grad_key, grad_value, *saved.piece, stream);
+    grad_key = std::move(own.key);
+    grad_value = std::move(own.value);
+  }
   if (query_norm_) {
     grad_query = query_norm_->backward(grad_query.reshape(Shape{tokens * heads_, head_size_}), saved.query_norm, stream);
   }

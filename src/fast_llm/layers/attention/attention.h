@@ -16,11 +16,19 @@
 // and take a Saved the caller holds. Backward returns grad_input (=) and accumulates parameter gradients (+=); it takes
 // the Saved by value, so q, k, v, the attention output and logsumexp are freed once the attention backward has run,
 // before the projections' gradients are allocated. Attention dropout is refused.
+// A piece of a longer sequence (MicroBatch::sequence_piece: schedule.micro_batch_splits, sequence_data_parallel):
+// rotary at the piece's rows of the sequence; its keys and values go into its rows of a carry of the sequence's keys
+// and values (gathered over the sequence-data ranks), kept from split 0's forward to the last split's, and its queries
+// attend to rows [0, end of its split) of it (attention_forward's query_offset). Backward runs the splits in reverse:
+// the key / value gradients of a split's attention add into a gradient carry of the sequence, whose rows of the split
+// are then complete (the later splits came first) and go back to their rows (reduce-scattered over the sequence-data
+// ranks). The result equals the unsplit micro-batch's up to the order of the sums.
 // Generation (a context with a key_value_cache, inference only): rotary at the micro-batch's per-sequence positions;
 // a prefill step attends within each prompt as above and stores its keys and values in the cache, a decode step (one
 // token per sequence) goes through attention_decode against the cache.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -50,12 +58,13 @@ class Attention : public Mixer {
   struct Saved {
     Tensor input;      // (tokens, hidden)
     Tensor query;      // (tokens, heads, head_size), after norm and rotary
-    Tensor key;        // (tokens, head_groups, head_size), after norm and rotary
-    Tensor value;      // (tokens, head_groups, head_size)
+    Tensor key;        // (key tokens, head_groups, head_size), after norm and rotary (a piece: the carry's rows)
+    Tensor value;      // (key tokens, head_groups, head_size)
     Tensor output;     // (tokens, heads, head_size): attention output, input of dense
     Tensor logsumexp;  // (heads, tokens) fp32 (fp64 for fp64 compute)
-    Tensor cu_seqlens;
+    Tensor cu_seqlens;  // of the key rows
     int64_t max_seqlen = 0;
+    std::optional<SequencePiece> piece;  // the micro-batch's, when it is a piece of a longer sequence
     Normalization::Saved query_norm;
     Normalization::Saved key_norm;
     std::optional<uint64_t> dropout_seed;  // the forward's (LoRA dropout), regenerated in backward
@@ -67,7 +76,7 @@ class Attention : public Mixer {
   // micro-batch's in a training forward (LoRA dropout), unset otherwise.
   Tensor forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream,
                  std::optional<uint64_t> dropout_seed = std::nullopt);
-  Tensor backward(const Tensor& grad_output, Saved saved, Stream stream) const;
+  Tensor backward(const Tensor& grad_output, Saved saved, Stream stream);
 
   // Matmuls (6 * tokens * weights) plus attention (12 * heads * head_size per attended query-key pair, counted from
   // the batch's host sequence_lengths, or from cu_seqlens when they are not given and it is on the CPU).
@@ -101,8 +110,21 @@ class Attention : public Mixer {
   };
   Projections project(const Tensor& input, Normalization::Saved* query_norm, Normalization::Saved* key_norm,
                       Stream stream, std::optional<uint64_t> dropout_seed = std::nullopt);
-  // attention_forward over the micro-batch's documents; logsumexp is written to `logsumexp` when given.
-  Tensor attend(const Projections& projections, const MicroBatch& batch, Tensor* logsumexp, Stream stream) const;
+  // attention_forward of the projections' queries against their keys and values, over the documents of cu_seqlens (of
+  // the key rows), the queries at key rows from query_offset; logsumexp is written to `logsumexp` when given.
+  Tensor attend(const Projections& projections, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t query_offset,
+                Tensor* logsumexp, Stream stream) const;
+
+  struct KeyValues {
+    Tensor key, value;  // (rows, head_groups, head_size)
+  };
+  // A piece's keys and values (after rotary) put into its sequence's carry (gathered over the sequence-data ranks):
+  // returns the carry's rows [0, end of the piece's split).
+  KeyValues carried_key_values(const Tensor& key, const Tensor& value, const SequencePiece& piece, Stream stream);
+  // The gradients of the key rows [0, end of the split) of a piece's attention added into its sequence's gradient
+  // carry: returns the gradients of the piece's own rows, summed over every split and sequence-data rank.
+  KeyValues piece_gradients(const Tensor& grad_key, const Tensor& grad_value, const SequencePiece& piece,
+                            Stream stream);
 
   Linear::OutputRange key_range() const { return {0, int64_t(head_groups_) * head_size_}; }
   Linear::OutputRange value_range() const {
@@ -122,6 +144,10 @@ class Attention : public Mixer {
   std::unique_ptr<Normalization> key_norm_;
   std::shared_ptr<Rotary> rotary_;
   SavedPerMicroBatch<Saved> saved_;
+  // By SequencePiece::sequence: the keys and values of the sequence's rows (from split 0's forward to the last's), and
+  // the sum of their gradients (from the last split's backward to split 0's).
+  std::map<int64_t, KeyValues> key_value_carries_;
+  std::map<int64_t, KeyValues> gradient_carries_;
 };
 
 // Number of (query, key) pairs attention computes for documents of the given lengths (causal and window as the

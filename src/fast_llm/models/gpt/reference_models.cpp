@@ -44,6 +44,10 @@ engine::DistributedConfig one_process(const engine::DistributedConfig& distribut
 ReferenceModels::ReferenceModels(const GPTTrainerConfig& config, Device device)
     : config_(config), distributed_(one_process(config.model.distributed)), device_(device) {
   if (config.reference_models.empty()) return;
+  if (config.model.distributed.sequence_data_parallel > 1)
+    throw NotSupportedError("training", fmt::format("reference models need model.distributed.sequence_data_parallel 1 "
+                                                    "(as Fast-LLM), got {}",
+                                                    config.model.distributed.sequence_data_parallel));
   for (const auto& [name, reference] : config.reference_models)
     models_.push_back(std::unique_ptr<Model>(new Model{.name = name,
                                                        .config = reference,

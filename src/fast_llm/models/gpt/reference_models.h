@@ -11,7 +11,8 @@
 // All micro-batches of a step are run before the step, so the step holds one (tokens, vocab) buffer per micro-batch
 // and reference model: memory_parts() counts them with the weights. With data parallelism every process holds the
 // whole reference model (no ZeRO sharding: it has no optimizer state to shard) and runs it on its own micro-batches.
-// As Fast-LLM, reference models need pipeline and sequence-data parallelism off (refused for every model today).
+// As Fast-LLM, reference models need pipeline and sequence-data parallelism off (refused). With micro_batch_splits
+// they run on the whole micro-batch and each split reads its rows of their outputs.
 #pragma once
 
 #include <map>
