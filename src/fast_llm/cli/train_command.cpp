@@ -3,6 +3,8 @@
 // `fast-llm evaluate gpt` takes the same configuration and runs only its evaluators on the `pretrained` weights: as
 // Fast-LLM's command, it is the training run with `training.train_iters=0` appended to the overrides, so the metrics
 // are printed and written (runs/<k>/metrics.jsonl) exactly as a training run's evaluations are.
+#include <fmt/format.h>
+
 #include <cstdlib>
 
 #include "fast_llm/cli/commands.h"
@@ -43,10 +45,15 @@ std::vector<std::string> process_arguments(const TrainOptions& options) {
   return arguments;
 }
 
-// The overrides the run applies: the user's, then (evaluation) no training steps.
+// The overrides the run applies: the user's, then (evaluation) no training steps. With --nproc-per-node the launching
+// process checks the config as its first process will see it (the world of N processes), so that a layout that needs
+// them (tensor_parallel 2 on 2 processes) passes; the processes themselves get the launcher's variables instead.
 std::vector<std::string> run_overrides(const TrainOptions& options) {
   std::vector<std::string> overrides = options.overrides;
   if (options.kind == RunKind::evaluate) overrides.push_back("training.train_iters=0");
+  if (options.processes > 0)
+    for (const char* field : {"world_size", "local_world_size"})
+      overrides.push_back(fmt::format("model.distributed.{}={}", field, options.processes));
   return overrides;
 }
 

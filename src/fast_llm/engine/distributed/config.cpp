@@ -14,8 +14,7 @@ using config::Visitor;
 namespace check = config::check;
 
 void DistributedConfig::visit(Visitor& v) {
-  v(tensor_parallel, "tensor_parallel", "Size of the tensor-parallel group.", Hint::performance, check::gt(0),
-    config::not_supported_yet(1, "tensor parallelism"));
+  v(tensor_parallel, "tensor_parallel", "Size of the tensor-parallel group.", Hint::performance, check::gt(0));
   v(pipeline_parallel, "pipeline_parallel", "Number of pipeline stages.", Hint::performance, check::gt(0),
     config::not_supported_yet(1, "pipeline parallelism"));
   v(sequence_tensor_parallel, "sequence_tensor_parallel",

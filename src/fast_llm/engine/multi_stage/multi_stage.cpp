@@ -34,6 +34,7 @@ StageSettings stage_settings(const MultiStageConfig& multi_stage, const Distribu
                        .optimization_dtype = distributed.optimization_dtype,
                        .data_parallel = distributed.data_parallel(),
                        .data_rank = distributed.data_rank(),
+                       .tensor_parallel = distributed.tensor_parallel,
                        .seed = uint64_t(distributed.seed),
                        .training = training,
                        .store_frozen_weights_in_optimization_precision =
@@ -102,7 +103,8 @@ int64_t multi_stage_buffer_bytes(const std::vector<std::vector<layers::Layer*>>&
 }
 
 MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, const DistributedConfig& distributed,
-                       Device device, bool training, distributed::Communicator* data_group)
+                       Device device, bool training, distributed::Communicator* data_group,
+                       distributed::Communicator* tensor_group)
     : model_(model), layers_(model.layers()) {
   FLM_CHECK(multi_stage.validated() && distributed.validated(), "multi_stage",
             "the multi-stage and distributed configs must be validated first");
@@ -111,10 +113,15 @@ MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, co
                                    data_group->rank() == distributed.data_rank()),
             "multi_stage", "{} data-parallel ranks need their process group (engine/distributed/process_groups.h)",
             data_parallel);
+  FLM_CHECK(distributed.tensor_parallel == 1 || (tensor_group && tensor_group->size() == distributed.tensor_parallel &&
+                                                  tensor_group->rank() == distributed.tensor_rank()),
+            "multi_stage", "{} tensor-parallel ranks need their process group (engine/distributed/process_groups.h)",
+            distributed.tensor_parallel);
   FLM_CHECK(!layers_.empty(), "multi_stage", "the model has no layers");
 
   settings_ = stage_settings(multi_stage, distributed, device, training);
   settings_.data_group = data_parallel > 1 ? data_group : nullptr;
+  settings_.tensor_group = distributed.tensor_parallel > 1 ? tensor_group : nullptr;
   std::vector<std::vector<layers::Layer*>> stage_layers = split_into_stages(layers_, multi_stage.layers_per_stage);
   shared_counts_ = shared_buffer_counts(multi_stage, data_parallel, stage_layers.size(), training);
   // A stage whose parameters a layer of another stage reads (the embeddings, when the head's output weights are tied
@@ -300,10 +307,15 @@ bool MultiStage::gradients_in_forward(size_t stage) const {
 }
 
 void MultiStage::after_backward(size_t stage, bool first_group, bool last_group, Stream stream) {
-  if (settings_.data_parallel == 1 || !settings_.training) return;
+  if (!settings_.training) return;
   Stage& current = *stages_[stage];
   if (!current.shares_gradients() && !last_group) return;
+  if (settings_.data_parallel == 1 && settings_.tensor_parallel == 1) return;
   current.finish_gradients(stream);
+  // Tensor parallelism: the replicated parameters whose gradient each rank computed a part of, summed over the tensor
+  // group before anything reads them.
+  current.reduce_partial_gradients(stream);
+  if (settings_.data_parallel == 1) return;
   pending_reductions_[stage].wait(stream);
   pending_reductions_[stage] =
       current.reduce_gradients(stream, /*accumulate=*/current.shares_gradients() && !first_group);

@@ -66,9 +66,12 @@ int64_t multi_stage_buffer_bytes(const std::vector<std::vector<layers::Layer*>>&
 class MultiStage {
  public:
   // `training` false builds weights only (no gradient buffers, no optimizer state). Both configs must be validated.
-  // `data_group` (not owned, outliving this) is the data-parallel group, needed when there are several ranks.
+  // `data_group` (not owned, outliving this) is the data-parallel group, needed when there are several ranks;
+  // `tensor_group` likewise the tensor-parallel group, needed with tensor_parallel above 1 (the model's layers are
+  // then built for this tensor rank: layers/common/tensor_parallel.h).
   MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, const DistributedConfig& distributed,
-             Device device, bool training = true, distributed::Communicator* data_group = nullptr);
+             Device device, bool training = true, distributed::Communicator* data_group = nullptr,
+             distributed::Communicator* tensor_group = nullptr);
   // Waits for the collectives still on their way (they write into this model's buffers).
   ~MultiStage();
   MultiStage(const MultiStage&) = delete;

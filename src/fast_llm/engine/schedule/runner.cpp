@@ -44,7 +44,8 @@ layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batc
       .micro_batches_in_step = micro_batches * distributed_.batch_data_parallel(),
       .dropout_seed = derive_seed(uint64_t(distributed_.seed), phase_shift, uint64_t(iteration),
                                   uint64_t(global_index)),
-      .losses = &losses};
+      .losses = &losses,
+      .tensor_group = multi_stage_.settings().tensor_group};
 }
 
 void ScheduleRunner::run_training_step(std::span<layers::MicroBatch> micro_batches, int64_t num_labels,

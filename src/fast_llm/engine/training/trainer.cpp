@@ -96,7 +96,7 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
   groups_ = std::make_unique<ProcessGroups>(distributed, device_);
 
   multi_stage_ = std::make_unique<MultiStage>(model_, sections_.model.multi_stage, distributed, device_, training_,
-                                              groups_->data());
+                                              groups_->data(), groups_->tensor());
   const MultiStageConfig& stage_config = sections_.model.multi_stage;
   runner_ = std::make_unique<ScheduleRunner>(
       *multi_stage_, sections_.schedule, distributed,
@@ -287,6 +287,7 @@ std::vector<layers::MicroBatch> Trainer::next_micro_batches(data::DataLoader& lo
   // The loss is normalised by the labels of the whole step (the DPO loss by its preference pairs, GSPO's by its
   // documents), on every rank: all counts in one reduction (exact in doubles up to 2^53).
   std::vector<double> counts{double(num_labels), double(preference_pairs), double(num_documents)};
+  count_once_per_tensor_group(counts);
   groups_->sum(counts);
   num_labels = int64_t(counts[0]);
   preference_pairs = int64_t(counts[1]);
@@ -481,11 +482,17 @@ MemoryUsage Trainer::fullest_rank_memory(MemoryUsage memory) const {
           .global_max_reserved_mib = values[4]};
 }
 
+void Trainer::count_once_per_tensor_group(std::vector<double>& values) const {
+  // The ranks of a tensor-parallel group read the same samples and hold the same losses: tensor rank 0 speaks for them.
+  if (sections_.model.distributed.tensor_rank() != 0) std::fill(values.begin(), values.end(), 0.0);
+}
+
 void Trainer::sum_over_ranks(std::vector<StepRecords::Step>& steps) const {
   if (groups_->world_size() == 1) return;
   std::vector<double> sums;
   for (const StepRecords::Step& step : steps)
     for (const auto& entry : step.loss_sums) sums.push_back(entry.second);
+  count_once_per_tensor_group(sums);
   groups_->sum(sums);
   size_t next = 0;
   for (StepRecords::Step& step : steps)
@@ -616,6 +623,7 @@ void Trainer::run_evaluators(bool done) {
     std::vector<double> sums;
     for (const auto& [losses, num_labels] : iteration_losses)
       for (const auto& [name, sum] : losses.all()) sums.push_back(sum.item());
+    count_once_per_tensor_group(sums);
     groups_->sum(sums);
     std::vector<LossTotal> totals;
     size_t next_sum = 0;

@@ -42,8 +42,11 @@ class Attention : public Mixer {
   // builds this layer's own from the config.
   // `lora` (null: none) adds LoRA adapters to the query projection and the value half of key_value, and to the other
   // projections whose `apply_peft` is true (the key half, dense).
+  // `tensor_parallel`: this rank's heads and head groups (both must divide over the ranks), query and key_value
+  // column-parallel, dense row-parallel (common/tensor_parallel.h).
   Attention(std::string name, const AttentionConfig& config, int64_t hidden_size, double lr_scale,
-            std::shared_ptr<Rotary> rotary = nullptr, const LoraConfig* lora = nullptr);
+            std::shared_ptr<Rotary> rotary = nullptr, const LoraConfig* lora = nullptr,
+            TensorParallelism tensor_parallel = {});
   // As the block's mixer: the rotary tables from `arguments.shared`.
   Attention(const AttentionConfig& config, const SublayerArguments& arguments);
 
@@ -61,8 +64,12 @@ class Attention : public Mixer {
     std::optional<uint64_t> dropout_seed;  // the forward's (LoRA dropout), regenerated in backward
   };
 
+  // With tensor parallelism these gather the sequence (sequence-tensor parallelism) and sum the dense output and the
+  // input gradient over the group; the explicit forms below work on this rank's part alone (the dense output a partial
+  // sum without its bias, the input gradient a partial sum).
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
+  bool supports_tensor_parallelism() const override { return true; }
   // (tokens, hidden) -> (tokens, hidden). `saved` may be null (validation: nothing kept). `dropout_seed`: the
   // micro-batch's in a training forward (LoRA dropout), unset otherwise.
   Tensor forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream,
@@ -87,6 +94,7 @@ class Attention : public Mixer {
   Linear& key_value() { return key_value_; }
   Linear& dense() { return dense_; }
 
+  // This rank's heads and head groups (all of them without tensor parallelism).
   int heads() const { return heads_; }
   int head_groups() const { return head_groups_; }
   int head_size() const { return head_size_; }
@@ -121,6 +129,7 @@ class Attention : public Mixer {
   std::unique_ptr<Normalization> query_norm_;
   std::unique_ptr<Normalization> key_norm_;
   std::shared_ptr<Rotary> rotary_;
+  TensorParallelism tensor_parallel_;
   SavedPerMicroBatch<Saved> saved_;
 };
 

@@ -16,11 +16,12 @@ constexpr uint64_t kEmbeddingDropout = 0;
 }  // namespace
 
 LanguageModelEmbedding::LanguageModelEmbedding(std::string name, const LanguageModelEmbeddingsConfig& config,
-                                               int64_t hidden_size, double lr_scale)
+                                               int64_t hidden_size, double lr_scale, TensorParallelism tensor_parallel)
     : Layer(std::move(name)),
       hidden_size_(hidden_size),
       dropout_(config.dropout),
-      embedding_scale_(config.embedding_scale) {
+      embedding_scale_(config.embedding_scale),
+      tensor_parallel_(tensor_parallel) {
   if (config.full_precision_residual)
     throw NotSupportedError("layers", fmt::format("{}: a full-precision residual stream is not supported",
                                                   config.field_path("full_precision_residual")));
@@ -36,6 +37,8 @@ LanguageModelEmbedding::LanguageModelEmbedding(std::string name, const LanguageM
                                     position.initialization, position.weight_decay, position.lr_scale);
     position_embeddings_->tracks_grad_start = true;
   }
+  for (Parameter* parameter : parameters())
+    parameter->meta.tensor = {.size = tensor_parallel.size, .rank = tensor_parallel.rank};
 }
 
 Tensor LanguageModelEmbedding::forward(LayerContext& context, const Tensor& input) {
@@ -69,16 +72,17 @@ Tensor LanguageModelEmbedding::forward(LayerContext& context, const Tensor& inpu
   if (context.training)
     saved_.put(batch.index,
                Saved{.tokens = batch.tokens, .positions = batch.positions, .dropout_seed = context.dropout_seed});
-  return output;
+  return tensor_parallel_.sequence_shard(output);
 }
 
 Tensor LanguageModelEmbedding::backward(LayerContext& context, const Tensor& grad_output) {
   Saved saved = saved_.take(context.batch.index, name());
   const Stream stream = context.stream;
-  Tensor grad = grad_output;
+  const Tensor full_grad_output = tensor_parallel_.gather_sequence(context, grad_output);
+  Tensor grad = full_grad_output;
   if (dropout_ > 0.0) {
-    grad = Tensor::empty(grad_output.shape(), grad_output.dtype(), grad_output.device(), stream);
-    kernels::copy({.source = grad_output, .destination = grad, .stream = stream});
+    grad = Tensor::empty(full_grad_output.shape(), full_grad_output.dtype(), full_grad_output.device(), stream);
+    kernels::copy({.source = full_grad_output, .destination = grad, .stream = stream});
     kernels::dropout({.tensor = grad,
                       .probability = dropout_,
                       .seed = dropout_seed(saved.dropout_seed, name(), kEmbeddingDropout),

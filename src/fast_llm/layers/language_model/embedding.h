@@ -6,10 +6,14 @@
 // [num_position_embeddings, hidden], both N(0, hidden_size^-0.5) by default. With tied weights the head refers to the
 // word embeddings Parameter (declared here only, so it is bound and updated once).
 // Backward scatters the gradient into the tables (+=) and returns an empty tensor (the input has no gradient).
+// Tensor parallelism: the tables are whole on every rank (the vocabulary is not split), which computes the whole
+// output; with sequence-tensor parallelism it returns its rows of it, and backward gathers the gradient of every
+// rank's rows first, so every rank adds the same gradient to its copy of the tables.
 #pragma once
 
 #include <string>
 
+#include "fast_llm/layers/common/tensor_parallel.h"
 #include "fast_llm/layers/language_model/config.h"
 #include "fast_llm/layers/layer.h"
 #include "fast_llm/layers/saved_per_micro_batch.h"
@@ -20,7 +24,7 @@ class LanguageModelEmbedding : public Layer {
  public:
   // Refused: full_precision_residual.
   LanguageModelEmbedding(std::string name, const LanguageModelEmbeddingsConfig& config, int64_t hidden_size,
-                         double lr_scale);
+                         double lr_scale, TensorParallelism tensor_parallel = {});
 
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
@@ -41,6 +45,7 @@ class LanguageModelEmbedding : public Layer {
   double embedding_scale_;
   Parameter* word_embeddings_ = nullptr;
   Parameter* position_embeddings_ = nullptr;
+  TensorParallelism tensor_parallel_;
   SavedPerMicroBatch<Saved> saved_;
 };
 

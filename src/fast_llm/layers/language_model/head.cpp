@@ -26,7 +26,8 @@ Tensor zero_scalar(Device device, Stream stream) {
 }  // namespace
 
 LanguageModelHead::LanguageModelHead(std::string name, const LanguageModelHeadConfig& config, int64_t hidden_size,
-                                     int64_t vocab_size, double lr_scale, Parameter* tied_output_weights)
+                                     int64_t vocab_size, double lr_scale, Parameter* tied_output_weights,
+                                     TensorParallelism tensor_parallel)
     : Layer(std::move(name)),
       hidden_size_(hidden_size),
       vocab_size_(vocab_size),
@@ -34,7 +35,8 @@ LanguageModelHead::LanguageModelHead(std::string name, const LanguageModelHeadCo
       logits_scale_factor_(config.logits_scale_factor),
       softcap_(config.final_logit_softcap),
       final_norm_(child_name("final_norm"), config.normalization.get(), hidden_size,
-                  combine_lr_scales(lr_scale, config.lr_scale)) {
+                  combine_lr_scales(lr_scale, config.lr_scale)),
+      tensor_parallel_(tensor_parallel) {
   lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
   if (config.prediction_heads != 1)
     throw NotSupportedError("layers", fmt::format("{}: multi-token prediction ({} heads) is not supported",
@@ -59,6 +61,10 @@ LanguageModelHead::LanguageModelHead(std::string name, const LanguageModelHeadCo
                                                     "gspo, distillation and dpo)",
                                                     path, loss.type()));
     }
+    if (tensor_parallel.enabled() && slot == nullptr)
+      throw NotSupportedError("layers", fmt::format("{}: the {} loss with tensor parallelism "
+                                                    "(model.distributed.tensor_parallel {}) is not supported",
+                                                    path, loss.type(), tensor_parallel.size));
     if (slot != nullptr && slot->has_value())
       throw NotSupportedError("layers", fmt::format("{}: at most one loss of type '{}' is supported, '{}' is another",
                                                     path, loss.type(), (*slot)->name));
@@ -88,6 +94,8 @@ LanguageModelHead::LanguageModelHead(std::string name, const LanguageModelHeadCo
                                weight.weight_decay, weight.lr_scale);
     output_weights_->tracks_grad_start = true;
   }
+  for (Parameter* parameter : parameters())
+    parameter->meta.tensor = {.size = tensor_parallel.size, .rank = tensor_parallel.rank};
 }
 
 Tensor LanguageModelHead::logits(const Tensor& input, Stream stream) {
@@ -99,7 +107,8 @@ Tensor LanguageModelHead::logits(const Tensor& input, Stream stream) {
   return logits;
 }
 
-Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
+Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_input) {
+  const Tensor input = tensor_parallel_.gather_sequence(context, sequence_input);
   const MicroBatch& batch = context.batch;
   const Stream stream = context.stream;
   const bool training = context.training;
@@ -203,7 +212,7 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
 
 Tensor LanguageModelHead::backward(LayerContext& context, const Tensor& grad_output) {
   Saved saved = saved_.take(context.batch.index, name());
-  return final_norm_.backward(saved.grad_normalized, saved.final_norm, context.stream);
+  return tensor_parallel_.sequence_shard(final_norm_.backward(saved.grad_normalized, saved.final_norm, context.stream));
 }
 
 double LanguageModelHead::flops(const MicroBatch& batch) const {

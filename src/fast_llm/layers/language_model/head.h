@@ -19,6 +19,9 @@
 // gradient cannot be written over the logits (a later loss still reads them, or both reference losses are on) writes
 // it to one more (chunk, vocab) buffer (one for the reference losses, one for the policy loss) that is then added to
 // the logits' gradient, so that each loss's gradient is counted once.
+// Tensor parallelism: the output weights are whole on every rank (the vocabulary is not split), which computes the
+// whole head; with sequence-tensor parallelism forward first gathers every rank's rows of the input and backward
+// returns this rank's rows of the input gradient. The losses that read reference models or policy data are refused.
 #pragma once
 
 #include <memory>
@@ -26,6 +29,7 @@
 #include <string>
 
 #include "fast_llm/layers/common/normalization.h"
+#include "fast_llm/layers/common/tensor_parallel.h"
 #include "fast_llm/layers/language_model/config.h"
 #include "fast_llm/layers/language_model/policy_gradient_loss.h"
 #include "fast_llm/layers/language_model/reference_losses.h"
@@ -39,7 +43,7 @@ class LanguageModelHead : public Layer {
   // `tied_output_weights`: the word embeddings Parameter when the embeddings are tied (not declared again here), or
   // null to declare `<name>.output_weights`.
   LanguageModelHead(std::string name, const LanguageModelHeadConfig& config, int64_t hidden_size, int64_t vocab_size,
-                    double lr_scale, Parameter* tied_output_weights = nullptr);
+                    double lr_scale, Parameter* tied_output_weights = nullptr, TensorParallelism tensor_parallel = {});
 
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
@@ -82,6 +86,7 @@ class LanguageModelHead : public Layer {
   Normalization final_norm_;
   Parameter* output_weights_ = nullptr;
   bool output_weights_tied_ = false;  // the word embeddings', declared by the embedding layer
+  TensorParallelism tensor_parallel_;
   SavedPerMicroBatch<Saved> saved_;
 };
 

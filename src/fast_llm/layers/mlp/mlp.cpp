@@ -21,7 +21,8 @@ const MlpConfig& dense_config(const MlpBaseConfig& config) {
 }
 
 LinearOptions layer_options(const AffineLinearConfig& config, int64_t input_size, int64_t output_size,
-                            bool transposed_weight, int64_t hidden_size, double lr_scale, const LoraConfig* lora) {
+                            bool transposed_weight, int64_t hidden_size, double lr_scale, const LoraConfig* lora,
+                            const TensorParallelism& tensor_parallel, TensorParallelMode mode, int blocks) {
   lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
   FLM_ASSERT(config.bias.enabled.has_value(), "{}: bias.enabled is resolved at validation", config.path());
   return {.input_size = input_size,
@@ -31,7 +32,18 @@ LinearOptions layer_options(const AffineLinearConfig& config, int64_t input_size
           .weight = parameter_settings(config.weight, default_weight_initialization(hidden_size), lr_scale),
           .bias_settings = parameter_settings(config.bias, default_bias_initialization(), lr_scale,
                                               /*default_weight_decay=*/false),
-          .lora = lora_options(lora, config, /*default_apply=*/false, 0, output_size)};
+          .lora = lora_options(lora, config, /*default_apply=*/false, 0, output_size),
+          .tensor_parallel = tensor_parallel,
+          .tensor_parallel_mode = tensor_parallel.enabled() ? mode : TensorParallelMode::none,
+          .tensor_blocks = blocks};
+}
+
+int64_t local_intermediate_size(const MlpConfig& config, const TensorParallelism& tensor_parallel) {
+  if (config.intermediate_size % tensor_parallel.size != 0)
+    throw ConfigError(config.field_path("intermediate_size"),
+                      fmt::format("{} does not split over tensor_parallel {}: it must divide it",
+                                  config.intermediate_size, tensor_parallel.size));
+  return config.intermediate_size / tensor_parallel.size;
 }
 
 }  // namespace
@@ -49,38 +61,47 @@ kernels::ActivationType kernel_activation(ActivationType type) {
 }
 
 Mlp::Mlp(std::string name, const MlpBaseConfig& base_config, int64_t hidden_size, double lr_scale,
-         const LoraConfig* lora)
+         const LoraConfig* lora, TensorParallelism tensor_parallel)
     : MlpBase(std::move(name)),
-      intermediate_size_(dense_config(base_config).intermediate_size),
+      intermediate_size_(local_intermediate_size(dense_config(base_config), tensor_parallel)),
       gated_(dense_config(base_config).gated),
       activation_(kernel_activation(*dense_config(base_config).activation)),
       recompute_level_(dense_config(base_config).recompute_level),
       layer_1_(child_name("layer_1"),
                layer_options(dense_config(base_config).layer_1, hidden_size,
                              (gated_ ? 2 : 1) * intermediate_size_, /*transposed_weight=*/false, hidden_size,
-                             combine_lr_scales(lr_scale, base_config.lr_scale), lora)),
+                             combine_lr_scales(lr_scale, base_config.lr_scale), lora, tensor_parallel,
+                             TensorParallelMode::column, /*blocks=*/gated_ ? 2 : 1)),
       layer_2_(child_name("layer_2"),
                layer_options(dense_config(base_config).layer_2, intermediate_size_, hidden_size,
                              /*transposed_weight=*/true, hidden_size, combine_lr_scales(lr_scale, base_config.lr_scale),
-                             lora)) {
+                             lora, tensor_parallel, TensorParallelMode::row, /*blocks=*/1)),
+      tensor_parallel_(tensor_parallel) {
   add_child(layer_1_);
   add_child(layer_2_);
 }
 
 Mlp::Mlp(const MlpConfig& config, const SublayerArguments& arguments)
-    : Mlp(arguments.name, config, arguments.hidden_size, arguments.lr_scale, arguments.lora) {}
+    : Mlp(arguments.name, config, arguments.hidden_size, arguments.lr_scale, arguments.lora,
+          arguments.tensor_parallel) {}
 
 FLM_REGISTER_SUBLAYER(MlpBase, Mlp, MlpConfig, "mlp");
 
 Tensor Mlp::forward(LayerContext& context, const Tensor& input) {
-  return saved_.keep(context, [&](Saved* saved) {
-    return forward(input, saved, context.stream,
+  const Tensor full_input = tensor_parallel_.gather_sequence(context, input);
+  Tensor output = saved_.keep(context, [&](Saved* saved) {
+    return forward(full_input, saved, context.stream,
                    context.training ? std::optional<uint64_t>(context.dropout_seed) : std::nullopt);
   });
+  output = tensor_parallel_.reduce(context, std::move(output));
+  layer_2_.add_bias(output, context.stream);
+  return output;
 }
 
 Tensor Mlp::backward(LayerContext& context, const Tensor& grad_output) {
-  return backward(grad_output, saved_.take(context.batch.index, name()), context.stream);
+  const Tensor full_grad_output = tensor_parallel_.gather_sequence(context, grad_output);
+  Tensor grad_input = backward(full_grad_output, saved_.take(context.batch.index, name()), context.stream);
+  return tensor_parallel_.reduce(context, std::move(grad_input));
 }
 
 Tensor Mlp::forward(const Tensor& input, Saved* saved, Stream stream, std::optional<uint64_t> dropout_seed) const {
