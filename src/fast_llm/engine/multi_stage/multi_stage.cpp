@@ -35,6 +35,7 @@ StageSettings stage_settings(const MultiStageConfig& multi_stage, const Distribu
                        .data_parallel = distributed.data_parallel(),
                        .data_rank = distributed.data_rank(),
                        .tensor_parallel = distributed.tensor_parallel,
+                       .tensor_rank = distributed.tensor_rank(),
                        .seed = uint64_t(distributed.seed),
                        .training = training,
                        .store_frozen_weights_in_optimization_precision =

@@ -88,6 +88,7 @@ struct StageSettings {
   // (size tensor_parallel; needed when it is above 1, not owned) sums the partial gradients of replicated parameters
   // and the gradient norm of the split ones.
   int tensor_parallel = 1;
+  int tensor_rank = 0;
   distributed::Communicator* tensor_group = nullptr;
   uint64_t seed = 0;        // initialisation seed (model.distributed.seed)
   bool training = true;     // false: no gradient or optimizer buffers (inference, evaluation-only runs)

@@ -1,0 +1,127 @@
+// Tensor and sequence-tensor parallelism, run as users run it (`fast-llm train gpt --nproc-per-node N`,
+// layout_comparison.h): the layers split over 2 tensor-parallel processes (attention by heads and head groups, the MLP
+// by its intermediate features; with sequence_tensor_parallel the activations between blocks split over the sequence)
+// give the losses, gradient norms and updated weights of one process, alone and combined with gradient accumulation and
+// data parallelism, with tied embeddings and with the head's loss in chunks. The model is Qwen2-like: grouped-query
+// attention (4 heads in 2 groups), rotary embeddings, biases on the linear layers and a sliding window. Checkpoints
+// written by a tensor-parallel run load on one process, and its fast_llm export equals one process's.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "layout_comparison.h"
+
+namespace fast_llm {
+namespace {
+
+namespace fs = std::filesystem;
+
+// As layout_comparison.h's model, Qwen2-like. Adam's epsilon is larger than the default: the key projection's bias has a
+// gradient of zero up to rounding (softmax ignores what it adds to every key), and so, by chance, may a few other
+// elements (one of dense.weight's here: 1e-5 of the typical size); Adam's first steps would turn such a gradient into
+// an update of about the learning rate whatever its size, different in every summation order. With epsilon 1e-5 they
+// move by little, while every gradient of a normal size still gets Adam's update.
+constexpr const char* kQwen2Config = R"(
+training: {train_iters: 3, logs: {interval: 1}, checkpoint: {interval: 1, keep: 10}}
+data:
+  datasets: {training: {type: random}}
+  micro_batch_size: 16
+optimizer: {learning_rate: {base: 1.0e-2}, gradient_norm_clipping: 0.5, epsilon: 1.0e-5}
+model:
+  base_model:
+    embeddings: {vocab_size: 64}
+    decoder:
+      block:
+        mixer: {type: attention, heads: 4, head_groups: 2, head_size: 8, add_linear_biases: true, window_size: 8,
+                rotary: {type: default, theta: 10000}}
+        mlp: {intermediate_size: 32, gated: true, add_linear_biases: true}
+        normalization: {type: rms_norm}
+      num_blocks: 2
+    hidden_size: 16
+  multi_stage: {layers_per_stage: 2}
+  distributed: {compute_dtype: fp32, use_cuda: false, timeout: 20}
+)";
+
+class TensorParallelTrainingTest : public testing::LayoutComparisonTest {
+ protected:
+  const char* config() const override { return kQwen2Config; }
+};
+
+const std::string kTensorParallel = "model.distributed.tensor_parallel=2";
+const std::string kSequenceTensorParallel = "model.distributed.sequence_tensor_parallel=true";
+const std::vector<std::string> kExport{"training.export.format=fast_llm", "training.export.interval=3",
+                                       "training.export.optimizer_state=true"};
+
+std::vector<std::string> with(std::vector<std::string> overrides, const std::vector<std::string>& more) {
+  overrides.insert(overrides.end(), more.begin(), more.end());
+  return overrides;
+}
+
+TEST_F(TensorParallelTrainingTest, TwoTensorRanksMatchOneProcessAndLoadOnOne) {
+  const fs::path single = train("single", 0, kExport);
+  const fs::path parallel = train("tp2", 2, with(kExport, {kTensorParallel}));
+  ASSERT_EQ(records(single).size(), 3u);
+  expect_same_records(records(parallel), records(single), kTolerance);
+  // The checkpoint reader puts the tensor ranks' parts together: every parameter and moment as one process has it.
+  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  expect_same_export(parallel, single, 3, kTolerance);
+  EXPECT_TRUE(fs::exists(parallel / "checkpoint" / "3" / "rank_1.safetensors"));
+
+  // Stopped after step 2 and restarted on 2 tensor ranks: bit for bit the uninterrupted run.
+  const fs::path resumed = stopped_copy(parallel, "tp2_resumed", 2);
+  train("tp2_resumed", 2, {kTensorParallel});
+  expect_same_checkpoint(resumed, parallel, 3, mode_.resume_tolerance);
+
+  // The tensor-parallel checkpoint of step 2 loaded by one process: the same step 3.
+  const fs::path loaded = stopped_copy(parallel, "tp2_loaded_by_1", 2);
+  train("tp2_loaded_by_1", 0, {});
+  expect_same_checkpoint(loaded, single, 3, kTolerance);
+
+  // And the one-process checkpoint of step 2 loaded on 2 tensor ranks (each takes its part).
+  const fs::path split = stopped_copy(single, "single_loaded_by_tp2", 2);
+  train("single_loaded_by_tp2", 2, {kTensorParallel});
+  expect_same_checkpoint(split, single, 3, kTolerance);
+}
+
+TEST_F(TensorParallelTrainingTest, TensorParallelWithGradientAccumulationMatchesOneProcess) {
+  const std::string accumulate = "schedule.depth_first_micro_batches=4";
+  const fs::path single = train("df4", 0, {accumulate});
+  const fs::path parallel = train("tp2_df4", 2, {kTensorParallel, accumulate});
+  expect_same_records(records(parallel), records(single), kTolerance);
+  expect_same_checkpoint(parallel, single, 3, kTolerance);
+}
+
+TEST_F(TensorParallelTrainingTest, SequenceTensorParallelMatchesOneProcess) {
+  const fs::path single = train("single", 0, {});
+  const fs::path parallel = train("stp2", 2, {kTensorParallel, kSequenceTensorParallel});
+  expect_same_records(records(parallel), records(single), kTolerance);
+  expect_same_checkpoint(parallel, single, 3, kTolerance);
+}
+
+TEST_F(TensorParallelTrainingTest, SequenceTensorParallelWithLossInChunksMatchesOneProcess) {
+  const std::string splits = "model.base_model.head.cross_entropy_splits=4";
+  const fs::path single = train("ce4", 0, {splits});
+  const fs::path parallel = train("stp2_ce4", 2, {kTensorParallel, kSequenceTensorParallel, splits});
+  expect_same_records(records(parallel), records(single), kTolerance);
+  expect_same_checkpoint(parallel, single, 3, kTolerance);
+}
+
+TEST_F(TensorParallelTrainingTest, DataAndSequenceTensorParallelMatchOneProcess) {
+  const fs::path single = train("df2", 0, {"schedule.depth_first_micro_batches=2"});
+  const fs::path parallel = train("dp2_stp2", 4, {kTensorParallel, kSequenceTensorParallel});
+  expect_same_records(records(parallel), records(single), kTolerance);
+  expect_same_checkpoint(parallel, single, 3, kTolerance);
+}
+
+TEST_F(TensorParallelTrainingTest, TiedEmbeddingsWithTensorParallelismMatchOneProcess) {
+  const std::string tied = "model.base_model.tied_embedding_weight=true";
+  const fs::path single = train("tied", 0, {tied});
+  const fs::path parallel = train("tied_tp2", 2, {kTensorParallel, tied});
+  expect_same_records(records(parallel), records(single), kTolerance);
+  expect_same_checkpoint(parallel, single, 3, kTolerance);
+}
+
+}  // namespace
+}  // namespace fast_llm
