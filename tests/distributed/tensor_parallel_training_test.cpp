@@ -4,7 +4,8 @@
 // give the losses, gradient norms and updated weights of one process, alone and combined with gradient accumulation and
 // data parallelism, with tied embeddings and with the head's loss in chunks. The model is Qwen2-like: grouped-query
 // attention (4 heads in 2 groups), rotary embeddings, biases on the linear layers and a sliding window. Checkpoints
-// written by a tensor-parallel run load on one process, and its fast_llm export equals one process's.
+// written by a tensor-parallel run load on one process (and one process's on two tensor ranks), and its fast_llm
+// export and Hugging Face conversion equal one process's.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -121,6 +122,44 @@ TEST_F(TensorParallelTrainingTest, TiedEmbeddingsWithTensorParallelismMatchOnePr
   const fs::path parallel = train("tied_tp2", 2, {kTensorParallel, tied});
   expect_same_records(records(parallel), records(single), kTolerance);
   expect_same_checkpoint(parallel, single, 3, kTolerance);
+}
+
+// The Hugging Face export (`fast-llm convert` into the qwen2 format) of a tensor-parallel checkpoint is one process's:
+// the model as Qwen2 has it (biases on the query, key and value projections only, head size hidden / heads, no window).
+TEST_F(TensorParallelTrainingTest, HuggingFaceConversionOfTensorParallelCheckpointMatchesOneProcess) {
+  const std::vector<std::string> qwen2{"model.base_model.decoder.block.mixer.window_size=null",
+                                       "model.base_model.decoder.block.mixer.head_size=4",
+                                       "model.base_model.decoder.block.mixer.add_linear_biases=false",
+                                       "model.base_model.decoder.block.mixer.query_layer.bias.enabled=true",
+                                       "model.base_model.decoder.block.mixer.key_layer.bias.enabled=true",
+                                       "model.base_model.decoder.block.mlp.add_linear_biases=false",
+                                       "model.base_model.head.normalization.type=rms_norm"};
+  const fs::path single = train("qwen2", 0, qwen2);
+  const fs::path parallel = train("qwen2_tp2", 2, with(qwen2, {kTensorParallel}));
+  auto convert = [&](const fs::path& experiment) {
+    const fs::path output = experiment.string() + "_hf";
+    const testing::Outcome outcome = testing::run_fast_llm(
+        {"convert", "gpt", "input.format=distributed", "input.path=" + (experiment / "checkpoint" / "3").string(),
+         "output.format=qwen2", "output.path=" + output.string()},
+        directory_);
+    EXPECT_TRUE(outcome.exited && outcome.status == 0) << outcome.output;
+    return output;
+  };
+  const fs::path single_hf = convert(single), parallel_hf = convert(parallel);
+  expect_same_state(*engine::SafetensorsSet::open_huggingface(parallel_hf),
+                    *engine::SafetensorsSet::open_huggingface(single_hf), kTolerance);
+}
+
+// Sequence-tensor parallelism splits each micro-batch's tokens evenly: a micro-batch that does not split is refused
+// before anything runs, naming the field.
+TEST_F(TensorParallelTrainingTest, RefusesMicroBatchesThatDoNotSplitOverTheSequence) {
+  const testing::Outcome outcome = testing::run_fast_llm(
+      {"train", "gpt", "--nproc-per-node", "2", "-c", (directory_ / "config.yaml").string(),
+       "run.experiment_dir=" + (directory_ / "odd").string(), kTensorParallel, kSequenceTensorParallel,
+       "data.micro_batch_size=15"},
+      directory_);
+  EXPECT_TRUE(outcome.exited && outcome.status != 0) << outcome.output;
+  EXPECT_NE(outcome.output.find("data.micro_batch_size"), std::string::npos) << outcome.output;
 }
 
 }  // namespace

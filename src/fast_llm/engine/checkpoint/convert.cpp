@@ -62,6 +62,10 @@ void convert(const ConvertConfig& config, const ModelType& model_type) {
   whole.load_config = checkpoint_format_is_native(input.format) ? ModelConfigType::fast_llm : ModelConfigType::model;
   std::unique_ptr<ModelConfig> model = model_type.make_config();
   const YAML::Node model_yaml = load_pretrained_model_config(whole, model_type);
+  // A conversion runs in one process: the tensor-parallel layout of the run that wrote the checkpoint is not this one's
+  // (its parts are put together when the checkpoint is read).
+  if (YAML::Node distributed = model_yaml["distributed"]; distributed && distributed.IsMap())
+    for (const char* field : {"tensor_parallel", "sequence_tensor_parallel"}) distributed.remove(field);
   try {
     model->load(model_yaml, "model");
     model->validate("model");
