@@ -57,10 +57,12 @@ Tensor TensorParallelism::sequence_shard(const Tensor& full) const {
   return full.slice(0, rows / size * rank, rows / size * (rank + 1));
 }
 
-void TensorParallelism::all_reduce(const LayerContext& context, Tensor& tensor) const {
+void TensorParallelism::all_reduce(const LayerContext& context, Tensor& tensor, bool maximum) const {
   if (!enabled()) return;
   FLM_ASSERT(tensor.is_contiguous(), "a tensor-parallel all-reduce of a non-contiguous tensor");
-  group(context, size).all_reduce(tensor, distributed::ReduceOp::sum, context.stream)->wait(context.stream);
+  group(context, size)
+      .all_reduce(tensor, maximum ? distributed::ReduceOp::max : distributed::ReduceOp::sum, context.stream)
+      ->wait(context.stream);
 }
 
 }  // namespace fast_llm::layers

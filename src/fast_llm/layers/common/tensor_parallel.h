@@ -38,8 +38,8 @@ struct TensorParallelism {
   // This rank's 1/size of the rows of a tensor every rank holds whole (sequence-tensor parallelism); the input itself
   // otherwise.
   Tensor sequence_shard(const Tensor& full) const;
-  // Sums a tensor over the group in place (replicated values computed in parts).
-  void all_reduce(const LayerContext& context, Tensor& tensor) const;
+  // Sums a tensor over the group in place (replicated values computed in parts), or takes its maximum.
+  void all_reduce(const LayerContext& context, Tensor& tensor, bool maximum = false) const;
 };
 
 }  // namespace fast_llm::layers

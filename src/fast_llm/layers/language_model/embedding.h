@@ -6,9 +6,12 @@
 // [num_position_embeddings, hidden], both N(0, hidden_size^-0.5) by default. With tied weights the head refers to the
 // word embeddings Parameter (declared here only, so it is bound and updated once).
 // Backward scatters the gradient into the tables (+=) and returns an empty tensor (the input has no gradient).
-// Tensor parallelism: the tables are whole on every rank (the vocabulary is not split), which computes the whole
-// output; with sequence-tensor parallelism it returns its rows of it, and backward gathers the gradient of every
-// rank's rows first, so every rank adds the same gradient to its copy of the tables.
+// Tensor parallelism, with `vocab_parallel` (the default): each rank holds rows [rank * vocab / size, (rank + 1) * vocab /
+// size) of the word embeddings; tokens outside its slice give zeros, and the output is summed over the group
+// (all-reduce, or reduce-scatter over the sequence with sequence-tensor parallelism; with dropout, all-reduced first so
+// that the masks are the one-process ones); the position embeddings are whole on every rank and added by rank 0.
+// Without it the tables are whole on every rank, which computes the whole output. Either way, with sequence-tensor
+// parallelism the layer returns this rank's rows, and backward gathers every rank's rows of the gradient first.
 #pragma once
 
 #include <string>
@@ -46,6 +49,8 @@ class LanguageModelEmbedding : public Layer {
   Parameter* word_embeddings_ = nullptr;
   Parameter* position_embeddings_ = nullptr;
   TensorParallelism tensor_parallel_;
+  bool vocab_parallel_ = false;
+  int64_t vocab_begin_ = 0;  // the first row of this rank's slice of the word embeddings
   SavedPerMicroBatch<Saved> saved_;
 };
 

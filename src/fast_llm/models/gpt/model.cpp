@@ -44,7 +44,8 @@ GPTModel::GPTModel(const GPTBaseModelConfig& config, layers::TensorParallelism t
 
   head_ = std::make_unique<layers::LanguageModelHead>(
       "head", config.head, hidden_size, config.embeddings.vocab_size, lr_scale,
-      config.tied_embedding_weight ? &embeddings_->word_embeddings() : nullptr, tensor_parallel);
+      config.tied_embedding_weight ? &embeddings_->word_embeddings() : nullptr, tensor_parallel,
+      config.embeddings.vocab_parallel);
 
   // LoRA's freeze_others (Fast-LLM's apply_weight): every weight but the adapters' is frozen, so the engine gives it no
   // gradient, no optimizer state and no place in the gradient norm (engine/multi_stage/stage.h).
