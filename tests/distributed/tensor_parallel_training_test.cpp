@@ -2,7 +2,8 @@
 // layout_comparison.h): the layers split over 2 tensor-parallel processes (attention by heads and head groups, the MLP
 // by its intermediate features; with sequence_tensor_parallel the activations between blocks split over the sequence)
 // give the losses, gradient norms and updated weights of one process, alone and combined with gradient accumulation and
-// data parallelism, with tied embeddings and with the head's loss in chunks. The model is Qwen2-like: grouped-query
+// data parallelism, with tied embeddings, with the head's loss in chunks, with the vocabulary split over the ranks (the
+// default: z-loss, scale and softcap included) or whole on each. The model is Qwen2-like: grouped-query
 // attention (4 heads in 2 groups), rotary embeddings, biases on the linear layers and a sliding window. Checkpoints
 // written by a tensor-parallel run load on one process (and one process's on two tensor ranks), and its fast_llm
 // export and Hugging Face conversion equal one process's.
@@ -120,6 +121,27 @@ TEST_F(TensorParallelTrainingTest, TiedEmbeddingsWithTensorParallelismMatchOnePr
   const std::string tied = "model.base_model.tied_embedding_weight=true";
   const fs::path single = train("tied", 0, {tied});
   const fs::path parallel = train("tied_tp2", 2, {kTensorParallel, tied});
+  expect_same_records(records(parallel), records(single), kTolerance);
+  expect_same_checkpoint(parallel, single, 3, kTolerance);
+}
+
+// The vocabulary-parallel loss (the default with tensor parallelism) with a z-loss, a logits scale and soft-capping:
+// the statistics summed over the vocabulary slices give the one-process losses and gradients.
+TEST_F(TensorParallelTrainingTest, VocabularyParallelZLossAndSoftcapMatchOneProcess) {
+  const std::vector<std::string> losses{
+      "model.base_model.head.losses={cross_entropy: {type: label}, z_loss: {type: z_loss, weight: 0.1}}",
+      "model.base_model.head.final_logit_softcap=2.0", "model.base_model.head.logits_scale_factor=0.7"};
+  const fs::path single = train("z_loss", 0, losses);
+  const fs::path parallel = train("z_loss_tp2", 2, with(losses, {kTensorParallel}));
+  expect_same_records(records(parallel), records(single), kTolerance);
+  expect_same_checkpoint(parallel, single, 3, kTolerance);
+}
+
+// With vocab_parallel false every tensor rank holds the whole vocabulary (embeddings, output weights, loss).
+TEST_F(TensorParallelTrainingTest, WholeVocabularyOnEveryRankMatchesOneProcess) {
+  const std::string whole = "model.base_model.embeddings.vocab_parallel=false";
+  const fs::path single = train("single", 0, {whole});
+  const fs::path parallel = train("stp2_whole_vocabulary", 2, {kTensorParallel, kSequenceTensorParallel, whole});
   expect_same_records(records(parallel), records(single), kTolerance);
   expect_same_checkpoint(parallel, single, 3, kTolerance);
 }
