@@ -9,7 +9,7 @@
 //                                 of this slice's logits (=), cross_entropy_forward_backward's restricted to the slice
 // z = logits * logits_scale_factor, then softcap * tanh(z / softcap) with a softcap, as there; tokens with a negative
 // label are masked (their statistics 0, their gradient 0). row_max and sums are float32 (float64 for float64 logits);
-// grad_logits may be the logits tensor itself. CPU reference only (a GPU run refuses vocabulary parallelism at the head).
+// grad_logits may be the logits tensor itself. Variants: the CPU reference, CUDA "rows" (kernels/cuda/).
 #pragma once
 
 #include <cstdint>

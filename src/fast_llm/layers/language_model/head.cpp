@@ -118,9 +118,6 @@ Tensor LanguageModelHead::logits(const Tensor& input, Stream stream) {
 Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_input) {
   const Tensor input = tensor_parallel_.gather_sequence(context, sequence_input);
   const MicroBatch& batch = context.batch;
-  FLM_CHECK(!vocab_parallel_ || input.device().is_cpu(), "head",
-            "model.base_model.embeddings.vocab_parallel: the vocabulary-parallel loss has CPU kernels only; set it to "
-            "false on a GPU (every tensor-parallel rank then holds the whole vocabulary)");
   const Stream stream = context.stream;
   const bool training = context.training;
   const Device device = input.device();

@@ -26,8 +26,7 @@
 // full logits never exist; each rank's gradient of the normalised input is a partial sum, all-reduced before the final
 // norm's backward. Without it the output weights are whole on every rank, which computes the whole head. With
 // sequence-tensor parallelism forward first gathers every rank's rows of the input and backward returns this rank's
-// rows of the input gradient. The losses that read reference models or policy data are refused; the
-// vocabulary-parallel passes have CPU kernels only.
+// rows of the input gradient. The losses that read reference models or policy data are refused.
 #pragma once
 
 #include <memory>

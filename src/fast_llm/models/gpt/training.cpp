@@ -109,15 +109,6 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
   // Declares the parameters only; the trainer checks the run can start and fit before it allocates them.
   GPTModel model(config.model.base_model, tensor_parallelism(config.model.distributed));
   const Device device = engine::resolve_device(config.model.distributed);
-  // The vocabulary-parallel loss has CPU kernels only (layers/language_model/head.h): a GPU run stops here, before
-  // anything is allocated.
-  if (!device.is_cpu() && config.model.distributed.tensor_parallel > 1 &&
-      config.model.base_model.embeddings.vocab_parallel)
-    throw NotSupportedError("train", fmt::format("model.base_model.embeddings.vocab_parallel: the vocabulary-parallel "
-                                                 "loss has no GPU kernel yet; with tensor_parallel {} on a GPU set it "
-                                                 "to false (every tensor-parallel rank then holds the whole "
-                                                 "vocabulary)",
-                                                 config.model.distributed.tensor_parallel));
   ReferenceModels references(config, device);
   data::GPTData data(config.data,
                      data::DataSetup{.experiment_directory = config.run.experiment_dir,
