@@ -64,9 +64,10 @@ class Attention : public Mixer {
     std::optional<uint64_t> dropout_seed;  // the forward's (LoRA dropout), regenerated in backward
   };
 
-  // With tensor parallelism these gather the sequence (sequence-tensor parallelism) and sum the dense output and the
-  // input gradient over the group; the explicit forms below work on this rank's part alone (the dense output a partial
-  // sum without its bias, the input gradient a partial sum).
+  // With tensor parallelism these gather the sequence (sequence-tensor parallelism: only this rank's rows of the input
+  // are kept for backward, which gathers them again) and sum the dense output and the input gradient over the group;
+  // the explicit forms below work on this rank's part alone (the dense output a partial sum without its bias, the
+  // input gradient a partial sum).
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
   bool supports_tensor_parallelism() const override { return true; }

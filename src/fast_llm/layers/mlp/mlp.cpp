@@ -90,8 +90,11 @@ FLM_REGISTER_SUBLAYER(MlpBase, Mlp, MlpConfig, "mlp");
 Tensor Mlp::forward(LayerContext& context, const Tensor& input) {
   const Tensor full_input = tensor_parallel_.gather_sequence(context, input);
   Tensor output = saved_.keep(context, [&](Saved* saved) {
-    return forward(full_input, saved, context.stream,
-                   context.training ? std::optional<uint64_t>(context.dropout_seed) : std::nullopt);
+    Tensor result = forward(full_input, saved, context.stream,
+                            context.training ? std::optional<uint64_t>(context.dropout_seed) : std::nullopt);
+    // Sequence-tensor parallelism keeps this rank's rows of the input only (backward gathers them again).
+    if (saved != nullptr) saved->input = input;
+    return result;
   });
   output = tensor_parallel_.reduce(context, std::move(output));
   layer_2_.add_bias(output, context.stream);
@@ -100,7 +103,9 @@ Tensor Mlp::forward(LayerContext& context, const Tensor& input) {
 
 Tensor Mlp::backward(LayerContext& context, const Tensor& grad_output) {
   const Tensor full_grad_output = tensor_parallel_.gather_sequence(context, grad_output);
-  Tensor grad_input = backward(full_grad_output, saved_.take(context.batch.index, name()), context.stream);
+  Saved saved = saved_.take(context.batch.index, name());
+  saved.input = tensor_parallel_.gather_sequence(context, saved.input);
+  Tensor grad_input = backward(full_grad_output, std::move(saved), context.stream);
   return tensor_parallel_.reduce(context, std::move(grad_input));
 }
 

@@ -41,8 +41,9 @@ class Mlp : public MlpBase {
     std::optional<uint64_t> dropout_seed;  // the forward's (LoRA dropout), regenerated in backward
   };
 
-  // With tensor parallelism these gather the sequence (sequence-tensor parallelism) and sum layer_2's output and the
-  // input gradient over the group; the explicit forms below work on this rank's part alone.
+  // With tensor parallelism these gather the sequence (sequence-tensor parallelism: only this rank's rows of the input
+  // are kept for backward, which gathers them again) and sum layer_2's output and the input gradient over the group;
+  // the explicit forms below work on this rank's part alone.
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
   bool supports_tensor_parallelism() const override { return true; }
