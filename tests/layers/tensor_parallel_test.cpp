@@ -1,7 +1,8 @@
 // Tensor parallelism in the layers, without processes: the parts two tensor ranks hold (ParameterMeta::tensor) against
 // the one-process layer's parameters, and their explicit forward and backward (which leave the sums over the group to
 // the caller) against the one-process layer: the partial outputs and input gradients of the two ranks add up to the
-// one-process ones, and each rank's parameter gradients are its part of the one-process gradients. Also the index map
+// one-process ones, and each rank's parameter gradients are its part of the one-process gradients (rank 1 through the
+// backward that hands the input gradient over before the parameter gradients, as the tensor-parallel layers run it). Also the index map
 // of TensorSplit written out by hand, and what tensor parallelism refuses.
 #include <gtest/gtest.h>
 
@@ -109,7 +110,11 @@ TEST(TensorParallelLayers, MlpPartsAddUpToTheWholeLayer) {
     Tensor part_output = part.forward(input, &part_saved, {});
     if (rank == 0) part.layer_2().add_bias(part_output, {});
     output_sum = sum_of(output_sum, values_of(part_output));
-    grad_input_sum = sum_of(grad_input_sum, values_of(part.backward(grad_output, std::move(part_saved), {})));
+    int handed_over = 0;
+    const InputGradientReady count = [&](Tensor&) { ++handed_over; };
+    grad_input_sum = sum_of(grad_input_sum, values_of(part.backward(grad_output, std::move(part_saved), {},
+                                                                    rank == 1 ? count : InputGradientReady())));
+    EXPECT_EQ(handed_over, rank == 1 ? 1 : 0);
     expect_gradient_parts(full, part);
   }
   expect_close(output_sum, output, "output");
@@ -142,7 +147,11 @@ TEST(TensorParallelLayers, AttentionPartsAddUpToTheWholeLayer) {
     Tensor part_output = part.forward(input, data.batch, &part_saved, {});
     if (rank == 0) part.dense().add_bias(part_output, {});
     output_sum = sum_of(output_sum, values_of(part_output));
-    grad_input_sum = sum_of(grad_input_sum, values_of(part.backward(grad_output, std::move(part_saved), {})));
+    int handed_over = 0;
+    const InputGradientReady count = [&](Tensor&) { ++handed_over; };
+    grad_input_sum = sum_of(grad_input_sum, values_of(part.backward(grad_output, std::move(part_saved), {},
+                                                                    rank == 1 ? count : InputGradientReady())));
+    EXPECT_EQ(handed_over, rank == 1 ? 1 : 0);
     for (Parameter* parameter : part.parameters()) {
       if (parameter->meta.name == "mixer.q_norm.weight") {
         // Each rank normalises its own heads: the gradient is a part, summed over the ranks by the engine.

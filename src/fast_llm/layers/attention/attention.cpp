@@ -157,8 +157,11 @@ Tensor Attention::backward(LayerContext& context, const Tensor& grad_output) {
   const Tensor full_grad_output = tensor_parallel_.gather_sequence(context, grad_output);
   Saved saved = saved_.take(context.batch.index, name());
   saved.input = tensor_parallel_.gather_sequence(context, saved.input);
-  Tensor grad_input = backward(full_grad_output, std::move(saved), context.stream);
-  return tensor_parallel_.reduce(context, std::move(grad_input));
+  if (!tensor_parallel_.enabled()) return backward(full_grad_output, std::move(saved), context.stream);
+  PendingReduction reduction;
+  backward(full_grad_output, std::move(saved), context.stream,
+           [&](Tensor& grad_input) { reduction = tensor_parallel_.start_reduce(context, grad_input); });
+  return reduction.finish(context.stream);
 }
 
 Attention::Projections Attention::project(const Tensor& input, Normalization::Saved* query_norm,
@@ -292,7 +295,8 @@ Tensor Attention::forward_cached(const Tensor& input, const MicroBatch& batch, K
   return dense_.forward(output.reshape(Shape{tokens, int64_t(heads_) * head_size_}), stream);
 }
 
-Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream) const {
+Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream,
+                           const InputGradientReady& input_gradient_ready) const {
   FLM_ASSERT(saved.input.defined(), "{}: backward without a saved forward", name());
   const int64_t tokens = saved.input.size(0);
   const Device device = saved.input.device();
@@ -336,12 +340,22 @@ Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream
   }
   saved.query_norm = saved.key_norm = Normalization::Saved();
   Tensor grad_input = Tensor::empty(saved.input.shape(), saved.input.dtype(), device, stream);
-  query_.backward(grad_query.reshape(Shape{tokens, int64_t(heads_) * head_size_}), saved.input, &grad_input,
-                  /*accumulate_grad_input=*/false, stream, std::nullopt, saved.dropout_seed);
-  key_value_.backward(grad_key.reshape(Shape{tokens, int64_t(head_groups_) * head_size_}), saved.input, &grad_input,
-                      /*accumulate_grad_input=*/true, stream, key_range(), saved.dropout_seed);
-  key_value_.backward(grad_value.reshape(Shape{tokens, int64_t(head_groups_) * head_size_}), saved.input, &grad_input,
-                      /*accumulate_grad_input=*/true, stream, value_range(), saved.dropout_seed);
+  const Tensor grad_query_rows = grad_query.reshape(Shape{tokens, int64_t(heads_) * head_size_});
+  const Tensor grad_key_rows = grad_key.reshape(Shape{tokens, int64_t(head_groups_) * head_size_});
+  const Tensor grad_value_rows = grad_value.reshape(Shape{tokens, int64_t(head_groups_) * head_size_});
+  // With a caller waiting for the input gradient, it comes first and the parameter gradients after it.
+  const bool split = bool(input_gradient_ready);
+  query_.backward(grad_query_rows, saved.input, &grad_input, /*accumulate_grad_input=*/false, stream, std::nullopt,
+                  saved.dropout_seed, /*parameter_gradients=*/!split);
+  key_value_.backward(grad_key_rows, saved.input, &grad_input, /*accumulate_grad_input=*/true, stream, key_range(),
+                      saved.dropout_seed, /*parameter_gradients=*/!split);
+  key_value_.backward(grad_value_rows, saved.input, &grad_input, /*accumulate_grad_input=*/true, stream,
+                      value_range(), saved.dropout_seed, /*parameter_gradients=*/!split);
+  if (!split) return grad_input;
+  input_gradient_ready(grad_input);
+  query_.backward(grad_query_rows, saved.input, nullptr, false, stream, std::nullopt, saved.dropout_seed);
+  key_value_.backward(grad_key_rows, saved.input, nullptr, false, stream, key_range(), saved.dropout_seed);
+  key_value_.backward(grad_value_rows, saved.input, nullptr, false, stream, value_range(), saved.dropout_seed);
   return grad_input;
 }
 

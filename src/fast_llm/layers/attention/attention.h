@@ -75,7 +75,10 @@ class Attention : public Mixer {
   // micro-batch's in a training forward (LoRA dropout), unset otherwise.
   Tensor forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream,
                  std::optional<uint64_t> dropout_seed = std::nullopt);
-  Tensor backward(const Tensor& grad_output, Saved saved, Stream stream) const;
+  // `input_gradient_ready` (tensor parallelism): called with the input gradient once it is complete, before the
+  // projections' parameter gradients, so that its reduction over the group runs while they are computed.
+  Tensor backward(const Tensor& grad_output, Saved saved, Stream stream,
+                  const InputGradientReady& input_gradient_ready = {}) const;
 
   // Matmuls (6 * tokens * weights) plus attention (12 * heads * head_size per attended query-key pair, counted from
   // the batch's host sequence_lengths, or from cu_seqlens when they are not given and it is on the CPU).

@@ -129,8 +129,11 @@ void Linear::add_bias(Tensor& output, Stream stream) const {
 }
 
 void Linear::backward(const Tensor& grad_output, const Tensor& input, Tensor* grad_input, bool accumulate_grad_input,
-                      Stream stream, std::optional<OutputRange> range, std::optional<uint64_t> dropout_seed) const {
+                      Stream stream, std::optional<OutputRange> range, std::optional<uint64_t> dropout_seed,
+                      bool parameter_gradients) const {
   const int64_t tokens = input.size(0);
+  FLM_ASSERT(parameter_gradients || !options_.lora, "{}: an input-only backward of a layer with a LoRA adapter",
+             name());
   if (grad_input != nullptr) {
     // grad_input (tokens, input) = grad_output @ W, or @ W^T for a [input, output] weight.
     Tensor weight = weight_rows(weight_->weight, range);
@@ -141,6 +144,7 @@ void Linear::backward(const Tensor& grad_output, const Tensor& input, Tensor* gr
                    .beta = accumulate_grad_input ? 1.0 : 0.0,
                    .stream = stream});
   }
+  if (!parameter_gradients) return;
   if (weight_->grad.defined()) {
     const double beta = accumulation_beta(*weight_, range, stream);
     Tensor weight_grad = weight_rows(weight_->grad, range);

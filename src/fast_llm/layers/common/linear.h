@@ -92,10 +92,12 @@ class Linear : public Module {
   Tensor forward(const Tensor& input, Stream stream, std::optional<OutputRange> range = std::nullopt,
                  std::optional<uint64_t> dropout_seed = std::nullopt) const;
   // grad_output (tokens, output or range size), input (tokens, input) and `dropout_seed` as given to forward. Writes
-  // `grad_input` (tokens, input) when given: = , or += with `accumulate_grad_input`. Accumulates parameter gradients.
+  // `grad_input` (tokens, input) when given: = , or += with `accumulate_grad_input`. Accumulates parameter gradients,
+  // unless `parameter_gradients` is false (a caller that starts a reduction of grad_input first, then calls again
+  // without grad_input for them; not with a LoRA adapter).
   void backward(const Tensor& grad_output, const Tensor& input, Tensor* grad_input, bool accumulate_grad_input,
                 Stream stream, std::optional<OutputRange> range = std::nullopt,
-                std::optional<uint64_t> dropout_seed = std::nullopt) const;
+                std::optional<uint64_t> dropout_seed = std::nullopt, bool parameter_gradients = true) const;
   // Convenience: returns a fresh grad_input.
   Tensor backward(const Tensor& grad_output, const Tensor& input, Stream stream,
                   std::optional<OutputRange> range = std::nullopt,

@@ -34,20 +34,31 @@ Tensor TensorParallelism::gather_sequence(const LayerContext& context, const Ten
   return full;
 }
 
+Tensor PendingReduction::finish(Stream stream) {
+  if (work) work->wait(stream);
+  work.reset();
+  input = Tensor();
+  return result;
+}
+
 Tensor TensorParallelism::reduce(const LayerContext& context, Tensor partial) const {
-  if (!enabled()) return partial;
+  return start_reduce(context, std::move(partial)).finish(context.stream);
+}
+
+PendingReduction TensorParallelism::start_reduce(const LayerContext& context, Tensor partial) const {
+  if (!enabled()) return {.result = partial, .work = nullptr};
   partial = contiguous(partial, context.stream);
-  if (!sequence_parallel) {
-    group(context, size).all_reduce(partial, distributed::ReduceOp::sum, context.stream)->wait(context.stream);
-    return partial;
-  }
+  if (!sequence_parallel)
+    return {.result = partial,
+            .work = group(context, size).all_reduce(partial, distributed::ReduceOp::sum, context.stream)};
   Shape shape = partial.shape();
   FLM_CHECK(shape[0] % size == 0, "layers", "{} tokens do not split over {} sequence-tensor-parallel ranks", shape[0],
             size);
   shape[0] /= size;
   Tensor shard = Tensor::empty(shape, partial.dtype(), partial.device(), context.stream);
-  group(context, size).reduce_scatter(partial, shard, distributed::ReduceOp::sum, context.stream)->wait(context.stream);
-  return shard;
+  std::unique_ptr<distributed::Work> work =
+      group(context, size).reduce_scatter(partial, shard, distributed::ReduceOp::sum, context.stream);
+  return {.result = shard, .work = std::move(work), .input = partial};
 }
 
 Tensor TensorParallelism::sequence_shard(const Tensor& full) const {

@@ -11,16 +11,33 @@
 //     bias is added, once;
 //   backward: the same collectives transposed: the gradient of the row-parallel output is gathered over the sequence
 //     (sequence-tensor parallelism) and the column-parallel input gradients are summed by `reduce`.
-// Every collective waits on the compute stream (Communicator: on the CPU the host waits).
+// Every collective waits on the compute stream (Communicator: on the CPU the host waits). The input gradient's
+// reduction is started as soon as it is complete and waited for after the weight gradients' gemms, which run meanwhile
+// (start_reduce; the explicit backwards take an `input_gradient_ready` callback for it).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
+#include "fast_llm/distributed/communicator.h"
 #include "fast_llm/layers/context.h"
 #include "fast_llm/tensor/tensor.h"
 
 namespace fast_llm::layers {
+
+// A reduction on its way (TensorParallelism::start_reduce).
+struct PendingReduction {
+  Tensor result;                            // what reduce() would return, valid after `finish`
+  std::unique_ptr<distributed::Work> work;  // null: nothing to wait for
+  Tensor input;                             // the reduced tensor, kept alive until then
+  // The stream waits for the reduction; returns its result.
+  Tensor finish(Stream stream);
+};
+
+// Called by an explicit backward with its input gradient once it is complete, before the parameter gradients.
+using InputGradientReady = std::function<void(Tensor&)>;
 
 struct TensorParallelism {
   int rank = 0;
@@ -35,6 +52,8 @@ struct TensorParallelism {
   // The sum over the group of every rank's (tokens, features) partial result: all of it (all-reduce), or this rank's
   // 1/size of the rows (reduce-scatter) with sequence-tensor parallelism. The input itself with one rank.
   Tensor reduce(const LayerContext& context, Tensor partial) const;
+  // reduce(), started: `partial` (contiguous) must be neither read nor written before the result is finished.
+  PendingReduction start_reduce(const LayerContext& context, Tensor partial) const;
   // This rank's 1/size of the rows of a tensor every rank holds whole (sequence-tensor parallelism); the input itself
   // otherwise.
   Tensor sequence_shard(const Tensor& full) const;

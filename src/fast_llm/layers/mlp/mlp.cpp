@@ -105,8 +105,11 @@ Tensor Mlp::backward(LayerContext& context, const Tensor& grad_output) {
   const Tensor full_grad_output = tensor_parallel_.gather_sequence(context, grad_output);
   Saved saved = saved_.take(context.batch.index, name());
   saved.input = tensor_parallel_.gather_sequence(context, saved.input);
-  Tensor grad_input = backward(full_grad_output, std::move(saved), context.stream);
-  return tensor_parallel_.reduce(context, std::move(grad_input));
+  if (!tensor_parallel_.enabled()) return backward(full_grad_output, std::move(saved), context.stream);
+  PendingReduction reduction;
+  backward(full_grad_output, std::move(saved), context.stream,
+           [&](Tensor& grad_input) { reduction = tensor_parallel_.start_reduce(context, grad_input); });
+  return reduction.finish(context.stream);
 }
 
 Tensor Mlp::forward(const Tensor& input, Saved* saved, Stream stream, std::optional<uint64_t> dropout_seed) const {
@@ -134,7 +137,8 @@ Tensor Mlp::activate(const Tensor& hidden, Stream stream) const {
   return activate_mlp_hidden(hidden, intermediate_size_, activation_, gated_, stream);
 }
 
-Tensor Mlp::backward(const Tensor& grad_output, Saved saved, Stream stream) const {
+Tensor Mlp::backward(const Tensor& grad_output, Saved saved, Stream stream,
+                     const InputGradientReady& input_gradient_ready) const {
   FLM_ASSERT(saved.input.defined(), "{}: backward without a saved forward", name());
   Tensor hidden = saved.hidden.defined() ? std::move(saved.hidden)
                                          : layer_1_.forward(saved.input, stream, std::nullopt, saved.dropout_seed);
@@ -152,7 +156,14 @@ Tensor Mlp::backward(const Tensor& grad_output, Saved saved, Stream stream) cons
                                   .stream = stream});
   }
   hidden = Tensor();
-  return layer_1_.backward(grad_hidden, saved.input, stream, std::nullopt, saved.dropout_seed);
+  if (!input_gradient_ready) return layer_1_.backward(grad_hidden, saved.input, stream, std::nullopt, saved.dropout_seed);
+  // The input gradient first, then layer_1's parameter gradients while the caller's reduction of it runs.
+  Tensor grad_input = Tensor::empty(saved.input.shape(), saved.input.dtype(), saved.input.device(), stream);
+  layer_1_.backward(grad_hidden, saved.input, &grad_input, /*accumulate_grad_input=*/false, stream, std::nullopt,
+                    saved.dropout_seed, /*parameter_gradients=*/false);
+  input_gradient_ready(grad_input);
+  layer_1_.backward(grad_hidden, saved.input, nullptr, false, stream, std::nullopt, saved.dropout_seed);
+  return grad_input;
 }
 
 }  // namespace fast_llm::layers

@@ -51,7 +51,10 @@ class Mlp : public MlpBase {
   // micro-batch's in a training forward (LoRA dropout), unset otherwise.
   Tensor forward(const Tensor& input, Saved* saved, Stream stream,
                  std::optional<uint64_t> dropout_seed = std::nullopt) const;
-  Tensor backward(const Tensor& grad_output, Saved saved, Stream stream) const;
+  // `input_gradient_ready` (tensor parallelism): called with the input gradient once it is complete, before layer_1's
+  // parameter gradients, so that its reduction over the group runs while they are computed.
+  Tensor backward(const Tensor& grad_output, Saved saved, Stream stream,
+                  const InputGradientReady& input_gradient_ready = {}) const;
 
   // Model FLOPs of forward + backward (recomputation excluded).
   double flops(int64_t tokens) const { return layer_1_.flops(tokens) + layer_2_.flops(tokens); }
