@@ -2,8 +2,8 @@
 // layout_comparison.h): the layers split over 2 tensor-parallel processes (attention by heads and head groups, the MLP
 // by its intermediate features; with sequence_tensor_parallel the activations between blocks split over the sequence)
 // give the losses, gradient norms and updated weights of one process, alone and combined with gradient accumulation and
-// data parallelism, with tied embeddings, with the head's loss in chunks, with the vocabulary split over the ranks (the
-// default: z-loss, scale and softcap included) or whole on each. The model is Qwen2-like: grouped-query
+// data parallelism, with tied embeddings, with the head's loss in chunks, with multi-query attention, with the
+// vocabulary split over the ranks (the default: z-loss, scale and softcap included) or whole on each. The model is Qwen2-like: grouped-query
 // attention (4 heads in 2 groups), rotary embeddings, biases on the linear layers and a sliding window. Checkpoints
 // written by a tensor-parallel run load on one process (and one process's on two tensor ranks), and its fast_llm
 // export and Hugging Face conversion equal one process's.
@@ -121,6 +121,16 @@ TEST_F(TensorParallelTrainingTest, TiedEmbeddingsWithTensorParallelismMatchOnePr
   const std::string tied = "model.base_model.tied_embedding_weight=true";
   const fs::path single = train("tied", 0, {tied});
   const fs::path parallel = train("tied_tp2", 2, {kTensorParallel, tied});
+  expect_same_records(records(parallel), records(single), kTolerance);
+  expect_same_checkpoint(parallel, single, 3, kTolerance);
+}
+
+// Multi-query attention (one head group): the ranks split the heads, each holds the whole key_value projection and the
+// engine sums its gradient over them, as Fast-LLM does.
+TEST_F(TensorParallelTrainingTest, MultiQueryAttentionMatchesOneProcess) {
+  const std::string multi_query = "model.base_model.decoder.block.mixer.head_groups=1";
+  const fs::path single = train("multi_query", 0, {multi_query});
+  const fs::path parallel = train("multi_query_stp2", 2, {kTensorParallel, kSequenceTensorParallel, multi_query});
   expect_same_records(records(parallel), records(single), kTolerance);
   expect_same_checkpoint(parallel, single, 3, kTolerance);
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/layers/attention/attention.h"
@@ -121,11 +122,10 @@ TEST(TensorParallelLayers, MlpPartsAddUpToTheWholeLayer) {
   expect_close(grad_input_sum, grad_input, "input gradient");
 }
 
-TEST(TensorParallelLayers, AttentionPartsAddUpToTheWholeLayer) {
-  // Grouped queries, rotary embeddings, biases, a window and a query norm (whole on every rank, partial gradient).
-  const auto config = load_config<AttentionConfig>(
-      "{heads: 4, head_groups: 2, head_size: 4, add_linear_biases: true, window_size: 3, rotary: {type: default}, "
-      "query_norm: {type: rms_norm}}");
+// `yaml` with 4 heads; `groups` head groups on each rank.
+void expect_attention_parts_add_up(const std::string& yaml, int groups) {
+  SCOPED_TRACE(yaml);
+  const auto config = load_config<AttentionConfig>(yaml);
   Attention full("mixer", config, 8, 1.0);
   bind_parameters(full, 7);
   BatchData data = make_batch({5, 4}, 10, 8);
@@ -135,13 +135,13 @@ TEST(TensorParallelLayers, AttentionPartsAddUpToTheWholeLayer) {
   const std::vector<double> grad_input = values_of(full.backward(grad_output, std::move(saved), {}));
 
   std::vector<double> output_sum(output.size(), 0.0), grad_input_sum(grad_input.size(), 0.0);
-  std::vector<double> norm_gradient_sum(4, 0.0);
+  // The gradients of the parameters whole on every rank that each rank computes a part of, summed over the ranks.
+  std::map<std::string, std::vector<double>> partial_gradient_sums;
   for (int rank = 0; rank < kRanks; ++rank) {
     Attention part("mixer", config, 8, 1.0, nullptr, nullptr, {.rank = rank, .size = kRanks});
     EXPECT_EQ(part.heads(), 2);
-    EXPECT_EQ(part.head_groups(), 1);
-    EXPECT_EQ(part.key_value().weight().meta.tensor.blocks, 2);  // keys and values split alike
-    EXPECT_EQ(part.dense().weight().meta.tensor.dim, 1);         // row-parallel: input features
+    EXPECT_EQ(part.head_groups(), groups);
+    EXPECT_EQ(part.dense().weight().meta.tensor.dim, 1);  // row-parallel: input features
     bind_parts(full, part);
     Attention::Saved part_saved;
     Tensor part_output = part.forward(input, data.batch, &part_saved, {});
@@ -153,10 +153,12 @@ TEST(TensorParallelLayers, AttentionPartsAddUpToTheWholeLayer) {
                                                                     rank == 1 ? count : InputGradientReady())));
     EXPECT_EQ(handed_over, rank == 1 ? 1 : 0);
     for (Parameter* parameter : part.parameters()) {
-      if (parameter->meta.name == "mixer.q_norm.weight") {
-        // Each rank normalises its own heads: the gradient is a part, summed over the ranks by the engine.
-        EXPECT_TRUE(parameter->meta.tensor.partial_gradient);
-        norm_gradient_sum = sum_of(norm_gradient_sum, values_of(parameter->grad));
+      if (parameter->meta.tensor.partial_gradient) {
+        // Each rank normalises its own heads, and (one group) uses the keys and values for its own heads only: the
+        // gradient is a part, summed over the ranks by the engine.
+        std::vector<double>& sum = partial_gradient_sums[parameter->meta.name];
+        if (sum.empty()) sum.assign(size_t(parameter->meta.shape.numel()), 0.0);
+        sum = sum_of(sum, values_of(parameter->grad));
         continue;
       }
       const Parameter* whole = find_parameter(full, parameter->meta.name);
@@ -167,14 +169,38 @@ TEST(TensorParallelLayers, AttentionPartsAddUpToTheWholeLayer) {
   }
   expect_close(output_sum, output, "output");
   expect_close(grad_input_sum, grad_input, "input gradient");
-  expect_close(norm_gradient_sum, values_of(find_parameter(full, "mixer.q_norm.weight")->grad), "q_norm gradient");
+  EXPECT_TRUE(partial_gradient_sums.contains("mixer.q_norm.weight"));
+  for (const auto& [name, sum] : partial_gradient_sums)
+    expect_close(sum, values_of(find_parameter(full, name)->grad), name + " gradient");
+}
+
+TEST(TensorParallelLayers, AttentionPartsAddUpToTheWholeLayer) {
+  // Grouped queries (keys and values split by group), rotary embeddings, biases, a window and a query norm (whole on
+  // every rank, partial gradient).
+  expect_attention_parts_add_up(
+      "{heads: 4, head_groups: 2, head_size: 4, add_linear_biases: true, window_size: 3, rotary: {type: default}, "
+      "query_norm: {type: rms_norm}}",
+      1);
+}
+
+TEST(TensorParallelLayers, MultiQueryAttentionPartsAddUpToTheWholeLayer) {
+  // One head group: the ranks split its heads and each holds the whole key_value projection (partial gradients).
+  expect_attention_parts_add_up(
+      "{heads: 4, head_groups: 1, head_size: 4, add_linear_biases: true, rotary: {type: default}, "
+      "query_norm: {type: rms_norm}}",
+      1);
+  const auto config = load_config<AttentionConfig>("{heads: 4, head_groups: 1, head_size: 4}");
+  Attention part("mixer", config, 8, 1.0, nullptr, nullptr, {.rank = 1, .size = kRanks});
+  EXPECT_EQ(part.key_value().weight().meta.shape, (Shape{8, 8}));
+  EXPECT_EQ(part.key_value().weight().meta.tensor.dim, -1);
+  EXPECT_TRUE(part.key_value().weight().meta.tensor.partial_gradient);
 }
 
 TEST(TensorParallelLayers, RefusesWhatItDoesNotSplit) {
   const TensorParallelism two{.rank = 0, .size = 2};
-  // Fewer head groups than ranks.
-  const auto multi_query = load_config<AttentionConfig>("{heads: 4, head_groups: 1, head_size: 4}");
-  EXPECT_THROW(Attention("mixer", multi_query, 8, 1.0, nullptr, nullptr, two), ConfigError);
+  // Head groups that do not split (more than one).
+  const auto three_groups = load_config<AttentionConfig>("{heads: 6, head_groups: 3, head_size: 4}");
+  EXPECT_THROW(Attention("mixer", three_groups, 8, 1.0, nullptr, nullptr, two), ConfigError);
   // An intermediate size that does not split.
   EXPECT_THROW(Mlp("mlp", load_config<MlpConfig>("{intermediate_size: 5}"), 4, 1.0, nullptr, two), ConfigError);
   // LoRA adapters.

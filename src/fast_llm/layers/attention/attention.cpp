@@ -47,17 +47,22 @@ std::optional<LoraOptions> key_value_lora(const LoraConfig* lora, const Attentio
                      .end = value ? 2 * half : half};
 }
 
+// Tensor parallelism splits the head groups over the ranks, or (multi-query attention, one group, as Fast-LLM) the
+// heads of the group, with key_value whole on every rank.
+bool replicated_key_value(const AttentionConfig& config, const TensorParallelism& tensor_parallel) {
+  return tensor_parallel.enabled() && config.head_groups == 1;
+}
+
 const AttentionConfig& checked(const AttentionConfig& config, const TensorParallelism& tensor_parallel) {
-  // Fewer head groups than ranks would need the key_value projection on several ranks (and its gradient summed over
-  // them): not built.
   if (config.heads % tensor_parallel.size != 0)
     throw ConfigError(config.field_path("heads"),
                       fmt::format("{} heads do not split over tensor_parallel {}: it must divide them", config.heads,
                                   tensor_parallel.size));
-  if (config.head_groups % tensor_parallel.size != 0)
+  if (config.head_groups % tensor_parallel.size != 0 && !replicated_key_value(config, tensor_parallel))
     throw ConfigError(config.field_path("head_groups"),
-                      fmt::format("{} head groups do not split over tensor_parallel {}: it must divide them (fewer "
-                                  "head groups than tensor-parallel ranks is not supported)",
+                      fmt::format("{} head groups do not split over tensor_parallel {}: it must divide them, or there "
+                                  "must be one group (multi-query attention: each rank then holds the whole key and "
+                                  "value projection)",
                                   config.head_groups, tensor_parallel.size));
   if (config.dropout > 0.0)
     throw NotSupportedError("layers", fmt::format("{}: attention dropout ({}) is not supported; set it to 0",
@@ -85,7 +90,7 @@ Attention::Attention(std::string name, const AttentionConfig& config, int64_t hi
                      std::shared_ptr<Rotary> rotary, const LoraConfig* lora, TensorParallelism tensor_parallel)
     : Mixer(std::move(name)),
       heads_(checked(config, tensor_parallel).heads / tensor_parallel.size),
-      head_groups_(config.head_groups / tensor_parallel.size),
+      head_groups_(replicated_key_value(config, tensor_parallel) ? 1 : config.head_groups / tensor_parallel.size),
       head_size_(config.head_size),
       causal_(config.causal),
       softmax_scale_(std::pow(double(config.head_size), -config.softmax_scale_power)),
@@ -98,7 +103,9 @@ Attention::Attention(std::string name, const AttentionConfig& config, int64_t hi
       key_value_(child_name("key_value"),
                  projection_options(config.key_layer, hidden_size, 2 * int64_t(head_groups_) * config.head_size,
                                     hidden_size, combine_lr_scales(lr_scale, config.lr_scale),
-                                    key_value_lora(lora, config), tensor_parallel, TensorParallelMode::column,
+                                    key_value_lora(lora, config), tensor_parallel,
+                                    replicated_key_value(config, tensor_parallel) ? TensorParallelMode::replicated
+                                                                                  : TensorParallelMode::column,
                                     /*blocks=*/2)),
       dense_(child_name("dense"),
              projection_options(config.dense_layer, int64_t(heads_) * config.head_size, hidden_size, hidden_size,

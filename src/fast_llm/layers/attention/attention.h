@@ -42,7 +42,8 @@ class Attention : public Mixer {
   // builds this layer's own from the config.
   // `lora` (null: none) adds LoRA adapters to the query projection and the value half of key_value, and to the other
   // projections whose `apply_peft` is true (the key half, dense).
-  // `tensor_parallel`: this rank's heads and head groups (both must divide over the ranks), query and key_value
+  // `tensor_parallel`: this rank's heads and head groups (both must divide over the ranks, or with a single head group
+  // the heads only, key_value then whole on every rank with partial gradients, as Fast-LLM), query and key_value
   // column-parallel, dense row-parallel (common/tensor_parallel.h).
   Attention(std::string name, const AttentionConfig& config, int64_t hidden_size, double lr_scale,
             std::shared_ptr<Rotary> rotary = nullptr, const LoraConfig* lora = nullptr,

@@ -43,17 +43,20 @@ Linear::Linear(std::string name, const LinearOptions& options) : Module(std::mov
     FLM_ASSERT(options.tensor_parallel_mode != TensorParallelMode::none, "{}: a linear layer of a tensor-parallel model "
                "without a tensor-parallel mode", this->name());
     const bool column = options.tensor_parallel_mode == TensorParallelMode::column;
+    const bool replicated = options.tensor_parallel_mode == TensorParallelMode::replicated;
     // The weight's output features are dimension 0 ([output, input]) or 1 (transposed).
     const int output_dim = options.transposed_weight ? 1 : 0;
     weight_->meta.tensor = {.size = parallel.size,
                             .rank = parallel.rank,
-                            .dim = column ? output_dim : 1 - output_dim,
-                            .blocks = column ? options.tensor_blocks : 1};
+                            .dim = replicated ? -1 : column ? output_dim : 1 - output_dim,
+                            .blocks = column ? options.tensor_blocks : 1,
+                            .partial_gradient = replicated};
     if (bias_ != nullptr)
       bias_->meta.tensor = {.size = parallel.size,
                             .rank = parallel.rank,
                             .dim = column ? 0 : -1,
-                            .blocks = column ? options.tensor_blocks : 1};
+                            .blocks = column ? options.tensor_blocks : 1,
+                            .partial_gradient = replicated};
   }
   if (options.lora) {
     const LoraOptions& lora = *options.lora;

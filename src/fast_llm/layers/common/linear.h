@@ -42,8 +42,10 @@ struct LoraOptions {
 // Tensor parallelism of a linear layer (common/tensor_parallel.h). `column`: the output features are split over the
 // ranks (in LinearOptions::tensor_blocks equal blocks, each split), and so is the bias; `row`: the input features are
 // split, forward returns a partial sum without the bias, which the caller adds (add_bias) once it has summed the
-// output over the group.
-enum class TensorParallelMode { none, column, row };
+// output over the group; `replicated`: whole on every rank, which uses its output for its own part of the work (the
+// single key and value group of multi-query attention), so its gradients are partial (summed by the engine) and so is
+// its input gradient (summed by the caller).
+enum class TensorParallelMode { none, column, row, replicated };
 
 struct LinearOptions {
   int64_t input_size = 0;
