@@ -2,11 +2,12 @@
 // layout_comparison.h): each pipeline stage's layers split over a tensor-parallel group, the activations between stages
 // sent per tensor rank (with sequence-tensor parallelism, each rank's sequence shard), and the embeddings tied to the
 // head across pipeline ranks as vocabulary slices. The layouts of Fast-LLM's matrix that combine them, stp2_pp2s1_bf4
-// (4 processes) and dp2_tp2_pp2s1_bf4 with tied embeddings (8 processes), give the losses, gradient norms and updated
-// weights of one process running the same global batch. A tp2 x pp2 checkpoint (files rank_<(p * dp + d) * tp + t>)
-// loads in one process, and its Hugging Face (qwen2) export and conversion equal one process's. The model is
-// Qwen2-style: grouped-query attention, rotary embeddings, biases on the query, key and value projections and (except
-// for the Hugging Face export, which Qwen2 lacks) a sliding window.
+// (4 processes, also resumed in its layout), dp2_stp2_pp2s2_bf4 (8, with ZeRO-2) and dp2_tp2_pp2s1_bf4 with tied
+// embeddings (8), give the losses, gradient norms and updated weights of one process running the same global batch.
+// A tp2 x pp2 checkpoint (files rank_<(p * dp + d) * tp + t>) loads in one process, and its Hugging Face (qwen2)
+// export and conversion equal one process's. The model is Qwen2-style: grouped-query attention, rotary embeddings,
+// biases on the query, key and value projections and (except for the Hugging Face export, which Qwen2 lacks) a sliding
+// window.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -78,6 +79,21 @@ TEST_F(TensorPipelineTrainingTest, SequenceTensorAndPipelineParallelMatchOneProc
   for (int rank = 0; rank < 4; ++rank)
     EXPECT_TRUE(fs::exists(parallel / "checkpoint" / "3" / ("rank_" + std::to_string(rank) + ".safetensors")))
         << rank;
+  // Stopped after step 2 and restarted in its layout: each rank reads its own file, bit for bit the uninterrupted run.
+  const fs::path resumed = stopped_copy(parallel, "stp2_pp2s1_bf4_resumed", 2);
+  train("stp2_pp2s1_bf4_resumed", 4, {kTensorParallel, kSequenceTensorParallel, kPipeline, kBreadthFirst4});
+  expect_same_checkpoint(resumed, parallel, 3, mode_.resume_tolerance);
+}
+
+// dp2_stp2_pp2s2_bf4: 8 processes, two layers per stage (one stage per pipeline rank), ZeRO-2 within each data-parallel
+// group of a (pipeline, tensor) rank; a global batch of 2 x 4 micro-batches as one process with 8.
+TEST_F(TensorPipelineTrainingTest, DataSequenceTensorAndPipelineParallelMatchOneProcess) {
+  const fs::path single = train("bf8", 0, {"schedule.breadth_first_micro_batches=8"});
+  const fs::path parallel =
+      train("dp2_stp2_pp2s2_bf4", 8, {kTensorParallel, kSequenceTensorParallel, kPipeline, kBreadthFirst4,
+                                      "model.multi_stage.layers_per_stage=2", "model.multi_stage.zero_stage=2"});
+  expect_same_records(records(parallel), records(single), kTolerance);
+  expect_same_checkpoint(parallel, single, 3, kTolerance);
 }
 
 // dp2_tp2_pp2s1_bf4 with the embeddings tied to the head: 8 processes, a global batch of 2 x 4 micro-batches as one
