@@ -3,11 +3,11 @@
 // sent per tensor rank (with sequence-tensor parallelism, each rank's sequence shard), and the embeddings tied to the
 // head across pipeline ranks as vocabulary slices. The layouts of Fast-LLM's matrix that combine them, stp2_pp2s1_bf4
 // (4 processes, also resumed in its layout), dp2_stp2_pp2s2_bf4 (8, with ZeRO-2) and dp2_tp2_pp2s1_bf4 with tied
-// embeddings (8), give the losses, gradient norms and updated weights of one process running the same global batch.
-// A tp2 x pp2 checkpoint (files rank_<(p * dp + d) * tp + t>) loads in one process, and its Hugging Face (qwen2)
-// export and conversion equal one process's. The model is Qwen2-style: grouped-query attention, rotary embeddings,
-// biases on the query, key and value projections and (except for the Hugging Face export, which Qwen2 lacks) a sliding
-// window.
+// embeddings (8), give the losses, gradient norms and updated weights of one process running the same global batch. A
+// tp2 x pp2 checkpoint (files rank_<(p * dp + d) * tp + t>) loads in one process and in stp2, one process's loads in
+// tp2 x pp2, and its Hugging Face (qwen2) export and conversion equal one process's. The model is Qwen2-style:
+// grouped-query attention, rotary embeddings, biases on the query, key and value projections and (except for the
+// Hugging Face export, which Qwen2 lacks) a sliding window.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -65,6 +65,11 @@ const std::string kPipeline = "model.distributed.pipeline_parallel=2";
 const std::string kBreadthFirst4 = "schedule.breadth_first_micro_batches=4";
 const std::string kExport = "training.export={format: fast_llm, interval: 3, optimizer_state: true}";
 
+std::vector<std::string> with(std::vector<std::string> overrides, const std::vector<std::string>& more) {
+  overrides.insert(overrides.end(), more.begin(), more.end());
+  return overrides;
+}
+
 // stp2_pp2s1_bf4: 4 processes, tensor ranks adjacent (world rank = pipeline rank x 2 + tensor rank).
 TEST_F(TensorPipelineTrainingTest, SequenceTensorAndPipelineParallelMatchOneProcess) {
   const fs::path single = train("bf4", 0, {kBreadthFirst4, kExport});
@@ -94,6 +99,12 @@ TEST_F(TensorPipelineTrainingTest, DataSequenceTensorAndPipelineParallelMatchOne
                                       "model.multi_stage.layers_per_stage=2", "model.multi_stage.zero_stage=2"});
   expect_same_records(records(parallel), records(single), kTolerance);
   expect_same_checkpoint(parallel, single, 3, kTolerance);
+  // pipeline_first swaps the data and pipeline ranks in the world (the checkpoint files keep their numbering).
+  const fs::path swapped = train("dp2_stp2_pp2s2_bf4_pipeline_first", 8,
+                                 {kTensorParallel, kSequenceTensorParallel, kPipeline, kBreadthFirst4,
+                                  "model.multi_stage.layers_per_stage=2", "model.distributed.pipeline_first=true"});
+  expect_same_records(records(swapped), records(single), kTolerance);
+  expect_same_checkpoint(swapped, single, 3, kTolerance);
 }
 
 // dp2_tp2_pp2s1_bf4 with the embeddings tied to the head: 8 processes, a global batch of 2 x 4 micro-batches as one
@@ -113,9 +124,7 @@ TEST_F(TensorPipelineTrainingTest, TensorPipelineCheckpointLoadsInOneProcessAndE
   const std::vector<std::string> qwen2{"model.base_model.decoder.block.mixer.window_size=null",
                                        "training.export={format: qwen2, interval: 3}", kBreadthFirst4};
   const fs::path single = train("qwen2_bf4", 0, qwen2);
-  std::vector<std::string> overrides = qwen2;
-  overrides.insert(overrides.end(), {kTensorParallel, kPipeline});
-  const fs::path parallel = train("qwen2_tp2_pp2s1_bf4", 4, overrides);
+  const fs::path parallel = train("qwen2_tp2_pp2s1_bf4", 4, with(qwen2, {kTensorParallel, kPipeline}));
   expect_same_records(records(parallel), records(single), kTolerance);
   const fs::path folder = fs::path("export") / "qwen2" / "3";
   ASSERT_TRUE(fs::exists(parallel / folder / "config.json"));
@@ -132,10 +141,18 @@ TEST_F(TensorPipelineTrainingTest, TensorPipelineCheckpointLoadsInOneProcessAndE
   expect_same_state(*engine::SafetensorsSet::open_huggingface(converted),
                     *engine::SafetensorsSet::open_huggingface(single / folder), kTolerance);
 
-  // The checkpoint of step 2 continued by one process: the same step 3.
+  // The checkpoint of step 2 continued by one process, and by another layout (stp2 without a pipeline): the same
+  // step 3.
   const fs::path by_one = stopped_copy(parallel, "qwen2_tp2_pp2s1_bf4_by_1", 2);
   train("qwen2_tp2_pp2s1_bf4_by_1", 0, qwen2);
   expect_same_checkpoint(by_one, single, 3, kTolerance);
+  const fs::path by_stp2 = stopped_copy(parallel, "qwen2_tp2_pp2s1_bf4_by_stp2", 2);
+  train("qwen2_tp2_pp2s1_bf4_by_stp2", 2, with(qwen2, {kTensorParallel, kSequenceTensorParallel}));
+  expect_same_checkpoint(by_stp2, single, 3, kTolerance);
+  // And one process's checkpoint of step 2 continued on tp2 x pp2 (each rank takes its stages' parts).
+  const fs::path split = stopped_copy(single, "qwen2_bf4_by_tp2_pp2s1", 2);
+  train("qwen2_bf4_by_tp2_pp2s1", 4, with(qwen2, {kTensorParallel, kPipeline}));
+  expect_same_checkpoint(split, single, 3, kTolerance);
 }
 
 }  // namespace
