@@ -3,11 +3,11 @@
 // sent per tensor rank (with sequence-tensor parallelism, each rank's sequence shard), and the embeddings tied to the
 // head across pipeline ranks as vocabulary slices. The layouts of Fast-LLM's matrix that combine them, stp2_pp2s1_bf4
 // (4 processes, also resumed in its layout), dp2_stp2_pp2s2_bf4 (8, with ZeRO-2) and dp2_tp2_pp2s1_bf4 with tied
-// embeddings (8), give the losses, gradient norms and updated weights of one process running the same global batch. A
-// tp2 x pp2 checkpoint (files rank_<(p * dp + d) * tp + t>) loads in one process and in stp2, one process's loads in
-// tp2 x pp2, and its Hugging Face (qwen2) export and conversion equal one process's. The model is Qwen2-style:
-// grouped-query attention, rotary embeddings, biases on the query, key and value projections and (except for the
-// Hugging Face export, which Qwen2 lacks) a sliding window.
+// embeddings (8; stp2_pp2s2_bf4 too, a block in the tied stage), give the losses, gradient norms and updated weights of
+// one process running the same global batch. A tp2 x pp2 checkpoint (files rank_<(p * dp + d) * tp + t>) loads in one
+// process and in stp2, one process's loads in tp2 x pp2, and its Hugging Face (qwen2) export and conversion equal one
+// process's. The model is Qwen2-style: grouped-query attention, rotary embeddings, biases on the query, key and value
+// projections and (except for the Hugging Face export, which Qwen2 lacks) a sliding window.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -116,6 +116,14 @@ TEST_F(TensorPipelineTrainingTest, DataTensorAndPipelineParallelWithTiedEmbeddin
   EXPECT_NE(output_.find("tied weights copied to the ranks that read them"), std::string::npos) << output_;
   expect_same_records(records(parallel), records(single), kTolerance);
   expect_same_checkpoint(parallel, single, 3, kTolerance);
+  // stp2_pp2s2_bf4: block 0 shares the embeddings' stage, so the tied stage holds the block's norms, whose gradients
+  // each tensor rank computes a part of (sequence-tensor parallelism): summed over the tensor group after the tie
+  // group's sum.
+  const fs::path single_bf4 = train("bf4_tied", 0, {tied, kBreadthFirst4});
+  const fs::path sequence = train("stp2_pp2s2_bf4_tied", 4, {tied, kTensorParallel, kSequenceTensorParallel, kPipeline,
+                                                             kBreadthFirst4, "model.multi_stage.layers_per_stage=2"});
+  expect_same_records(records(sequence), records(single_bf4), kTolerance);
+  expect_same_checkpoint(sequence, single_bf4, 3, kTolerance);
 }
 
 // A tp2 x pp2 run's checkpoint continued by one process, and its Hugging Face (qwen2) export and conversion: one
