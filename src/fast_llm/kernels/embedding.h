@@ -2,7 +2,13 @@
 //   output[t] = scale * weight[index[t]];   grad_weight[index[t]] += scale * grad_output[t]
 // Used for word embeddings (index = token ids) and absolute position embeddings (index = positions). Indices out of
 // [0, rows) are an error on the CPU (checked) and must not happen on the GPU (the data pipeline guarantees it).
+// With `first_row` (vocabulary parallelism: each tensor-parallel rank holds a slice of the table) the weight holds rows
+// [first_row, first_row + rows) of the table: index i reads row i - first_row, and an index outside the slice reads
+// zeros in the forward and adds nothing in the backward.
 #pragma once
+
+#include <cstdint>
+#include <optional>
 
 #include "fast_llm/kernels/registry.h"
 #include "fast_llm/tensor/tensor.h"
@@ -15,6 +21,7 @@ struct EmbeddingForwardArgs {
   Tensor& output;         // (tokens, hidden), dtype of weight
   double scale = 1.0;
   bool accumulate = false;  // output += instead of = (adds position embeddings onto word embeddings)
+  std::optional<int64_t> first_row = std::nullopt;
   Stream stream = {};
 };
 
@@ -23,6 +30,7 @@ struct EmbeddingBackwardArgs {
   const Tensor& grad_output;  // (tokens, hidden)
   Tensor& grad_weight;        // (rows, hidden) +=, usually fp32
   double scale = 1.0;
+  std::optional<int64_t> first_row = std::nullopt;
   Stream stream = {};
 };
 

@@ -15,7 +15,7 @@
 
 namespace fast_llm::distributed {
 class Communicator;
-}
+}  // namespace fast_llm::distributed
 
 namespace fast_llm::layers {
 
@@ -131,6 +131,9 @@ struct LayerContext {
   // Set by the reference models' forward (models/gpt/reference_models.h): decoder blocks store a copy of their mixer
   // output in it under their name, for the trained model's activation distillation.
   std::map<std::string, Tensor>* mixer_outputs = nullptr;
+  // The tensor-parallel group (the ranks that differ only in their tensor rank), set by the schedule when
+  // model.distributed.tensor_parallel > 1; layers built for several tensor ranks talk in it (common/tensor_parallel.h).
+  distributed::Communicator* tensor_group = nullptr;
 };
 
 }  // namespace fast_llm::layers

@@ -28,6 +28,27 @@ struct Initialization {
   static Initialization uniform(double low, double high) { return {.kind = Kind::uniform, .min = low, .max = high}; }
 };
 
+// How a parameter lies over the tensor-parallel group (layers/common/tensor_parallel.h). `shape` is this rank's; a split
+// parameter is the one-process tensor cut along `dim`, which is made of `blocks` equal blocks (key_value's keys and
+// values, a gated layer_1's gate and up halves) each cut into `size` parts, rank r holding part r of every block. A
+// replicated parameter (dim -1) is whole on every rank; with `partial_gradient` each rank computes only a part of its
+// gradient (sequence-tensor-parallel norms, the per-head query and key norms), which the engine sums over the group.
+struct TensorSplit {
+  int size = 1;  // tensor-parallel ranks (1: not tensor-parallel)
+  int rank = 0;
+  int dim = -1;
+  int blocks = 1;
+  bool partial_gradient = false;
+
+  bool split() const { return size > 1 && dim >= 0; }
+  // The one-process shape of a parameter of this rank's shape `local`.
+  Shape global_shape(const Shape& local) const;
+  // The index in the one-process tensor of element `index` of this rank's tensor of shape `local` (row-major).
+  int64_t global_index(const Shape& local, int64_t index) const;
+  // Elements from `index` on that follow each other in the one-process tensor too (at least 1).
+  int64_t contiguous_run(const Shape& local, int64_t index) const;
+};
+
 struct ParameterMeta {
   std::string name;  // full dotted name, Fast-LLM's: "decoder.3.mixer.query.weight"
   Shape shape;
@@ -36,6 +57,7 @@ struct ParameterMeta {
   double lr_scale = 1.0;     // product of the lr_scale settings down the config tree
   bool frozen = false;       // no gradient, no optimizer state
   bool peft = false;         // a PEFT adapter weight (LoRA): stays trainable when `peft.freeze_others` freezes the rest
+  TensorSplit tensor;        // tensor-parallel layout (whole, on one rank, by default)
 };
 
 struct Parameter {

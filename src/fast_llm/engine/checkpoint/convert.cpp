@@ -15,12 +15,14 @@ namespace fast_llm::engine {
 namespace {
 constexpr std::string_view kComponent = "checkpoint";
 
-// The input's model config without the parallel layout it was trained in (a pipeline's pipeline_parallel, the
-// processes): the conversion runs in this one process, and the formats it writes do not depend on a layout.
+// The input's model config without the parallel layout it was trained in (pipeline and tensor parallelism, the
+// processes): the conversion runs in this one process, and the formats it writes do not depend on a layout (the
+// tensor-parallel parts are put together when the checkpoint is read).
 YAML::Node without_parallel_layout(YAML::Node model) {
   YAML::Node distributed = model["distributed"];
   if (distributed && distributed.IsMap())
-    for (const char* field : {"pipeline_parallel", "pipeline_first", "world_size", "rank", "local_world_size"})
+    for (const char* field : {"pipeline_parallel", "pipeline_first", "tensor_parallel", "sequence_tensor_parallel",
+                              "world_size", "rank", "local_world_size"})
       distributed.remove(field);
   return model;
 }

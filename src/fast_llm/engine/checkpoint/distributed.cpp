@@ -23,14 +23,22 @@ namespace {
 constexpr std::string_view kComponent = "checkpoint";
 
 std::string rank_file(int rank) { return fmt::format("rank_{}.safetensors", rank); }
+// The file of a (pipeline rank p, data rank d, tensor rank t): rank_<(p * data_parallel + d) * tensor_parallel + t>,
+// so a checkpoint without tensor or pipeline parallelism names its files by data rank as before.
+int file_index(int pipeline_rank, int data_rank, int tensor_rank, int data_parallel, int tensor_parallel) {
+  return (pipeline_rank * data_parallel + data_rank) * tensor_parallel + tensor_rank;
+}
 std::string stage_key(size_t stage, std::string_view shard) { return fmt::format("stage_{}/{}", stage, shard); }
 
 // A parameter as the layout records it.
 struct RecordedParameter {
   std::string name;
   int64_t offset = 0;
-  Shape shape;
+  Shape shape;  // a tensor rank's
   bool frozen = false;
+  // Tensor parallelism: the split dimension and its blocks (layers::TensorSplit), dim -1 when whole on every rank.
+  int split_dim = -1;
+  int split_blocks = 1;
 };
 struct RecordedStage {
   int64_t trainable_size = 0, frozen_size = 0;
@@ -38,8 +46,9 @@ struct RecordedStage {
 };
 struct RecordedLayout {
   int data_parallel = 1;
-  // Stage s's shards are in the files of pipeline rank s % pipeline_parallel: files[p * data_parallel + data rank].
+  // Stage s's shards are in the files of pipeline rank s % pipeline_parallel (file_index).
   int pipeline_parallel = 1;
+  int tensor_parallel = 1;
   DType optimization_dtype = DType::float32;
   std::vector<std::string> files;
   std::vector<RecordedStage> stages;
@@ -50,9 +59,11 @@ YAML::Node layout_of(const MultiStage& multi_stage) {
   const StageSettings& settings = multi_stage.settings();
   layout["data_parallel"] = settings.data_parallel;
   layout["pipeline_parallel"] = settings.pipeline_parallel;
+  // Written only with tensor parallelism, so that other checkpoints keep their metadata.
+  if (settings.tensor_parallel > 1) layout["tensor_parallel"] = settings.tensor_parallel;
   layout["optimization_dtype"] = std::string(dtype_name(settings.optimization_dtype));
   YAML::Node files(YAML::NodeType::Sequence);
-  for (int rank = 0; rank < settings.data_parallel * settings.pipeline_parallel; ++rank)
+  for (int rank = 0; rank < settings.pipeline_parallel * settings.data_parallel * settings.tensor_parallel; ++rank)
     files.push_back(rank_file(rank));
   layout["files"] = files;
   YAML::Node stages(YAML::NodeType::Sequence);
@@ -70,6 +81,12 @@ YAML::Node layout_of(const MultiStage& multi_stage) {
       shape.SetStyle(YAML::EmitterStyle::Flow);
       parameter["shape"] = shape;
       parameter["frozen"] = slot.parameter->meta.frozen;
+      if (const layers::TensorSplit& split = slot.parameter->meta.tensor; split.split()) {
+        YAML::Node tensor_split(YAML::NodeType::Sequence);
+        tensor_split.push_back(split.dim);
+        tensor_split.push_back(split.blocks);
+        parameter["tensor_split"] = tensor_split;
+      }
       parameter.SetStyle(YAML::EmitterStyle::Flow);
       parameters.push_back(parameter);
     }
@@ -105,6 +122,7 @@ RecordedLayout read_layout(const std::filesystem::path& directory, const Checkpo
     layout.data_parallel = node["data_parallel"].as<int>();
     // Checkpoints written before pipeline parallelism have no pipeline_parallel: one pipeline rank.
     if (node["pipeline_parallel"]) layout.pipeline_parallel = node["pipeline_parallel"].as<int>();
+    if (node["tensor_parallel"]) layout.tensor_parallel = node["tensor_parallel"].as<int>();
     auto dtype = parse_dtype(node["optimization_dtype"].as<std::string>());
     if (!dtype || !is_floating(*dtype)) fail("has an invalid optimization_dtype");
     layout.optimization_dtype = *dtype;
@@ -131,6 +149,14 @@ RecordedLayout read_layout(const std::filesystem::path& directory, const Checkpo
         if (dims.size() > size_t(kMaxTensorRank))
           fail(fmt::format("gives parameter {} a shape of rank {}", entry.name, dims.size()));
         entry.shape = Shape(std::span<const int64_t>(dims));
+        if (const YAML::Node split = parameter["tensor_split"]) {
+          entry.split_dim = split[0].as<int>();
+          entry.split_blocks = split[1].as<int>();
+          if (entry.split_dim < 0 || entry.split_dim >= entry.shape.rank() || entry.split_blocks < 1 ||
+              entry.shape[entry.split_dim] % entry.split_blocks != 0)
+            fail(fmt::format("gives parameter {} of shape {} an invalid tensor split ({}, {})", entry.name,
+                             entry.shape.str(), entry.split_dim, entry.split_blocks));
+        }
         const std::optional<int64_t> numel = checked_numel(entry.shape);
         if (!numel) fail(fmt::format("gives parameter {} an invalid shape {}", entry.name, entry.shape.str()));
         const int64_t region_begin = entry.frozen ? recorded.trainable_size : 0;
@@ -155,9 +181,9 @@ RecordedLayout read_layout(const std::filesystem::path& directory, const Checkpo
   } catch (const YAML::Exception& error) {
     fail(fmt::format("is malformed: {}", error.msg));
   }
-  if (layout.data_parallel < 1 || layout.pipeline_parallel < 1 ||
-      int64_t(layout.files.size()) != int64_t(layout.data_parallel) * layout.pipeline_parallel)
-    fail("lists a number of files that does not match its data_parallel x pipeline_parallel");
+  if (layout.data_parallel < 1 || layout.pipeline_parallel < 1 || layout.tensor_parallel < 1 ||
+      int64_t(layout.files.size()) != int64_t(layout.pipeline_parallel) * layout.data_parallel * layout.tensor_parallel)
+    fail("lists a number of files that does not match its pipeline_parallel x data_parallel x tensor_parallel");
   if (layout.stages.size() < size_t(layout.pipeline_parallel))
     fail(fmt::format("has {} stages for {} pipeline ranks", layout.stages.size(), layout.pipeline_parallel));
   for (const auto& name : layout.files)
@@ -168,6 +194,7 @@ RecordedLayout read_layout(const std::filesystem::path& directory, const Checkpo
 bool same_layout(const RecordedLayout& recorded, const MultiStage& multi_stage) {
   const StageSettings& settings = multi_stage.settings();
   if (recorded.data_parallel != settings.data_parallel || recorded.pipeline_parallel != settings.pipeline_parallel ||
+      recorded.tensor_parallel != settings.tensor_parallel ||
       recorded.optimization_dtype != settings.optimization_dtype ||
       recorded.stages.size() != multi_stage.stages().size())
     return false;
@@ -180,8 +207,11 @@ bool same_layout(const RecordedLayout& recorded, const MultiStage& multi_stage) 
     for (size_t slot = 0; slot < stage.parameters.size(); ++slot) {
       const RecordedParameter& parameter = stage.parameters[slot];
       const ParameterSlot& actual = current.parameters()[slot];
+      const layers::TensorSplit& split = actual.parameter->meta.tensor;
       if (parameter.name != actual.parameter->meta.name || parameter.offset != actual.offset ||
-          !(parameter.shape == actual.parameter->meta.shape) || parameter.frozen != actual.parameter->meta.frozen)
+          !(parameter.shape == actual.parameter->meta.shape) || parameter.frozen != actual.parameter->meta.frozen ||
+          parameter.split_dim != (split.split() ? split.dim : -1) ||
+          (split.split() && parameter.split_blocks != split.blocks))
         return false;
     }
   }
@@ -236,7 +266,8 @@ void write_distributed_checkpoint(const std::filesystem::path& directory, MultiS
                          .values = [tensor] { return tensor->to(Device::cpu()); }});
     }
   }
-  const int file_rank = settings.pipeline_rank * settings.data_parallel + settings.data_rank;
+  const int file_rank = file_index(settings.pipeline_rank, settings.data_rank, settings.tensor_rank,
+                                   settings.data_parallel, settings.tensor_parallel);
   write_safetensors(directory / rank_file(file_rank), entries,
                     {{"format", "distributed"},
                      {"step", std::to_string(contents.state.completed_steps)},
@@ -271,16 +302,17 @@ TrainingState load_distributed_checkpoint(const std::filesystem::path& directory
   const RecordedLayout layout = read_layout(directory, metadata);
   if (same_layout(layout, multi_stage)) {
     const StageSettings& settings = multi_stage.settings();
-    // The files of this data rank at each pipeline rank whose stages this rank holds.
+    // The files of this (data rank, tensor rank) at each pipeline rank whose stages this rank holds.
     std::map<size_t, std::unique_ptr<SafetensorsFile>> files;
     const Stream stream = compute_stream(settings.device);
     for (size_t index = 0; index < multi_stage.stages().size(); ++index) {
       if (!multi_stage.holds(index)) continue;
       Stage& stage = *multi_stage.stages()[index];
-      const size_t file_index =
-          size_t(stage_pipeline_rank(index, settings.pipeline_parallel) * settings.data_parallel + settings.data_rank);
-      std::unique_ptr<SafetensorsFile>& opened = files[file_index];
-      if (!opened) opened = std::make_unique<SafetensorsFile>(directory / layout.files.at(file_index));
+      const size_t number = size_t(file_index(stage_pipeline_rank(index, settings.pipeline_parallel),
+                                              settings.data_rank, settings.tensor_rank, settings.data_parallel,
+                                              settings.tensor_parallel));
+      std::unique_ptr<SafetensorsFile>& opened = files[number];
+      if (!opened) opened = std::make_unique<SafetensorsFile>(directory / layout.files.at(number));
       SafetensorsFile& file = *opened;
       std::vector<std::pair<std::string_view, Tensor*>> shards{{kWeightsShard, &stage.weight_shard()}};
       if (optimizer_state) {
@@ -319,6 +351,7 @@ std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesyste
   const RecordedLayout layout = read_layout(directory, metadata);
   const int ranks = layout.data_parallel;
   const int pipeline_parallel = layout.pipeline_parallel;
+  const int tensor_parallel = layout.tensor_parallel;
   std::vector<std::shared_ptr<SafetensorsFile>> files;
   for (const std::string& name : layout.files) files.push_back(std::make_shared<SafetensorsFile>(directory / name));
   auto result = std::make_shared<TensorList>(fmt::format("checkpoint {} (distributed)", directory.string()));
@@ -332,9 +365,10 @@ std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesyste
     // Rank r's shard of each region: [r * shard, (r + 1) * shard) of the region, stored from `file_offset` on in the
     // rank's tensor (the frozen part follows the trainable one in `weights`).
     const int64_t trainable_shard = stage.trainable_size / ranks, frozen_shard = stage.frozen_size / ranks;
-    // The files of the pipeline rank that owns the stage, by data rank.
-    const auto first_file = files.begin() + int64_t(stage_pipeline_rank(index, pipeline_parallel)) * ranks;
-    const std::vector<std::shared_ptr<SafetensorsFile>> stage_files(first_file, first_file + ranks);
+    // The files of the pipeline rank that owns the stage, by (data rank, tensor rank).
+    const auto first_file = files.begin() + int64_t(stage_pipeline_rank(index, pipeline_parallel)) * ranks *
+                                                tensor_parallel;
+    const std::vector<std::shared_ptr<SafetensorsFile>> stage_files(first_file, first_file + ranks * tensor_parallel);
     for (const std::shared_ptr<SafetensorsFile>& file : stage_files)
       for (const std::string& shard : metadata.shards) {
         const std::string key = stage_key(index, shard);
@@ -350,28 +384,47 @@ std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesyste
       const int64_t region_begin = parameter.frozen ? parameter.offset - stage.trainable_size : parameter.offset;
       const int64_t shard_size = parameter.frozen ? frozen_shard : trainable_shard;
       const int64_t file_offset = parameter.frozen ? trainable_shard : 0;
+      // Tensor parallelism: each tensor rank's part of a split parameter, put together; tensor rank 0's copy of a
+      // whole one.
+      const layers::TensorSplit split{.size = tensor_parallel, .dim = parameter.split_dim,
+                                      .blocks = parameter.split_blocks};
       for (const std::string& shard : metadata.shards) {
         if (shard != kWeightsShard && parameter.frozen) continue;
         const std::string key = stage_key(index, shard);
         const Shape shape = parameter.shape;
-        result->add(state_key(parameter.name, shard), {dtype, shape},
-                    [files = stage_files, key, region_begin, shape, dtype, element_size, shard_size, file_offset] {
-                      Tensor values = Tensor::empty(shape, dtype);
-                      char* output = static_cast<char*>(values.data());
-                      // The pieces of the parameter in each rank's shard, in order.
-                      const int64_t numel = shape.numel();
-                      for (int64_t element = 0; element < numel;) {
-                        const int64_t position = region_begin + element;
-                        const int64_t rank = position / shard_size, within = position % shard_size;
-                        const int64_t count = std::min(numel - element, shard_size - within);
-                        const std::span<const std::byte> bytes = files[size_t(rank)]->bytes(key);
-                        std::memcpy(output + size_t(element) * element_size,
-                                    bytes.data() + size_t(file_offset + within) * element_size,
-                                    size_t(count) * element_size);
-                        element += count;
-                      }
-                      return values;
-                    });
+        // The part of tensor rank `tensor_rank`, from the shards of its data ranks' files.
+        auto read_part = [files = stage_files, key, region_begin, shape, dtype, element_size, shard_size, file_offset,
+                          tensor_parallel](int tensor_rank) {
+          Tensor values = Tensor::empty(shape, dtype);
+          char* output = static_cast<char*>(values.data());
+          // The pieces of the parameter in each rank's shard, in order.
+          const int64_t numel = shape.numel();
+          for (int64_t element = 0; element < numel;) {
+            const int64_t position = region_begin + element;
+            const int64_t rank = position / shard_size, within = position % shard_size;
+            const int64_t count = std::min(numel - element, shard_size - within);
+            const std::span<const std::byte> bytes =
+                files[size_t(file_index(0, int(rank), tensor_rank, 1, tensor_parallel))]->bytes(key);
+            std::memcpy(output + size_t(element) * element_size,
+                        bytes.data() + size_t(file_offset + within) * element_size, size_t(count) * element_size);
+            element += count;
+          }
+          return values;
+        };
+        if (!split.split()) {
+          result->add(state_key(parameter.name, shard), {dtype, shape}, [read_part] { return read_part(0); });
+          continue;
+        }
+        const Shape global_shape = split.global_shape(shape);
+        result->add(state_key(parameter.name, shard), {dtype, global_shape}, [read_part, split, global_shape, dtype] {
+          Tensor global = Tensor::empty(global_shape, dtype);
+          for (int tensor_rank = 0; tensor_rank < split.size; ++tensor_rank) {
+            layers::TensorSplit part = split;
+            part.rank = tensor_rank;
+            place_tensor_parallel_part(global, read_part(tensor_rank), part);
+          }
+          return global;
+        });
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -263,13 +264,55 @@ std::map<std::string, std::string> write_safetensors_set(const std::filesystem::
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Tensor-parallel parts
+
+namespace {
+
+// Copies between a rank's part (contiguous runs of elements) and the one-process tensor, in either direction.
+void copy_tensor_parallel_runs(const layers::TensorSplit& split, const Shape& local, size_t element_size,
+                               char* global, char* part, bool to_part) {
+  const int64_t numel = local.numel();
+  for (int64_t index = 0; index < numel;) {
+    const int64_t run = std::min(numel - index, split.contiguous_run(local, index));
+    char* global_bytes = global + size_t(split.global_index(local, index)) * element_size;
+    char* part_bytes = part + size_t(index) * element_size;
+    if (to_part)
+      std::memcpy(part_bytes, global_bytes, size_t(run) * element_size);
+    else
+      std::memcpy(global_bytes, part_bytes, size_t(run) * element_size);
+    index += run;
+  }
+}
+
+}  // namespace
+
+Tensor tensor_parallel_part(const Tensor& global, const layers::TensorSplit& split, const Shape& local) {
+  FLM_ASSERT(global.device().is_cpu() && global.is_contiguous() && global.shape() == split.global_shape(local),
+             "tensor-parallel part {} of a tensor {}", local.str(), global.shape().str());
+  if (!split.split()) return global;
+  Tensor part = Tensor::empty(local, global.dtype());
+  copy_tensor_parallel_runs(split, local, dtype_size(global.dtype()), static_cast<char*>(global.data()),
+                            static_cast<char*>(part.data()), /*to_part=*/true);
+  return part;
+}
+
+void place_tensor_parallel_part(Tensor& global, const Tensor& part, const layers::TensorSplit& split) {
+  FLM_ASSERT(global.device().is_cpu() && part.device().is_cpu() && global.is_contiguous() && part.is_contiguous() &&
+                 global.dtype() == part.dtype() && global.shape() == split.global_shape(part.shape()),
+             "tensor-parallel part {} placed in a tensor {}", part.shape().str(), global.shape().str());
+  copy_tensor_parallel_runs(split, part.shape(), dtype_size(global.dtype()), static_cast<char*>(global.data()),
+                            static_cast<char*>(part.data()), /*to_part=*/false);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Stages
 
 namespace {
 
-// Several data-parallel or pipeline ranks: each stage's master weights (trainable and frozen regions) and Adam moments
-// gathered from every rank's shard into host tensors in stage coordinates. Every data-parallel rank of the stage's
-// pipeline rank calls it.
+// Several data-parallel, tensor-parallel or pipeline ranks: each stage's master weights (trainable and frozen regions)
+// and Adam moments gathered from every rank's shard into host tensors in stage coordinates, tensor rank t's stage at
+// [t * region size, (t + 1) * region size). Every data-parallel and tensor-parallel rank of the stage's pipeline rank
+// calls it.
 struct GatheredStage {
   Tensor trainable, frozen, exp_avg, exp_avg_sq;
 };
@@ -278,9 +321,16 @@ GatheredStage gather_stage(Stage& stage, bool optimizer_state) {
   const StageSettings& settings = stage.settings();
   const Stream stream = compute_stream(settings.device);
   auto gather = [&](const Tensor& part, int64_t full_size) {
-    if (settings.data_parallel == 1) return host_copy(part);
-    Tensor full = Tensor::empty(Shape{full_size}, part.dtype(), settings.device);
-    if (full_size > 0) settings.data_group->all_gather(part, full, stream)->wait(stream);
+    Tensor full = part;
+    if (settings.data_parallel > 1) {
+      full = Tensor::empty(Shape{full_size}, part.dtype(), settings.device);
+      if (full_size > 0) settings.data_group->all_gather(part, full, stream)->wait(stream);
+    }
+    if (settings.tensor_parallel > 1) {
+      Tensor all = Tensor::empty(Shape{full_size * settings.tensor_parallel}, part.dtype(), settings.device);
+      if (full_size > 0) settings.tensor_group->all_gather(full, all, stream)->wait(stream);
+      full = all;
+    }
     return host_copy(full);
   };
   const int64_t trainable_shard = stage.trainable_shard_size();
@@ -307,12 +357,14 @@ void share_over_pipeline(MultiStage& multi_stage, size_t index, GatheredStage& g
     if (size > 0) multi_stage.pipeline_group()->broadcast(values, owner, stream)->wait(stream);
     host = host_copy(values);
   };
-  share(gathered.trainable, stage.trainable_size(), settings.optimization_dtype);
-  share(gathered.frozen, stage.frozen_size(),
+  // Every tensor rank's stage, as gather_stage put them together (the pipeline group links ranks of one tensor rank).
+  const int64_t parts = settings.tensor_parallel;
+  share(gathered.trainable, stage.trainable_size() * parts, settings.optimization_dtype);
+  share(gathered.frozen, stage.frozen_size() * parts,
         stage.frozen_in_compute_dtype() ? settings.compute_dtype : settings.optimization_dtype);
   if (!optimizer_state) return;
-  share(gathered.exp_avg, stage.trainable_size(), settings.optimization_dtype);
-  share(gathered.exp_avg_sq, stage.trainable_size(), settings.optimization_dtype);
+  share(gathered.exp_avg, stage.trainable_size() * parts, settings.optimization_dtype);
+  share(gathered.exp_avg_sq, stage.trainable_size() * parts, settings.optimization_dtype);
 }
 
 }  // namespace
@@ -326,7 +378,7 @@ std::shared_ptr<TensorSource> multi_stage_source(MultiStage& multi_stage, bool o
   // gathered on its pipeline rank, then sent to the other pipeline ranks).
   std::map<const Stage*, std::shared_ptr<GatheredStage>> gathered;
   const bool pipeline = multi_stage.settings().pipeline_parallel > 1;
-  if (multi_stage.settings().data_parallel > 1 || pipeline)
+  if (multi_stage.settings().data_parallel > 1 || multi_stage.settings().tensor_parallel > 1 || pipeline)
     for (size_t index = 0; index < multi_stage.stages().size(); ++index) {
       Stage& stage = *multi_stage.stages()[index];
       auto state = std::make_shared<GatheredStage>();
@@ -345,15 +397,27 @@ std::shared_ptr<TensorSource> multi_stage_source(MultiStage& multi_stage, bool o
           break;
         }
       FLM_ASSERT(slot != nullptr, "parameter {} is in no stage", parameter->meta.name);
-      const Shape shape = parameter->meta.shape;
+      const Shape shape = parameter->meta.tensor.global_shape(parameter->meta.shape);
       const bool frozen = parameter->meta.frozen;
       if (auto found = gathered.find(owner); found != gathered.end()) {
         const std::shared_ptr<GatheredStage> stage = found->second;
         const int64_t begin = frozen ? slot->offset - owner->trainable_size() : slot->offset;
         const int64_t count = slot->numel;
-        auto read_from = [stage, begin, count, shape, dtype](Tensor GatheredStage::*buffer) {
-          return [stage, begin, count, shape, buffer, dtype] {
-            return to_host_dtype(elements((*stage).*buffer, begin, count), dtype).reshape(shape);
+        const int64_t region_size = frozen ? owner->frozen_size() : owner->trainable_size();
+        const layers::ParameterMeta meta = parameter->meta;
+        auto read_from = [stage, begin, count, region_size, meta, shape, dtype](Tensor GatheredStage::*buffer) {
+          return [stage, begin, count, region_size, meta, shape, buffer, dtype] {
+            // Tensor rank 0's copy of a whole parameter, or every rank's part of a split one put together.
+            if (!meta.tensor.split())
+              return to_host_dtype(elements((*stage).*buffer, begin, count), dtype).reshape(shape);
+            Tensor global = Tensor::empty(shape, dtype);
+            for (int rank = 0; rank < meta.tensor.size; ++rank) {
+              layers::TensorSplit split = meta.tensor;
+              split.rank = rank;
+              Tensor part = to_host_dtype(elements((*stage).*buffer, rank * region_size + begin, count), dtype);
+              place_tensor_parallel_part(global, part.reshape(meta.shape), split);
+            }
+            return global;
           };
         };
         result->add(state_key(parameter->meta.name, kWeightsShard), {dtype, shape},
@@ -420,10 +484,10 @@ void load_multi_stage_state(MultiStage& multi_stage, const TensorSource& source,
       throw Error(kComponent, fmt::format("{}: no tensor '{}' for parameter {} of shape {}", source.describe(),
                                           target.key, meta.name, meta.shape.str()));
     const TensorSpec spec = source.spec(target.key);
-    if (!(spec.shape == meta.shape))
+    const Shape shape = meta.tensor.global_shape(meta.shape);
+    if (!(spec.shape == shape))
       throw Error(kComponent, fmt::format("{}: tensor '{}' has shape {}, the model's parameter {} has shape {}",
-                                          source.describe(), target.key, spec.shape.str(), meta.name,
-                                          meta.shape.str()));
+                                          source.describe(), target.key, spec.shape.str(), meta.name, shape.str()));
     used.insert(target.key);
   }
   // Every tensor of the shards read must belong to a parameter of the model.
@@ -461,7 +525,10 @@ void load_multi_stage_state(MultiStage& multi_stage, const TensorSource& source,
     const Stream stream = compute_stream(target.stage->settings().device);
     // In the shard's dtype: the optimization dtype, or the compute dtype for frozen weights kept only in it.
     Tensor& shard = (target.stage->*target.buffer)();
-    Tensor values = to_host_dtype(source.load(target.key), shard.dtype()).flatten();
+    // This tensor rank's part of a split parameter.
+    const layers::ParameterMeta& meta = target.slot->parameter->meta;
+    Tensor values =
+        tensor_parallel_part(to_host_dtype(source.load(target.key), shard.dtype()), meta.tensor, meta.shape).flatten();
     elements(shard, overlap.shard_position, overlap.count)
         .copy_bytes_from(elements(values, overlap.parameter_begin, overlap.count), stream);
     // `values` is freed when this iteration ends: the copy must be done with it.

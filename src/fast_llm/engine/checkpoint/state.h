@@ -125,15 +125,22 @@ std::map<std::string, std::string> write_safetensors_set(const std::filesystem::
                                                          const std::map<std::string, std::string>& metadata = {},
                                                          bool sync = false);
 
+// Tensor parallelism (layers::TensorSplit): the part of a one-process host tensor `global` that tensor rank
+// `split.rank` holds, of shape `local`; and the reverse, `part` written into its place in `global`. Any dtype.
+Tensor tensor_parallel_part(const Tensor& global, const layers::TensorSplit& split, const Shape& local);
+void place_tensor_parallel_part(Tensor& global, const Tensor& part, const layers::TensorSplit& split);
+
 // The state of every parameter of `multi_stage`, in the optimization dtype: `P/weights` for every parameter, and with
-// `optimizer_state` `P/exp_avg` and `P/exp_avg_sq` for trainable ones. With one data-parallel rank tensors are read
-// from the stage buffers when loaded; with several, every rank must call it: the shards are gathered from all ranks
-// into this process's memory first (the whole state in the optimization dtype).
+// `optimizer_state` `P/exp_avg` and `P/exp_avg_sq` for trainable ones, as one process holds them (tensor-parallel
+// parameters whole). With one rank tensors are read from the stage buffers when loaded; with several data-parallel or
+// tensor-parallel ranks, every rank must call it: the shards are gathered from all ranks into this process's memory
+// first (the whole state in the optimization dtype).
 std::shared_ptr<TensorSource> multi_stage_source(MultiStage& multi_stage, bool optimizer_state);
 
 // Loads the state of every parameter of `multi_stage` from `source`: `P/weights` for every parameter (converted to
 // the optimization dtype), with `optimizer_state` also the Adam moments of trainable parameters, into this rank's
-// shards; then refreshes the compute weights. A missing tensor, a shape that differs from the parameter's, or a tensor
+// shards (a tensor-parallel parameter takes this tensor rank's part of the one-process tensor); then refreshes the
+// compute weights. A missing tensor, a shape that differs from the parameter's, or a tensor
 // of `source` that no parameter takes is an Error naming the tensor and source.describe().
 void load_multi_stage_state(MultiStage& multi_stage, const TensorSource& source, bool optimizer_state);
 

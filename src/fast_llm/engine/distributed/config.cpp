@@ -14,15 +14,14 @@ using config::Visitor;
 namespace check = config::check;
 
 void DistributedConfig::visit(Visitor& v) {
-  v(tensor_parallel, "tensor_parallel", "Size of the tensor-parallel group.", Hint::performance, check::gt(0),
-    config::not_supported_yet(1, "tensor parallelism"));
+  v(tensor_parallel, "tensor_parallel", "Size of the tensor-parallel group.", Hint::performance, check::gt(0));
   v(pipeline_parallel, "pipeline_parallel",
     "Number of pipeline ranks: stage s of the model runs on pipeline rank s % pipeline_parallel.", Hint::performance,
     check::gt(0));
   v(sequence_tensor_parallel, "sequence_tensor_parallel",
     "Split the sequence over the tensor-parallel group outside the tensor-parallel layers (ignored without tensor "
     "parallelism).",
-    Hint::performance, config::not_supported_yet(false, "sequence-tensor parallelism"));
+    Hint::performance);
   v(sequence_data_parallel, "sequence_data_parallel",
     "Split each sequence over this many data-parallel ranks; must divide the data-parallel size.", Hint::performance,
     check::gt(0));

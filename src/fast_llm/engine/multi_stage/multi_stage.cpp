@@ -36,6 +36,8 @@ StageSettings stage_settings(const MultiStageConfig& multi_stage, const Distribu
                        .data_rank = distributed.data_rank(),
                        .pipeline_parallel = distributed.pipeline_parallel,
                        .pipeline_rank = distributed.pipeline_rank(),
+                       .tensor_parallel = distributed.tensor_parallel,
+                       .tensor_rank = distributed.tensor_rank(),
                        .seed = uint64_t(distributed.seed),
                        .training = training,
                        .store_frozen_weights_in_optimization_precision =
@@ -131,7 +133,7 @@ int64_t multi_stage_buffer_bytes(const std::vector<std::vector<layers::Layer*>>&
 
 MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, const DistributedConfig& distributed,
                        Device device, bool training, distributed::Communicator* data_group,
-                       distributed::Communicator* pipeline_group)
+                       distributed::Communicator* pipeline_group, distributed::Communicator* tensor_group)
     : model_(model), layers_(model.layers()), pipeline_group_(pipeline_group) {
   FLM_CHECK(multi_stage.validated() && distributed.validated(), "multi_stage",
             "the multi-stage and distributed configs must be validated first");
@@ -144,6 +146,10 @@ MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, co
                                 pipeline_group->rank() == distributed.pipeline_rank()),
             "multi_stage", "the pipeline group does not match model.distributed.pipeline_parallel {}",
             distributed.pipeline_parallel);
+  FLM_CHECK(distributed.tensor_parallel == 1 || (tensor_group && tensor_group->size() == distributed.tensor_parallel &&
+                                                  tensor_group->rank() == distributed.tensor_rank()),
+            "multi_stage", "{} tensor-parallel ranks need their process group (engine/distributed/process_groups.h)",
+            distributed.tensor_parallel);
   FLM_CHECK(!layers_.empty(), "multi_stage", "the model has no layers");
 
   settings_ = stage_settings(multi_stage, distributed, device, training);
@@ -151,6 +157,7 @@ MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, co
   // Without a pipeline group the whole model lives here.
   settings_.pipeline_parallel = pipeline_group ? pipeline_group->size() : 1;
   settings_.pipeline_rank = pipeline_group ? pipeline_group->rank() : 0;
+  settings_.tensor_group = distributed.tensor_parallel > 1 ? tensor_group : nullptr;
   std::vector<std::vector<layers::Layer*>> stage_layers = split_into_stages(layers_, multi_stage.layers_per_stage);
   const size_t num_stages = stage_layers.size();
   FLM_CHECK(num_stages >= size_t(settings_.pipeline_parallel), "multi_stage",
@@ -310,6 +317,9 @@ void MultiStage::reduce_tied_gradients(Stream stream) {
     if (!tied_across_ranks_[index] || !holds(index)) continue;
     Tensor& gradients = stages_[index]->grad_buffer();
     if (gradients.numel() > 0) tie_group_->all_reduce(gradients, distributed::ReduceOp::sum, stream)->wait(stream);
+    // after_backward left this stage alone: its tensor-parallel partial gradients are summed here (the tie group links
+    // the ranks of one tensor rank, which hold the same vocabulary slice).
+    stages_[index]->reduce_partial_gradients(stream);
   }
 }
 
@@ -404,12 +414,17 @@ bool MultiStage::gradients_in_forward(size_t stage) const {
 }
 
 void MultiStage::after_backward(size_t stage, bool first_group, bool last_group, Stream stream) {
-  if (settings_.data_parallel == 1 || !settings_.training) return;
+  if (!settings_.training) return;
   Stage& current = *stages_[stage];
   // Gradients tied across pipeline ranks are summed over those ranks first (copy_gradients_to_shards).
   if (tied_across_ranks_[stage]) return;
   if (!current.shares_gradients() && !last_group) return;
+  if (settings_.data_parallel == 1 && settings_.tensor_parallel == 1) return;
   current.finish_gradients(stream);
+  // Tensor parallelism: the replicated parameters whose gradient each rank computed a part of, summed over the tensor
+  // group before anything reads them.
+  current.reduce_partial_gradients(stream);
+  if (settings_.data_parallel == 1) return;
   pending_reductions_[stage].wait(stream);
   pending_reductions_[stage] =
       current.reduce_gradients(stream, /*accumulate=*/current.shares_gradients() && !first_group);

@@ -80,10 +80,12 @@ class MultiStage {
   // `training` false builds weights only (no gradient buffers, no optimizer state). Both configs must be validated.
   // `data_group` (not owned, outliving this) is the data-parallel group, needed when there are several ranks.
   // `pipeline_group` (likewise) places the stages on its ranks; without it this process holds every stage (the
-  // reference models, generation and evaluation, which run the whole model in one process).
+  // reference models, generation and evaluation, which run the whole model in one process). `tensor_group` likewise
+  // the tensor-parallel group, needed with tensor_parallel above 1 (the model's layers are then built for this tensor
+  // rank: layers/common/tensor_parallel.h); with both, each stage's layers are split over the tensor group.
   MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, const DistributedConfig& distributed,
              Device device, bool training = true, distributed::Communicator* data_group = nullptr,
-             distributed::Communicator* pipeline_group = nullptr);
+             distributed::Communicator* pipeline_group = nullptr, distributed::Communicator* tensor_group = nullptr);
   // Waits for the collectives still on their way (they write into this model's buffers).
   ~MultiStage();
   MultiStage(const MultiStage&) = delete;

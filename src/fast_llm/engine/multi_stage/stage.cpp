@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "fast_llm/core/error.h"
@@ -49,6 +50,11 @@ bool frozen_shard_in_weight_buffer(const StageSettings& settings, bool weights_s
 
 }  // namespace
 
+TensorRole tensor_role(const layers::ParameterMeta& meta) {
+  if (meta.tensor.size == 1 || meta.tensor.split()) return TensorRole::split;
+  return meta.tensor.partial_gradient ? TensorRole::partial : TensorRole::replicated;
+}
+
 StageRegions stage_regions(const std::vector<layers::Layer*>& layers, int data_parallel) {
   // Each parameter starts aligned, so the order they are laid out in does not change the sizes.
   int64_t trainable = 0, frozen = 0;
@@ -89,16 +95,19 @@ Stage::Stage(int index, std::vector<layers::Layer*> layers, const StageSettings&
   // Trainable parameters first, grouped by optimizer settings in order of first appearance (so each group is one
   // contiguous range), then frozen ones.
   std::vector<layers::Parameter*> trainable, frozen;
-  std::vector<std::pair<bool, double>> group_keys;
-  std::map<std::pair<bool, double>, std::vector<layers::Parameter*>> by_group;
+  using GroupKey = std::tuple<bool, double, TensorRole>;
+  std::vector<GroupKey> group_keys;
+  std::map<GroupKey, std::vector<layers::Parameter*>> by_group;
   for (layers::Layer* layer : layers_) {
     for (layers::Parameter* parameter : layer->parameters()) {
       const layers::ParameterMeta& meta = parameter->meta;
+      FLM_ASSERT(meta.tensor.size == settings_.tensor_parallel, "parameter {} is laid out for {} tensor-parallel ranks "
+                 "in a model of {}", meta.name, meta.tensor.size, settings_.tensor_parallel);
       if (meta.frozen) {
         frozen.push_back(parameter);
         continue;
       }
-      std::pair<bool, double> key{meta.weight_decay, meta.lr_scale};
+      GroupKey key{meta.weight_decay, meta.lr_scale, tensor_role(meta)};
       if (!by_group.contains(key)) group_keys.push_back(key);
       by_group[key].push_back(parameter);
     }
@@ -106,7 +115,10 @@ Stage::Stage(int index, std::vector<layers::Layer*> layers, const StageSettings&
   const int64_t region_multiple = kParameterAlignment * settings_.data_parallel;
   int64_t offset = 0;
   for (const auto& key : group_keys) {
-    ParameterGroup group{.weight_decay = key.first, .lr_scale = key.second, .begin = offset};
+    ParameterGroup group{.weight_decay = std::get<0>(key),
+                         .lr_scale = std::get<1>(key),
+                         .tensor_role = std::get<2>(key),
+                         .begin = offset};
     for (layers::Parameter* parameter : by_group[key]) {
       int64_t numel = parameter->meta.shape.numel();
       slots_.push_back({.parameter = parameter, .offset = offset, .numel = numel});
@@ -188,6 +200,7 @@ std::vector<ParameterGroup> Stage::shard_groups(int rank) const {
     if (begin >= end) continue;
     result.push_back({.weight_decay = group.weight_decay,
                       .lr_scale = group.lr_scale,
+                      .tensor_role = group.tensor_role,
                       .begin = begin - shard_begin,
                       .end = end - shard_begin});
   }
@@ -202,11 +215,32 @@ const ParameterSlot* Stage::find(const std::string& name) const {
 
 void Stage::fill_initial_values(const layers::Parameter& parameter, int64_t begin, int64_t count,
                                 void* output) const {
-  const uint64_t seed = parameter_seed(settings_.seed, parameter.meta.name);
-  if (settings_.optimization_dtype == DType::float32)
-    fill_initialization(parameter.meta.initialization, seed, begin, count, static_cast<float*>(output));
-  else
-    fill_initialization(parameter.meta.initialization, seed, begin, count, static_cast<double*>(output));
+  const layers::ParameterMeta& meta = parameter.meta;
+  const uint64_t seed = parameter_seed(settings_.seed, meta.name);
+  const size_t element_size = dtype_size(settings_.optimization_dtype);
+  // A tensor-parallel part holds elements of the one-process tensor that are contiguous only in runs: each run gets
+  // the values of its elements there, so every layout starts from the same model.
+  for (int64_t done = 0; done < count;) {
+    const int64_t run = std::min(count - done, meta.tensor.contiguous_run(meta.shape, begin + done));
+    const int64_t global_begin = meta.tensor.global_index(meta.shape, begin + done);
+    void* destination = static_cast<char*>(output) + size_t(done) * element_size;
+    if (settings_.optimization_dtype == DType::float32)
+      fill_initialization(meta.initialization, seed, global_begin, run, static_cast<float*>(destination));
+    else
+      fill_initialization(meta.initialization, seed, global_begin, run, static_cast<double*>(destination));
+    done += run;
+  }
+}
+
+void Stage::reduce_partial_gradients(Stream stream) {
+  if (settings_.tensor_parallel == 1 || !grad_buffer_.defined()) return;
+  FLM_ASSERT(settings_.tensor_group != nullptr && settings_.tensor_group->size() == settings_.tensor_parallel,
+             "stage {}: partial gradients without a tensor-parallel group", index_);
+  for (const ParameterGroup& group : groups_) {
+    if (group.tensor_role != TensorRole::partial || group.begin == group.end) continue;
+    Tensor range = grad_buffer_.slice(0, group.begin, group.end);
+    settings_.tensor_group->all_reduce(range, distributed::ReduceOp::sum, stream)->wait(stream);
+  }
 }
 
 void Stage::initialize_weights() {

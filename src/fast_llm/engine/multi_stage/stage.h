@@ -61,10 +61,17 @@ struct ParameterSlot {
   int64_t numel = 0;
 };
 
-// A range of the trainable region whose parameters share optimizer settings; Adam runs one launch per group range.
+// How a parameter's values relate over the tensor-parallel group: one part each (split), the same on every rank
+// (replicated), or the same with a gradient each rank computes a part of (partial: summed over the group).
+enum class TensorRole { split, replicated, partial };
+TensorRole tensor_role(const layers::ParameterMeta& meta);
+
+// A range of the trainable region whose parameters share optimizer settings and tensor role (always `split` without
+// tensor parallelism); Adam runs one launch per group range.
 struct ParameterGroup {
   bool weight_decay = true;
   double lr_scale = 1.0;
+  TensorRole tensor_role = TensorRole::split;
   int64_t begin = 0;  // stage index space, [begin, end)
   int64_t end = 0;
 };
@@ -82,6 +89,13 @@ struct StageSettings {
   // The pipeline (model.distributed.pipeline_parallel): stage s lives on pipeline rank s % pipeline_parallel.
   int pipeline_parallel = 1;
   int pipeline_rank = 0;
+  // Tensor parallelism (layers/common/tensor_parallel.h): every parameter is this rank's part
+  // (ParameterMeta::tensor), the data-parallel group holds the ranks of the same tensor rank, and the tensor group
+  // (size tensor_parallel; needed when it is above 1, not owned) sums the partial gradients of replicated parameters
+  // and the gradient norm of the split ones.
+  int tensor_parallel = 1;
+  int tensor_rank = 0;
+  distributed::Communicator* tensor_group = nullptr;
   uint64_t seed = 0;        // initialisation seed (model.distributed.seed)
   bool training = true;     // false: no gradient or optimizer buffers (inference, evaluation-only runs)
   bool store_frozen_weights_in_optimization_precision = true;
@@ -198,6 +212,9 @@ class Stage {
   // whole at the start, as before. The padding between parameters stays zero from allocation.
   void begin_gradients(Stream stream = {});
   void finish_gradients(Stream stream = {});
+  // Tensor parallelism: sums the gradients of the `partial` groups over the tensor group, in the full gradient
+  // buffer (before they are reduced over the data-parallel group). Nothing without such groups.
+  void reduce_partial_gradients(Stream stream);
 
   // The slot of the parameter named `name`, or nullptr.
   const ParameterSlot* find(const std::string& name) const;

@@ -109,15 +109,29 @@ void Optimizer::queue_update(Stream stream) {
   const Device device = multi_stage_.device();
   set_bytes(state_.data(), device, 0, sizeof(double), stream);  // the squared_norm field
   Tensor squared_norm = state_.slice(0, field::squared_norm, field::squared_norm + 1);
+  const StageSettings& settings = multi_stage_.settings();
   // This rank's stages only (a copy of tied weights held for another pipeline rank's stage counts on its owner).
   for (size_t index = 0; index < multi_stage_.stages().size(); ++index) {
     Stage& stage = *multi_stage_.stages()[index];
     if (!multi_stage_.runs(index) || stage.trainable_shard_size() == 0) continue;
-    kernels::squared_norm({.input = stage.grad_shard(), .result = squared_norm, .stream = stream});
+    if (settings.tensor_parallel == 1) {
+      kernels::squared_norm({.input = stage.grad_shard(), .result = squared_norm, .stream = stream});
+      continue;
+    }
+    // Tensor parallelism: each rank adds its part of the split parameters, and tensor rank 0 alone the parameters
+    // every tensor rank holds whole, so that the sum over the tensor group counts every element once.
+    for (const ParameterGroup& group : stage.shard_groups(settings.data_rank))
+      if (group.tensor_role == TensorRole::split || settings.tensor_group->rank() == 0)
+        kernels::squared_norm({.input = stage.grad_shard().slice(0, group.begin, group.end),
+                               .result = squared_norm,
+                               .stream = stream});
   }
-  // Each rank summed its own shards: the global norm is the sum over the data-parallel and pipeline groups, so every
-  // rank takes the same clipping and skip decisions (on the device, without the host waiting).
-  if (distributed::Communicator* group = multi_stage_.settings().data_group; group && group->size() > 1)
+  // The global norm is the sum over the tensor, data-parallel and pipeline groups (each rank summed its own shards of
+  // its own stages), so every rank takes the same clipping and skip decisions (on the device, without the host
+  // waiting).
+  if (settings.tensor_parallel > 1)
+    settings.tensor_group->all_reduce(squared_norm, distributed::ReduceOp::sum, stream)->wait(stream);
+  if (distributed::Communicator* group = settings.data_group; group && group->size() > 1)
     group->all_reduce(squared_norm, distributed::ReduceOp::sum, stream)->wait(stream);
   if (distributed::Communicator* group = multi_stage_.pipeline_group(); group && group->size() > 1)
     group->all_reduce(squared_norm, distributed::ReduceOp::sum, stream)->wait(stream);

@@ -86,7 +86,8 @@ layers::LayerContext ScheduleRunner::make_context(const layers::MicroBatch& batc
                                distributed_.sequence_data_parallel,
       .dropout_seed = derive_seed(uint64_t(distributed_.seed), phase_shift, uint64_t(iteration),
                                   uint64_t(global_index)),
-      .losses = &losses};
+      .losses = &losses,
+      .tensor_group = multi_stage_.settings().tensor_group};
 }
 
 void ScheduleRunner::run_training_step(std::span<layers::MicroBatch> micro_batches, int64_t num_labels,
@@ -251,9 +252,13 @@ ScheduleRunner::Message ScheduleRunner::post_receive(const ScheduleStep& step, c
     const int64_t* values = host.data_as<int64_t>();
     Shape shape;
     for (int64_t dim = 0; dim < values[0]; ++dim) shape.push_back(values[dim + 1]);
-    FLM_CHECK(shape.rank() > 0 && shape[0] == batch.num_tokens(), "schedule",
-              "pipeline rank {} sends activations of shape {} for micro-batches of {} tokens", step.receive_from,
-              shape.str(), batch.num_tokens());
+    // With sequence-tensor parallelism the activations between stages are this tensor rank's sequence shard (the
+    // pipeline group links the ranks of one tensor rank).
+    const int64_t sequence_split = distributed_.sequence_tensor_parallel ? distributed_.tensor_parallel : 1;
+    FLM_CHECK(shape.rank() > 0 && shape[0] * sequence_split == batch.num_tokens(), "schedule",
+              "pipeline rank {} sends activations of shape {} for micro-batches of {} tokens{}", step.receive_from,
+              shape.str(), batch.num_tokens(),
+              sequence_split > 1 ? fmt::format(" split over {} sequence-tensor ranks", sequence_split) : "");
     boundary_shapes_[boundary] = shape;
   }
   Message message{.tensor = Tensor::empty(boundary_shapes_.at(boundary), distributed_.compute_dtype,

@@ -132,7 +132,7 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
   groups_ = std::make_unique<ProcessGroups>(distributed, device_);
 
   multi_stage_ = std::make_unique<MultiStage>(model_, sections_.model.multi_stage, distributed, device_, training_,
-                                              groups_->data(), groups_->pipeline());
+                                              groups_->data(), groups_->pipeline(), groups_->tensor());
   const MultiStageConfig& stage_config = sections_.model.multi_stage;
   runner_ = std::make_unique<ScheduleRunner>(
       *multi_stage_, sections_.schedule, distributed,
@@ -332,11 +332,12 @@ std::vector<layers::MicroBatch> Trainer::next_micro_batches(data::DataLoader& lo
   }
   // The loss is normalised by the labels of the whole step (the DPO loss by its preference pairs, GSPO's by its
   // documents), on every rank: all counts in one reduction (exact in doubles up to 2^53). The ranks of a pipeline read
-  // the same samples: the first one counts them. So do the ranks of a sequence-data group (each keeps its pieces of
-  // them): each counts them whole, and the sum is divided by the group's size.
+  // the same samples: the first one counts them; likewise tensor rank 0 for its tensor group. The ranks of a
+  // sequence-data group (each keeps its pieces of them) each count them whole, and the sum is divided by its size.
   const double counted = sections_.model.distributed.pipeline_rank() == 0 ? 1.0 : 0.0;
   std::vector<double> counts{counted * double(num_labels), counted * double(preference_pairs),
                              counted * double(num_documents)};
+  count_once_per_tensor_group(counts);
   groups_->sum(counts);
   for (double& count : counts) count /= double(sections_.model.distributed.sequence_data_parallel);
   num_labels = int64_t(counts[0]);
@@ -532,6 +533,11 @@ MemoryUsage Trainer::fullest_rank_memory(MemoryUsage memory) const {
           .global_max_reserved_mib = values[4]};
 }
 
+void Trainer::count_once_per_tensor_group(std::vector<double>& values) const {
+  // The ranks of a tensor-parallel group read the same samples and hold the same losses: tensor rank 0 speaks for them.
+  if (sections_.model.distributed.tensor_rank() != 0) std::fill(values.begin(), values.end(), 0.0);
+}
+
 void Trainer::sum_over_ranks(std::vector<StepRecords::Step>& steps) const {
   if (groups_->world_size() == 1) return;
   // A pipeline's ranks hold the losses of their own stages: every step gets the names of all ranks' losses.
@@ -547,6 +553,7 @@ void Trainer::sum_over_ranks(std::vector<StepRecords::Step>& steps) const {
                                 [&](const auto& entry) { return entry.first == name; });
       sums.push_back(found == step.loss_sums.end() ? 0.0 : found->second);
     }
+  count_once_per_tensor_group(sums);
   groups_->sum(sums);
   size_t next = 0;
   for (StepRecords::Step& step : steps) {
@@ -691,6 +698,7 @@ void Trainer::run_evaluators(bool done) {
         auto found = losses.all().find(name);
         sums.push_back(found == losses.all().end() ? 0.0 : found->second.item());
       }
+    count_once_per_tensor_group(sums);
     groups_->sum(sums);
     std::vector<LossTotal> totals;
     size_t next_sum = 0;

@@ -127,6 +127,8 @@ class Trainer {
   void read_step_records();
   // Each figure's largest value over the ranks (the log line reports the fullest rank).
   MemoryUsage fullest_rank_memory(MemoryUsage memory) const;
+  // Zeroes `values` on every tensor rank but 0, before a sum over the world: each tensor-parallel group counts once.
+  void count_once_per_tensor_group(std::vector<double>& values) const;
   // The steps' loss sums added over the ranks (each rank recorded its own micro-batches'; the label counts are global).
   void sum_over_ranks(std::vector<StepRecords::Step>& steps) const;
   // Throws when the streak of skipped steps reached `training.max_consecutive_skipped_iterations`.

@@ -1,7 +1,8 @@
 // CPU reference of embedding_forward / embedding_backward (kernels/embedding.h).
 //
 // indices (tokens) int32 / int64, any stride; weight, output and grad tensors (.., hidden) of any strides. Every index
-// is checked against [0, rows) before anything is written. Forward math in fp32 (fp64 for fp64 weights), rounded on
+// is checked against [0, rows) before anything is written (with first_row: an index outside the slice is a zero row in
+// the forward and skipped in the backward). Forward math in fp32 (fp64 for fp64 weights), rounded on
 // store into output (the weight's dtype). Backward adds into grad_weight (fp32 or fp64) token by token in order, on
 // one thread: repeated indices accumulate deterministically.
 #include "fast_llm/kernels/embedding.h"
@@ -24,7 +25,8 @@ void check_indices(std::string_view op, const Tensor& indices, int64_t rows) {
 
 void embedding_forward_reference(const EmbeddingForwardArgs& args) {
   const int64_t tokens = args.indices.size(0), rows = args.weight.size(0), hidden = args.weight.size(1);
-  check_indices("embedding_forward", args.indices, rows);
+  if (!args.first_row) check_indices("embedding_forward", args.indices, rows);
+  const int64_t first_row = args.first_row.value_or(0);
 
   visit_index_dtype(args.indices.dtype(), [&]<class I>(std::type_identity<I>) {
     visit_floating_dtype(args.weight.dtype(), [&]<class T>(std::type_identity<T>) {
@@ -38,11 +40,12 @@ void embedding_forward_reference(const EmbeddingForwardArgs& args) {
       const Compute scale = Compute(args.scale);
 #pragma omp parallel for
       for (int64_t token = 0; token < tokens; ++token) {
-        // output[t] (+)= scale * weight[index[t]]
-        const int64_t index = int64_t(indices[token * index_stride]);
+        // output[t] (+)= scale * weight[index[t]] (zeros for an index outside the slice)
+        const int64_t index = int64_t(indices[token * index_stride]) - first_row;
+        const bool inside = index >= 0 && index < rows;
         for (int64_t column = 0; column < hidden; ++column) {
           T& element = output[token * output_row + column * output_column];
-          Compute value = scale * load_value(weight[index * weight_row + column * weight_column]);
+          Compute value = inside ? scale * load_value(weight[index * weight_row + column * weight_column]) : Compute(0);
           if (args.accumulate) value += load_value(element);
           element = store_value<T>(value);
         }
@@ -53,7 +56,8 @@ void embedding_forward_reference(const EmbeddingForwardArgs& args) {
 
 void embedding_backward_reference(const EmbeddingBackwardArgs& args) {
   const int64_t tokens = args.indices.size(0), rows = args.grad_weight.size(0), hidden = args.grad_weight.size(1);
-  check_indices("embedding_backward", args.indices, rows);
+  if (!args.first_row) check_indices("embedding_backward", args.indices, rows);
+  const int64_t first_row = args.first_row.value_or(0);
 
   visit_index_dtype(args.indices.dtype(), [&]<class I>(std::type_identity<I>) {
     visit_floating_dtype(args.grad_output.dtype(), [&]<class T>(std::type_identity<T>) {
@@ -67,8 +71,9 @@ void embedding_backward_reference(const EmbeddingBackwardArgs& args) {
         const int64_t grad_weight_row = args.grad_weight.stride(0), grad_weight_column = args.grad_weight.stride(1);
         const Compute scale = Compute(args.scale);
         for (int64_t token = 0; token < tokens; ++token) {
-          // grad_weight[index[t]] += scale * grad_output[t]
-          const int64_t index = int64_t(indices[token * index_stride]);
+          // grad_weight[index[t]] += scale * grad_output[t] (nothing for an index outside the slice)
+          const int64_t index = int64_t(indices[token * index_stride]) - first_row;
+          if (index < 0 || index >= rows) continue;
           for (int64_t column = 0; column < hidden; ++column) {
             G& element = grad_weight[index * grad_weight_row + column * grad_weight_column];
             element =

@@ -2,7 +2,7 @@
 // float32, bfloat16 or float16 dtype; grad_output is any of those and grad_weight float32; last dimensions contiguous,
 // row strides free. Indices are int32 or int64 with any stride and must lie in [0, rows) (the data pipeline guarantees
 // it; an index outside reads as a zero row in the forward and is skipped in the backward, never read or written out of
-// bounds).
+// bounds), after first_row is subtracted (a slice of the table: outside it is what the op asks for).
 //
 // Forward: a gather. A thread owns one 16-byte vector column of the output and walks tokens blockIdx.y,
 // blockIdx.y + gridDim.y, ..., kTokensPerStep of them at a time; weight rows are read with 16-byte accesses.
@@ -39,6 +39,7 @@ struct EmbeddingForwardParams {
   const void* weight;  // (rows, hidden) T
   int64_t weight_stride;
   int64_t rows;
+  int64_t first_row;
   void* output;  // (tokens, hidden) T
   int64_t output_stride;
   int64_t tokens;
@@ -60,7 +61,7 @@ __global__ void __launch_bounds__(256) embedding_forward_kernel(const EmbeddingF
 #pragma unroll
     for (int u = 0; u < kTokensPerStep; ++u) {
       const int64_t token = first + u * token_stride;
-      rows[u] = token < p.tokens ? load_index(p.indices, p.int64_indices, token * p.index_stride) : -1;
+      rows[u] = token < p.tokens ? load_index(p.indices, p.int64_indices, token * p.index_stride) - p.first_row : -1;
     }
     float values[kTokensPerStep][kVec];
 #pragma unroll
@@ -93,10 +94,10 @@ __global__ void __launch_bounds__(256) embedding_forward_kernel(const EmbeddingF
 // keys[t] = index[t] (rows for an index outside [0, rows): sorted last and skipped), tokens[t] = t.
 __global__ void __launch_bounds__(kPrepareThreads)
     embedding_prepare_kernel(const void* indices, int64_t index_stride, bool int64_indices, int64_t count,
-                             int64_t rows, uint32_t* keys, int32_t* tokens) {
+                             int64_t rows, int64_t first_row, uint32_t* keys, int32_t* tokens) {
   const int64_t token = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (token >= count) return;
-  const int64_t index = load_index(indices, int64_indices, token * index_stride);
+  const int64_t index = load_index(indices, int64_indices, token * index_stride) - first_row;
   keys[token] = uint32_t(index >= 0 && index < rows ? index : rows);
   tokens[token] = int32_t(token);
 }
@@ -229,6 +230,7 @@ void embedding_forward_fused(const EmbeddingForwardArgs& args) {
                                         .weight = args.weight.data(),
                                         .weight_stride = row_stride(args.weight),
                                         .rows = rows,
+                                        .first_row = args.first_row.value_or(0),
                                         .output = args.output.data(),
                                         .output_stride = row_stride(args.output),
                                         .tokens = tokens,
@@ -272,7 +274,7 @@ void embedding_backward_fused(const EmbeddingBackwardArgs& args) {
   Tensor sorted_tokens = Tensor::empty(Shape{tokens}, DType::int32, device, stream);
   embedding_prepare_kernel<<<unsigned(ceil_div(tokens, kPrepareThreads)), kPrepareThreads, 0, scope.stream()>>>(
       args.indices.data(), args.indices.stride(0), args.indices.dtype() == DType::int64, tokens, rows,
-      keys.data_as<uint32_t>(), token_order.data_as<int32_t>());
+      args.first_row.value_or(0), keys.data_as<uint32_t>(), token_order.data_as<int32_t>());
   scope.check_launch();
   const int end_bit = std::max(1, int(std::bit_width(uint64_t(rows))));
   size_t sort_bytes = 0;

@@ -20,7 +20,8 @@ namespace fast_llm::layers {
 namespace {
 
 LinearOptions projection_options(const AffineLinearConfig& config, int64_t input_size, int64_t output_size,
-                                 int64_t hidden_size, double lr_scale, std::optional<LoraOptions> lora) {
+                                 int64_t hidden_size, double lr_scale, std::optional<LoraOptions> lora,
+                                 const TensorParallelism& tensor_parallel, TensorParallelMode mode, int blocks = 1) {
   lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
   FLM_ASSERT(config.bias.enabled.has_value(), "{}: bias.enabled is resolved at validation", config.path());
   return {.input_size = input_size,
@@ -30,7 +31,10 @@ LinearOptions projection_options(const AffineLinearConfig& config, int64_t input
           .weight = parameter_settings(config.weight, default_weight_initialization(hidden_size), lr_scale),
           .bias_settings = parameter_settings(config.bias, default_bias_initialization(), lr_scale,
                                               /*default_weight_decay=*/false),
-          .lora = std::move(lora)};
+          .lora = std::move(lora),
+          .tensor_parallel = tensor_parallel,
+          .tensor_parallel_mode = tensor_parallel.enabled() ? mode : TensorParallelMode::none,
+          .tensor_blocks = blocks};
 }
 
 // key_value's adapter, as Fast-LLM's: over the value half by default, the key half too with key_layer.apply_peft (one
@@ -46,7 +50,23 @@ std::optional<LoraOptions> key_value_lora(const LoraConfig* lora, const Attentio
                      .end = value ? 2 * half : half};
 }
 
-const AttentionConfig& checked(const AttentionConfig& config) {
+// Tensor parallelism splits the head groups over the ranks, or (multi-query attention, one group, as Fast-LLM) the
+// heads of the group, with key_value whole on every rank.
+bool replicated_key_value(const AttentionConfig& config, const TensorParallelism& tensor_parallel) {
+  return tensor_parallel.enabled() && config.head_groups == 1;
+}
+
+const AttentionConfig& checked(const AttentionConfig& config, const TensorParallelism& tensor_parallel) {
+  if (config.heads % tensor_parallel.size != 0)
+    throw ConfigError(config.field_path("heads"),
+                      fmt::format("{} heads do not split over tensor_parallel {}: it must divide them", config.heads,
+                                  tensor_parallel.size));
+  if (config.head_groups % tensor_parallel.size != 0 && !replicated_key_value(config, tensor_parallel))
+    throw ConfigError(config.field_path("head_groups"),
+                      fmt::format("{} head groups do not split over tensor_parallel {}: it must divide them, or there "
+                                  "must be one group (multi-query attention: each rank then holds the whole key and "
+                                  "value projection)",
+                                  config.head_groups, tensor_parallel.size));
   if (config.dropout > 0.0)
     throw NotSupportedError("layers", fmt::format("{}: attention dropout ({}) is not supported; set it to 0",
                                                   config.field_path("dropout"), config.dropout));
@@ -70,27 +90,33 @@ std::unique_ptr<Normalization> optional_norm(std::string name, const std::option
 }  // namespace
 
 Attention::Attention(std::string name, const AttentionConfig& config, int64_t hidden_size, double lr_scale,
-                     std::shared_ptr<Rotary> rotary, const LoraConfig* lora)
+                     std::shared_ptr<Rotary> rotary, const LoraConfig* lora, TensorParallelism tensor_parallel)
     : Mixer(std::move(name)),
-      heads_(checked(config).heads),
-      head_groups_(config.head_groups),
+      heads_(checked(config, tensor_parallel).heads / tensor_parallel.size),
+      head_groups_(replicated_key_value(config, tensor_parallel) ? 1 : config.head_groups / tensor_parallel.size),
       head_size_(config.head_size),
       causal_(config.causal),
       softmax_scale_(std::pow(double(config.head_size), -config.softmax_scale_power)),
       query_(child_name("query"),
-             projection_options(config.query_layer, hidden_size, int64_t(config.heads) * config.head_size, hidden_size,
+             projection_options(config.query_layer, hidden_size, int64_t(heads_) * config.head_size, hidden_size,
                                 combine_lr_scales(lr_scale, config.lr_scale),
                                 lora_options(lora, config.query_layer, /*default_apply=*/true, 0,
-                                             int64_t(config.heads) * config.head_size))),
+                                             int64_t(heads_) * config.head_size),
+                                tensor_parallel, TensorParallelMode::column)),
       key_value_(child_name("key_value"),
-                 projection_options(config.key_layer, hidden_size, 2 * int64_t(config.head_groups) * config.head_size,
+                 projection_options(config.key_layer, hidden_size, 2 * int64_t(head_groups_) * config.head_size,
                                     hidden_size, combine_lr_scales(lr_scale, config.lr_scale),
-                                    key_value_lora(lora, config))),
+                                    key_value_lora(lora, config), tensor_parallel,
+                                    replicated_key_value(config, tensor_parallel) ? TensorParallelMode::replicated
+                                                                                  : TensorParallelMode::column,
+                                    /*blocks=*/2)),
       dense_(child_name("dense"),
-             projection_options(config.dense_layer, int64_t(config.heads) * config.head_size, hidden_size, hidden_size,
+             projection_options(config.dense_layer, int64_t(heads_) * config.head_size, hidden_size, hidden_size,
                                 combine_lr_scales(lr_scale, config.lr_scale),
-                                lora_options(lora, config.dense_layer, /*default_apply=*/false, 0, hidden_size))),
-      rotary_(std::move(rotary)) {
+                                lora_options(lora, config.dense_layer, /*default_apply=*/false, 0, hidden_size),
+                                tensor_parallel, TensorParallelMode::row)),
+      rotary_(std::move(rotary)),
+      tensor_parallel_(tensor_parallel) {
   if (config.window_size) window_size_ = *config.window_size;
   const double mixer_lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
   add_child(query_);
@@ -100,6 +126,11 @@ Attention::Attention(std::string name, const AttentionConfig& config, int64_t hi
   key_norm_ = optional_norm(child_name("k_norm"), config.key_norm, head_size_, mixer_lr_scale);
   if (query_norm_) add_child(*query_norm_);
   if (key_norm_) add_child(*key_norm_);
+  // The per-head norms are whole on every rank, which normalises only its own heads: their gradients are partial.
+  for (Normalization* norm : {query_norm_.get(), key_norm_.get()})
+    if (norm != nullptr && tensor_parallel.enabled())
+      for (Parameter* parameter : norm->parameters())
+        parameter->meta.tensor = {.size = tensor_parallel.size, .rank = tensor_parallel.rank, .partial_gradient = true};
   if (!rotary_) rotary_ = std::make_shared<Rotary>(config.rotary.get(), head_size_);
   FLM_ASSERT(!rotary_->enabled() || int64_t(rotary_->frequencies().inverse_frequencies.size()) * 2 == head_size_,
              "{}: rotary frequencies for another head size", this->name());
@@ -107,23 +138,40 @@ Attention::Attention(std::string name, const AttentionConfig& config, int64_t hi
 
 Attention::Attention(const AttentionConfig& config, const SublayerArguments& arguments)
     : Attention(arguments.name, config, arguments.hidden_size, arguments.lr_scale,
-                arguments.shared.rotary(config.rotary.get(), config.head_size), arguments.lora) {}
+                arguments.shared.rotary(config.rotary.get(), config.head_size), arguments.lora,
+                arguments.tensor_parallel) {}
 
 FLM_REGISTER_SUBLAYER(Mixer, Attention, AttentionConfig, "attention");
 
 Tensor Attention::forward(LayerContext& context, const Tensor& input) {
+  FLM_CHECK(!tensor_parallel_.enabled() || context.key_value_cache == nullptr, "attention",
+            "{}: generation with tensor parallelism is not supported", name());
   if (context.key_value_cache != nullptr) {
     FLM_ASSERT(!context.training, "{}: a key/value cache in a training forward", name());
     return forward_cached(input, context.batch, *context.key_value_cache, context.stream);
   }
-  return saved_.keep(context, [&](Saved* saved) {
-    return forward(input, context.batch, saved, context.stream,
-                   context.training ? std::optional<uint64_t>(context.dropout_seed) : std::nullopt);
+  const Tensor full_input = tensor_parallel_.gather_sequence(context, input);
+  Tensor output = saved_.keep(context, [&](Saved* saved) {
+    Tensor result = forward(full_input, context.batch, saved, context.stream,
+                            context.training ? std::optional<uint64_t>(context.dropout_seed) : std::nullopt);
+    // Sequence-tensor parallelism keeps this rank's rows of the input only (backward gathers them again).
+    if (saved != nullptr) saved->input = input;
+    return result;
   });
+  output = tensor_parallel_.reduce(context, std::move(output));
+  dense_.add_bias(output, context.stream);
+  return output;
 }
 
 Tensor Attention::backward(LayerContext& context, const Tensor& grad_output) {
-  return backward(grad_output, saved_.take(context.batch.index, name()), context.stream);
+  const Tensor full_grad_output = tensor_parallel_.gather_sequence(context, grad_output);
+  Saved saved = saved_.take(context.batch.index, name());
+  saved.input = tensor_parallel_.gather_sequence(context, saved.input);
+  if (!tensor_parallel_.enabled()) return backward(full_grad_output, std::move(saved), context.stream);
+  PendingReduction reduction;
+  backward(full_grad_output, std::move(saved), context.stream,
+           [&](Tensor& grad_input) { reduction = tensor_parallel_.start_reduce(context, grad_input); });
+  return reduction.finish(context.stream);
 }
 
 Attention::Projections Attention::project(const Tensor& input, Normalization::Saved* query_norm,
@@ -335,7 +383,8 @@ Tensor Attention::forward_cached(const Tensor& input, const MicroBatch& batch, K
   return dense_.forward(output.reshape(Shape{tokens, int64_t(heads_) * head_size_}), stream);
 }
 
-Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream) {
+Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream,
+                           const InputGradientReady& input_gradient_ready) {
   FLM_ASSERT(saved.input.defined(), "{}: backward without a saved forward", name());
   const int64_t tokens = saved.input.size(0);
   const Device device = saved.input.device();
@@ -385,12 +434,22 @@ Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream
   }
   saved.query_norm = saved.key_norm = Normalization::Saved();
   Tensor grad_input = Tensor::empty(saved.input.shape(), saved.input.dtype(), device, stream);
-  query_.backward(grad_query.reshape(Shape{tokens, int64_t(heads_) * head_size_}), saved.input, &grad_input,
-                  /*accumulate_grad_input=*/false, stream, std::nullopt, saved.dropout_seed);
-  key_value_.backward(grad_key.reshape(Shape{tokens, int64_t(head_groups_) * head_size_}), saved.input, &grad_input,
-                      /*accumulate_grad_input=*/true, stream, key_range(), saved.dropout_seed);
-  key_value_.backward(grad_value.reshape(Shape{tokens, int64_t(head_groups_) * head_size_}), saved.input, &grad_input,
-                      /*accumulate_grad_input=*/true, stream, value_range(), saved.dropout_seed);
+  const Tensor grad_query_rows = grad_query.reshape(Shape{tokens, int64_t(heads_) * head_size_});
+  const Tensor grad_key_rows = grad_key.reshape(Shape{tokens, int64_t(head_groups_) * head_size_});
+  const Tensor grad_value_rows = grad_value.reshape(Shape{tokens, int64_t(head_groups_) * head_size_});
+  // With a caller waiting for the input gradient, it comes first and the parameter gradients after it.
+  const bool split = bool(input_gradient_ready);
+  query_.backward(grad_query_rows, saved.input, &grad_input, /*accumulate_grad_input=*/false, stream, std::nullopt,
+                  saved.dropout_seed, /*parameter_gradients=*/!split);
+  key_value_.backward(grad_key_rows, saved.input, &grad_input, /*accumulate_grad_input=*/true, stream, key_range(),
+                      saved.dropout_seed, /*parameter_gradients=*/!split);
+  key_value_.backward(grad_value_rows, saved.input, &grad_input, /*accumulate_grad_input=*/true, stream,
+                      value_range(), saved.dropout_seed, /*parameter_gradients=*/!split);
+  if (!split) return grad_input;
+  input_gradient_ready(grad_input);
+  query_.backward(grad_query_rows, saved.input, nullptr, false, stream, std::nullopt, saved.dropout_seed);
+  key_value_.backward(grad_key_rows, saved.input, nullptr, false, stream, key_range(), saved.dropout_seed);
+  key_value_.backward(grad_value_rows, saved.input, nullptr, false, stream, value_range(), saved.dropout_seed);
   return grad_input;
 }
 

@@ -50,8 +50,12 @@ class Attention : public Mixer {
   // builds this layer's own from the config.
   // `lora` (null: none) adds LoRA adapters to the query projection and the value half of key_value, and to the other
   // projections whose `apply_peft` is true (the key half, dense).
+  // `tensor_parallel`: this rank's heads and head groups (both must divide over the ranks, or with a single head group
+  // the heads only, key_value then whole on every rank with partial gradients, as Fast-LLM), query and key_value
+  // column-parallel, dense row-parallel (common/tensor_parallel.h).
   Attention(std::string name, const AttentionConfig& config, int64_t hidden_size, double lr_scale,
-            std::shared_ptr<Rotary> rotary = nullptr, const LoraConfig* lora = nullptr);
+            std::shared_ptr<Rotary> rotary = nullptr, const LoraConfig* lora = nullptr,
+            TensorParallelism tensor_parallel = {});
   // As the block's mixer: the rotary tables from `arguments.shared`.
   Attention(const AttentionConfig& config, const SublayerArguments& arguments);
 
@@ -70,13 +74,21 @@ class Attention : public Mixer {
     std::optional<uint64_t> dropout_seed;  // the forward's (LoRA dropout), regenerated in backward
   };
 
+  // With tensor parallelism these gather the sequence (sequence-tensor parallelism: only this rank's rows of the input
+  // are kept for backward, which gathers them again) and sum the dense output and the input gradient over the group;
+  // the explicit forms below work on this rank's part alone (the dense output a partial sum without its bias, the
+  // input gradient a partial sum).
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
+  bool supports_tensor_parallelism() const override { return true; }
   // (tokens, hidden) -> (tokens, hidden). `saved` may be null (validation: nothing kept). `dropout_seed`: the
   // micro-batch's in a training forward (LoRA dropout), unset otherwise.
   Tensor forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream,
                  std::optional<uint64_t> dropout_seed = std::nullopt);
-  Tensor backward(const Tensor& grad_output, Saved saved, Stream stream);
+  // `input_gradient_ready` (tensor parallelism): called with the input gradient once it is complete, before the
+  // projections' parameter gradients, so that its reduction over the group runs while they are computed.
+  Tensor backward(const Tensor& grad_output, Saved saved, Stream stream,
+                  const InputGradientReady& input_gradient_ready = {});
 
   // Matmuls (6 * tokens * weights) plus attention (12 * heads * head_size per attended query-key pair, counted from
   // the batch's host sequence_lengths, or from cu_seqlens when they are not given and it is on the CPU).
@@ -96,6 +108,7 @@ class Attention : public Mixer {
   Linear& key_value() { return key_value_; }
   Linear& dense() { return dense_; }
 
+  // This rank's heads and head groups (all of them without tensor parallelism).
   int heads() const { return heads_; }
   int head_groups() const { return head_groups_; }
   int head_size() const { return head_size_; }
@@ -143,6 +156,7 @@ class Attention : public Mixer {
   std::unique_ptr<Normalization> query_norm_;
   std::unique_ptr<Normalization> key_norm_;
   std::shared_ptr<Rotary> rotary_;
+  TensorParallelism tensor_parallel_;
   SavedPerMicroBatch<Saved> saved_;
   // By SequencePiece::sequence: the keys and values of the sequence's rows (from split 0's forward to the last's), and
   // the sum of their gradients (from the last split's backward to split 0's).

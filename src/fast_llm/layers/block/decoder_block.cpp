@@ -44,7 +44,7 @@ Tensor dropout_copy(const Tensor& tensor, double probability, uint64_t seed, Str
 }  // namespace
 
 DecoderBlock::DecoderBlock(std::string name, const DecoderBlockConfig& config, int64_t hidden_size, double lr_scale,
-                           SharedResources* shared, const LoraConfig* lora)
+                           SharedResources* shared, const LoraConfig* lora, TensorParallelism tensor_parallel)
     : Layer(std::move(name)),
       dropout_(checked(config).dropout),
       distillation_model_(config.distillation_model),
@@ -59,11 +59,36 @@ DecoderBlock::DecoderBlock(std::string name, const DecoderBlockConfig& config, i
   mixer_ = SublayerRegistry<Mixer>::instance().build(
       config.mixer, config.field_path("mixer"),
       {.name = child_name("mixer"), .hidden_size = hidden_size, .lr_scale = block_lr_scale, .shared = resources,
-       .lora = lora});
+       .lora = lora, .tensor_parallel = tensor_parallel});
   mlp_ = SublayerRegistry<MlpBase>::instance().build(
       config.mlp, config.field_path("mlp"),
       {.name = child_name("mlp"), .hidden_size = hidden_size, .lr_scale = block_lr_scale, .shared = resources,
-       .lora = lora});
+       .lora = lora, .tensor_parallel = tensor_parallel});
+  if (tensor_parallel.enabled()) {
+    if (!mixer_->supports_tensor_parallelism())
+      throw NotSupportedError("layers", fmt::format("{}: mixer type '{}' with tensor parallelism "
+                                                    "(model.distributed.tensor_parallel {}) is not supported",
+                                                    config.field_path("mixer"), config.mixer.type(),
+                                                    tensor_parallel.size));
+    if (!mlp_->supports_tensor_parallelism())
+      throw NotSupportedError("layers", fmt::format("{}: MLP type '{}' with tensor parallelism "
+                                                    "(model.distributed.tensor_parallel {}) is not supported",
+                                                    config.field_path("mlp"), config.mlp.type(), tensor_parallel.size));
+    if (distillation_model_)
+      throw NotSupportedError("layers", fmt::format("{}: activation distillation with tensor parallelism is not "
+                                                    "supported",
+                                                    config.field_path("distillation_model")));
+    if (tensor_parallel.sequence_parallel && dropout_ > 0.0)
+      throw NotSupportedError("layers", fmt::format("{}: block dropout with sequence-tensor parallelism is not "
+                                                    "supported; set it to 0 or sequence_tensor_parallel to false",
+                                                    config.field_path("dropout")));
+    // With sequence-tensor parallelism each rank normalises its own rows: the norms' gradients are partial.
+    for (Normalization* norm : {&norm_1_, &norm_2_})
+      for (Parameter* parameter : norm->parameters())
+        parameter->meta.tensor = {.size = tensor_parallel.size,
+                                  .rank = tensor_parallel.rank,
+                                  .partial_gradient = tensor_parallel.sequence_parallel};
+  }
   add_child(norm_1_);
   add_child(*mixer_);
   add_child(norm_2_);

@@ -37,8 +37,12 @@ class DecoderBlock : public Layer {
   // `lr_scale`: product of the enclosing scales (model, decoder). `shared`: what the blocks of the model share (rotary
   // tables), or null for this block's own. Refused: mixer and MLP types without a registered layer, post-mixer /
   // post-MLP norms, a learned output scale, activation distillation. `lora`: the model's LoRA settings (null: none).
+  // `tensor_parallel`: this rank's place in the tensor-parallel group, handed to the mixer and the MLP (which must
+  // support it); with sequence-tensor parallelism the block's input and output are this rank's rows of the sequence,
+  // the norms work on them (their gradients partial, summed over the group by the engine) and block dropout is refused.
   DecoderBlock(std::string name, const DecoderBlockConfig& config, int64_t hidden_size, double lr_scale,
-               SharedResources* shared = nullptr, const LoraConfig* lora = nullptr);
+               SharedResources* shared = nullptr, const LoraConfig* lora = nullptr,
+               TensorParallelism tensor_parallel = {});
 
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;

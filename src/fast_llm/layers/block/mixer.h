@@ -20,6 +20,8 @@ class Mixer : public Layer {
   static constexpr std::string_view kKind = "mixer";
 
   using Layer::Layer;
+  // Whether the layer splits its work over SublayerArguments::tensor_parallel (the block refuses it otherwise).
+  virtual bool supports_tensor_parallelism() const { return false; }
   // Weights that take part in matmuls, for the model's FLOPs per token.
   virtual int64_t matmul_weight_count() const = 0;
   // Model FLOPs per token of forward + backward besides the 6 x matmul weights (attention: the query-key and

@@ -20,6 +20,7 @@
 #include "fast_llm/config/config.h"
 #include "fast_llm/core/error.h"
 #include "fast_llm/layers/block/shared_resources.h"
+#include "fast_llm/layers/common/tensor_parallel.h"
 #include "fast_llm/layers/peft/config.h"
 
 namespace fast_llm::layers {
@@ -31,6 +32,9 @@ struct SublayerArguments {
   double lr_scale = 1.0;  // product of the enclosing scales, the block's included; the layer's own config multiplies it
   SharedResources& shared;
   const LoraConfig* lora = nullptr;  // the model's `peft` when it is LoRA, else null
+  // This rank's place in the tensor-parallel group: the layer declares its part of the parameters (tensor_parallel.h).
+  // A layer that does not support it says so (supports_tensor_parallelism) and the block refuses it.
+  TensorParallelism tensor_parallel;
 };
 
 namespace detail {

@@ -1,5 +1,7 @@
 #include "fast_llm/layers/common/linear.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "fast_llm/core/error.h"
@@ -31,6 +33,30 @@ Linear::Linear(std::string name, const LinearOptions& options) : Module(std::mov
     bias_ = &declare("bias", Shape{options.output_size}, options.bias_settings.initialization,
                      options.bias_settings.weight_decay, options.bias_settings.lr_scale);
     bias_->tracks_grad_start = true;
+  }
+  const TensorParallelism& parallel = options.tensor_parallel;
+  if (parallel.enabled()) {
+    if (options.lora)
+      throw NotSupportedError("layers", fmt::format("{}: LoRA adapters with tensor parallelism "
+                                                    "(model.distributed.tensor_parallel {}) are not supported",
+                                                    this->name(), parallel.size));
+    FLM_ASSERT(options.tensor_parallel_mode != TensorParallelMode::none, "{}: a linear layer of a tensor-parallel model "
+               "without a tensor-parallel mode", this->name());
+    const bool column = options.tensor_parallel_mode == TensorParallelMode::column;
+    const bool replicated = options.tensor_parallel_mode == TensorParallelMode::replicated;
+    // The weight's output features are dimension 0 ([output, input]) or 1 (transposed).
+    const int output_dim = options.transposed_weight ? 1 : 0;
+    weight_->meta.tensor = {.size = parallel.size,
+                            .rank = parallel.rank,
+                            .dim = replicated ? -1 : column ? output_dim : 1 - output_dim,
+                            .blocks = column ? options.tensor_blocks : 1,
+                            .partial_gradient = replicated};
+    if (bias_ != nullptr)
+      bias_->meta.tensor = {.size = parallel.size,
+                            .rank = parallel.rank,
+                            .dim = column ? 0 : -1,
+                            .blocks = column ? options.tensor_blocks : 1,
+                            .partial_gradient = replicated};
   }
   if (options.lora) {
     const LoraOptions& lora = *options.lora;
@@ -79,21 +105,38 @@ Tensor Linear::forward(const Tensor& input, Stream stream, std::optional<OutputR
   Tensor output = Tensor::empty(Shape{input.size(0), outputs}, input.dtype(), input.device(), stream);
   Tensor weight = weight_rows(weight_->weight, range);
   Tensor bias;
-  if (bias_ != nullptr) bias = bias_rows(bias_->weight, range);
+  const bool with_bias = bias_ != nullptr && !bias_after_reduction();
+  if (with_bias) bias = bias_rows(bias_->weight, range);
   // (tokens, output) = (tokens, input) @ W^T, or @ W for a [input, output] weight.
   kernels::gemm({.a = input,
                  .b = weight,
                  .out = output,
-                 .bias = bias_ != nullptr ? &bias : nullptr,
+                 .bias = with_bias ? &bias : nullptr,
                  .transpose_b = !options_.transposed_weight,
                  .stream = stream});
   if (options_.lora) lora_forward(input, output, range, dropout_seed, stream);
   return output;
 }
 
+void Linear::add_bias(Tensor& output, Stream stream) const {
+  if (!bias_after_reduction()) return;
+  // output (tokens, output) += ones (tokens, 1) @ bias (1, output)
+  const int64_t tokens = output.size(0);
+  Tensor row_of_bias = bias_->weight.reshape(Shape{1, bias_->weight.numel()});
+  kernels::gemm({.a = ones(tokens, output.dtype(), output.device(), stream),
+                 .b = row_of_bias,
+                 .out = output,
+                 .transpose_a = true,
+                 .beta = 1.0,
+                 .stream = stream});
+}
+
 void Linear::backward(const Tensor& grad_output, const Tensor& input, Tensor* grad_input, bool accumulate_grad_input,
-                      Stream stream, std::optional<OutputRange> range, std::optional<uint64_t> dropout_seed) const {
+                      Stream stream, std::optional<OutputRange> range, std::optional<uint64_t> dropout_seed,
+                      bool parameter_gradients) const {
   const int64_t tokens = input.size(0);
+  FLM_ASSERT(parameter_gradients || !options_.lora, "{}: an input-only backward of a layer with a LoRA adapter",
+             name());
   if (grad_input != nullptr) {
     // grad_input (tokens, input) = grad_output @ W, or @ W^T for a [input, output] weight.
     Tensor weight = weight_rows(weight_->weight, range);
@@ -104,6 +147,7 @@ void Linear::backward(const Tensor& grad_output, const Tensor& input, Tensor* gr
                    .beta = accumulate_grad_input ? 1.0 : 0.0,
                    .stream = stream});
   }
+  if (!parameter_gradients) return;
   if (weight_->grad.defined()) {
     const double beta = accumulation_beta(*weight_, range, stream);
     Tensor weight_grad = weight_rows(weight_->grad, range);

@@ -25,6 +25,7 @@
 
 #include "fast_llm/layers/common/linear_config.h"
 #include "fast_llm/layers/common/parameter_settings.h"
+#include "fast_llm/layers/common/tensor_parallel.h"
 #include "fast_llm/layers/peft/config.h"
 #include "fast_llm/layers/layer.h"
 
@@ -38,6 +39,14 @@ struct LoraOptions {
   int64_t end = 0;
 };
 
+// Tensor parallelism of a linear layer (common/tensor_parallel.h). `column`: the output features are split over the
+// ranks (in LinearOptions::tensor_blocks equal blocks, each split), and so is the bias; `row`: the input features are
+// split, forward returns a partial sum without the bias, which the caller adds (add_bias) once it has summed the
+// output over the group; `replicated`: whole on every rank, which uses its output for its own part of the work (the
+// single key and value group of multi-query attention), so its gradients are partial (summed by the engine) and so is
+// its input gradient (summed by the caller).
+enum class TensorParallelMode { none, column, row, replicated };
+
 struct LinearOptions {
   int64_t input_size = 0;
   int64_t output_size = 0;
@@ -46,6 +55,10 @@ struct LinearOptions {
   ParameterSettings weight;
   ParameterSettings bias_settings;  // used when `bias`
   std::optional<LoraOptions> lora;
+  // input_size and output_size are this rank's with tensor parallelism.
+  TensorParallelism tensor_parallel;
+  TensorParallelMode tensor_parallel_mode = TensorParallelMode::none;
+  int tensor_blocks = 1;
 };
 
 // The adapter of a linear layer configured by `config`: LoRA over output features [begin, end) when the model has
@@ -81,14 +94,24 @@ class Linear : public Module {
   Tensor forward(const Tensor& input, Stream stream, std::optional<OutputRange> range = std::nullopt,
                  std::optional<uint64_t> dropout_seed = std::nullopt) const;
   // grad_output (tokens, output or range size), input (tokens, input) and `dropout_seed` as given to forward. Writes
-  // `grad_input` (tokens, input) when given: = , or += with `accumulate_grad_input`. Accumulates parameter gradients.
+  // `grad_input` (tokens, input) when given: = , or += with `accumulate_grad_input`. Accumulates parameter gradients,
+  // unless `parameter_gradients` is false (a caller that starts a reduction of grad_input first, then calls again
+  // without grad_input for them; not with a LoRA adapter).
   void backward(const Tensor& grad_output, const Tensor& input, Tensor* grad_input, bool accumulate_grad_input,
                 Stream stream, std::optional<OutputRange> range = std::nullopt,
-                std::optional<uint64_t> dropout_seed = std::nullopt) const;
+                std::optional<uint64_t> dropout_seed = std::nullopt, bool parameter_gradients = true) const;
   // Convenience: returns a fresh grad_input.
   Tensor backward(const Tensor& grad_output, const Tensor& input, Stream stream,
                   std::optional<OutputRange> range = std::nullopt,
                   std::optional<uint64_t> dropout_seed = std::nullopt) const;
+
+  // Whether forward leaves the bias out, for add_bias after the output has been summed over the tensor group.
+  bool bias_after_reduction() const {
+    return bias_ != nullptr && options_.tensor_parallel.enabled() &&
+           options_.tensor_parallel_mode == TensorParallelMode::row;
+  }
+  // output (tokens, output) += bias, where forward left it out (bias_after_reduction).
+  void add_bias(Tensor& output, Stream stream) const;
 
   // Forward + backward FLOPs for `tokens` tokens: 6 * tokens * input * output (the adapter's are not model FLOPs).
   double flops(int64_t tokens) const { return 6.0 * double(tokens) * double(options_.input_size * options_.output_size); }

@@ -16,17 +16,25 @@ constexpr uint64_t kEmbeddingDropout = 0;
 }  // namespace
 
 LanguageModelEmbedding::LanguageModelEmbedding(std::string name, const LanguageModelEmbeddingsConfig& config,
-                                               int64_t hidden_size, double lr_scale)
+                                               int64_t hidden_size, double lr_scale, TensorParallelism tensor_parallel)
     : Layer(std::move(name)),
       hidden_size_(hidden_size),
       dropout_(config.dropout),
-      embedding_scale_(config.embedding_scale) {
+      embedding_scale_(config.embedding_scale),
+      tensor_parallel_(tensor_parallel) {
   if (config.full_precision_residual)
     throw NotSupportedError("layers", fmt::format("{}: a full-precision residual stream is not supported",
                                                   config.field_path("full_precision_residual")));
   lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
+  vocab_parallel_ = tensor_parallel.enabled() && config.vocab_parallel;
+  if (vocab_parallel_ && config.vocab_size % tensor_parallel.size != 0)
+    throw ConfigError(config.field_path("vocab_size"),
+                      fmt::format("{} does not split over tensor_parallel {} (vocab_parallel): it must divide it",
+                                  config.vocab_size, tensor_parallel.size));
+  const int64_t rows = vocab_parallel_ ? config.vocab_size / tensor_parallel.size : config.vocab_size;
+  vocab_begin_ = vocab_parallel_ ? rows * tensor_parallel.rank : 0;
   auto word = parameter_settings(config.word_embeddings, default_weight_initialization(hidden_size), lr_scale);
-  word_embeddings_ = &declare("word_embeddings_weight", Shape{config.vocab_size, hidden_size}, word.initialization,
+  word_embeddings_ = &declare("word_embeddings_weight", Shape{rows, hidden_size}, word.initialization,
                               word.weight_decay, word.lr_scale);
   word_embeddings_->tracks_grad_start = true;
   if (config.position_embeddings.enabled.value_or(false)) {
@@ -36,6 +44,9 @@ LanguageModelEmbedding::LanguageModelEmbedding(std::string name, const LanguageM
                                     position.initialization, position.weight_decay, position.lr_scale);
     position_embeddings_->tracks_grad_start = true;
   }
+  for (Parameter* parameter : parameters())
+    parameter->meta.tensor = {.size = tensor_parallel.size, .rank = tensor_parallel.rank};
+  if (vocab_parallel_) word_embeddings_->meta.tensor.dim = 0;
 }
 
 Tensor LanguageModelEmbedding::forward(LayerContext& context, const Tensor& input) {
@@ -44,13 +55,16 @@ Tensor LanguageModelEmbedding::forward(LayerContext& context, const Tensor& inpu
   const Tensor& word_weight = word_embeddings_->weight;
   // (tokens, hidden)
   Tensor output = Tensor::empty(Shape{batch.num_tokens(), hidden_size_}, word_weight.dtype(), word_weight.device(), stream);
+  const std::optional<int64_t> first_row = vocab_parallel_ ? std::optional(vocab_begin_) : std::nullopt;
   kernels::embedding_forward({.indices = batch.tokens,
                               .weight = word_weight,
                               .output = output,
                               .scale = embedding_scale_,
                               .accumulate = false,
+                              .first_row = first_row,
                               .stream = stream});
-  if (position_embeddings_ != nullptr) {
+  // Vocabulary-parallel outputs are summed over the ranks: the position embeddings are added by one of them.
+  if (position_embeddings_ != nullptr && (!vocab_parallel_ || tensor_parallel_.rank == 0)) {
     FLM_CHECK(batch.positions.defined(), "embeddings",
               "absolute position embeddings need the positions of the micro-batch's tokens");
     kernels::embedding_forward({.indices = batch.positions,
@@ -60,7 +74,15 @@ Tensor LanguageModelEmbedding::forward(LayerContext& context, const Tensor& inpu
                                 .accumulate = true,
                                 .stream = stream});
   }
-  if (context.training && dropout_ > 0.0) {
+  const bool dropout = context.training && dropout_ > 0.0;
+  if (vocab_parallel_ && !dropout) {
+    if (context.training)
+      saved_.put(batch.index,
+                 Saved{.tokens = batch.tokens, .positions = batch.positions, .dropout_seed = context.dropout_seed});
+    return tensor_parallel_.reduce(context, std::move(output));
+  }
+  if (vocab_parallel_) tensor_parallel_.all_reduce(context, output);
+  if (dropout) {
     kernels::dropout({.tensor = output,
                       .probability = dropout_,
                       .seed = dropout_seed(context.dropout_seed, name(), kEmbeddingDropout),
@@ -69,16 +91,17 @@ Tensor LanguageModelEmbedding::forward(LayerContext& context, const Tensor& inpu
   if (context.training)
     saved_.put(batch.index,
                Saved{.tokens = batch.tokens, .positions = batch.positions, .dropout_seed = context.dropout_seed});
-  return output;
+  return tensor_parallel_.sequence_shard(output);
 }
 
 Tensor LanguageModelEmbedding::backward(LayerContext& context, const Tensor& grad_output) {
   Saved saved = saved_.take(context.batch.index, name());
   const Stream stream = context.stream;
-  Tensor grad = grad_output;
+  const Tensor full_grad_output = tensor_parallel_.gather_sequence(context, grad_output);
+  Tensor grad = full_grad_output;
   if (dropout_ > 0.0) {
-    grad = Tensor::empty(grad_output.shape(), grad_output.dtype(), grad_output.device(), stream);
-    kernels::copy({.source = grad_output, .destination = grad, .stream = stream});
+    grad = Tensor::empty(full_grad_output.shape(), full_grad_output.dtype(), full_grad_output.device(), stream);
+    kernels::copy({.source = full_grad_output, .destination = grad, .stream = stream});
     kernels::dropout({.tensor = grad,
                       .probability = dropout_,
                       .seed = dropout_seed(saved.dropout_seed, name(), kEmbeddingDropout),
@@ -90,6 +113,7 @@ Tensor LanguageModelEmbedding::backward(LayerContext& context, const Tensor& gra
                                  .grad_output = grad,
                                  .grad_weight = word_embeddings_->grad,
                                  .scale = embedding_scale_,
+                                 .first_row = vocab_parallel_ ? std::optional(vocab_begin_) : std::nullopt,
                                  .stream = stream});
   }
   if (position_embeddings_ != nullptr && position_embeddings_->grad.defined()) {

@@ -9,6 +9,7 @@
 #include "fast_llm/kernels/cross_entropy.h"
 #include "fast_llm/kernels/gemm.h"
 #include "fast_llm/kernels/pointwise.h"
+#include "fast_llm/kernels/vocab_parallel_cross_entropy.h"
 #include "fast_llm/layers/common/parameter_settings.h"
 #include "fast_llm/layers/language_model/loss_config.h"
 
@@ -26,7 +27,8 @@ Tensor zero_scalar(Device device, Stream stream) {
 }  // namespace
 
 LanguageModelHead::LanguageModelHead(std::string name, const LanguageModelHeadConfig& config, int64_t hidden_size,
-                                     int64_t vocab_size, double lr_scale, Parameter* tied_output_weights)
+                                     int64_t vocab_size, double lr_scale, Parameter* tied_output_weights,
+                                     TensorParallelism tensor_parallel, bool vocab_parallel)
     : Layer(std::move(name)),
       hidden_size_(hidden_size),
       vocab_size_(vocab_size),
@@ -34,7 +36,13 @@ LanguageModelHead::LanguageModelHead(std::string name, const LanguageModelHeadCo
       logits_scale_factor_(config.logits_scale_factor),
       softcap_(config.final_logit_softcap),
       final_norm_(child_name("final_norm"), config.normalization.get(), hidden_size,
-                  combine_lr_scales(lr_scale, config.lr_scale)) {
+                  combine_lr_scales(lr_scale, config.lr_scale)),
+      tensor_parallel_(tensor_parallel),
+      vocab_parallel_(tensor_parallel.enabled() && vocab_parallel),
+      local_vocab_size_(vocab_parallel_ ? vocab_size / tensor_parallel.size : vocab_size) {
+  FLM_ASSERT(!vocab_parallel_ || vocab_size % tensor_parallel.size == 0,
+             "a vocabulary of {} split over {} tensor-parallel ranks", vocab_size, tensor_parallel.size);
+  vocab_begin_ = vocab_parallel_ ? local_vocab_size_ * tensor_parallel.rank : 0;
   lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
   if (config.prediction_heads != 1)
     throw NotSupportedError("layers", fmt::format("{}: multi-token prediction ({} heads) is not supported",
@@ -59,6 +67,10 @@ LanguageModelHead::LanguageModelHead(std::string name, const LanguageModelHeadCo
                                                     "gspo, distillation and dpo)",
                                                     path, loss.type()));
     }
+    if (tensor_parallel.enabled() && slot == nullptr)
+      throw NotSupportedError("layers", fmt::format("{}: the {} loss with tensor parallelism "
+                                                    "(model.distributed.tensor_parallel {}) is not supported",
+                                                    path, loss.type(), tensor_parallel.size));
     if (slot != nullptr && slot->has_value())
       throw NotSupportedError("layers", fmt::format("{}: at most one loss of type '{}' is supported, '{}' is another",
                                                     path, loss.type(), (*slot)->name));
@@ -77,20 +89,24 @@ LanguageModelHead::LanguageModelHead(std::string name, const LanguageModelHeadCo
 
   add_child(final_norm_);
   if (tied_output_weights != nullptr) {
-    FLM_ASSERT(tied_output_weights->meta.shape == (Shape{vocab_size, hidden_size}),
+    FLM_ASSERT(tied_output_weights->meta.shape == (Shape{local_vocab_size_, hidden_size}),
                "tied output weights of shape {} for vocab {} and hidden {}", tied_output_weights->meta.shape.str(),
-               vocab_size, hidden_size);
+               local_vocab_size_, hidden_size);
     output_weights_ = tied_output_weights;
     output_weights_tied_ = true;
   } else {
     auto weight = parameter_settings(config.output_weight, default_weight_initialization(hidden_size), lr_scale);
-    output_weights_ = &declare("output_weights", Shape{vocab_size, hidden_size}, weight.initialization,
+    output_weights_ = &declare("output_weights", Shape{local_vocab_size_, hidden_size}, weight.initialization,
                                weight.weight_decay, weight.lr_scale);
     output_weights_->tracks_grad_start = true;
   }
+  for (Parameter* parameter : parameters())
+    parameter->meta.tensor = {.size = tensor_parallel.size, .rank = tensor_parallel.rank};
+  if (vocab_parallel_ && !output_weights_tied_) output_weights_->meta.tensor.dim = 0;
 }
 
 Tensor LanguageModelHead::logits(const Tensor& input, Stream stream) {
+  FLM_CHECK(!tensor_parallel_.enabled(), "head", "generation with tensor parallelism is not supported");
   Tensor normalized = final_norm_.forward(input, nullptr, stream);  // (rows, hidden)
   const DType dtype = normalized.dtype() == DType::float64 ? DType::float64 : DType::float32;
   Tensor logits = Tensor::empty(Shape{input.size(0), vocab_size_}, dtype, input.device(), stream);
@@ -99,7 +115,8 @@ Tensor LanguageModelHead::logits(const Tensor& input, Stream stream) {
   return logits;
 }
 
-Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
+Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_input) {
+  const Tensor input = tensor_parallel_.gather_sequence(context, sequence_input);
   const MicroBatch& batch = context.batch;
   const Stream stream = context.stream;
   const bool training = context.training;
@@ -117,7 +134,14 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
   const int64_t splits = std::max<int64_t>(1, std::min<int64_t>(cross_entropy_splits_, tokens));
   const int64_t chunk_size = (tokens + splits - 1) / splits;
   // (chunk, vocab): logits, overwritten in place by their gradient.
-  Tensor logits_buffer = Tensor::empty(Shape{chunk_size, vocab_size_}, normalized.dtype(), device, stream);
+  Tensor logits_buffer = Tensor::empty(Shape{chunk_size, local_vocab_size_}, normalized.dtype(), device, stream);
+  // Vocabulary parallelism: per-token statistics of each chunk, summed over the tensor group between the passes.
+  const DType statistics_dtype = normalized.dtype() == DType::float64 ? DType::float64 : DType::float32;
+  Tensor row_max_buffer, sums_buffer;
+  if (vocab_parallel_) {
+    row_max_buffer = Tensor::empty(Shape{chunk_size}, statistics_dtype, device, stream);
+    sums_buffer = Tensor::empty(Shape{2, chunk_size}, statistics_dtype, device, stream);
+  }
   Tensor label_sum = zero_scalar(device, stream);
   Tensor z_loss_sum = zero_scalar(device, stream);
   const double label_weight = label_loss_ ? label_loss_->weight * context.loss_gradient_scale : 0.0;
@@ -153,7 +177,30 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
       policy_loss_->forward_chunk(context, logits, begin, end, training ? &policy_grad : nullptr,
                                   logits_scale_factor_, softcap_);
     }
-    if (label_losses)
+    if (label_losses && vocab_parallel_) {
+      const Tensor labels = batch.labels.slice(0, begin, end);
+      const kernels::VocabParallelLogits slice{.logits = logits,
+                                               .labels = labels,
+                                               .vocab_begin = vocab_begin_,
+                                               .logits_scale_factor = logits_scale_factor_,
+                                               .softcap = softcap_};
+      Tensor row_max = row_max_buffer.slice(0, 0, end - begin);
+      Tensor sums = end - begin == chunk_size ? sums_buffer
+                                              : Tensor::empty(Shape{2, end - begin}, statistics_dtype, device, stream);
+      kernels::vocab_parallel_logits_max({.slice = slice, .row_max = row_max, .stream = stream});
+      tensor_parallel_.all_reduce(context, row_max, /*maximum=*/true);
+      kernels::vocab_parallel_logits_sums({.slice = slice, .row_max = row_max, .sums = sums, .stream = stream});
+      tensor_parallel_.all_reduce(context, sums);
+      kernels::vocab_parallel_cross_entropy({.slice = slice,
+                                             .row_max = row_max,
+                                             .sums = sums,
+                                             .label_loss_sum = label_sum,
+                                             .z_loss_sum = z_loss_ ? &z_loss_sum : nullptr,
+                                             .grad_logits = training ? &logits : nullptr,
+                                             .label_weight = label_weight,
+                                             .z_loss_weight = z_loss_weight,
+                                             .stream = stream});
+    } else if (label_losses)
       kernels::cross_entropy_forward_backward({.logits = logits,
                                                .labels = batch.labels.slice(0, begin, end),
                                                .label_loss_sum = label_sum,
@@ -185,6 +232,8 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
                      .stream = stream});
   }
 
+  // Vocabulary parallelism: each rank's gradient of the normalised input comes from its slice of the vocabulary.
+  if (training && vocab_parallel_) tensor_parallel_.all_reduce(context, saved.grad_normalized);
   if (context.losses != nullptr) {
     const std::string total_name(LanguageModelHeadConfig::kHeadLossName);
     auto add = [&](const Tensor& sum, const Loss& loss) {
@@ -203,7 +252,7 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& input) {
 
 Tensor LanguageModelHead::backward(LayerContext& context, const Tensor& grad_output) {
   Saved saved = saved_.take(context.batch.index, name());
-  return final_norm_.backward(saved.grad_normalized, saved.final_norm, context.stream);
+  return tensor_parallel_.sequence_shard(final_norm_.backward(saved.grad_normalized, saved.final_norm, context.stream));
 }
 
 double LanguageModelHead::flops(const MicroBatch& batch) const {

@@ -19,6 +19,14 @@
 // gradient cannot be written over the logits (a later loss still reads them, or both reference losses are on) writes
 // it to one more (chunk, vocab) buffer (one for the reference losses, one for the policy loss) that is then added to
 // the logits' gradient, so that each loss's gradient is counted once.
+// Tensor parallelism, with `vocab_parallel`: each rank holds rows [rank * vocab / size, (rank + 1) * vocab / size) of
+// the output weights (or of the tied word embeddings) and computes the logits of its slice of the vocabulary; the label
+// and z-losses come from the vocabulary-parallel passes (kernels/vocab_parallel_cross_entropy.h: row maxima
+// all-reduced, then the sums of exponentials and the label's logit, from the rank that holds it, all-reduced), so the
+// full logits never exist; each rank's gradient of the normalised input is a partial sum, all-reduced before the final
+// norm's backward. Without it the output weights are whole on every rank, which computes the whole head. With
+// sequence-tensor parallelism forward first gathers every rank's rows of the input and backward returns this rank's
+// rows of the input gradient. The losses that read reference models or policy data are refused.
 #pragma once
 
 #include <memory>
@@ -26,7 +34,9 @@
 #include <string>
 
 #include "fast_llm/layers/common/normalization.h"
+#include "fast_llm/layers/common/tensor_parallel.h"
 #include "fast_llm/layers/language_model/config.h"
+#include "fast_llm/tensor/tensor.h"
 #include "fast_llm/layers/language_model/policy_gradient_loss.h"
 #include "fast_llm/layers/language_model/reference_losses.h"
 #include "fast_llm/layers/layer.h"
@@ -39,7 +49,8 @@ class LanguageModelHead : public Layer {
   // `tied_output_weights`: the word embeddings Parameter when the embeddings are tied (not declared again here), or
   // null to declare `<name>.output_weights`.
   LanguageModelHead(std::string name, const LanguageModelHeadConfig& config, int64_t hidden_size, int64_t vocab_size,
-                    double lr_scale, Parameter* tied_output_weights = nullptr);
+                    double lr_scale, Parameter* tied_output_weights = nullptr, TensorParallelism tensor_parallel = {},
+                    bool vocab_parallel = false);
 
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
@@ -58,7 +69,7 @@ class LanguageModelHead : public Layer {
 
   Parameter& output_weights() { return *output_weights_; }
   Normalization& final_norm() { return final_norm_; }
-  int64_t matmul_weight_count() const { return vocab_size_ * hidden_size_; }
+  int64_t matmul_weight_count() const { return local_vocab_size_ * hidden_size_; }
 
  private:
   struct Loss {
@@ -82,6 +93,10 @@ class LanguageModelHead : public Layer {
   Normalization final_norm_;
   Parameter* output_weights_ = nullptr;
   bool output_weights_tied_ = false;  // the word embeddings', declared by the embedding layer
+  TensorParallelism tensor_parallel_;
+  bool vocab_parallel_ = false;
+  int64_t vocab_begin_ = 0;   // the first row of this rank's slice of the output weights
+  int64_t local_vocab_size_;  // rows of the output weights this rank holds
   SavedPerMicroBatch<Saved> saved_;
 };
 

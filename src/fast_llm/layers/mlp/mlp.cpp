@@ -21,7 +21,8 @@ const MlpConfig& dense_config(const MlpBaseConfig& config) {
 }
 
 LinearOptions layer_options(const AffineLinearConfig& config, int64_t input_size, int64_t output_size,
-                            bool transposed_weight, int64_t hidden_size, double lr_scale, const LoraConfig* lora) {
+                            bool transposed_weight, int64_t hidden_size, double lr_scale, const LoraConfig* lora,
+                            const TensorParallelism& tensor_parallel, TensorParallelMode mode, int blocks) {
   lr_scale = combine_lr_scales(lr_scale, config.lr_scale);
   FLM_ASSERT(config.bias.enabled.has_value(), "{}: bias.enabled is resolved at validation", config.path());
   return {.input_size = input_size,
@@ -31,7 +32,18 @@ LinearOptions layer_options(const AffineLinearConfig& config, int64_t input_size
           .weight = parameter_settings(config.weight, default_weight_initialization(hidden_size), lr_scale),
           .bias_settings = parameter_settings(config.bias, default_bias_initialization(), lr_scale,
                                               /*default_weight_decay=*/false),
-          .lora = lora_options(lora, config, /*default_apply=*/false, 0, output_size)};
+          .lora = lora_options(lora, config, /*default_apply=*/false, 0, output_size),
+          .tensor_parallel = tensor_parallel,
+          .tensor_parallel_mode = tensor_parallel.enabled() ? mode : TensorParallelMode::none,
+          .tensor_blocks = blocks};
+}
+
+int64_t local_intermediate_size(const MlpConfig& config, const TensorParallelism& tensor_parallel) {
+  if (config.intermediate_size % tensor_parallel.size != 0)
+    throw ConfigError(config.field_path("intermediate_size"),
+                      fmt::format("{} does not split over tensor_parallel {}: it must divide it",
+                                  config.intermediate_size, tensor_parallel.size));
+  return config.intermediate_size / tensor_parallel.size;
 }
 
 }  // namespace
@@ -49,38 +61,55 @@ kernels::ActivationType kernel_activation(ActivationType type) {
 }
 
 Mlp::Mlp(std::string name, const MlpBaseConfig& base_config, int64_t hidden_size, double lr_scale,
-         const LoraConfig* lora)
+         const LoraConfig* lora, TensorParallelism tensor_parallel)
     : MlpBase(std::move(name)),
-      intermediate_size_(dense_config(base_config).intermediate_size),
+      intermediate_size_(local_intermediate_size(dense_config(base_config), tensor_parallel)),
       gated_(dense_config(base_config).gated),
       activation_(kernel_activation(*dense_config(base_config).activation)),
       recompute_level_(dense_config(base_config).recompute_level),
       layer_1_(child_name("layer_1"),
                layer_options(dense_config(base_config).layer_1, hidden_size,
                              (gated_ ? 2 : 1) * intermediate_size_, /*transposed_weight=*/false, hidden_size,
-                             combine_lr_scales(lr_scale, base_config.lr_scale), lora)),
+                             combine_lr_scales(lr_scale, base_config.lr_scale), lora, tensor_parallel,
+                             TensorParallelMode::column, /*blocks=*/gated_ ? 2 : 1)),
       layer_2_(child_name("layer_2"),
                layer_options(dense_config(base_config).layer_2, intermediate_size_, hidden_size,
                              /*transposed_weight=*/true, hidden_size, combine_lr_scales(lr_scale, base_config.lr_scale),
-                             lora)) {
+                             lora, tensor_parallel, TensorParallelMode::row, /*blocks=*/1)),
+      tensor_parallel_(tensor_parallel) {
   add_child(layer_1_);
   add_child(layer_2_);
 }
 
 Mlp::Mlp(const MlpConfig& config, const SublayerArguments& arguments)
-    : Mlp(arguments.name, config, arguments.hidden_size, arguments.lr_scale, arguments.lora) {}
+    : Mlp(arguments.name, config, arguments.hidden_size, arguments.lr_scale, arguments.lora,
+          arguments.tensor_parallel) {}
 
 FLM_REGISTER_SUBLAYER(MlpBase, Mlp, MlpConfig, "mlp");
 
 Tensor Mlp::forward(LayerContext& context, const Tensor& input) {
-  return saved_.keep(context, [&](Saved* saved) {
-    return forward(input, saved, context.stream,
-                   context.training ? std::optional<uint64_t>(context.dropout_seed) : std::nullopt);
+  const Tensor full_input = tensor_parallel_.gather_sequence(context, input);
+  Tensor output = saved_.keep(context, [&](Saved* saved) {
+    Tensor result = forward(full_input, saved, context.stream,
+                            context.training ? std::optional<uint64_t>(context.dropout_seed) : std::nullopt);
+    // Sequence-tensor parallelism keeps this rank's rows of the input only (backward gathers them again).
+    if (saved != nullptr) saved->input = input;
+    return result;
   });
+  output = tensor_parallel_.reduce(context, std::move(output));
+  layer_2_.add_bias(output, context.stream);
+  return output;
 }
 
 Tensor Mlp::backward(LayerContext& context, const Tensor& grad_output) {
-  return backward(grad_output, saved_.take(context.batch.index, name()), context.stream);
+  const Tensor full_grad_output = tensor_parallel_.gather_sequence(context, grad_output);
+  Saved saved = saved_.take(context.batch.index, name());
+  saved.input = tensor_parallel_.gather_sequence(context, saved.input);
+  if (!tensor_parallel_.enabled()) return backward(full_grad_output, std::move(saved), context.stream);
+  PendingReduction reduction;
+  backward(full_grad_output, std::move(saved), context.stream,
+           [&](Tensor& grad_input) { reduction = tensor_parallel_.start_reduce(context, grad_input); });
+  return reduction.finish(context.stream);
 }
 
 Tensor Mlp::forward(const Tensor& input, Saved* saved, Stream stream, std::optional<uint64_t> dropout_seed) const {
@@ -108,7 +137,8 @@ Tensor Mlp::activate(const Tensor& hidden, Stream stream) const {
   return activate_mlp_hidden(hidden, intermediate_size_, activation_, gated_, stream);
 }
 
-Tensor Mlp::backward(const Tensor& grad_output, Saved saved, Stream stream) const {
+Tensor Mlp::backward(const Tensor& grad_output, Saved saved, Stream stream,
+                     const InputGradientReady& input_gradient_ready) const {
   FLM_ASSERT(saved.input.defined(), "{}: backward without a saved forward", name());
   Tensor hidden = saved.hidden.defined() ? std::move(saved.hidden)
                                          : layer_1_.forward(saved.input, stream, std::nullopt, saved.dropout_seed);
@@ -126,7 +156,14 @@ Tensor Mlp::backward(const Tensor& grad_output, Saved saved, Stream stream) cons
                                   .stream = stream});
   }
   hidden = Tensor();
-  return layer_1_.backward(grad_hidden, saved.input, stream, std::nullopt, saved.dropout_seed);
+  if (!input_gradient_ready) return layer_1_.backward(grad_hidden, saved.input, stream, std::nullopt, saved.dropout_seed);
+  // The input gradient first, then layer_1's parameter gradients while the caller's reduction of it runs.
+  Tensor grad_input = Tensor::empty(saved.input.shape(), saved.input.dtype(), saved.input.device(), stream);
+  layer_1_.backward(grad_hidden, saved.input, &grad_input, /*accumulate_grad_input=*/false, stream, std::nullopt,
+                    saved.dropout_seed, /*parameter_gradients=*/false);
+  input_gradient_ready(grad_input);
+  layer_1_.backward(grad_hidden, saved.input, nullptr, false, stream, std::nullopt, saved.dropout_seed);
+  return grad_input;
 }
 
 }  // namespace fast_llm::layers

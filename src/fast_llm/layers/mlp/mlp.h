@@ -26,8 +26,10 @@ class Mlp : public MlpBase {
  public:
   // The dense MLP only: moe and hybrid_moe and the MLP's own pre/post norms are refused. `lora` (null: none) adds LoRA
   // adapters to the layers whose `apply_peft` is true.
+  // `tensor_parallel`: this rank's intermediate features (the size must divide over the ranks), layer_1
+  // column-parallel (the gate and up halves split alike), layer_2 row-parallel (common/tensor_parallel.h).
   Mlp(std::string name, const MlpBaseConfig& config, int64_t hidden_size, double lr_scale,
-      const LoraConfig* lora = nullptr);
+      const LoraConfig* lora = nullptr, TensorParallelism tensor_parallel = {});
   // As the block's MLP.
   Mlp(const MlpConfig& config, const SublayerArguments& arguments);
 
@@ -39,13 +41,20 @@ class Mlp : public MlpBase {
     std::optional<uint64_t> dropout_seed;  // the forward's (LoRA dropout), regenerated in backward
   };
 
+  // With tensor parallelism these gather the sequence (sequence-tensor parallelism: only this rank's rows of the input
+  // are kept for backward, which gathers them again) and sum layer_2's output and the input gradient over the group;
+  // the explicit forms below work on this rank's part alone.
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
+  bool supports_tensor_parallelism() const override { return true; }
   // (tokens, hidden) -> (tokens, hidden); `saved` may be null (validation: nothing kept). `dropout_seed`: the
   // micro-batch's in a training forward (LoRA dropout), unset otherwise.
   Tensor forward(const Tensor& input, Saved* saved, Stream stream,
                  std::optional<uint64_t> dropout_seed = std::nullopt) const;
-  Tensor backward(const Tensor& grad_output, Saved saved, Stream stream) const;
+  // `input_gradient_ready` (tensor parallelism): called with the input gradient once it is complete, before layer_1's
+  // parameter gradients, so that its reduction over the group runs while they are computed.
+  Tensor backward(const Tensor& grad_output, Saved saved, Stream stream,
+                  const InputGradientReady& input_gradient_ready = {}) const;
 
   // Model FLOPs of forward + backward (recomputation excluded).
   double flops(int64_t tokens) const { return layer_1_.flops(tokens) + layer_2_.flops(tokens); }
@@ -62,12 +71,13 @@ class Mlp : public MlpBase {
   // act(hidden) (gated: act(gate) * up) into a new (tokens, intermediate) tensor.
   Tensor activate(const Tensor& hidden, Stream stream) const;
 
-  int64_t intermediate_size_;
+  int64_t intermediate_size_;  // this rank's
   bool gated_;
   kernels::ActivationType activation_;
   MlpRecomputeLevel recompute_level_;
   Linear layer_1_;
   Linear layer_2_;
+  TensorParallelism tensor_parallel_;
   SavedPerMicroBatch<Saved> saved_;
 };
 

@@ -20,6 +20,8 @@ class MlpBase : public Layer {
   static constexpr std::string_view kKind = "MLP";
 
   using Layer::Layer;
+  // Whether the layer splits its work over SublayerArguments::tensor_parallel (the block refuses it otherwise).
+  virtual bool supports_tensor_parallelism() const { return false; }
   // Weights that take part in matmuls (for a mixture of experts: those a token uses), for the model's FLOPs per token.
   virtual int64_t matmul_weight_count() const = 0;
 };

@@ -10,7 +10,13 @@
 
 namespace fast_llm::models::gpt {
 
-GPTModel::GPTModel(const GPTBaseModelConfig& config) {
+layers::TensorParallelism tensor_parallelism(const engine::DistributedConfig& distributed) {
+  return {.rank = distributed.tensor_rank(),
+          .size = distributed.tensor_parallel,
+          .sequence_parallel = distributed.sequence_tensor_parallel};
+}
+
+GPTModel::GPTModel(const GPTBaseModelConfig& config, layers::TensorParallelism tensor_parallel) {
   FLM_ASSERT(config.validated(), "GPTModel built from a config that was not validated");
   if (auto unsupported = config.unsupported_fields(); !unsupported.empty())
     throw NotSupportedError("gpt", fmt::format("the model config uses features that are not supported yet:\n  {}",
@@ -21,7 +27,8 @@ GPTModel::GPTModel(const GPTBaseModelConfig& config) {
 
   const int64_t hidden_size = config.hidden_size;
   const double lr_scale = layers::combine_lr_scales(1.0, config.lr_scale);
-  embeddings_ = std::make_unique<layers::LanguageModelEmbedding>("embeddings", config.embeddings, hidden_size, lr_scale);
+  embeddings_ = std::make_unique<layers::LanguageModelEmbedding>("embeddings", config.embeddings, hidden_size, lr_scale,
+                                                                 tensor_parallel);
 
   const layers::BlockSequenceConfig& decoder = config.decoder.get();
   const double decoder_lr_scale = layers::combine_lr_scales(lr_scale, decoder.lr_scale);
@@ -32,12 +39,13 @@ GPTModel::GPTModel(const GPTBaseModelConfig& config) {
     if (block == nullptr)
       throw NotSupportedError("gpt", fmt::format("{}: block {} is not a decoder block", decoder.path(), index));
     blocks_.push_back(std::make_unique<layers::DecoderBlock>(fmt::format("decoder.{}", index), *block, hidden_size,
-                                                             decoder_lr_scale, &shared, lora));
+                                                             decoder_lr_scale, &shared, lora, tensor_parallel));
   }
 
   head_ = std::make_unique<layers::LanguageModelHead>(
       "head", config.head, hidden_size, config.embeddings.vocab_size, lr_scale,
-      config.tied_embedding_weight ? &embeddings_->word_embeddings() : nullptr);
+      config.tied_embedding_weight ? &embeddings_->word_embeddings() : nullptr, tensor_parallel,
+      config.embeddings.vocab_parallel);
 
   // LoRA's freeze_others (Fast-LLM's apply_weight): every weight but the adapters' is frozen, so the engine gives it no
   // gradient, no optimizer state and no place in the gradient norm (engine/multi_stage/stage.h).

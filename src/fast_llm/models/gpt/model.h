@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "fast_llm/engine/base_model.h"
+#include "fast_llm/engine/distributed/config.h"
 #include "fast_llm/layers/block/decoder_block.h"
 #include "fast_llm/layers/common/linear.h"
 #include "fast_llm/layers/language_model/embedding.h"
@@ -24,10 +25,15 @@
 
 namespace fast_llm::models::gpt {
 
+// This process's place in the tensor-parallel group of a validated `model.distributed`.
+layers::TensorParallelism tensor_parallelism(const engine::DistributedConfig& distributed);
+
 class GPTModel : public engine::BaseModel {
  public:
-  // `config` must be validated; the model copies what it needs and keeps no reference to it.
-  explicit GPTModel(const GPTBaseModelConfig& config);
+  // `config` must be validated; the model copies what it needs and keeps no reference to it. `tensor_parallel`: this
+  // process's place in the tensor-parallel group (tensor_parallelism(model.distributed)); the layers declare this
+  // rank's part of their parameters (layers/common/tensor_parallel.h).
+  explicit GPTModel(const GPTBaseModelConfig& config, layers::TensorParallelism tensor_parallel = {});
 
   std::vector<layers::Layer*> layers() override;
 

@@ -48,6 +48,13 @@ void GPTTrainerConfig::check() const {
                         fmt::format("a loss evaluator needs the dataset `data.datasets.{}`", name));
   }
   check_reference_models();
+  // Sequence-tensor parallelism splits every micro-batch's tokens evenly over the tensor-parallel ranks.
+  const engine::DistributedConfig& distributed = model.distributed;
+  if (distributed.sequence_tensor_parallel && data.micro_batch_size % distributed.tensor_parallel != 0)
+    throw ConfigError(data.field_path("micro_batch_size"),
+                      fmt::format("{} tokens do not split over the {} ranks of model.distributed.tensor_parallel, as "
+                                  "sequence_tensor_parallel needs: use a multiple of {}",
+                                  data.micro_batch_size, distributed.tensor_parallel, distributed.tensor_parallel));
   if (training.train_iters > 0 && !data.datasets.contains("training"))
     throw ConfigError(data.path().empty() ? "data.datasets" : data.path() + ".datasets",
                       "training needs a dataset named `training`");

@@ -100,7 +100,7 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
   config.kernels.apply();
   engine::warn_pretrained_architecture(config.model, config.pretrained, config.run.experiment_dir);
   // Declares the parameters only; the trainer checks the run can start and fit before it allocates them.
-  GPTModel model(config.model.base_model);
+  GPTModel model(config.model.base_model, tensor_parallelism(config.model.distributed));
   const Device device = engine::resolve_device(config.model.distributed);
   ReferenceModels references(config, device);
   data::GPTData data(config.data,
