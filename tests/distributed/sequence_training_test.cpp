@@ -156,6 +156,26 @@ TEST_F(SequenceTrainingTest, PipelineWithSplitsMatchesOneProcess) {
                   whole_bf2);
 }
 
+// With tensor parallelism: sequence-data ranks that each split their rows over a tensor group (sdp2_stp2, 4
+// processes), and the matrix's largest sequence layout, sdp2_stp2_pp2s2_ms4 (8 processes: two pipeline ranks of two
+// sequence-data ranks of two tensor ranks, four splits of 2 rows per sequence-data rank, one row per tensor rank).
+TEST_F(SequenceTrainingTest, SequenceAndTensorParallelMatchOneProcess) {
+  const fs::path whole = train_documents("single", 0, {});
+  expect_same_run(train_documents("sdp2_stp2", 4,
+                                  {"model.distributed.sequence_data_parallel=2", "model.distributed.tensor_parallel=2",
+                                   "model.distributed.sequence_tensor_parallel=true"}),
+                  whole);
+  const fs::path largest = train_documents("sdp2_stp2_pp2s2_ms4", 8,
+                                           {"model.distributed.sequence_data_parallel=2",
+                                            "model.distributed.tensor_parallel=2",
+                                            "model.distributed.sequence_tensor_parallel=true",
+                                            "model.distributed.pipeline_parallel=2",
+                                            "model.multi_stage.layers_per_stage=2", "schedule.micro_batch_splits=4"});
+  expect_same_run(largest, whole);
+  // One checkpoint file per (pipeline, data, tensor) rank: the layout really ran.
+  EXPECT_TRUE(fs::exists(largest / "checkpoint" / "3" / "rank_7.safetensors"));
+}
+
 // A reference model read by the distillation loss and by every block's activation distillation runs on the whole
 // micro-batch; its splits read their rows of its outputs: the losses of the unsplit run. Sequence-data parallelism
 // refuses reference models, as Fast-LLM does.
