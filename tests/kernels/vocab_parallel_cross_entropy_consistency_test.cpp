@@ -85,6 +85,9 @@ void check_all_variants(DeviceType device_type) {
       ran[outcome.id] = ran[outcome.id] || !outcome.unsupported;
 
     ConsistencyProblem<VocabParallelLogitsSums> sums_problem{.name = "sums " + case_name(c), .dtype = c.dtype};
+    // fp32 slices of 16032 logits: the reference adds the exponentials one after the other in fp32, whose rounding
+    // grows with the length (1.4e-5 against the GPU's tree sums, measured on the H200).
+    if (c.dtype == DType::float32 && c.vocab > 10000) sums_problem.tolerance = 1e-4;
     sums_problem.tensors["logits"] = input(logits);
     sums_problem.tensors["labels"] = input(label_tensor);
     sums_problem.tensors["row_max"] = input(row_max);
