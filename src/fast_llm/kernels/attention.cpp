@@ -57,7 +57,8 @@ void check_rotary(const OpContract& contract, const AttentionBackwardArgs& args)
             args.rotary_cos != nullptr ? "rotary_cos" : "rotary_sin");
   if (args.rotary_cos == nullptr) return;
   const int64_t tokens = args.key.size(0), head_size = args.query.size(2);
-  for (const auto& [name, table] : {std::pair{"rotary_cos", args.rotary_cos}, std::pair{"rotary_sin", args.rotary_sin}}) {
+  for (const auto& [name, table] :
+       {std::pair{"rotary_cos", args.rotary_cos}, std::pair{"rotary_sin", args.rotary_sin}}) {
     contract.on_device(name, *table);
     FLM_CHECK(table->dtype() == DType::float32, contract.op(), "{} has dtype {}, expected float32", name,
               dtype_name(table->dtype()));

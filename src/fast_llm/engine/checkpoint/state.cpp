@@ -423,7 +423,8 @@ std::shared_ptr<TensorSource> multi_stage_source(MultiStage& multi_stage, bool o
         result->add(state_key(parameter->meta.name, kWeightsShard), {dtype, shape},
                     read_from(frozen ? &GatheredStage::frozen : &GatheredStage::trainable));
         if (optimizer_state && !frozen) {
-          result->add(state_key(parameter->meta.name, kExpAvgShard), {dtype, shape}, read_from(&GatheredStage::exp_avg));
+          result->add(state_key(parameter->meta.name, kExpAvgShard), {dtype, shape},
+                      read_from(&GatheredStage::exp_avg));
           result->add(state_key(parameter->meta.name, kExpAvgSqShard), {dtype, shape},
                       read_from(&GatheredStage::exp_avg_sq));
         }

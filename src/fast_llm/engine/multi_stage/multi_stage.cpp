@@ -386,7 +386,8 @@ void MultiStage::before_forward(size_t stage, Stream stream, bool training) {
     if (const int64_t next = next_run_stage(stage, 1); next >= 0 && shared_weights_.size() > 1)
       gather_weights(size_t(next), stream, /*prefetch=*/true);
   }
-  if (training && stages_[stage]->shares_gradients() && gradients_in_forward(stage)) begin_shared_gradients(stage, stream);
+  if (training && stages_[stage]->shares_gradients() && gradients_in_forward(stage))
+    begin_shared_gradients(stage, stream);
 }
 
 void MultiStage::begin_shared_gradients(size_t stage, Stream stream) {

@@ -4,9 +4,9 @@
 // Stages are cut greedily, as Fast-LLM does: a stage closes after the layer that brings it to at least
 // layers_per_stage layers, and after the last layer (so a value below 1 puts each layer in its own stage).
 // ZeRO (model.multi_stage.zero_stage), with several data-parallel ranks: each stage keeps this rank's shard of the
-// master weights and Adam state (stage 1), and its full gradient buffer (stage 2) or full weight buffer (stage 3) is one
-// of num_grad_buffers / num_weight_buffers buffers that the stages share in turn (stage s uses buffer s % count), so
-// the full buffers of only that many stages exist at once. The schedule calls the hooks below around each stage's
+// master weights and Adam state (stage 1), and its full gradient buffer (stage 2) or full weight buffer (stage 3) is
+// one of num_grad_buffers / num_weight_buffers buffers that the stages share in turn (stage s uses buffer s % count),
+// so the full buffers of only that many stages exist at once. The schedule calls the hooks below around each stage's
 // forward and backward:
 //   - gradients: when a depth-first group's backward of a stage is done, they are reduce-scattered into the stage's
 //     shard (stage 1: after the last group; stage 2: after every group, added up in the shard, so the shared buffer is

@@ -371,7 +371,8 @@ PendingCollectives Stage::reduce_gradients(Stream stream, bool accumulate) {
 }
 
 void Stage::zero_gradients(Stream stream) {
-  if (grad_buffer_.defined() && grad_buffer_.numel() > 0) set_bytes(grad_buffer_.data(), settings_.device, 0, grad_buffer_.nbytes(), stream);
+  if (grad_buffer_.defined() && grad_buffer_.numel() > 0)
+    set_bytes(grad_buffer_.data(), settings_.device, 0, grad_buffer_.nbytes(), stream);
 }
 
 void Stage::begin_gradients(Stream stream) {

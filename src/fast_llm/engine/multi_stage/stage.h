@@ -31,8 +31,9 @@
 // ZeRO-2 and 3 go further (multi_stage.h): a stage's full gradient buffer, or its full weight buffer, is a view of a
 // buffer it shares with other stages (SharedStageBuffers), used only while the schedule works on the stage: gradients
 // are reduce-scattered (and added up over depth-first groups) as soon as a group's backward of the stage is done, and
-// weights are gathered just before the stage's forward or backward. After an optimizer step the compute weights are refreshed by adam_step itself where they
-// line up with the master shard (`trainable_compute_weight_shard`), which saves reading the master weights again.
+// weights are gathered just before the stage's forward or backward. After an optimizer step the compute weights are
+// refreshed by adam_step itself where they line up with the master shard (`trainable_compute_weight_shard`), which
+// saves reading the master weights again.
 #pragma once
 
 #include <cstdint>

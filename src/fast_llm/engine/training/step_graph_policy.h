@@ -5,9 +5,10 @@
 // A captured step replays its kernels with the host values they were launched with, so a graph is keyed by all of
 // those that can change from step to step: per micro-batch the token count and the document boundaries (cu_seqlens:
 // its length is a kernel argument, and the segment lengths and the longest document, which kernels size their grids
-// from, follow from it); the step's label count (the loss gradient is scaled by 1 / labels on the host); the loss scale; and the
-// addresses of the device state outside the step's own buffers that could move between steps (the optimizer's
-// state and rate table). Everything else a step depends on is fixed for the run (configs, parameter buffers).
+// from, follow from it); the step's label count (the loss gradient is scaled by 1 / labels on the host); the loss
+// scale; and the addresses of the device state outside the step's own buffers that could move between steps (the
+// optimizer's state and rate table). Everything else a step depends on is fixed for the run (configs, parameter
+// buffers).
 //
 // Policy: a step whose key has a graph replays it; a step with the same key as the step just before captures one
 // (so a run whose batches change every step, as packed real documents do, never pays for a capture), evicting the

@@ -309,6 +309,19 @@ __device__ __forceinline__ float2 group_sum2(float2 value, float2 (*scratch)[32]
   return total;
 }
 
+// A logit as the head's losses see it: z = x s, or c tanh(x s / c) with a softcap c > 0 (c <= 0: none), and dz/dx
+// into `derivative` when it is not null (the CPU references' scaled_logits_row).
+__device__ __forceinline__ float scaled_softcapped_logit(float x, float scale, float softcap, float* derivative) {
+  const float scaled = x * scale;
+  if (softcap <= 0.0f) {
+    if (derivative != nullptr) *derivative = scale;
+    return scaled;
+  }
+  const float tanh = tanhf(scaled / softcap);
+  if (derivative != nullptr) *derivative = scale * (1.0f - tanh * tanh);
+  return softcap * tanh;
+}
+
 // The block's sum (or maximum) of one value per thread, in thread order (the same result in every run); every thread
 // gets it. `scratch` holds blockDim.x floats; the block synchronises twice.
 __device__ __forceinline__ float block_reduce_in_thread_order(float value, float* scratch, bool maximum) {

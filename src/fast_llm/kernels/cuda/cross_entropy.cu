@@ -12,6 +12,7 @@
 // as masked rather than read out of bounds. Math in fp32, exp2 on the special-function unit. The layout and the
 // numerics are described at the kernel; why it runs at the memory's rate, in docs/benchmarks.md.
 #include "fast_llm/kernels/cuda/common.cuh"
+#include "fast_llm/kernels/cuda/row_loss_sums.cuh"
 
 #include <cooperative_groups.h>
 
@@ -32,7 +33,6 @@ constexpr int kMaxClusterBlocks = 8;  // the portable cluster size
 constexpr int kStages = 2;            // this row's slice and the next row's
 constexpr int kWavesPerSlot = 4;      // clusters launched per cluster that fits at once (see the launcher)
 constexpr int kGroupChunks = 4;       // chunks a thread loads before it uses the first; one rescale per group
-constexpr int kSumThreads = 1024;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -569,24 +569,6 @@ void launch_rows(const CrossEntropyArgs& args, const RowLosses& losses, const La
   });
 }
 
-// label_loss_sum += sum of row_losses, z_loss_sum += sum of row_z_losses: one block, fixed order, fp64.
-template <class R>
-__global__ void __launch_bounds__(kSumThreads)
-    loss_sum_kernel(const float* row_losses, const float* row_z_losses, int64_t rows, R* label_loss_sum,
-                    R* z_loss_sum) {
-  __shared__ double scratch[32];
-  double sum = 0.0;
-  for (int64_t row = threadIdx.x; row < rows; row += blockDim.x) sum += double(row_losses[row]);
-  sum = block_sum_to_thread0(sum, scratch);
-  if (threadIdx.x == 0) *label_loss_sum += R(sum);
-  if (row_z_losses == nullptr) return;
-  __syncthreads();  // scratch is reused
-  double z_sum = 0.0;
-  for (int64_t row = threadIdx.x; row < rows; row += blockDim.x) z_sum += double(row_z_losses[row]);
-  z_sum = block_sum_to_thread0(z_sum, scratch);
-  if (threadIdx.x == 0) *z_loss_sum += R(z_sum);
-}
-
 // The op's contract holds; what the kernel adds: logits of float32, bfloat16 or float16 whose last dimension is
 // contiguous (the gradient's too), loss sums of one dtype, a vocabulary below 2^31.
 std::optional<std::string> supports_fused(const CrossEntropyArgs& args) {
@@ -619,15 +601,7 @@ void cross_entropy_fused(const CrossEntropyArgs& args) {
   launch_rows(args, losses, scope);
   scope.check_launch();
 
-  if (args.label_loss_sum.dtype() == DType::float64)
-    loss_sum_kernel<double><<<1, kSumThreads, 0, scope.stream()>>>(
-        losses.label, losses.z, rows, args.label_loss_sum.data_as<double>(),
-        args.z_loss_sum != nullptr ? args.z_loss_sum->data_as<double>() : nullptr);
-  else
-    loss_sum_kernel<float><<<1, kSumThreads, 0, scope.stream()>>>(
-        losses.label, losses.z, rows, args.label_loss_sum.data_as<float>(),
-        args.z_loss_sum != nullptr ? args.z_loss_sum->data_as<float>() : nullptr);
-  scope.check_launch();
+  add_row_loss_sums(losses.label, losses.z, rows, args.label_loss_sum, args.z_loss_sum, scope);
 }
 
 }  // namespace

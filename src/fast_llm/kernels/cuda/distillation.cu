@@ -20,14 +20,7 @@ constexpr int kThreads = 256;
 
 template <class T>
 __device__ float student_logit(const T* row, int64_t column, float scale, float softcap, float* derivative) {
-  const float scaled = load(row[column]) * scale;
-  if (softcap <= 0.0f) {
-    if (derivative != nullptr) *derivative = scale;
-    return scaled;
-  }
-  const float tanh = tanhf(scaled / softcap);
-  if (derivative != nullptr) *derivative = scale * (1.0f - tanh * tanh);
-  return softcap * tanh;
+  return scaled_softcapped_logit(load(row[column]), scale, softcap, derivative);
 }
 
 struct DistillationParams {

@@ -16,17 +16,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// z = x s, or c tanh(x s / c) with a softcap c > 0; its derivative dz/dx into `derivative` when not null.
 template <class T>
 __device__ float scaled_logit(const T* row, int64_t column, float scale, float softcap, float* derivative) {
-  const float scaled = load(row[column]) * scale;
-  if (softcap <= 0.0f) {
-    if (derivative != nullptr) *derivative = scale;
-    return scaled;
-  }
-  const float tanh = tanhf(scaled / softcap);
-  if (derivative != nullptr) *derivative = scale * (1.0f - tanh * tanh);
-  return softcap * tanh;
+  return scaled_softcapped_logit(load(row[column]), scale, softcap, derivative);
 }
 
 struct RowParams {

@@ -8,6 +8,7 @@
 // whole-vocabulary kernel does. Plain, not tuned: the passes read the slice's logits three times (the tensor-parallel
 // collectives between them keep them apart); z as the reference: logits * scale, then softcap * tanh(z / softcap).
 #include "fast_llm/kernels/cuda/common.cuh"
+#include "fast_llm/kernels/cuda/row_loss_sums.cuh"
 
 #include <cmath>
 #include <optional>
@@ -19,7 +20,6 @@ namespace fast_llm::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kSumThreads = 1024;
 
 struct SliceParams {
   const void* logits;  // (rows, vocab slice) T
@@ -52,15 +52,9 @@ SliceParams slice_params(const VocabParallelLogits& slice) {
 // z of column `column` of row `row`, and dz/dlogit.
 template <class T>
 __device__ __forceinline__ float scaled_logit(const SliceParams& p, int64_t row, int64_t column, float* derivative) {
-  const float scaled =
-      load(static_cast<const T*>(p.logits)[row * p.logits_row_stride + column * p.logits_column_stride]) * p.scale;
-  if (!p.has_softcap) {
-    if (derivative != nullptr) *derivative = p.scale;
-    return scaled;
-  }
-  const float tanh = tanhf(scaled / p.softcap);
-  if (derivative != nullptr) *derivative = p.scale * (1.0f - tanh * tanh);
-  return p.softcap * tanh;
+  return scaled_softcapped_logit(
+      load(static_cast<const T*>(p.logits)[row * p.logits_row_stride + column * p.logits_column_stride]), p.scale,
+      p.has_softcap ? p.softcap : 0.0f, derivative);
 }
 
 template <class T>
@@ -148,24 +142,6 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(const SlicePara
   }
 }
 
-// label_loss_sum += sum of row_losses, z_loss_sum += sum of row_z_losses: one block, fixed order, fp64.
-template <class R>
-__global__ void __launch_bounds__(kSumThreads)
-    loss_sum_kernel(const float* row_losses, const float* row_z_losses, int64_t rows, R* label_loss_sum,
-                    R* z_loss_sum) {
-  __shared__ double scratch[32];
-  double sum = 0.0;
-  for (int64_t row = threadIdx.x; row < rows; row += blockDim.x) sum += double(row_losses[row]);
-  sum = block_sum_to_thread0(sum, scratch);
-  if (threadIdx.x == 0) *label_loss_sum += R(sum);
-  if (row_z_losses == nullptr) return;
-  __syncthreads();  // scratch is reused
-  double z_sum = 0.0;
-  for (int64_t row = threadIdx.x; row < rows; row += blockDim.x) z_sum += double(row_z_losses[row]);
-  z_sum = block_sum_to_thread0(z_sum, scratch);
-  if (threadIdx.x == 0) *z_loss_sum += R(z_sum);
-}
-
 std::optional<std::string> supports_slice(const VocabParallelLogits& slice) {
   return cuda_floating_reason("logits", slice.logits);
 }
@@ -222,15 +198,7 @@ void cross_entropy_rows(const VocabParallelCrossEntropyArgs& args) {
     cross_entropy_kernel<T><<<grid_for(p.rows, 1, scope), kThreads, 0, scope.stream()>>>(p, f);
   });
   scope.check_launch();
-  if (args.label_loss_sum.dtype() == DType::float64)
-    loss_sum_kernel<double><<<1, kSumThreads, 0, scope.stream()>>>(
-        f.row_losses, f.row_z_losses, p.rows, args.label_loss_sum.data_as<double>(),
-        args.z_loss_sum != nullptr ? args.z_loss_sum->data_as<double>() : nullptr);
-  else
-    loss_sum_kernel<float><<<1, kSumThreads, 0, scope.stream()>>>(
-        f.row_losses, f.row_z_losses, p.rows, args.label_loss_sum.data_as<float>(),
-        args.z_loss_sum != nullptr ? args.z_loss_sum->data_as<float>() : nullptr);
-  scope.check_launch();
+  add_row_loss_sums(f.row_losses, f.row_z_losses, p.rows, args.label_loss_sum, args.z_loss_sum, scope);
 }
 
 }  // namespace

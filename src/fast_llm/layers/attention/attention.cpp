@@ -427,7 +427,8 @@ Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream
     grad_value = std::move(own.value);
   }
   if (query_norm_) {
-    grad_query = query_norm_->backward(grad_query.reshape(Shape{tokens * heads_, head_size_}), saved.query_norm, stream);
+    grad_query =
+        query_norm_->backward(grad_query.reshape(Shape{tokens * heads_, head_size_}), saved.query_norm, stream);
   }
   if (key_norm_) {
     grad_key = key_norm_->backward(grad_key.reshape(Shape{tokens * head_groups_, head_size_}), saved.key_norm, stream);
