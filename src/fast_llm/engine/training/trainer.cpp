@@ -548,7 +548,8 @@ void Trainer::sum_over_ranks(std::vector<StepRecords::Step>& steps) const {
   const std::map<std::string, layers::LossNormalization> names = loss_names_over_ranks(*groups_, local);
   std::vector<double> sums;
   for (const StepRecords::Step& step : steps)
-    for (const auto& [name, normalization] : names) {
+    for (const auto& named : names) {
+      const std::string& name = named.first;  // not a structured binding: clang's OpenMP mode cannot capture those
       auto found = std::find_if(step.loss_sums.begin(), step.loss_sums.end(),
                                 [&](const auto& entry) { return entry.first == name; });
       sums.push_back(found == step.loss_sums.end() ? 0.0 : found->second);
