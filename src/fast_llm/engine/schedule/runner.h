@@ -1,39 +1,21 @@
-// Runs the micro-batches of one step through the stages (reference/fast-llm.md §6.3), as the list of steps that
-// schedule.h builds once: each rank executes its own steps of that list in order, the same code for one process and
-// for a pipeline of several.
+// Runs the micro-batches of one step through the stages (reference/fast-llm.md §6.3) by executing this rank's steps of
+// the list schedule.h builds once (Fast-LLM's breadth-first order): the same code for one process, a pipeline of
+// several and pieces of sequences (sequence_pieces.h: piece j of micro-batch m has index m * k + j, what layers key
+// their saved state by). Around each stage it calls the multi-stage's hooks (ZeRO gathers and reductions).
 //
-// A training step holds depth_first_micro_batches x breadth_first_micro_batches micro-batches (micro-batch d *
-// breadth_first + b is breadth-first slot b of depth-first group d). For each depth-first group: forward every
-// micro-batch of the group stage by stage, then backward stage by stage in reverse, calling the multi-stage's hooks
-// around each stage (ZeRO: gathering its weights, reducing its gradients as soon as the group's backward of it is
-// done). Gradients start the step at zero and accumulate (+=) over its micro-batches (without a zeroing pass: the first
-// accumulation into each parameter writes, Stage::begin_gradients); every micro-batch sees loss_gradient_scale = loss
-// scale / (unmasked labels in the whole step), so the gradients are those of the step's mean loss whatever the split
-// (DESIGN.md §4.6). Losses add into one LossSums for the step (numerators: divide by the step's labels for the mean;
-// the MoE router losses, marked normalised, add their value over LayerContext::micro_batches_in_step, the
-// micro-batches of the step on all data-parallel ranks). With a pipeline only the ranks running the stages that add a
-// loss hold it (the head's: the last stage's rank); the trainer adds the sums over the ranks.
+// Gradients start the step at zero and accumulate (+=) over its pieces (the first accumulation into a parameter
+// writes, Stage::begin_gradients); every piece sees loss_gradient_scale = loss scale / (unmasked labels in the whole
+// step), so the gradients are those of the step's mean loss whatever the layout (DESIGN.md §4.6). Losses add into one
+// LossSums for the step; the normalised ones (MoE router losses) over LayerContext::micro_batches_in_step, the pieces
+// of the step on all ranks. Only the ranks running a stage that adds a loss hold it; the trainer sums over the ranks.
 //
-// Pipeline (multi_stage.pipeline_group()): a step whose input is on another rank receives it (activations forward,
-// their gradients backward) on the pipeline group, and a step whose output another rank needs sends it there. A
-// receive is posted as early as the order allows (once this rank has issued everything that comes before the step
-// producing it), so it runs while the rank computes, and waited for only when its step starts; sends are waited for at
-// the end of the step. The activations' shape crosses each stage boundary once, in a small header before the first
-// one (every micro-batch has the same number of tokens and every piece of one the same share of them, so later ones
-// have the same shape; the sender checks it).
+// Pipeline: a step whose input is on another rank receives it (activations forward, their gradients backward), posted
+// as early as the common order allows and waited for when its step starts; sends are waited for at the end of the
+// step. The activations' shape crosses each stage boundary once, in a small header (later ones have the same shape;
+// the sender checks it). docs/distributed.md has the order and the message flow.
 //
-// Micro-batch m of step `iteration` gets dropout seed derive_seed(seed, phase seed shift, iteration, m'), m' its index
-// in the whole step over the data-parallel ranks (m * data_parallel + data rank), so the micro-batch sees the same
-// dropout whatever the layout.
-//
-// With schedule.micro_batch_splits = k or sequence_data_parallel = s, each micro-batch runs as this rank's k pieces of
-// its sequence (sequence_pieces.h), each piece its own step of the list (ScheduleStep::split): for a depth-first group,
-// stage by stage, each breadth-first micro-batch's splits in order, and in backward each micro-batch's splits in
-// reverse. Piece j of micro-batch m has index m * k + j (what layers key their saved state by); the pieces of a
-// micro-batch on a stage carry their keys and values from one to the next (attention.h), and a pipeline sends and
-// receives each piece's activations on its own. The normalised losses count the pieces of all ranks as micro-batches.
-// Layers that draw random numbers (dropout) are refused with pieces: their masks are drawn over a micro-batch's rows,
-// which the pieces would draw again.
+// Dropout seeds come from the micro-batch's index in the whole step over the data-parallel ranks, so a micro-batch
+// sees the same dropout whatever the layout; layers that draw random numbers are refused with pieces.
 #pragma once
 
 #include <cstdint>
