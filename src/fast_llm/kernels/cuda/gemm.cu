@@ -52,9 +52,14 @@ struct GemmKey {
 // How many of the heuristic's algorithms autotuning times.
 constexpr int kTunedCandidates = 8;
 
+// The matrix layouts of a problem in cuBLASLt's roles (host objects).
+struct Layouts {
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, out = nullptr;
+};
+
 struct GemmPlan {
   cublasLtMatmulDesc_t description = nullptr;
-  cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, out_layout = nullptr;
+  Layouts layouts;
   cublasLtMatmulAlgo_t algorithm{};
   // The heuristic's algorithms, best guess first, until they are timed (then none are left).
   cublasLtMatmulAlgo_t candidates[kTunedCandidates]{};
@@ -153,6 +158,23 @@ static cublasLtMatrixLayout_t make_layout(cudaDataType_t type, uint64_t rows, ui
   return layout;
 }
 
+// The layouts of `key`'s operands. Stored shapes: A is (rows, inner) after op, so (inner, rows) when transposed; B is
+// (inner, columns) after op.
+static Layouts make_layouts(const GemmKey& key) {
+  return {.a = make_layout(key.input_type, key.transpose_a ? key.inner : key.rows,
+                           key.transpose_a ? key.rows : key.inner, key.leading_a, key.batch, key.batch_stride_a),
+          .b = make_layout(key.input_type, key.transpose_b ? key.columns : key.inner,
+                           key.transpose_b ? key.inner : key.columns, key.leading_b, key.batch, key.batch_stride_b),
+          .out = make_layout(key.output_type, key.rows, key.columns, key.leading_out, key.batch,
+                             key.batch_stride_out)};
+}
+
+static void destroy_layouts(const Layouts& layouts) {
+  cublasLtMatrixLayoutDestroy(layouts.a);
+  cublasLtMatrixLayoutDestroy(layouts.b);
+  cublasLtMatrixLayoutDestroy(layouts.out);
+}
+
 // The process's cuBLASLt handle for `device` (created on first use).
 static cublasLtHandle_t cublaslt_handle(Device device) {
   static std::mutex mutex;
@@ -196,13 +218,7 @@ static GemmPlan& plan_for(const GemmCall& call, const GemmKey& key, Device devic
     FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.description, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &call.bias,
                                                     sizeof(call.bias)));
   }
-  // Stored shapes: A is (rows, inner) after op, so (inner, rows) when transposed; B is (inner, columns) after op.
-  plan.a_layout = make_layout(key.input_type, key.transpose_a ? key.inner : key.rows,
-                              key.transpose_a ? key.rows : key.inner, key.leading_a, key.batch, key.batch_stride_a);
-  plan.b_layout = make_layout(key.input_type, key.transpose_b ? key.columns : key.inner,
-                              key.transpose_b ? key.inner : key.columns, key.leading_b, key.batch, key.batch_stride_b);
-  plan.out_layout =
-      make_layout(key.output_type, key.rows, key.columns, key.leading_out, key.batch, key.batch_stride_out);
+  plan.layouts = make_layouts(key);
 
   cublasLtMatmulPreference_t preference = nullptr;
   FLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
@@ -220,14 +236,12 @@ static GemmPlan& plan_for(const GemmCall& call, const GemmKey& key, Device devic
   cublasLtMatmulHeuristicResult_t results[kTunedCandidates]{};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      cublaslt_handle(device), plan.description, plan.a_layout, plan.b_layout, plan.out_layout, plan.out_layout,
+      cublaslt_handle(device), plan.description, plan.layouts.a, plan.layouts.b, plan.layouts.out, plan.layouts.out,
       preference, kernel_selection().autotune ? kTunedCandidates : 1, results, &found);
   cublasLtMatmulPreferenceDestroy(preference);
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
     cublasLtMatmulDescDestroy(plan.description);
-    cublasLtMatrixLayoutDestroy(plan.a_layout);
-    cublasLtMatrixLayoutDestroy(plan.b_layout);
-    cublasLtMatrixLayoutDestroy(plan.out_layout);
+    destroy_layouts(plan.layouts);
     throw Error("gemm", fmt::format("cuBLASLt has no algorithm for m={} n={} k={} batch={} (row-major, transposes "
                                     "a={} b={}, leading dimensions a={} b={} out={}, alignments a={} b={} out={}): {}",
                                     key.columns, key.rows, key.inner, key.batch, key.transpose_b, key.transpose_a,
@@ -241,27 +255,13 @@ static GemmPlan& plan_for(const GemmCall& call, const GemmKey& key, Device devic
   return plans.emplace(key, plan).first->second;
 }
 
-// The three matrix layouts of a problem, owned (a ragged call's exact sizes, beside its bucket's plan).
+// A ragged call's layouts of its exact sizes (beside its bucket's plan), for the call.
 struct OwnedLayouts {
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, out = nullptr;
-  explicit OwnedLayouts(const GemmKey& key)
-      : a(make_layout(key.input_type, key.transpose_a ? key.inner : key.rows, key.transpose_a ? key.rows : key.inner,
-                      key.leading_a, key.batch, key.batch_stride_a)),
-        b(make_layout(key.input_type, key.transpose_b ? key.columns : key.inner,
-                      key.transpose_b ? key.inner : key.columns, key.leading_b, key.batch, key.batch_stride_b)),
-        out(make_layout(key.output_type, key.rows, key.columns, key.leading_out, key.batch, key.batch_stride_out)) {}
-  ~OwnedLayouts() {
-    cublasLtMatrixLayoutDestroy(a);
-    cublasLtMatrixLayoutDestroy(b);
-    cublasLtMatrixLayoutDestroy(out);
-  }
+  Layouts layouts;
+  explicit OwnedLayouts(const GemmKey& key) : layouts(make_layouts(key)) {}
+  ~OwnedLayouts() { destroy_layouts(layouts); }
   OwnedLayouts(const OwnedLayouts&) = delete;
   OwnedLayouts& operator=(const OwnedLayouts&) = delete;
-};
-
-// The layouts a call runs with: its plan's, or a ragged call's exact ones.
-struct Layouts {
-  cublasLtMatrixLayout_t a, b, out;
 };
 
 // The power-of-two bucket (at least 64) of a ragged size.
@@ -399,11 +399,14 @@ static void gemm_cublaslt(const GemmArgs& args) {
   if (plan == nullptr) plan = &plan_for(call, call.key, device, /*tunable=*/own_bucket);
   std::optional<OwnedLayouts> exact;
   if (bucketed) exact.emplace(call.key);
-  Layouts layouts = bucketed ? Layouts{exact->a, exact->b, exact->out}
-                             : Layouts{plan->a_layout, plan->b_layout, plan->out_layout};
-  if (call.bias)
-    FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->description, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &call.bias,
-                                                    sizeof(call.bias)));
+  Layouts layouts = bucketed ? exact->layouts : plan->layouts;
+  // The plan's description holds the bias pointer, set per call.
+  const auto set_bias = [&] {
+    if (call.bias)
+      FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->description, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &call.bias, sizeof(call.bias)));
+  };
+  set_bias();
   if (plan->candidate_count > 0) tune(*plan, layouts, call, alpha, beta, workspace, stream, device);
   // C and D are both out: beta * out is read from and the result written to the same matrix.
   const auto run = [&] {
@@ -416,10 +419,8 @@ static void gemm_cublaslt(const GemmArgs& args) {
     // The bucket's algorithm does not take these exact sizes: the exact problem's own heuristic choice, untuned (a
     // ragged problem's sizes come and go; timing each would synchronise every step).
     plan = &plan_for(call, call.key, device, /*tunable=*/false);
-    if (call.bias)
-      FLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->description, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                      &call.bias, sizeof(call.bias)));
-    layouts = Layouts{plan->a_layout, plan->b_layout, plan->out_layout};
+    set_bias();
+    layouts = plan->layouts;
     status = run();
   }
   FLM_CUBLAS_CHECK(status);
