@@ -4,11 +4,9 @@
 // and LoRA. Checkpoints resume bit for bit in the same layout and load into another number of processes.
 #include <gtest/gtest.h>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -60,15 +58,7 @@ TEST_F(DataParallelTrainingTest, MixtureOfExpertsTwoProcessesMatchOne) {
   expect_same_records(records(parallel), records(single), kTolerance);
   expect_same_checkpoint(parallel, single, 3, kTolerance);
   auto router_losses = [](const fs::path& experiment) {
-    std::vector<double> values;
-    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
-    for (std::string line; std::getline(stream, line);) {
-      const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.value("phase", "") != "training") continue;
-      values.push_back(record.at("load_balancing_loss").get<double>());
-      values.push_back(record.at("router_z_loss").get<double>());
-    }
-    return values;
+    return training_values(experiment, {"load_balancing_loss", "router_z_loss"});
   };
   const std::vector<double> expected = router_losses(single), actual = router_losses(parallel);
   ASSERT_EQ(actual.size(), 6u);
@@ -97,15 +87,7 @@ TEST_F(DataParallelTrainingTest, ReferenceModelsTwoProcessesMatchOne) {
   const fs::path parallel = train("reference_dp2", 2, overrides);
   expect_same_records(records(parallel), records(single), kTolerance);
   auto logged = [](const fs::path& experiment) {
-    std::vector<double> values;
-    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
-    for (std::string line; std::getline(stream, line);) {
-      const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.value("phase", "") != "training") continue;
-      values.push_back(record.at("kd").get<double>());
-      values.push_back(record.at("activation_distillation_loss").get<double>());
-    }
-    return values;
+    return training_values(experiment, {"kd", "activation_distillation_loss"});
   };
   const std::vector<double> expected = logged(single), actual = logged(parallel);
   ASSERT_EQ(actual.size(), 6u);
@@ -203,15 +185,8 @@ TEST_F(DataParallelTrainingTest, PolicyGradientLossesTwoProcessesMatchOne) {
     expect_same_records(records(parallel), records(single), kTolerance);
     expect_same_checkpoint(parallel, single, 3, kTolerance);
     auto metrics = [](const fs::path& experiment) {
-      std::vector<double> values;
-      std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
-      for (std::string line; std::getline(stream, line);) {
-        const nlohmann::json record = nlohmann::json::parse(line);
-        if (record.value("phase", "") != "training") continue;
-        for (const char* name : {"policy", "policy_new_logprobs", "policy_ratio_new_old", "policy_num_tokens"})
-          values.push_back(record.at(name).get<double>());
-      }
-      return values;
+      return training_values(experiment,
+                             {"policy", "policy_new_logprobs", "policy_ratio_new_old", "policy_num_tokens"});
     };
     const std::vector<double> expected = metrics(single), actual = metrics(parallel);
     ASSERT_EQ(actual.size(), 12u) << type;

@@ -111,16 +111,36 @@ class LayoutComparisonTest : public ::testing::Test {
     return directory_ / name;
   }
 
-  // The training records of the experiment's first run, by step.
-  static std::vector<TrainingRecord> records(const fs::path& experiment) {
-    std::vector<TrainingRecord> result;
+  // The values `names` of each record of the experiment's first run whose `key` is `value` (phase: training, dataset:
+  // validation), record after record and, within a record, in the order of `names`.
+  static std::vector<double> logged_values(const fs::path& experiment, const std::string& key,
+                                           const std::string& value, const std::vector<std::string>& names) {
+    std::vector<double> values;
     std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
     for (std::string line; std::getline(stream, line);) {
       const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.value("phase", "") != "training") continue;
-      result.push_back({.loss = record.at("lm_head_loss").get<double>(),
-                        .grad_norm = record.at("grad_norm").get<double>()});
+      if (record.value(key, "") != value) continue;
+      for (const std::string& name : names) values.push_back(record.at(name).get<double>());
     }
+    return values;
+  }
+
+  // The training values `names` of each step, in order (logged_values).
+  static std::vector<double> training_values(const fs::path& experiment, const std::vector<std::string>& names) {
+    return logged_values(experiment, "phase", "training", names);
+  }
+
+  // The validation losses the experiment logged, in order.
+  static std::vector<double> validation_losses(const fs::path& experiment) {
+    return logged_values(experiment, "dataset", "validation", {"lm_head_loss"});
+  }
+
+  // The training records of the experiment's first run, by step.
+  static std::vector<TrainingRecord> records(const fs::path& experiment) {
+    const std::vector<double> values = training_values(experiment, {"lm_head_loss", "grad_norm"});
+    std::vector<TrainingRecord> result;
+    for (size_t index = 0; index + 1 < values.size(); index += 2)
+      result.push_back({.loss = values[index], .grad_norm = values[index + 1]});
     return result;
   }
 

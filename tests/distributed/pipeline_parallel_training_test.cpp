@@ -9,10 +9,7 @@
 // starts a pipeline run as pretrained weights.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -60,17 +57,6 @@ const std::string kBreadthFirst4 = "schedule.breadth_first_micro_batches=4";
 class PipelineParallelTrainingTest : public testing::LayoutComparisonTest {
  protected:
   const char* config() const override { return kQwen2Config; }
-
-  // The validation losses an experiment logged, in order.
-  static std::vector<double> validation_losses(const fs::path& experiment) {
-    std::vector<double> losses;
-    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
-    for (std::string line; std::getline(stream, line);) {
-      const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.value("dataset", "") == "validation") losses.push_back(record.at("lm_head_loss").get<double>());
-    }
-    return losses;
-  }
 };
 
 // Forward-only evaluations (every micro-batch of an iteration breadth-first) give one process's losses too.
@@ -223,15 +209,7 @@ TEST_F(PipelineParallelTrainingTest, RouterLossesOfBothRanksMatchOneProcess) {
       train("moe_pp2s1_bf4", 2, {moe, kPipeline, kBreadthFirst4, "training.checkpoint.interval=null"});
   expect_same_records(records(pipeline), records(single), kTolerance);
   auto router_losses = [](const fs::path& experiment) {
-    std::vector<double> values;
-    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
-    for (std::string line; std::getline(stream, line);) {
-      const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.value("phase", "") != "training") continue;
-      values.push_back(record.at("load_balancing_loss").get<double>());
-      values.push_back(record.at("router_z_loss").get<double>());
-    }
-    return values;
+    return training_values(experiment, {"load_balancing_loss", "router_z_loss"});
   };
   const std::vector<double> expected = router_losses(single), actual = router_losses(pipeline);
   ASSERT_EQ(actual.size(), 6u);
