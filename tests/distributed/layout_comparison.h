@@ -194,6 +194,12 @@ class LayoutComparisonTest : public ::testing::Test {
     }
   }
 
+  // The same records and the same checkpoint of step 3 (the last) as `expected`, to kTolerance.
+  void expect_same_run(const fs::path& actual, const fs::path& expected) {
+    expect_same_records(records(actual), records(expected), kTolerance);
+    expect_same_checkpoint(actual, expected, 3, kTolerance);
+  }
+
   // A copy of `experiment` holding only its checkpoint of `step` (as if the run had stopped there).
   fs::path stopped_copy(const fs::path& experiment, const std::string& name, int step) {
     const fs::path copy = directory_ / name;

@@ -127,8 +127,7 @@ TEST_F(PipelineParallelTrainingTest, DataAndPipelineParallelMatchOneProcess) {
   const fs::path parallel =
       train("dp2_pp2s2_bf4", 4, {kPipeline, "model.multi_stage.layers_per_stage=2", kBreadthFirst4, kExport});
   EXPECT_NE(output_.find("ZeRO over 2 data-parallel ranks"), std::string::npos) << output_;
-  expect_same_records(records(parallel), records(single), kTolerance);
-  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  expect_same_run(parallel, single);
   expect_same_export(parallel, single, 3, kTolerance);
   // Two depth-first groups of four on one process are the same batch in another order of steps.
   const fs::path accumulated = train("df2_bf4", 0, {"schedule.depth_first_micro_batches=2", kBreadthFirst4});
@@ -144,8 +143,7 @@ TEST_F(PipelineParallelTrainingTest, ZeroStagesTwoAndThreeWithTwoPipelineRanks) 
         train("dp2_pp2s1_bf4_z" + std::to_string(zero), 4, {kPipeline, kBreadthFirst4, zero_stage});
     EXPECT_NE(output_.find("gradients in 2 shared buffers"), std::string::npos) << output_;
     EXPECT_EQ(output_.find("weights in 2 shared buffers") != std::string::npos, zero == 3) << output_;
-    expect_same_records(records(parallel), records(single), kTolerance);
-    expect_same_checkpoint(parallel, single, 3, kTolerance);
+    expect_same_run(parallel, single);
   }
 }
 
@@ -156,8 +154,7 @@ TEST_F(PipelineParallelTrainingTest, TiedEmbeddingsAcrossPipelineRanks) {
   const fs::path single = train("bf4_tied", 0, {tied, kBreadthFirst4, kExport});
   const fs::path pipeline = train("pp2s1_bf4_tied", 2, {tied, kPipeline, kBreadthFirst4, kExport});
   EXPECT_NE(output_.find("tied weights copied to the ranks that read them"), std::string::npos) << output_;
-  expect_same_records(records(pipeline), records(single), kTolerance);
-  expect_same_checkpoint(pipeline, single, 3, kTolerance);
+  expect_same_run(pipeline, single);
   expect_same_export(pipeline, single, 3, kTolerance);
   // Resumed in its layout, the head's rank reads its copy of the matrix from the owner's file: bit for bit.
   const fs::path resumed = stopped_copy(pipeline, "pp2s1_bf4_tied_resumed", 2);
@@ -167,8 +164,7 @@ TEST_F(PipelineParallelTrainingTest, TiedEmbeddingsAcrossPipelineRanks) {
   const fs::path single_bf8 = train("bf8_tied", 0, {tied, "schedule.breadth_first_micro_batches=8"});
   const fs::path parallel = train("dp2_pp2s1_bf4_z3_tied", 4, {tied, kPipeline, kBreadthFirst4,
                                                                "model.multi_stage.zero_stage=3"});
-  expect_same_records(records(parallel), records(single_bf8), kTolerance);
-  expect_same_checkpoint(parallel, single_bf8, 3, kTolerance);
+  expect_same_run(parallel, single_bf8);
 }
 
 // The Hugging Face export of a pipeline run (qwen2, which has no sliding window) is one process's.
@@ -194,8 +190,7 @@ TEST_F(PipelineParallelTrainingTest, PretrainedWeightsLoadIntoEachRanksStages) {
   const fs::path single = train("pretrained_bf4", 0, {pretrained, kBreadthFirst4});
   const fs::path pipeline = train("pretrained_pp2s2_bf4", 2,
                                   {pretrained, kPipeline, "model.multi_stage.layers_per_stage=2", kBreadthFirst4});
-  expect_same_records(records(pipeline), records(single), kTolerance);
-  expect_same_checkpoint(pipeline, single, 3, kTolerance);
+  expect_same_run(pipeline, single);
 }
 
 // A mixture of experts: the router losses come from the blocks of both ranks and the head's loss from the last one;

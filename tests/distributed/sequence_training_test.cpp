@@ -76,11 +76,6 @@ class SequenceTrainingTest : public testing::LayoutComparisonTest {
                                             (directory_ / "documents.fast_llm_dataset").string() + "}}");
     return train(name, processes, std::move(overrides));
   }
-
-  void expect_same_run(const fs::path& actual, const fs::path& expected) {
-    expect_same_records(records(actual), records(expected), kTolerance);
-    expect_same_checkpoint(actual, expected, 3, kTolerance);
-  }
 };
 
 TEST_F(SequenceTrainingTest, MicroBatchSplitsMatchTheWholeMicroBatches) {
