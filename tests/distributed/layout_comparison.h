@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,6 +26,7 @@
 
 #include "../cli/run_fast_llm.h"
 #include "distributed_test_util.h"
+#include "fast_llm/config/config.h"
 #include "fast_llm/engine/checkpoint/distributed.h"
 #include "fast_llm/engine/checkpoint/fast_llm_format.h"
 #include "fast_llm/engine/checkpoint/metadata.h"
@@ -54,6 +56,38 @@ model:
       num_blocks: 2
     hidden_size: 16
   multi_stage: {layers_per_stage: 2}
+  distributed: {compute_dtype: fp32, use_cuda: false, timeout: 20}
+)";
+
+// A Qwen2-style model (grouped-query attention, rotary, biases on the query and key projections, a sliding window) of
+// six blocks, one layer per stage: the pipeline suites' model (config_changes() gives a suite's variant of it).
+inline constexpr const char* kQwen2Config = R"(
+training: {train_iters: 3, logs: {interval: 1}, checkpoint: {interval: 1, keep: 10}}
+data:
+  datasets: {training: {type: random}}
+  micro_batch_size: 16
+optimizer: {learning_rate: {base: 1.0e-2}, gradient_norm_clipping: 0.5}
+model:
+  base_model:
+    embeddings: {vocab_size: 64}
+    decoder:
+      block:
+        mixer:
+          type: attention
+          heads: 4
+          head_groups: 2
+          head_size: 4
+          add_linear_biases: false
+          query_layer: {bias: {enabled: true}}
+          key_layer: {bias: {enabled: true}}
+          rotary: {type: default, theta: 10000.0}
+          window_size: 6
+        mlp: {intermediate_size: 32, gated: true, add_linear_biases: false}
+        normalization: {type: rms_norm}
+      num_blocks: 6
+    head: {normalization: {type: rms_norm}}
+    hidden_size: 16
+  multi_stage: {layers_per_stage: 1}
   distributed: {compute_dtype: fp32, use_cuda: false, timeout: 20}
 )";
 
@@ -87,10 +121,15 @@ class LayoutComparisonTest : public ::testing::Test {
  protected:
   // The config every run of the fixture starts from (the small model above unless a test suite needs another).
   virtual const char* config() const { return kConfig; }
+  // Changes to config() (`a.b=value`, as on the command line) written into the config file: a suite's variant of a
+  // shared model.
+  virtual std::vector<std::string> config_changes() const { return {}; }
 
   void SetUp() override {
     directory_ = testing::fresh_test_folder("fast_llm_layout_test");
-    std::ofstream(directory_ / "config.yaml") << config();
+    YAML::Node tree = YAML::Load(config());
+    for (const std::string& change : config_changes()) config::apply_override(tree, change);
+    std::ofstream(directory_ / "config.yaml") << tree;
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(directory_);

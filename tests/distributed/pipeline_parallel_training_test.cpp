@@ -20,43 +20,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kQwen2Config = R"(
-training: {train_iters: 3, logs: {interval: 1}, checkpoint: {interval: 1, keep: 10}}
-data:
-  datasets: {training: {type: random}}
-  micro_batch_size: 16
-optimizer: {learning_rate: {base: 1.0e-2}, gradient_norm_clipping: 0.5}
-model:
-  base_model:
-    embeddings: {vocab_size: 64}
-    decoder:
-      block:
-        mixer:
-          type: attention
-          heads: 4
-          head_groups: 2
-          head_size: 4
-          add_linear_biases: false
-          query_layer: {bias: {enabled: true}}
-          key_layer: {bias: {enabled: true}}
-          rotary: {type: default, theta: 10000.0}
-          window_size: 6
-        mlp: {intermediate_size: 32, gated: true, add_linear_biases: false}
-        normalization: {type: rms_norm}
-      num_blocks: 6
-    head: {normalization: {type: rms_norm}}
-    hidden_size: 16
-  multi_stage: {layers_per_stage: 1}
-  distributed: {compute_dtype: fp32, use_cuda: false, timeout: 20}
-)";
-
 const std::string kExport = "training.export={format: fast_llm, interval: 3, optimizer_state: true}";
 const std::string kPipeline = "model.distributed.pipeline_parallel=2";
 const std::string kBreadthFirst4 = "schedule.breadth_first_micro_batches=4";
 
 class PipelineParallelTrainingTest : public testing::LayoutComparisonTest {
  protected:
-  const char* config() const override { return kQwen2Config; }
+  const char* config() const override { return testing::kQwen2Config; }
 };
 
 // Forward-only evaluations (every micro-batch of an iteration breadth-first) give one process's losses too.

@@ -21,42 +21,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Two blocks with one layer per stage: four stages (embeddings, block 0, block 1, head), two on each pipeline rank.
-// Adam's epsilon is larger than the default for the reason tensor_parallel_training_test.cpp gives (gradients of zero
-// up to rounding, which Adam's first steps would otherwise turn into updates that depend on the summation order).
-constexpr const char* kQwen2Config = R"(
-training: {train_iters: 3, logs: {interval: 1}, checkpoint: {interval: 1, keep: 10}}
-data:
-  datasets: {training: {type: random}}
-  micro_batch_size: 16
-optimizer: {learning_rate: {base: 1.0e-2}, gradient_norm_clipping: 0.5, epsilon: 1.0e-5}
-model:
-  base_model:
-    embeddings: {vocab_size: 64}
-    decoder:
-      block:
-        mixer:
-          type: attention
-          heads: 4
-          head_groups: 2
-          head_size: 4
-          add_linear_biases: false
-          query_layer: {bias: {enabled: true}}
-          key_layer: {bias: {enabled: true}}
-          rotary: {type: default, theta: 10000.0}
-          window_size: 6
-        mlp: {intermediate_size: 32, gated: true, add_linear_biases: false}
-        normalization: {type: rms_norm}
-      num_blocks: 2
-    head: {normalization: {type: rms_norm}}
-    hidden_size: 16
-  multi_stage: {layers_per_stage: 1}
-  distributed: {compute_dtype: fp32, use_cuda: false, timeout: 60}
-)";
-
+// layout_comparison.h's Qwen2-style model with two blocks, one layer per stage: four stages (embeddings, block 0,
+// block 1, head), two on each pipeline rank. Adam's epsilon is larger than the default for the reason
+// tensor_parallel_training_test.cpp gives (gradients of zero up to rounding, which Adam's first steps would otherwise
+// turn into updates that depend on the summation order).
 class TensorPipelineTrainingTest : public testing::LayoutComparisonTest {
  protected:
-  const char* config() const override { return kQwen2Config; }
+  const char* config() const override { return testing::kQwen2Config; }
+  std::vector<std::string> config_changes() const override {
+    return {"model.base_model.decoder.num_blocks=2", "optimizer.epsilon=1.0e-5", "model.distributed.timeout=60"};
+  }
 };
 
 const std::string kTensorParallel = "model.distributed.tensor_parallel=2";
