@@ -207,6 +207,7 @@ class LayoutComparisonTest : public ::testing::Test {
     std::vector<std::string> names = expected_state.names(), actual_names = actual_state.names();
     std::sort(names.begin(), names.end());
     std::sort(actual_names.begin(), actual_names.end());
+    ASSERT_FALSE(names.empty()) << "no tensors to compare";
     ASSERT_EQ(actual_names, names);
     for (const std::string& name : names) {
       const Tensor a = actual_state.load(name), b = expected_state.load(name);
@@ -225,6 +226,7 @@ class LayoutComparisonTest : public ::testing::Test {
 
   static void expect_same_records(const std::vector<TrainingRecord>& actual,
                                   const std::vector<TrainingRecord>& expected, double tolerance) {
+    ASSERT_FALSE(expected.empty()) << "no training records to compare";
     ASSERT_EQ(actual.size(), expected.size());
     for (size_t step = 0; step < expected.size(); ++step) {
       EXPECT_NEAR(actual[step].loss, expected[step].loss, tolerance * expected[step].loss) << "step " << step + 1;
