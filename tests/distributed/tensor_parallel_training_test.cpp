@@ -3,10 +3,10 @@
 // by its intermediate features; with sequence_tensor_parallel the activations between blocks split over the sequence)
 // give the losses, gradient norms and updated weights of one process, alone and combined with gradient accumulation and
 // data parallelism, with tied embeddings, with the head's loss in chunks, with multi-query attention, with the
-// vocabulary split over the ranks (the default: z-loss, scale and softcap included) or whole on each. The model is Qwen2-like: grouped-query
-// attention (4 heads in 2 groups), rotary embeddings, biases on the linear layers and a sliding window. Checkpoints
-// written by a tensor-parallel run load on one process (and one process's on two tensor ranks), and its fast_llm
-// export and Hugging Face conversion equal one process's.
+// vocabulary split over the ranks (the default: z-loss, scale and softcap included) or whole on each. The model is
+// Qwen2-like: grouped-query attention (4 heads in 2 groups), rotary embeddings, biases on the linear layers and a
+// sliding window. Checkpoints written by a tensor-parallel run load on one process (and one process's on two tensor
+// ranks), and its fast_llm export and Hugging Face conversion equal one process's.
 #include <gtest/gtest.h>
 
 #include <filesystem>
