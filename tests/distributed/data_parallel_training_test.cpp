@@ -4,11 +4,9 @@
 // and LoRA. Checkpoints resume bit for bit in the same layout and load into another number of processes.
 #include <gtest/gtest.h>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -30,8 +28,7 @@ TEST_F(DataParallelTrainingTest, TwoProcessesMatchOneWithTwoMicroBatchesAndResum
   single_overrides.push_back("schedule.depth_first_micro_batches=2");
   const fs::path single = train("df2", 0, single_overrides);
   const fs::path parallel = train("dp2", 2, exported);
-  expect_same_records(records(parallel), records(single), kTolerance);
-  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  expect_same_run(parallel, single);
   expect_same_export(parallel, single, 3, kTolerance);
   // Each rank wrote its shard; the metadata lists both.
   EXPECT_TRUE(fs::exists(parallel / "checkpoint" / "3" / "rank_0.safetensors"));
@@ -57,18 +54,9 @@ TEST_F(DataParallelTrainingTest, MixtureOfExpertsTwoProcessesMatchOne) {
       "gated: true, add_linear_biases: false, auxiliary_loss_coefficient: 0.1, z_loss_coefficient: 0.01}";
   const fs::path single = train("moe_df2", 0, {moe, "schedule.depth_first_micro_batches=2"});
   const fs::path parallel = train("moe_dp2", 2, {moe});
-  expect_same_records(records(parallel), records(single), kTolerance);
-  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  expect_same_run(parallel, single);
   auto router_losses = [](const fs::path& experiment) {
-    std::vector<double> values;
-    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
-    for (std::string line; std::getline(stream, line);) {
-      const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.value("phase", "") != "training") continue;
-      values.push_back(record.at("load_balancing_loss").get<double>());
-      values.push_back(record.at("router_z_loss").get<double>());
-    }
-    return values;
+    return training_values(experiment, {"load_balancing_loss", "router_z_loss"});
   };
   const std::vector<double> expected = router_losses(single), actual = router_losses(parallel);
   ASSERT_EQ(actual.size(), 6u);
@@ -97,15 +85,7 @@ TEST_F(DataParallelTrainingTest, ReferenceModelsTwoProcessesMatchOne) {
   const fs::path parallel = train("reference_dp2", 2, overrides);
   expect_same_records(records(parallel), records(single), kTolerance);
   auto logged = [](const fs::path& experiment) {
-    std::vector<double> values;
-    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
-    for (std::string line; std::getline(stream, line);) {
-      const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.value("phase", "") != "training") continue;
-      values.push_back(record.at("kd").get<double>());
-      values.push_back(record.at("activation_distillation_loss").get<double>());
-    }
-    return values;
+    return training_values(experiment, {"kd", "activation_distillation_loss"});
   };
   const std::vector<double> expected = logged(single), actual = logged(parallel);
   ASSERT_EQ(actual.size(), 6u);
@@ -128,8 +108,7 @@ TEST_F(DataParallelTrainingTest, ZeroStagesTwoAndThreeMatchOneProcess) {
                                               "model.multi_stage.zero_stage=" + std::to_string(zero), exported});
     EXPECT_NE(output_.find("gradients in 2 shared buffers"), std::string::npos) << output_;
     EXPECT_EQ(output_.find("weights in 2 shared buffers") != std::string::npos, zero == 3) << output_;
-    expect_same_records(records(parallel), records(single), kTolerance);
-    expect_same_checkpoint(parallel, single, 3, kTolerance);
+    expect_same_run(parallel, single);
     expect_same_export(parallel, single, 3, kTolerance);
   }
   // Two micro-batches per rank: ZeRO-2 and 3 add each depth-first group's reduced gradients up in the shard.
@@ -137,8 +116,7 @@ TEST_F(DataParallelTrainingTest, ZeroStagesTwoAndThreeMatchOneProcess) {
   const fs::path accumulated = train("dp2_z3_df2", 2, {"model.multi_stage.layers_per_stage=1",
                                                         "model.multi_stage.zero_stage=3",
                                                         "schedule.depth_first_micro_batches=2"});
-  expect_same_records(records(accumulated), records(single_df4), kTolerance);
-  expect_same_checkpoint(accumulated, single_df4, 3, kTolerance);
+  expect_same_run(accumulated, single_df4);
 
   // The ZeRO-3 checkpoint of step 2: resumed bit for bit in its own layout, continued by one process and by four.
   const fs::path z3 = directory_ / "dp2_z3";
@@ -166,8 +144,7 @@ TEST_F(DataParallelTrainingTest, TiedEmbeddingsWithZeroTwoAndThree) {
     const std::string name = "dp2_z" + std::to_string(zero) + "_tied";
     const fs::path parallel = train(name, 2, {tied, "model.multi_stage.layers_per_stage=1",
                                               "model.multi_stage.zero_stage=" + std::to_string(zero)});
-    expect_same_records(records(parallel), records(single), kTolerance);
-    expect_same_checkpoint(parallel, single, 3, kTolerance);
+    expect_same_run(parallel, single);
   }
 }
 
@@ -200,18 +177,10 @@ TEST_F(DataParallelTrainingTest, PolicyGradientLossesTwoProcessesMatchOne) {
                                   {dataset, losses, "data.truncate_documents=false",
                                    "schedule.depth_first_micro_batches=2"});
     const fs::path parallel = train(fmt::format("{}_dp2", type), 2, {dataset, losses, "data.truncate_documents=false"});
-    expect_same_records(records(parallel), records(single), kTolerance);
-    expect_same_checkpoint(parallel, single, 3, kTolerance);
+    expect_same_run(parallel, single);
     auto metrics = [](const fs::path& experiment) {
-      std::vector<double> values;
-      std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
-      for (std::string line; std::getline(stream, line);) {
-        const nlohmann::json record = nlohmann::json::parse(line);
-        if (record.value("phase", "") != "training") continue;
-        for (const char* name : {"policy", "policy_new_logprobs", "policy_ratio_new_old", "policy_num_tokens"})
-          values.push_back(record.at(name).get<double>());
-      }
-      return values;
+      return training_values(experiment,
+                             {"policy", "policy_new_logprobs", "policy_ratio_new_old", "policy_num_tokens"});
     };
     const std::vector<double> expected = metrics(single), actual = metrics(parallel);
     ASSERT_EQ(actual.size(), 12u) << type;
@@ -254,8 +223,7 @@ TEST_F(DataParallelTrainingTest, LoraWithFrozenWeightsInTheComputeDtype) {
 TEST_F(DataParallelTrainingTest, FourProcessesWithTwoMicroBatchesEachMatchOneWithEight) {
   const fs::path single = train("df8", 0, {"schedule.depth_first_micro_batches=8"});
   const fs::path parallel = train("dp4_df2", 4, {"schedule.depth_first_micro_batches=2"});
-  expect_same_records(records(parallel), records(single), kTolerance);
-  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  expect_same_run(parallel, single);
   // Four ranks' checkpoint of step 2 continued by two processes with four micro-batches each.
   const fs::path loaded = stopped_copy(parallel, "dp4_loaded_by_2", 2);
   train("dp4_loaded_by_2", 2, {"schedule.depth_first_micro_batches=4"});

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,6 +26,7 @@
 
 #include "../cli/run_fast_llm.h"
 #include "distributed_test_util.h"
+#include "fast_llm/config/config.h"
 #include "fast_llm/engine/checkpoint/distributed.h"
 #include "fast_llm/engine/checkpoint/fast_llm_format.h"
 #include "fast_llm/engine/checkpoint/metadata.h"
@@ -54,6 +56,38 @@ model:
       num_blocks: 2
     hidden_size: 16
   multi_stage: {layers_per_stage: 2}
+  distributed: {compute_dtype: fp32, use_cuda: false, timeout: 20}
+)";
+
+// A Qwen2-style model (grouped-query attention, rotary, biases on the query and key projections, a sliding window) of
+// six blocks, one layer per stage: the pipeline suites' model (config_changes() gives a suite's variant of it).
+inline constexpr const char* kQwen2Config = R"(
+training: {train_iters: 3, logs: {interval: 1}, checkpoint: {interval: 1, keep: 10}}
+data:
+  datasets: {training: {type: random}}
+  micro_batch_size: 16
+optimizer: {learning_rate: {base: 1.0e-2}, gradient_norm_clipping: 0.5}
+model:
+  base_model:
+    embeddings: {vocab_size: 64}
+    decoder:
+      block:
+        mixer:
+          type: attention
+          heads: 4
+          head_groups: 2
+          head_size: 4
+          add_linear_biases: false
+          query_layer: {bias: {enabled: true}}
+          key_layer: {bias: {enabled: true}}
+          rotary: {type: default, theta: 10000.0}
+          window_size: 6
+        mlp: {intermediate_size: 32, gated: true, add_linear_biases: false}
+        normalization: {type: rms_norm}
+      num_blocks: 6
+    head: {normalization: {type: rms_norm}}
+    hidden_size: 16
+  multi_stage: {layers_per_stage: 1}
   distributed: {compute_dtype: fp32, use_cuda: false, timeout: 20}
 )";
 
@@ -87,10 +121,15 @@ class LayoutComparisonTest : public ::testing::Test {
  protected:
   // The config every run of the fixture starts from (the small model above unless a test suite needs another).
   virtual const char* config() const { return kConfig; }
+  // Changes to config() (`a.b=value`, as on the command line) written into the config file: a suite's variant of a
+  // shared model.
+  virtual std::vector<std::string> config_changes() const { return {}; }
 
   void SetUp() override {
     directory_ = testing::fresh_test_folder("fast_llm_layout_test");
-    std::ofstream(directory_ / "config.yaml") << config();
+    YAML::Node tree = YAML::Load(config());
+    for (const std::string& change : config_changes()) config::apply_override(tree, change);
+    std::ofstream(directory_ / "config.yaml") << tree;
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(directory_);
@@ -111,16 +150,36 @@ class LayoutComparisonTest : public ::testing::Test {
     return directory_ / name;
   }
 
-  // The training records of the experiment's first run, by step.
-  static std::vector<TrainingRecord> records(const fs::path& experiment) {
-    std::vector<TrainingRecord> result;
+  // The values `names` of each record of the experiment's first run whose `key` is `value` (phase: training, dataset:
+  // validation), record after record and, within a record, in the order of `names`.
+  static std::vector<double> logged_values(const fs::path& experiment, const std::string& key,
+                                           const std::string& value, const std::vector<std::string>& names) {
+    std::vector<double> values;
     std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
     for (std::string line; std::getline(stream, line);) {
       const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.value("phase", "") != "training") continue;
-      result.push_back({.loss = record.at("lm_head_loss").get<double>(),
-                        .grad_norm = record.at("grad_norm").get<double>()});
+      if (record.value(key, "") != value) continue;
+      for (const std::string& name : names) values.push_back(record.at(name).get<double>());
     }
+    return values;
+  }
+
+  // The training values `names` of each step, in order (logged_values).
+  static std::vector<double> training_values(const fs::path& experiment, const std::vector<std::string>& names) {
+    return logged_values(experiment, "phase", "training", names);
+  }
+
+  // The validation losses the experiment logged, in order.
+  static std::vector<double> validation_losses(const fs::path& experiment) {
+    return logged_values(experiment, "dataset", "validation", {"lm_head_loss"});
+  }
+
+  // The training records of the experiment's first run, by step.
+  static std::vector<TrainingRecord> records(const fs::path& experiment) {
+    const std::vector<double> values = training_values(experiment, {"lm_head_loss", "grad_norm"});
+    std::vector<TrainingRecord> result;
+    for (size_t index = 0; index + 1 < values.size(); index += 2)
+      result.push_back({.loss = values[index], .grad_norm = values[index + 1]});
     return result;
   }
 
@@ -148,6 +207,7 @@ class LayoutComparisonTest : public ::testing::Test {
     std::vector<std::string> names = expected_state.names(), actual_names = actual_state.names();
     std::sort(names.begin(), names.end());
     std::sort(actual_names.begin(), actual_names.end());
+    ASSERT_FALSE(names.empty()) << "no tensors to compare";
     ASSERT_EQ(actual_names, names);
     for (const std::string& name : names) {
       const Tensor a = actual_state.load(name), b = expected_state.load(name);
@@ -166,12 +226,19 @@ class LayoutComparisonTest : public ::testing::Test {
 
   static void expect_same_records(const std::vector<TrainingRecord>& actual,
                                   const std::vector<TrainingRecord>& expected, double tolerance) {
+    ASSERT_FALSE(expected.empty()) << "no training records to compare";
     ASSERT_EQ(actual.size(), expected.size());
     for (size_t step = 0; step < expected.size(); ++step) {
       EXPECT_NEAR(actual[step].loss, expected[step].loss, tolerance * expected[step].loss) << "step " << step + 1;
       EXPECT_NEAR(actual[step].grad_norm, expected[step].grad_norm, tolerance * expected[step].grad_norm)
           << "step " << step + 1;
     }
+  }
+
+  // The same records and the same checkpoint of step 3 (the last) as `expected`, to kTolerance.
+  void expect_same_run(const fs::path& actual, const fs::path& expected) {
+    expect_same_records(records(actual), records(expected), kTolerance);
+    expect_same_checkpoint(actual, expected, 3, kTolerance);
   }
 
   // A copy of `experiment` holding only its checkpoint of `step` (as if the run had stopped there).

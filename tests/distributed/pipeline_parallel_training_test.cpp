@@ -9,10 +9,7 @@
 // starts a pipeline run as pretrained weights.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -23,54 +20,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kQwen2Config = R"(
-training: {train_iters: 3, logs: {interval: 1}, checkpoint: {interval: 1, keep: 10}}
-data:
-  datasets: {training: {type: random}}
-  micro_batch_size: 16
-optimizer: {learning_rate: {base: 1.0e-2}, gradient_norm_clipping: 0.5}
-model:
-  base_model:
-    embeddings: {vocab_size: 64}
-    decoder:
-      block:
-        mixer:
-          type: attention
-          heads: 4
-          head_groups: 2
-          head_size: 4
-          add_linear_biases: false
-          query_layer: {bias: {enabled: true}}
-          key_layer: {bias: {enabled: true}}
-          rotary: {type: default, theta: 10000.0}
-          window_size: 6
-        mlp: {intermediate_size: 32, gated: true, add_linear_biases: false}
-        normalization: {type: rms_norm}
-      num_blocks: 6
-    head: {normalization: {type: rms_norm}}
-    hidden_size: 16
-  multi_stage: {layers_per_stage: 1}
-  distributed: {compute_dtype: fp32, use_cuda: false, timeout: 20}
-)";
-
 const std::string kExport = "training.export={format: fast_llm, interval: 3, optimizer_state: true}";
 const std::string kPipeline = "model.distributed.pipeline_parallel=2";
 const std::string kBreadthFirst4 = "schedule.breadth_first_micro_batches=4";
 
 class PipelineParallelTrainingTest : public testing::LayoutComparisonTest {
  protected:
-  const char* config() const override { return kQwen2Config; }
-
-  // The validation losses an experiment logged, in order.
-  static std::vector<double> validation_losses(const fs::path& experiment) {
-    std::vector<double> losses;
-    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
-    for (std::string line; std::getline(stream, line);) {
-      const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.value("dataset", "") == "validation") losses.push_back(record.at("lm_head_loss").get<double>());
-    }
-    return losses;
-  }
+  const char* config() const override { return testing::kQwen2Config; }
 };
 
 // Forward-only evaluations (every micro-batch of an iteration breadth-first) give one process's losses too.
@@ -141,8 +97,7 @@ TEST_F(PipelineParallelTrainingTest, DataAndPipelineParallelMatchOneProcess) {
   const fs::path parallel =
       train("dp2_pp2s2_bf4", 4, {kPipeline, "model.multi_stage.layers_per_stage=2", kBreadthFirst4, kExport});
   EXPECT_NE(output_.find("ZeRO over 2 data-parallel ranks"), std::string::npos) << output_;
-  expect_same_records(records(parallel), records(single), kTolerance);
-  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  expect_same_run(parallel, single);
   expect_same_export(parallel, single, 3, kTolerance);
   // Two depth-first groups of four on one process are the same batch in another order of steps.
   const fs::path accumulated = train("df2_bf4", 0, {"schedule.depth_first_micro_batches=2", kBreadthFirst4});
@@ -158,8 +113,7 @@ TEST_F(PipelineParallelTrainingTest, ZeroStagesTwoAndThreeWithTwoPipelineRanks) 
         train("dp2_pp2s1_bf4_z" + std::to_string(zero), 4, {kPipeline, kBreadthFirst4, zero_stage});
     EXPECT_NE(output_.find("gradients in 2 shared buffers"), std::string::npos) << output_;
     EXPECT_EQ(output_.find("weights in 2 shared buffers") != std::string::npos, zero == 3) << output_;
-    expect_same_records(records(parallel), records(single), kTolerance);
-    expect_same_checkpoint(parallel, single, 3, kTolerance);
+    expect_same_run(parallel, single);
   }
 }
 
@@ -170,8 +124,7 @@ TEST_F(PipelineParallelTrainingTest, TiedEmbeddingsAcrossPipelineRanks) {
   const fs::path single = train("bf4_tied", 0, {tied, kBreadthFirst4, kExport});
   const fs::path pipeline = train("pp2s1_bf4_tied", 2, {tied, kPipeline, kBreadthFirst4, kExport});
   EXPECT_NE(output_.find("tied weights copied to the ranks that read them"), std::string::npos) << output_;
-  expect_same_records(records(pipeline), records(single), kTolerance);
-  expect_same_checkpoint(pipeline, single, 3, kTolerance);
+  expect_same_run(pipeline, single);
   expect_same_export(pipeline, single, 3, kTolerance);
   // Resumed in its layout, the head's rank reads its copy of the matrix from the owner's file: bit for bit.
   const fs::path resumed = stopped_copy(pipeline, "pp2s1_bf4_tied_resumed", 2);
@@ -181,8 +134,7 @@ TEST_F(PipelineParallelTrainingTest, TiedEmbeddingsAcrossPipelineRanks) {
   const fs::path single_bf8 = train("bf8_tied", 0, {tied, "schedule.breadth_first_micro_batches=8"});
   const fs::path parallel = train("dp2_pp2s1_bf4_z3_tied", 4, {tied, kPipeline, kBreadthFirst4,
                                                                "model.multi_stage.zero_stage=3"});
-  expect_same_records(records(parallel), records(single_bf8), kTolerance);
-  expect_same_checkpoint(parallel, single_bf8, 3, kTolerance);
+  expect_same_run(parallel, single_bf8);
 }
 
 // The Hugging Face export of a pipeline run (qwen2, which has no sliding window) is one process's.
@@ -208,8 +160,7 @@ TEST_F(PipelineParallelTrainingTest, PretrainedWeightsLoadIntoEachRanksStages) {
   const fs::path single = train("pretrained_bf4", 0, {pretrained, kBreadthFirst4});
   const fs::path pipeline = train("pretrained_pp2s2_bf4", 2,
                                   {pretrained, kPipeline, "model.multi_stage.layers_per_stage=2", kBreadthFirst4});
-  expect_same_records(records(pipeline), records(single), kTolerance);
-  expect_same_checkpoint(pipeline, single, 3, kTolerance);
+  expect_same_run(pipeline, single);
 }
 
 // A mixture of experts: the router losses come from the blocks of both ranks and the head's loss from the last one;
@@ -223,15 +174,7 @@ TEST_F(PipelineParallelTrainingTest, RouterLossesOfBothRanksMatchOneProcess) {
       train("moe_pp2s1_bf4", 2, {moe, kPipeline, kBreadthFirst4, "training.checkpoint.interval=null"});
   expect_same_records(records(pipeline), records(single), kTolerance);
   auto router_losses = [](const fs::path& experiment) {
-    std::vector<double> values;
-    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
-    for (std::string line; std::getline(stream, line);) {
-      const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.value("phase", "") != "training") continue;
-      values.push_back(record.at("load_balancing_loss").get<double>());
-      values.push_back(record.at("router_z_loss").get<double>());
-    }
-    return values;
+    return training_values(experiment, {"load_balancing_loss", "router_z_loss"});
   };
   const std::vector<double> expected = router_losses(single), actual = router_losses(pipeline);
   ASSERT_EQ(actual.size(), 6u);

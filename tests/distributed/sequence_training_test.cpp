@@ -12,11 +12,8 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "fast_llm/data/memmap.h"
 #include "layout_comparison.h"
@@ -79,11 +76,6 @@ class SequenceTrainingTest : public testing::LayoutComparisonTest {
                                             (directory_ / "documents.fast_llm_dataset").string() + "}}");
     return train(name, processes, std::move(overrides));
   }
-
-  void expect_same_run(const fs::path& actual, const fs::path& expected) {
-    expect_same_records(records(actual), records(expected), kTolerance);
-    expect_same_checkpoint(actual, expected, 3, kTolerance);
-  }
 };
 
 TEST_F(SequenceTrainingTest, MicroBatchSplitsMatchTheWholeMicroBatches) {
@@ -135,15 +127,6 @@ TEST_F(SequenceTrainingTest, PipelineWithSplitsMatchesOneProcess) {
   pipeline.insert(pipeline.end(), {"model.distributed.pipeline_parallel=2", "schedule.micro_batch_splits=4"});
   const fs::path split = train_documents("pp2s2_ms4", 2, pipeline);
   expect_same_run(split, whole);
-  auto validation_losses = [](const fs::path& experiment) {
-    std::vector<double> losses;
-    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
-    for (std::string line; std::getline(stream, line);) {
-      const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.value("dataset", "") == "validation") losses.push_back(record.at("lm_head_loss").get<double>());
-    }
-    return losses;
-  };
   const std::vector<double> expected = validation_losses(whole), actual = validation_losses(split);
   ASSERT_EQ(actual.size(), expected.size());
   ASSERT_FALSE(expected.empty());
@@ -193,14 +176,7 @@ TEST_F(SequenceTrainingTest, ReferenceModelsWithSplitsMatchTheWholeMicroBatches)
   const fs::path splits = train_documents("reference_ms4", 0, split);
   expect_same_run(splits, whole);
   auto logged = [](const fs::path& experiment) {
-    std::vector<double> values;
-    std::ifstream stream(experiment / "runs" / "0" / "metrics.jsonl");
-    for (std::string line; std::getline(stream, line);) {
-      const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.value("phase", "") != "training") continue;
-      for (const char* name : {"kd", "activation_distillation_loss"}) values.push_back(record.at(name).get<double>());
-    }
-    return values;
+    return training_values(experiment, {"kd", "activation_distillation_loss"});
   };
   const std::vector<double> expected = logged(whole), actual = logged(splits);
   ASSERT_EQ(actual.size(), expected.size());

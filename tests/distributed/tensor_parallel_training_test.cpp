@@ -3,10 +3,10 @@
 // by its intermediate features; with sequence_tensor_parallel the activations between blocks split over the sequence)
 // give the losses, gradient norms and updated weights of one process, alone and combined with gradient accumulation and
 // data parallelism, with tied embeddings, with the head's loss in chunks, with multi-query attention, with the
-// vocabulary split over the ranks (the default: z-loss, scale and softcap included) or whole on each. The model is Qwen2-like: grouped-query
-// attention (4 heads in 2 groups), rotary embeddings, biases on the linear layers and a sliding window. Checkpoints
-// written by a tensor-parallel run load on one process (and one process's on two tensor ranks), and its fast_llm
-// export and Hugging Face conversion equal one process's.
+// vocabulary split over the ranks (the default: z-loss, scale and softcap included) or whole on each. The model is
+// Qwen2-like: grouped-query attention (4 heads in 2 groups), rotary embeddings, biases on the linear layers and a
+// sliding window. Checkpoints written by a tensor-parallel run load on one process (and one process's on two tensor
+// ranks), and its fast_llm export and Hugging Face conversion equal one process's.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -91,38 +91,33 @@ TEST_F(TensorParallelTrainingTest, TensorParallelWithGradientAccumulationMatches
   const std::string accumulate = "schedule.depth_first_micro_batches=4";
   const fs::path single = train("df4", 0, {accumulate});
   const fs::path parallel = train("tp2_df4", 2, {kTensorParallel, accumulate});
-  expect_same_records(records(parallel), records(single), kTolerance);
-  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  expect_same_run(parallel, single);
 }
 
 TEST_F(TensorParallelTrainingTest, SequenceTensorParallelMatchesOneProcess) {
   const fs::path single = train("single", 0, {});
   const fs::path parallel = train("stp2", 2, {kTensorParallel, kSequenceTensorParallel});
-  expect_same_records(records(parallel), records(single), kTolerance);
-  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  expect_same_run(parallel, single);
 }
 
 TEST_F(TensorParallelTrainingTest, SequenceTensorParallelWithLossInChunksMatchesOneProcess) {
   const std::string splits = "model.base_model.head.cross_entropy_splits=4";
   const fs::path single = train("ce4", 0, {splits});
   const fs::path parallel = train("stp2_ce4", 2, {kTensorParallel, kSequenceTensorParallel, splits});
-  expect_same_records(records(parallel), records(single), kTolerance);
-  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  expect_same_run(parallel, single);
 }
 
 TEST_F(TensorParallelTrainingTest, DataAndSequenceTensorParallelMatchOneProcess) {
   const fs::path single = train("df2", 0, {"schedule.depth_first_micro_batches=2"});
   const fs::path parallel = train("dp2_stp2", 4, {kTensorParallel, kSequenceTensorParallel});
-  expect_same_records(records(parallel), records(single), kTolerance);
-  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  expect_same_run(parallel, single);
 }
 
 TEST_F(TensorParallelTrainingTest, TiedEmbeddingsWithTensorParallelismMatchOneProcess) {
   const std::string tied = "model.base_model.tied_embedding_weight=true";
   const fs::path single = train("tied", 0, {tied});
   const fs::path parallel = train("tied_tp2", 2, {kTensorParallel, tied});
-  expect_same_records(records(parallel), records(single), kTolerance);
-  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  expect_same_run(parallel, single);
 }
 
 // Multi-query attention (one head group): the ranks split the heads, each holds the whole key_value projection and the
@@ -131,8 +126,7 @@ TEST_F(TensorParallelTrainingTest, MultiQueryAttentionMatchesOneProcess) {
   const std::string multi_query = "model.base_model.decoder.block.mixer.head_groups=1";
   const fs::path single = train("multi_query", 0, {multi_query});
   const fs::path parallel = train("multi_query_stp2", 2, {kTensorParallel, kSequenceTensorParallel, multi_query});
-  expect_same_records(records(parallel), records(single), kTolerance);
-  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  expect_same_run(parallel, single);
 }
 
 // The vocabulary-parallel loss (the default with tensor parallelism) with a z-loss, a logits scale and soft-capping:
@@ -143,8 +137,7 @@ TEST_F(TensorParallelTrainingTest, VocabularyParallelZLossAndSoftcapMatchOneProc
       "model.base_model.head.final_logit_softcap=2.0", "model.base_model.head.logits_scale_factor=0.7"};
   const fs::path single = train("z_loss", 0, losses);
   const fs::path parallel = train("z_loss_tp2", 2, with(losses, {kTensorParallel}));
-  expect_same_records(records(parallel), records(single), kTolerance);
-  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  expect_same_run(parallel, single);
 }
 
 // With vocab_parallel false every tensor rank holds the whole vocabulary (embeddings, output weights, loss).
@@ -152,8 +145,7 @@ TEST_F(TensorParallelTrainingTest, WholeVocabularyOnEveryRankMatchesOneProcess) 
   const std::string whole = "model.base_model.embeddings.vocab_parallel=false";
   const fs::path single = train("single", 0, {whole});
   const fs::path parallel = train("stp2_whole_vocabulary", 2, {kTensorParallel, kSequenceTensorParallel, whole});
-  expect_same_records(records(parallel), records(single), kTolerance);
-  expect_same_checkpoint(parallel, single, 3, kTolerance);
+  expect_same_run(parallel, single);
 }
 
 // The Hugging Face export (`fast-llm convert` into the qwen2 format) of a tensor-parallel checkpoint is one process's:

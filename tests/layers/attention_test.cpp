@@ -176,6 +176,7 @@ TEST_P(AttentionTest, SplitsOfASequenceEqualTheWholeSequence) {
       const auto values = values_of(attention.backward(rows, std::move(piece_saved[size_t(split)]), {}));
       std::copy(values.begin(), values.end(), grad_input.begin() + split * split_tokens * kHidden);
     }
+    ASSERT_EQ(output.size(), whole_output.size());
     for (size_t i = 0; i < output.size(); ++i) {
       EXPECT_NEAR(output[i], whole_output[i], 1e-12) << "output[" << i << "]";
       EXPECT_NEAR(grad_input[i], whole_grad_input[i], 1e-12) << "grad_input[" << i << "]";

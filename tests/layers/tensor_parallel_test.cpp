@@ -2,8 +2,8 @@
 // the one-process layer's parameters, and their explicit forward and backward (which leave the sums over the group to
 // the caller) against the one-process layer: the partial outputs and input gradients of the two ranks add up to the
 // one-process ones, and each rank's parameter gradients are its part of the one-process gradients (rank 1 through the
-// backward that hands the input gradient over before the parameter gradients, as the tensor-parallel layers run it). Also the index map
-// of TensorSplit written out by hand, and what tensor parallelism refuses.
+// backward that hands the input gradient over before the parameter gradients, as the tensor-parallel layers run it).
+// Also the index map of TensorSplit written out by hand, and what tensor parallelism refuses.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,7 +26,8 @@ constexpr int kRanks = 2;
 // The part of the one-process `full` values that `split` gives a rank of shape `local`, built from the index map.
 Tensor part_of(const std::vector<double>& full, const TensorSplit& split, const Shape& local) {
   std::vector<double> values(size_t(local.numel()));
-  for (int64_t index = 0; index < local.numel(); ++index) values[size_t(index)] = full[size_t(split.global_index(local, index))];
+  for (int64_t index = 0; index < local.numel(); ++index)
+    values[size_t(index)] = full[size_t(split.global_index(local, index))];
   return tensor_from(values, local);
 }
 
@@ -75,7 +76,8 @@ TEST(TensorSplit, IndexMapOfBlocksSplitOverRanks) {
   const Shape local{2, 3};
   EXPECT_EQ(split.global_shape(local), (Shape{4, 3}));
   const std::vector<int64_t> expected{3, 4, 5, 9, 10, 11};
-  for (int64_t index = 0; index < local.numel(); ++index) EXPECT_EQ(split.global_index(local, index), expected[size_t(index)]);
+  for (int64_t index = 0; index < local.numel(); ++index)
+    EXPECT_EQ(split.global_index(local, index), expected[size_t(index)]);
   EXPECT_EQ(split.contiguous_run(local, 0), 3);
   EXPECT_EQ(split.contiguous_run(local, 4), 2);
   // Columns of a [2, 4] tensor split over 2 ranks: rank 0 holds columns 0-1 of each row.
