@@ -108,7 +108,7 @@ FLM_REGISTER_KERNEL(VocabParallelLogitsSums, DeviceType::cpu, "reference", /*pri
                     nullptr, &logits_sums_reference, "row sums of exp(z - max) and the label's logit in the slice");
 FLM_REGISTER_KERNEL(VocabParallelCrossEntropy, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
                     nullptr, &cross_entropy_reference,
-                    "label and z-loss from the whole vocabulary's statistics, the slice's gradient; fp32 math (fp64 for "
-                    "fp64)");
+                    "label and z-loss from the whole vocabulary's statistics, the slice's gradient; fp32 math (fp64 "
+                    "for fp64)");
 
 }  // namespace fast_llm::kernels::cpu
