@@ -5,11 +5,11 @@
 // problems (a head size, a dtype), but must run at least one. The reference itself is checked against a dense
 // implementation and finite differences in attention_test.cpp.
 // The CUDA variants also run the shapes their tiles care about (cuda_cases): documents of lengths around the 16 / 64 /
-// 128-row tiles (1, 17, 63, 64, 65, 127, 128, 129, 200, 256, 383, 513), windows of 1, 7 and 100, head groups of 1 / 3 / 4 heads and MQA, head
-// sizes 64 and 128 (80 for the reference variant), bf16 / fp16 / fp32, against the CPU reference on the same rounded
-// inputs (fp32 math). Backward cases with rotary tables check the rotation of the gradients that the tile variants
-// fold into their stores (and that the others, or tables the tile variants cannot read, leave to rotary_apply)
-// against the reference's rotary_apply.
+// 128-row tiles (1, 17, 63, 64, 65, 127, 128, 129, 200, 256, 383, 513), windows of 1, 7 and 100, head groups of 1 / 3 /
+// 4 heads and MQA, head sizes 64 and 128 (80 for the reference variant), bf16 / fp16 / fp32, against the CPU reference
+// on the same rounded inputs (fp32 math). Backward cases with rotary tables check the rotation of the gradients that
+// the tile variants fold into their stores (and that the others, or tables the tile variants cannot read, leave to
+// rotary_apply) against the reference's rotary_apply.
 #include "fast_llm/kernels/attention.h"
 
 #include <gtest/gtest.h>

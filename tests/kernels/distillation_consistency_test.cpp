@@ -2,8 +2,8 @@
 // reference: the three loss types, temperature, logits_scale_factor and softcap, masked tokens, fp32 / bf16 / fp16 (and
 // fp64 on the CPU) values, the gradient written out of place, over the logits, added to an existing one, or not at all,
 // and logits as column slices of wider rows; the loss sums start non-zero (they are added to). Teacher logits are fp32
-// (the reference models' logits), teacher activations of the student's dtype (the compute dtype). The references are checked against formulas and finite differences in
-// distillation_test.cpp and activation_distillation_test.cpp.
+// (the reference models' logits), teacher activations of the student's dtype (the compute dtype). The references are
+// checked against formulas and finite differences in distillation_test.cpp and activation_distillation_test.cpp.
 #include <gtest/gtest.h>
 
 #include <map>

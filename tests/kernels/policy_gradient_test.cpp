@@ -35,19 +35,27 @@ struct Settings {
 // ---------------------------------------------------------------------------------------------------------------------
 // The formulas in double, straight from Fast-LLM's definitions (reference/fast-llm.md §4).
 
+// Row `token` of the logits as the losses see them (scaled, soft-capped) into `z`; returns sum_k exp(z_k).
+double naive_row(const std::vector<double>& logits, const Problem& problem, const Settings& settings, int64_t token,
+                 std::vector<double>& z) {
+  z.assign(size_t(problem.vocab), 0.0);
+  double sum = 0;
+  for (int64_t column = 0; column < problem.vocab; ++column) {
+    double value = logits[size_t(token * problem.vocab + column)] * settings.logits_scale_factor;
+    if (settings.softcap) value = *settings.softcap * std::tanh(value / *settings.softcap);
+    z[size_t(column)] = value;
+    sum += std::exp(value);
+  }
+  return sum;
+}
+
 std::vector<double> naive_log_probs(const std::vector<double>& logits, const Problem& problem,
                                     const Settings& settings) {
   std::vector<double> log_probs(size_t(problem.tokens), 0.0);
   for (int64_t token = 0; token < problem.tokens; ++token) {
     if (problem.labels[size_t(token)] < 0) continue;
-    std::vector<double> z(size_t(problem.vocab));
-    double sum = 0;
-    for (int64_t column = 0; column < problem.vocab; ++column) {
-      double value = logits[size_t(token * problem.vocab + column)] * settings.logits_scale_factor;
-      if (settings.softcap) value = *settings.softcap * std::tanh(value / *settings.softcap);
-      z[size_t(column)] = value;
-      sum += std::exp(value);
-    }
+    std::vector<double> z;
+    const double sum = naive_row(logits, problem, settings, token, z);
     log_probs[size_t(token)] = z[size_t(problem.labels[size_t(token)])] - std::log(sum);
   }
   return log_probs;
@@ -109,14 +117,8 @@ NaiveResult naive(const std::vector<double>& logits, const Problem& problem, con
   // Entropy: -sum p log p of each labelled row, averaged per document.
   for (const auto& [document, tokens] : members)
     for (int64_t token : tokens) {
-      std::vector<double> z(size_t(problem.vocab));
-      double sum = 0;
-      for (int64_t column = 0; column < problem.vocab; ++column) {
-        double value = logits[size_t(token * problem.vocab + column)] * settings.logits_scale_factor;
-        if (settings.softcap) value = *settings.softcap * std::tanh(value / *settings.softcap);
-        z[size_t(column)] = value;
-        sum += std::exp(value);
-      }
+      std::vector<double> z;
+      const double sum = naive_row(logits, problem, settings, token, z);
       double entropy = 0;
       for (double value : z) {
         const double p = std::exp(value) / sum;

@@ -52,7 +52,8 @@ void expect_slices_match_whole(const Options& options) {
     Tensor part = Tensor::empty(Shape{kTokens, width}, DType::float64);
     for (int64_t token = 0; token < kTokens; ++token)
       for (int64_t column = 0; column < width; ++column)
-        part.data_as<double>()[token * width + column] = logits.data_as<double>()[token * kVocab + slice * width + column];
+        part.data_as<double>()[token * width + column] =
+            logits.data_as<double>()[token * kVocab + slice * width + column];
     slices.push_back(part);
   }
   auto slice_of = [&](int64_t slice) {

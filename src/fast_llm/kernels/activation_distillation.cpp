@@ -12,8 +12,7 @@ void check_activation_distillation_forward_backward(const ActivationDistillation
   contract.on_device("teacher", args.teacher);
   contract.shape("teacher", args.teacher, args.student.shape());
   contract.floating("teacher", args.teacher);
-  contract.shape("loss_sum", args.loss_sum, Shape{1});
-  contract.dtype("loss_sum", args.loss_sum, {DType::float32, DType::float64});
+  contract.loss_sum("loss_sum", args.loss_sum);
   if (args.grad != nullptr) {
     contract.shape("grad", *args.grad, args.student.shape());
     contract.same_dtype("grad", *args.grad, "student", args.student);

@@ -52,6 +52,15 @@ void OpContract::contiguous(std::string_view name, const Tensor& tensor) const {
             tensor.strides().str());
 }
 
+void OpContract::loss_sum(std::string_view name, const Tensor& tensor) const {
+  shape(name, tensor, Shape{1});
+  dtype(name, tensor, {DType::float32, DType::float64});
+}
+
+void OpContract::loss_sum(std::string_view name, const Tensor* tensor) const {
+  if (tensor != nullptr) loss_sum(name, *tensor);
+}
+
 int64_t check_head_loss_operands(const OpContract& contract, const Tensor& logits, const Tensor& labels,
                                  const Tensor& loss_sum, const Tensor* grad_logits) {
   contract.rank("logits", logits, 2, "(tokens, vocab)");
@@ -59,8 +68,7 @@ int64_t check_head_loss_operands(const OpContract& contract, const Tensor& logit
   FLM_CHECK(logits.size(1) > 0, contract.op(), "logits has shape {}: the vocabulary is empty", logits.shape().str());
   contract.shape("labels", labels, Shape{logits.size(0)});
   contract.dtype("labels", labels, {DType::int64});
-  contract.shape("loss_sum", loss_sum, Shape{1});
-  contract.dtype("loss_sum", loss_sum, {DType::float32, DType::float64});
+  contract.loss_sum("loss_sum", loss_sum);
   if (grad_logits != nullptr) {
     contract.shape("grad_logits", *grad_logits, logits.shape());
     contract.same_dtype("grad_logits", *grad_logits, "logits", logits);

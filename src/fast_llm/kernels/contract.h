@@ -38,6 +38,9 @@ class OpContract {
   void same_dtype(std::string_view name, const Tensor& tensor, std::string_view reference_name,
                   const Tensor& reference) const;
   void contiguous(std::string_view name, const Tensor& tensor) const;
+  // A loss's sum to add to: shape (1), float32 or float64. The same for an optional one: nothing to check when null.
+  void loss_sum(std::string_view name, const Tensor& tensor) const;
+  void loss_sum(std::string_view name, const Tensor* tensor) const;
 
  private:
   std::string_view op_;

@@ -14,12 +14,8 @@ void check_cross_entropy_forward_backward(const CrossEntropyArgs& args) {
             args.logits.shape().str());
   contract.shape("labels", args.labels, Shape{args.logits.size(0)});
   contract.dtype("labels", args.labels, {DType::int64});
-  contract.shape("label_loss_sum", args.label_loss_sum, Shape{1});
-  contract.dtype("label_loss_sum", args.label_loss_sum, {DType::float32, DType::float64});
-  if (args.z_loss_sum != nullptr) {
-    contract.shape("z_loss_sum", *args.z_loss_sum, Shape{1});
-    contract.dtype("z_loss_sum", *args.z_loss_sum, {DType::float32, DType::float64});
-  }
+  contract.loss_sum("label_loss_sum", args.label_loss_sum);
+  contract.loss_sum("z_loss_sum", args.z_loss_sum);
   if (args.grad_logits != nullptr) {
     contract.shape("grad_logits", *args.grad_logits, args.logits.shape());
     contract.same_dtype("grad_logits", *args.grad_logits, "logits", args.logits);

@@ -27,12 +27,6 @@ int64_t check_routing_sizes(const OpContract& contract, int64_t routed, int top_
   return int64_t(shared_experts) + top_k;
 }
 
-void check_loss_sum(const OpContract& contract, std::string_view name, const Tensor* sum) {
-  if (sum == nullptr) return;
-  contract.shape(name, *sum, Shape{1});
-  contract.dtype(name, *sum, {DType::float32, DType::float64});
-}
-
 void check_expert_counts(const OpContract& contract, const Tensor* expert_counts, int64_t routed) {
   if (expert_counts == nullptr) return;
   contract.shape("expert_counts", *expert_counts, Shape{routed});
@@ -63,8 +57,8 @@ void check_moe_route_forward(const MoeRouteForwardArgs& args) {
   contract.shape("scores", args.scores, Shape{tokens, slots});
   contract.same_dtype("scores", args.scores, "logits", args.logits);
   check_expert_counts(contract, args.expert_counts, routed);
-  check_loss_sum(contract, "load_balancing_loss_sum", args.load_balancing_loss_sum);
-  check_loss_sum(contract, "z_loss_sum", args.z_loss_sum);
+  contract.loss_sum("load_balancing_loss_sum", args.load_balancing_loss_sum);
+  contract.loss_sum("z_loss_sum", args.z_loss_sum);
   if (args.load_balancing_loss_sum != nullptr) {
     FLM_CHECK(args.routing == MoeRouting::top_k_softmax, contract.op(),
               "load_balancing_loss_sum is given but sinkhorn routing has no load-balancing loss");

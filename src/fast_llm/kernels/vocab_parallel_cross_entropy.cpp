@@ -51,12 +51,8 @@ void check_vocab_parallel_cross_entropy(const VocabParallelCrossEntropyArgs& arg
   const int64_t tokens = check_slice(contract, args.slice);
   check_statistics(contract, "row_max", args.row_max, Shape{tokens}, args.slice.logits);
   check_statistics(contract, "sums", args.sums, Shape{2, tokens}, args.slice.logits);
-  contract.shape("label_loss_sum", args.label_loss_sum, Shape{1});
-  contract.dtype("label_loss_sum", args.label_loss_sum, {DType::float32, DType::float64});
-  if (args.z_loss_sum != nullptr) {
-    contract.shape("z_loss_sum", *args.z_loss_sum, Shape{1});
-    contract.dtype("z_loss_sum", *args.z_loss_sum, {DType::float32, DType::float64});
-  }
+  contract.loss_sum("label_loss_sum", args.label_loss_sum);
+  contract.loss_sum("z_loss_sum", args.z_loss_sum);
   if (args.grad_logits != nullptr) {
     contract.shape("grad_logits", *args.grad_logits, args.slice.logits.shape());
     contract.same_dtype("grad_logits", *args.grad_logits, "logits", args.slice.logits);

@@ -38,8 +38,10 @@ void cross_entropy_reference(const CrossEntropyArgs& args) {
     const int64_t grad_row = args.grad_logits != nullptr ? args.grad_logits->stride(0) : 0;
     const int64_t grad_column = args.grad_logits != nullptr ? args.grad_logits->stride(1) : 0;
     const Compute scale_factor = Compute(args.logits_scale_factor);
-    const Compute label_weight = Compute(args.label_weight), z_loss_weight = Compute(args.z_loss_weight);
+    const Compute label_weight = Compute(args.label_weight);
     const bool with_z_loss = args.z_loss_sum != nullptr;
+    const std::optional<Compute> z_loss_weight =
+        with_z_loss ? std::optional<Compute>(Compute(args.z_loss_weight)) : std::nullopt;
     std::vector<double> label_losses(size_t(tokens), 0.0), z_losses(size_t(tokens), 0.0);  // (tokens)
 
 #pragma omp parallel for
@@ -55,29 +57,16 @@ void cross_entropy_reference(const CrossEntropyArgs& args) {
       std::vector<Compute> z(static_cast<size_t>(vocab)), dz_dx(static_cast<size_t>(vocab));  // (vocab)
       scaled_logits_row(logits + token * logits_row, logits_column, scale_factor, args.softcap, z, dz_dx);
       // lse = m + log(sum_k exp(z_k - m)), m = max_k z_k;  softmax_k = exp(z_k - lse)
-      const Compute max_z = *std::max_element(z.begin(), z.end());
-      Compute sum = 0;
-      for (const Compute value : z) sum += std::exp(value - max_z);
-      const Compute logsumexp = max_z + std::log(sum);
-      label_losses[size_t(token)] = double(logsumexp - z[size_t(label)]);
-      if (with_z_loss) z_losses[size_t(token)] = double(logsumexp) * double(logsumexp);
-      if (grad_logits == nullptr) continue;
-      // d/dz_k [w_l (lse - z_y) + w_z lse^2] = w_l (softmax_k - [k == y]) + w_z 2 lse softmax_k
-      for (int64_t column = 0; column < vocab; ++column) {
-        const Compute softmax = std::exp(z[size_t(column)] - logsumexp);
-        Compute grad_z = label_weight * (softmax - (column == label ? Compute(1) : Compute(0)));
-        if (with_z_loss) grad_z += z_loss_weight * Compute(2) * logsumexp * softmax;
-        grad_logits[token * grad_row + column * grad_column] = store_value<T>(grad_z * dz_dx[size_t(column)]);
-      }
+      const Compute row_logsumexp = logsumexp(z);
+      label_losses[size_t(token)] = double(row_logsumexp - z[size_t(label)]);
+      if (with_z_loss) z_losses[size_t(token)] = double(row_logsumexp) * double(row_logsumexp);
+      if (grad_logits != nullptr)
+        cross_entropy_gradient_row(z, dz_dx, row_logsumexp, label, label_weight, z_loss_weight,
+                                   grad_logits + token * grad_row, grad_column);
     }
 
-    double label_loss_sum = 0, z_loss_sum = 0;
-    for (int64_t token = 0; token < tokens; ++token) {
-      label_loss_sum += label_losses[size_t(token)];
-      z_loss_sum += z_losses[size_t(token)];
-    }
-    write_values<double>(args.label_loss_sum, std::vector<double>{label_loss_sum}, /*accumulate=*/true);
-    if (with_z_loss) write_values<double>(*args.z_loss_sum, std::vector<double>{z_loss_sum}, /*accumulate=*/true);
+    add_row_sum(args.label_loss_sum, label_losses);
+    if (with_z_loss) add_row_sum(*args.z_loss_sum, z_losses);
   });
 }
 

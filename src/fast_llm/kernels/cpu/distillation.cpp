@@ -19,11 +19,8 @@ namespace {
 // values -> log_softmax(values), in place.
 template <class Compute>
 void log_softmax_in_place(std::vector<Compute>& values) {
-  const Compute max_value = *std::max_element(values.begin(), values.end());
-  Compute sum = 0;
-  for (const Compute value : values) sum += std::exp(value - max_value);
-  const Compute logsumexp = max_value + std::log(sum);
-  for (Compute& value : values) value -= logsumexp;
+  const Compute values_logsumexp = logsumexp(values);
+  for (Compute& value : values) value -= values_logsumexp;
 }
 
 void distillation_reference(const DistillationArgs& args) {
@@ -85,9 +82,7 @@ void distillation_reference(const DistillationArgs& args) {
       }
     }
 
-    double loss_sum = 0;
-    for (const double loss : losses) loss_sum += loss;
-    write_values<double>(args.loss_sum, std::vector<double>{loss_sum}, /*accumulate=*/true);
+    add_row_sum(args.loss_sum, losses);
   });
 }
 

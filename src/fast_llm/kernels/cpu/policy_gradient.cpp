@@ -51,10 +51,7 @@ void policy_gradient_reference(const PolicyGradientArgs& args) {
     // z = x s, or c tanh(x s / c) with a softcap c; dz/dx = s, or s (1 - tanh^2). Returns logsumexp(z).
     auto load_row = [&](int64_t token, std::vector<Compute>& z, std::vector<Compute>& dz_dx) {
       scaled_logits_row(logits + token * logits_row, logits_column, scale_factor, args.softcap, z, dz_dx);
-      const Compute max_z = *std::max_element(z.begin(), z.end());
-      Compute sum = 0;
-      for (const Compute value : z) sum += std::exp(value - max_z);
-      return max_z + std::log(sum);
+      return logsumexp(z);
     };
 
     // Pass 1: new log-probs and entropies.
@@ -63,13 +60,13 @@ void policy_gradient_reference(const PolicyGradientArgs& args) {
       const int64_t label = labels[token * label_stride];
       if (label < 0) continue;
       std::vector<Compute> z(static_cast<size_t>(vocab)), dz_dx(static_cast<size_t>(vocab));  // (vocab)
-      const Compute logsumexp = load_row(token, z, dz_dx);
-      new_log_probabilities[size_t(token)] = double(z[size_t(label)] - logsumexp);
+      const Compute row_logsumexp = load_row(token, z, dz_dx);
+      new_log_probabilities[size_t(token)] = double(z[size_t(label)] - row_logsumexp);
       if (!metrics) continue;
       // H = lse - sum_k softmax_k z_k
       Compute expected = 0;
-      for (const Compute value : z) expected += std::exp(value - logsumexp) * value;
-      entropies[size_t(token)] = double(logsumexp - expected);
+      for (const Compute value : z) expected += std::exp(value - row_logsumexp) * value;
+      entropies[size_t(token)] = double(row_logsumexp - expected);
     }
 
     // Pass 2: per-document label counts and means (GSPO, metrics), then per-token ratio, advantage and coefficient.
@@ -120,7 +117,7 @@ void policy_gradient_reference(const PolicyGradientArgs& args) {
     if (metrics) write_values<double>(*args.metric_sums, sums, /*accumulate=*/true);
     if (grad_logits == nullptr) return;
 
-    // Pass 3: grad z = grad_weight c_t (softmax - onehot), times dz/dx.
+    // Pass 3: grad z = grad_weight c_t (softmax - onehot), times dz/dx: the cross-entropy gradient of weight c_t.
 #pragma omp parallel for
     for (int64_t token = 0; token < tokens; ++token) {
       const int64_t label = labels[token * label_stride];
@@ -130,13 +127,10 @@ void policy_gradient_reference(const PolicyGradientArgs& args) {
         continue;
       }
       std::vector<Compute> z(static_cast<size_t>(vocab)), dz_dx(static_cast<size_t>(vocab));  // (vocab)
-      const Compute logsumexp = load_row(token, z, dz_dx);
+      const Compute row_logsumexp = load_row(token, z, dz_dx);
       const Compute coefficient = Compute(args.grad_weight * coefficients[size_t(token)]);
-      for (int64_t column = 0; column < vocab; ++column) {
-        const Compute softmax = std::exp(z[size_t(column)] - logsumexp);
-        const Compute grad_z = coefficient * (softmax - (column == label ? Compute(1) : Compute(0)));
-        grad_logits[token * grad_row + column * grad_column] = store_value<T>(grad_z * dz_dx[size_t(column)]);
-      }
+      cross_entropy_gradient_row(z, dz_dx, row_logsumexp, label, coefficient, std::optional<Compute>(),
+                                 grad_logits + token * grad_row, grad_column);
     }
   });
 }

@@ -1,8 +1,10 @@
 // Helpers shared by the CPU reference kernels: reading / writing small tensors (weights, statistics, rotary tables,
-// parameter gradients) of any floating dtype and any strides as plain vectors. The arguments have met the op's
-// contract (kernels/contract.h) before a kernel runs.
+// parameter gradients, loss sums) of any floating dtype and any strides as plain vectors, and the row math the loss
+// heads share (scaled logits, logsumexp, the cross-entropy gradient). The arguments have met the op's contract
+// (kernels/contract.h) before a kernel runs.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <span>
@@ -42,6 +44,31 @@ void scaled_logits_row(const T* row, int64_t column_stride, Compute scale, std::
   }
 }
 
+// log(sum_k exp(v_k)), stably: m + log(sum_k exp(v_k - m)) with m = max_k v_k, summed in order. `values` non-empty.
+template <class Compute>
+Compute logsumexp(const std::vector<Compute>& values) {
+  const Compute max_value = *std::max_element(values.begin(), values.end());
+  Compute sum = 0;
+  for (const Compute value : values) sum += std::exp(value - max_value);
+  return max_value + std::log(sum);
+}
+
+// The gradient of a row's softmax cross-entropy, w (lse - z_y) + w_z lse^2 (the z-loss only with `z_loss_weight`):
+// d/dz_k = w (softmax_k - [k == y]) + w_z 2 lse softmax_k, times dz_k/dx_k, stored into the row of gradients starting
+// at `grad_row` with element step `column_stride`. `label_column` may lie outside the row (a vocabulary slice that
+// does not hold the label).
+template <class Compute, class T>
+void cross_entropy_gradient_row(const std::vector<Compute>& z, const std::vector<Compute>& dz_dx, Compute logsumexp,
+                                int64_t label_column, Compute weight, std::optional<Compute> z_loss_weight,
+                                T* grad_row, int64_t column_stride) {
+  for (size_t column = 0; column < z.size(); ++column) {
+    const Compute softmax = std::exp(z[column] - logsumexp);
+    Compute grad_z = weight * (softmax - (int64_t(column) == label_column ? Compute(1) : Compute(0)));
+    if (z_loss_weight) grad_z += *z_loss_weight * Compute(2) * logsumexp * softmax;
+    grad_row[int64_t(column) * column_stride] = store_value<T>(grad_z * dz_dx[column]);
+  }
+}
+
 // All elements of a floating tensor (any rank and strides) in row-major order, converted to Compute.
 template <class Compute>
 std::vector<Compute> read_values(const Tensor& tensor) {
@@ -70,6 +97,13 @@ void write_values(const Tensor& tensor, std::span<const Compute> values, bool ac
       element = store_value<T>(value);
     }
   });
+}
+
+// Adds the sum of `per_row` (in fp64, in row order: deterministic) to the one-element tensor `sum`.
+inline void add_row_sum(const Tensor& sum, const std::vector<double>& per_row) {
+  double total = 0;
+  for (const double value : per_row) total += value;
+  write_values<double>(sum, std::vector<double>{total}, /*accumulate=*/true);
 }
 
 }  // namespace fast_llm::kernels::cpu

@@ -73,8 +73,10 @@ void cross_entropy_reference(const VocabParallelCrossEntropyArgs& args) {
     T* grad = args.grad_logits != nullptr ? args.grad_logits->data_as<T>() : nullptr;  // (tokens, vocab slice)
     const int64_t grad_row = grad != nullptr ? args.grad_logits->stride(0) : 0;
     const int64_t grad_column = grad != nullptr ? args.grad_logits->stride(1) : 0;
-    const Compute label_weight = Compute(args.label_weight), z_loss_weight = Compute(args.z_loss_weight);
+    const Compute label_weight = Compute(args.label_weight);
     const bool with_z_loss = args.z_loss_sum != nullptr;
+    const std::optional<Compute> z_loss_weight =
+        with_z_loss ? std::optional<Compute>(Compute(args.z_loss_weight)) : std::nullopt;
     std::vector<double> label_losses(size_t(tokens), 0.0), z_losses(size_t(tokens), 0.0);
     for_each_row<T>(args.slice, [&](int64_t token, int64_t label, const std::vector<Compute>& z,
                                     const std::vector<Compute>& dz_dx) {
@@ -89,22 +91,12 @@ void cross_entropy_reference(const VocabParallelCrossEntropyArgs& args) {
       label_losses[size_t(token)] = double(logsumexp - sums[tokens + token]);
       if (with_z_loss) z_losses[size_t(token)] = double(logsumexp) * double(logsumexp);
       if (grad == nullptr) return;
-      // d/dz_k [w_l (lse - z_y) + w_z lse^2] = w_l (softmax_k - [k == y]) + w_z 2 lse softmax_k, on this slice.
-      const int64_t label_column = label - args.slice.vocab_begin;
-      for (int64_t column = 0; column < vocab; ++column) {
-        const Compute softmax = std::exp(z[size_t(column)] - logsumexp);
-        Compute grad_z = label_weight * (softmax - (column == label_column ? Compute(1) : Compute(0)));
-        if (with_z_loss) grad_z += z_loss_weight * Compute(2) * logsumexp * softmax;
-        grad[token * grad_row + column * grad_column] = store_value<T>(grad_z * dz_dx[size_t(column)]);
-      }
+      // This slice's part of the gradient: the label's column is outside it on the other ranks.
+      cross_entropy_gradient_row(z, dz_dx, logsumexp, label - args.slice.vocab_begin, label_weight, z_loss_weight,
+                                 grad + token * grad_row, grad_column);
     });
-    double label_loss_sum = 0, z_loss_sum = 0;
-    for (int64_t token = 0; token < tokens; ++token) {
-      label_loss_sum += label_losses[size_t(token)];
-      z_loss_sum += z_losses[size_t(token)];
-    }
-    write_values<double>(args.label_loss_sum, std::vector<double>{label_loss_sum}, /*accumulate=*/true);
-    if (with_z_loss) write_values<double>(*args.z_loss_sum, std::vector<double>{z_loss_sum}, /*accumulate=*/true);
+    add_row_sum(args.label_loss_sum, label_losses);
+    if (with_z_loss) add_row_sum(*args.z_loss_sum, z_losses);
   });
 }
 
@@ -116,7 +108,7 @@ FLM_REGISTER_KERNEL(VocabParallelLogitsSums, DeviceType::cpu, "reference", /*pri
                     nullptr, &logits_sums_reference, "row sums of exp(z - max) and the label's logit in the slice");
 FLM_REGISTER_KERNEL(VocabParallelCrossEntropy, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
                     nullptr, &cross_entropy_reference,
-                    "label and z-loss from the whole vocabulary's statistics, the slice's gradient; fp32 math (fp64 for "
-                    "fp64)");
+                    "label and z-loss from the whole vocabulary's statistics, the slice's gradient; fp32 math (fp64 "
+                    "for fp64)");
 
 }  // namespace fast_llm::kernels::cpu
