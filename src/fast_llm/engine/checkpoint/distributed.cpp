@@ -415,16 +415,10 @@ std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesyste
           result->add(state_key(parameter.name, shard), {dtype, shape}, [read_part] { return read_part(0); });
           continue;
         }
-        const Shape global_shape = split.global_shape(shape);
-        result->add(state_key(parameter.name, shard), {dtype, global_shape}, [read_part, split, global_shape, dtype] {
-          Tensor global = Tensor::empty(global_shape, dtype);
-          for (int tensor_rank = 0; tensor_rank < split.size; ++tensor_rank) {
-            layers::TensorSplit part = split;
-            part.rank = tensor_rank;
-            place_tensor_parallel_part(global, read_part(tensor_rank), part);
-          }
-          return global;
-        });
+        result->add(state_key(parameter.name, shard), {dtype, split.global_shape(shape)},
+                    [read_part, split, shape, dtype] {
+                      return join_tensor_parallel_parts(split, shape, dtype, read_part);
+                    });
       }
     }
   }
