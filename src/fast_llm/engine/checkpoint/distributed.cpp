@@ -366,8 +366,8 @@ std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesyste
     // rank's tensor (the frozen part follows the trainable one in `weights`).
     const int64_t trainable_shard = stage.trainable_size / ranks, frozen_shard = stage.frozen_size / ranks;
     // The files of the pipeline rank that owns the stage, by (data rank, tensor rank).
-    const auto first_file = files.begin() + int64_t(stage_pipeline_rank(index, pipeline_parallel)) * ranks *
-                                                tensor_parallel;
+    const auto first_file =
+        files.begin() + file_index(stage_pipeline_rank(index, pipeline_parallel), 0, 0, ranks, tensor_parallel);
     const std::vector<std::shared_ptr<SafetensorsFile>> stage_files(first_file, first_file + ranks * tensor_parallel);
     for (const std::shared_ptr<SafetensorsFile>& file : stage_files)
       for (const std::string& shard : metadata.shards) {
@@ -394,7 +394,7 @@ std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesyste
         const Shape shape = parameter.shape;
         // The part of tensor rank `tensor_rank`, from the shards of its data ranks' files.
         auto read_part = [files = stage_files, key, region_begin, shape, dtype, element_size, shard_size, file_offset,
-                          tensor_parallel](int tensor_rank) {
+                          ranks, tensor_parallel](int tensor_rank) {
           Tensor values = Tensor::empty(shape, dtype);
           char* output = static_cast<char*>(values.data());
           // The pieces of the parameter in each rank's shard, in order.
@@ -404,7 +404,7 @@ std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesyste
             const int64_t rank = position / shard_size, within = position % shard_size;
             const int64_t count = std::min(numel - element, shard_size - within);
             const std::span<const std::byte> bytes =
-                files[size_t(file_index(0, int(rank), tensor_rank, 1, tensor_parallel))]->bytes(key);
+                files[size_t(file_index(0, int(rank), tensor_rank, ranks, tensor_parallel))]->bytes(key);
             std::memcpy(output + size_t(element) * element_size,
                         bytes.data() + size_t(file_offset + within) * element_size, size_t(count) * element_size);
             element += count;
@@ -415,16 +415,10 @@ std::shared_ptr<TensorSource> distributed_checkpoint_source(const std::filesyste
           result->add(state_key(parameter.name, shard), {dtype, shape}, [read_part] { return read_part(0); });
           continue;
         }
-        const Shape global_shape = split.global_shape(shape);
-        result->add(state_key(parameter.name, shard), {dtype, global_shape}, [read_part, split, global_shape, dtype] {
-          Tensor global = Tensor::empty(global_shape, dtype);
-          for (int tensor_rank = 0; tensor_rank < split.size; ++tensor_rank) {
-            layers::TensorSplit part = split;
-            part.rank = tensor_rank;
-            place_tensor_parallel_part(global, read_part(tensor_rank), part);
-          }
-          return global;
-        });
+        result->add(state_key(parameter.name, shard), {dtype, split.global_shape(shape)},
+                    [read_part, split, shape, dtype] {
+                      return join_tensor_parallel_parts(split, shape, dtype, read_part);
+                    });
       }
     }
   }

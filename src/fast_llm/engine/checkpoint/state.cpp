@@ -296,12 +296,19 @@ Tensor tensor_parallel_part(const Tensor& global, const layers::TensorSplit& spl
   return part;
 }
 
-void place_tensor_parallel_part(Tensor& global, const Tensor& part, const layers::TensorSplit& split) {
-  FLM_ASSERT(global.device().is_cpu() && part.device().is_cpu() && global.is_contiguous() && part.is_contiguous() &&
-                 global.dtype() == part.dtype() && global.shape() == split.global_shape(part.shape()),
-             "tensor-parallel part {} placed in a tensor {}", part.shape().str(), global.shape().str());
-  copy_tensor_parallel_runs(split, part.shape(), dtype_size(global.dtype()), static_cast<char*>(global.data()),
-                            static_cast<char*>(part.data()), /*to_part=*/false);
+Tensor join_tensor_parallel_parts(const layers::TensorSplit& split, const Shape& local, DType dtype,
+                                  const std::function<Tensor(int)>& part_of) {
+  Tensor global = Tensor::empty(split.global_shape(local), dtype);
+  for (int rank = 0; rank < split.size; ++rank) {
+    layers::TensorSplit part_split = split;
+    part_split.rank = rank;
+    const Tensor part = part_of(rank);
+    FLM_ASSERT(part.device().is_cpu() && part.is_contiguous() && part.dtype() == dtype && part.shape() == local,
+               "tensor-parallel part {} of a tensor {}", part.shape().str(), global.shape().str());
+    copy_tensor_parallel_runs(part_split, local, dtype_size(dtype), static_cast<char*>(global.data()),
+                              static_cast<char*>(part.data()), /*to_part=*/false);
+  }
+  return global;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -410,14 +417,10 @@ std::shared_ptr<TensorSource> multi_stage_source(MultiStage& multi_stage, bool o
             // Tensor rank 0's copy of a whole parameter, or every rank's part of a split one put together.
             if (!meta.tensor.split())
               return to_host_dtype(elements((*stage).*buffer, begin, count), dtype).reshape(shape);
-            Tensor global = Tensor::empty(shape, dtype);
-            for (int rank = 0; rank < meta.tensor.size; ++rank) {
-              layers::TensorSplit split = meta.tensor;
-              split.rank = rank;
-              Tensor part = to_host_dtype(elements((*stage).*buffer, rank * region_size + begin, count), dtype);
-              place_tensor_parallel_part(global, part.reshape(meta.shape), split);
-            }
-            return global;
+            return join_tensor_parallel_parts(meta.tensor, meta.shape, dtype, [&](int rank) {
+              return to_host_dtype(elements((*stage).*buffer, rank * region_size + begin, count), dtype)
+                  .reshape(meta.shape);
+            });
           };
         };
         result->add(state_key(parameter->meta.name, kWeightsShard), {dtype, shape},

@@ -126,9 +126,11 @@ std::map<std::string, std::string> write_safetensors_set(const std::filesystem::
                                                          bool sync = false);
 
 // Tensor parallelism (layers::TensorSplit): the part of a one-process host tensor `global` that tensor rank
-// `split.rank` holds, of shape `local`; and the reverse, `part` written into its place in `global`. Any dtype.
+// `split.rank` holds, of shape `local`; and the reverse, the one-process host tensor put together from the parts
+// (`part_of(rank)`: tensor rank `rank`'s host part, of shape `local` and dtype `dtype`) of every rank of `split`.
 Tensor tensor_parallel_part(const Tensor& global, const layers::TensorSplit& split, const Shape& local);
-void place_tensor_parallel_part(Tensor& global, const Tensor& part, const layers::TensorSplit& split);
+Tensor join_tensor_parallel_parts(const layers::TensorSplit& split, const Shape& local, DType dtype,
+                                  const std::function<Tensor(int)>& part_of);
 
 // The state of every parameter of `multi_stage`, in the optimization dtype: `P/weights` for every parameter, and with
 // `optimizer_state` `P/exp_avg` and `P/exp_avg_sq` for trainable ones, as one process holds them (tensor-parallel

@@ -72,11 +72,21 @@ SharedBufferCounts shared_buffer_counts(const MultiStageConfig& multi_stage, int
           .gradients = training ? count(multi_stage.num_grad_buffers) : 0};
 }
 
-std::vector<bool> stages_lending_parameters(const std::vector<std::vector<layers::Layer*>>& stages) {
+namespace {
+
+// The stage each parameter is declared in.
+std::map<const layers::Parameter*, size_t> parameter_owners(const std::vector<std::vector<layers::Layer*>>& stages) {
   std::map<const layers::Parameter*, size_t> owner;
   for (size_t index = 0; index < stages.size(); ++index)
     for (layers::Layer* layer : stages[index])
       for (layers::Parameter* parameter : layer->parameters()) owner[parameter] = index;
+  return owner;
+}
+
+}  // namespace
+
+std::vector<bool> stages_lending_parameters(const std::vector<std::vector<layers::Layer*>>& stages) {
+  const std::map<const layers::Parameter*, size_t> owner = parameter_owners(stages);
   std::vector<bool> lending(stages.size(), false);
   for (size_t index = 0; index < stages.size(); ++index)
     for (layers::Layer* layer : stages[index])
@@ -89,14 +99,10 @@ std::vector<bool> stages_lending_parameters(const std::vector<std::vector<layers
 std::vector<bool> stages_held(const std::vector<std::vector<layers::Layer*>>& stages, int pipeline_parallel,
                               int pipeline_rank) {
   std::vector<bool> held(stages.size(), false);
-  std::map<const layers::Parameter*, size_t> owner;
-  for (size_t index = 0; index < stages.size(); ++index) {
-    held[index] = stage_pipeline_rank(index, pipeline_parallel) == pipeline_rank;
-    for (layers::Layer* layer : stages[index])
-      for (layers::Parameter* parameter : layer->parameters()) owner[parameter] = index;
-  }
+  const std::map<const layers::Parameter*, size_t> owner = parameter_owners(stages);
   for (size_t index = 0; index < stages.size(); ++index) {
     if (stage_pipeline_rank(index, pipeline_parallel) != pipeline_rank) continue;
+    held[index] = true;
     for (layers::Layer* layer : stages[index])
       for (layers::Parameter* borrowed : layer->borrowed_parameters())
         if (auto found = owner.find(borrowed); found != owner.end()) held[found->second] = true;
@@ -108,6 +114,24 @@ namespace {
 
 size_t count_true(const std::vector<bool>& values) { return size_t(std::count(values.begin(), values.end(), true)); }
 
+// The elements the shared buffers must hold: the largest full weights and gradients of the stages that use them (held
+// here and lending no parameter).
+struct SharedBufferSizes {
+  int64_t weights = 0, gradients = 0;
+};
+SharedBufferSizes shared_buffer_sizes(const std::vector<std::vector<layers::Layer*>>& stages,
+                                      const std::vector<bool>& held, const std::vector<bool>& lending,
+                                      int data_parallel) {
+  SharedBufferSizes largest;
+  for (size_t index = 0; index < stages.size(); ++index) {
+    if (lending[index] || !held[index]) continue;
+    const StageRegions regions = stage_regions(stages[index], data_parallel);
+    largest.weights = std::max(largest.weights, regions.trainable + regions.frozen);
+    largest.gradients = std::max(largest.gradients, regions.trainable);
+  }
+  return largest;
+}
+
 }  // namespace
 
 int64_t multi_stage_buffer_bytes(const std::vector<std::vector<layers::Layer*>>& stages,
@@ -116,19 +140,16 @@ int64_t multi_stage_buffer_bytes(const std::vector<std::vector<layers::Layer*>>&
   const SharedBufferCounts shared =
       shared_buffer_counts(multi_stage, settings.data_parallel, count_true(held), settings.training);
   const std::vector<bool> lending = stages_lending_parameters(stages);
-  int64_t bytes = 0, largest_weights = 0, largest_gradients = 0;
+  int64_t bytes = 0;
   for (size_t index = 0; index < stages.size(); ++index) {
     if (!held[index]) continue;
-    const StageRegions regions = stage_regions(stages[index], settings.data_parallel);
     const bool own = lending[index];
-    bytes += stage_buffer_bytes(regions, settings,
+    bytes += stage_buffer_bytes(stage_regions(stages[index], settings.data_parallel), settings,
                                 {.weights = !own && shared.weights > 0, .gradients = !own && shared.gradients > 0});
-    if (own) continue;
-    largest_weights = std::max(largest_weights, regions.trainable + regions.frozen);
-    largest_gradients = std::max(largest_gradients, regions.trainable);
   }
-  return bytes + shared.weights * largest_weights * int64_t(dtype_size(settings.compute_dtype)) +
-         shared.gradients * largest_gradients * int64_t(dtype_size(settings.gradient_dtype));
+  const SharedBufferSizes largest = shared_buffer_sizes(stages, held, lending, settings.data_parallel);
+  return bytes + shared.weights * largest.weights * int64_t(dtype_size(settings.compute_dtype)) +
+         shared.gradients * largest.gradients * int64_t(dtype_size(settings.gradient_dtype));
 }
 
 MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, const DistributedConfig& distributed,
@@ -172,13 +193,7 @@ MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, co
   // A stage whose parameters a layer of another stage reads (the embeddings, when the head's output weights are tied
   // to them) keeps its own full buffers: the other stage uses them while the shared ones hold other stages.
   const std::vector<bool> lending = stages_lending_parameters(stage_layers);
-  int64_t largest_weights = 0, largest_gradients = 0;
-  for (size_t index = 0; index < num_stages; ++index) {
-    if (lending[index] || !held[index]) continue;
-    const StageRegions regions = stage_regions(stage_layers[index], data_parallel);
-    largest_weights = std::max(largest_weights, regions.trainable + regions.frozen);
-    largest_gradients = std::max(largest_gradients, regions.trainable);
-  }
+  const SharedBufferSizes largest = shared_buffer_sizes(stage_layers, held, lending, data_parallel);
   // Tied weights across pipeline ranks: the ranks holding a lending stage (its owner and the ranks of the stages
   // that read it) sum their gradients.
   tied_across_ranks_.assign(num_stages, false);
@@ -199,9 +214,9 @@ MultiStage::MultiStage(BaseModel& model, const MultiStageConfig& multi_stage, co
     return tensor;
   };
   for (int index = 0; index < shared_counts_.weights; ++index)
-    shared_weights_.push_back(zeros(largest_weights, settings_.compute_dtype));
+    shared_weights_.push_back(zeros(largest.weights, settings_.compute_dtype));
   for (int index = 0; index < shared_counts_.gradients; ++index)
-    shared_gradients_.push_back(zeros(largest_gradients, settings_.gradient_dtype));
+    shared_gradients_.push_back(zeros(largest.gradients, settings_.gradient_dtype));
   weight_occupant_.assign(shared_weights_.size(), -1);
   pending_gathers_.resize(shared_weights_.size());
   pending_refreshes_.resize(num_stages);
