@@ -38,10 +38,12 @@ work directory. Exit status 0 when every check passes, 1 when one fails, 2 when 
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -69,6 +71,7 @@ OPTIMIZER = dict(weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-8, grad
 EPSILON_LOW, EPSILON_HIGH, DPO_BETA = 0.2, 0.28, 0.1
 LORA_RANK, LORA_ALPHA = 8, 16.0
 TOLERANCE, MAX_FACTOR = 0.02, 2.5
+DEVICE = "cuda"  # where the PyTorch loops run (tests of this script set "cpu")
 FAST_LLM_TIMEOUT = 420  # seconds for one fast-llm run
 
 
@@ -481,6 +484,21 @@ def print_curve(result):
           + ("" if result["passed"] else " | " + "; ".join(result["failures"])))
 
 
+def check_sampling_log(label, log, documents, tokens, results):
+    """fast-llm's own count of the dataset it sampled (its log line `Sampling N samples ... (D documents, T tokens per
+    epoch)`) against the file written here, and no skipped documents."""
+    text = Path(log).read_text(errors="replace")
+    found = re.search(r"\(([\d,]+) documents, ([\d,]+) tokens per epoch\)", text)
+    got = (int(found.group(1).replace(",", "")), int(found.group(2).replace(",", ""))) if found else None
+    skipped = "will be skipped" in text
+    passed = got == (documents, tokens) and not skipped
+    results.append({"label": label, "passed": passed, "value": got,
+                    "failures": [] if passed else [f"fast-llm sampled {got}, expected {(documents, tokens)}"
+                                                   f"{' and skipped documents' if skipped else ''}"]})
+    print(f"  {'ok  ' if passed else 'FAIL'} {label:<34} fast-llm: {got} (documents, tokens), file: "
+          f"{(documents, tokens)}{', documents skipped' if skipped else ''}")
+
+
 def check_data_metrics(label, metrics, expected, results):
     """fast-llm's logged data-only metrics against the values computed from the file: the same tokens, step by step."""
     worst, where = 0.0, None
@@ -525,16 +543,17 @@ def make_model(shape, seed, folder):
     else:
         kwargs["rope_theta"] = shape["rope_theta"]
     config = transformers.LlamaConfig(**kwargs)
-    with torch.device("cuda"):
-        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa",
-                                                              torch_dtype=torch.float32)
-    generator = torch.Generator(device="cuda").manual_seed(seed)
+    # Built on the device (torch >= 2: the device is a context manager), so the 1B model is not initialised on the CPU.
+    with torch.device(DEVICE) if hasattr(torch.device, "__enter__") else contextlib.nullcontext():
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    model.to(DEVICE)
+    generator = torch.Generator(device=DEVICE).manual_seed(seed)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if parameter.ndim == 1:
                 parameter.fill_(1.0)
             else:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator, device="cuda") * 0.02)
+                parameter.copy_(torch.randn(parameter.shape, generator=generator, device=DEVICE) * 0.02)
             parameter.copy_(parameter.to(torch.bfloat16).to(torch.float32))
     model.to(torch.bfloat16).save_pretrained(str(folder))
     model.to(torch.float32)
@@ -566,7 +585,7 @@ def optimizer_step(torch, optimizer, parameters, step, p):
 def padded(torch, sequences):
     """Right-padded (token 0) batch: with causal attention, padding after a sequence does not change its positions."""
     length = max(len(sequence) for sequence in sequences)
-    return torch.tensor([sequence + [0] * (length - len(sequence)) for sequence in sequences], device="cuda")
+    return torch.tensor([sequence + [0] * (length - len(sequence)) for sequence in sequences], device=DEVICE)
 
 
 def span_log_probabilities(torch, logits, batch, spans):
@@ -603,7 +622,7 @@ def torch_dpo(model, documents, chosen, rejected, step_docs, p):
             spans.append((rejected[d][0] - cut, rejected[d][1] - cut))
         batch = padded(torch, sequences)
         pairs = len(docs)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
             with torch.no_grad():
                 reference_sums = span_log_probabilities(torch, reference(input_ids=batch, use_cache=False).logits,
                                                         batch, spans)
@@ -624,8 +643,8 @@ def grpo_old_log_probabilities(model, documents, rng, noise=0.2, batch_size=8):
     model.eval()
     with torch.no_grad():
         for begin in range(0, len(documents), batch_size):
-            batch = torch.tensor(documents[begin:begin + batch_size], device="cuda")
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            batch = torch.tensor(documents[begin:begin + batch_size], device=DEVICE)
+            with torch.autocast(DEVICE, dtype=torch.bfloat16):
                 logits = model(input_ids=batch[:, :-1], use_cache=False).logits
             log_probabilities = torch.log_softmax(logits.float(), dim=-1).gather(-1, batch[:, 1:, None])[..., 0]
             for row in log_probabilities.tolist():
@@ -646,11 +665,11 @@ def torch_grpo(model, documents, advantages, old_log_probabilities, step_docs, p
              "grpo_ratio_new_old_squared_sum", "grpo_num_tokens"]
     curves = {name: [] for name in names}
     for step, docs in enumerate(step_docs, 1):
-        batch = torch.tensor([documents[d] for d in docs], device="cuda")
+        batch = torch.tensor([documents[d] for d in docs], device=DEVICE)
         inputs, labels = batch[:, :-1], batch[:, 1:]
-        advantage = torch.tensor([advantages[d][1:] for d in docs], device="cuda", dtype=torch.float32)
-        old = torch.tensor([old_log_probabilities[d][1:] for d in docs], device="cuda", dtype=torch.float32)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        advantage = torch.tensor([advantages[d][1:] for d in docs], device=DEVICE, dtype=torch.float32)
+        old = torch.tensor([old_log_probabilities[d][1:] for d in docs], device=DEVICE, dtype=torch.float32)
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
             logits = model(input_ids=inputs, use_cache=False).logits
         log_probabilities = torch.log_softmax(logits.float(), dim=-1)
         new = log_probabilities.gather(-1, labels[..., None])[..., 0]
@@ -719,8 +738,8 @@ def torch_lora(model, adapter_folder, documents, step_docs, p):
         attention = model.model.layers[layer].self_attn
         for module in ("q_proj", "v_proj"):
             prefix = f"base_model.model.model.layers.{layer}.self_attn.{module}"
-            a = adapter[f"{prefix}.lora_A.weight"].to("cuda")
-            b = adapter[f"{prefix}.lora_B.weight"].to("cuda")
+            a = adapter[f"{prefix}.lora_A.weight"].to(DEVICE)
+            b = adapter[f"{prefix}.lora_B.weight"].to(DEVICE)
             linear = getattr(attention, module)
             if tuple(a.shape) != (LORA_RANK, linear.in_features) or tuple(b.shape) != (linear.out_features, LORA_RANK):
                 raise RuntimeError(f"{prefix}: adapter shapes {tuple(a.shape)} / {tuple(b.shape)}")
@@ -734,9 +753,9 @@ def torch_lora(model, adapter_folder, documents, step_docs, p):
     model.train()
     losses = []
     for step, docs in enumerate(step_docs, 1):
-        batch = torch.tensor([documents[d] for d in docs], device="cuda")
+        batch = torch.tensor([documents[d] for d in docs], device=DEVICE)
         inputs, labels = batch[:, :-1], batch[:, 1:]
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
             logits = model(input_ids=inputs, use_cache=False).logits
         loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="sum")
         loss = loss / labels.numel()
@@ -806,6 +825,8 @@ def run_check(check, binary, work, dry_run, results):
     record = {"check": check, "plan": {k: v for k, v in p.items() if k != "shape"}, "shape": shape,
               "fast_llm_seconds": run.seconds, "fast_llm": {}, "torch": curves or {}}
     check_results = []
+    check_sampling_log(f"{check} data file as sampled", run.log, len(documents), sum(map(len, documents)),
+                       check_results)
     if len(metrics) != p["steps"]:
         check_results.append({"label": f"{check} steps logged", "passed": False,
                               "failures": [f"fast-llm logged {len(metrics)} of {p['steps']} steps (log {run.log})"]})
