@@ -371,6 +371,12 @@ class FastLLMRun:
             raise RuntimeError(f"fast-llm run {self.name} failed (exit {code}); log {self.log}:\n{tail}")
         return self
 
+    def kill(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.stream.close()
+
     def metrics(self):
         path = self.experiment / "runs" / "0" / "metrics.jsonl"
         rows = {}
@@ -817,8 +823,10 @@ def run_check(check, binary, work, dry_run, results):
             else:
                 curves = torch_lora(model, adapter, documents, step_docs, p)
         torch_seconds = time.time() - torch_started
-    finally:
-        run.wait()
+    except BaseException:
+        run.kill()  # no point waiting for fast-llm when the PyTorch side broke
+        raise
+    run.wait()
     metrics = run.metrics()
     print(f"  fast-llm {run.seconds:.0f} s ({len(metrics)} steps logged), PyTorch "
           f"{'-' if curves is None else f'{torch_seconds:.0f} s'} (concurrently)")
@@ -827,6 +835,14 @@ def run_check(check, binary, work, dry_run, results):
     check_results = []
     check_sampling_log(f"{check} data file as sampled", run.log, len(documents), sum(map(len, documents)),
                        check_results)
+    rates = [row.get("learning_rate") for row in metrics]
+    want = [learning_rate(step, p["lr"], p["warmup"], p["steps"]) for step in range(1, len(metrics) + 1)]
+    worst = max([abs(a - b) / b for a, b in zip(rates, want) if a is not None] or [0.0])
+    passed = None not in rates and worst < 1e-6
+    check_results.append({"label": f"{check} learning rates", "passed": passed, "value": worst,
+                          "failures": [] if passed else [f"fast-llm's learning rates differ by {worst:.2e}"]})
+    print(f"  {'ok  ' if passed else 'FAIL'} {check + ' learning-rate schedule':<34} fast-llm's logged rates vs "
+          f"PyTorch's: max relative difference {worst:.1e}")
     if len(metrics) != p["steps"]:
         check_results.append({"label": f"{check} steps logged", "passed": False,
                               "failures": [f"fast-llm logged {len(metrics)} of {p['steps']} steps (log {run.log})"]})
@@ -971,6 +987,8 @@ def main():
               f"{transformers.__version__}, {torch.cuda.get_device_name()}")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="post_training_torch_check_"))
     work.mkdir(parents=True, exist_ok=True)
+    destination = Path(os.environ["OUT"]) if os.environ.get("OUT") else work
+    destination.mkdir(parents=True, exist_ok=True)
     started = time.time()
     results, verdicts = [], {}
     for check in checks:
@@ -986,16 +1004,15 @@ def main():
             print(f"  FAIL {check}: {type(error).__name__}: {error}")
             traceback.print_exc(limit=3)
             results.append({"check": check, "error": f"{type(error).__name__}: {error}"})
+        if not args.dry_run:
+            torch.cuda.empty_cache()  # the next check's fast-llm run gets the memory back
         print(f"{check}: {'PASS' if verdicts[check] else 'FAIL'} ({time.time() - check_started:.0f} s)")
         sys.stdout.flush()
-    destination = Path(os.environ["OUT"]) if os.environ.get("OUT") else work
-    destination.mkdir(parents=True, exist_ok=True)
-    (destination / "post_training_torch_check.json").write_text(json.dumps(results, indent=1))
-    if os.environ.get("OUT"):
-        for check in checks:
-            log = work / check / "fast_llm.log"
-            if log.exists():
-                shutil.copy(log, destination / f"post_training_torch_check_{check}.log")
+        # Written after every check, so that a run stopped by its time limit keeps what it did.
+        (destination / "post_training_torch_check.json").write_text(json.dumps(results, indent=1))
+        log = work / check / "fast_llm.log"
+        if os.environ.get("OUT") and log.exists():
+            shutil.copy(log, destination / f"post_training_torch_check_{check}.log")
     passed = sum(verdicts.values())
     summary = " ".join(f"{check}:{'PASS' if verdict else 'FAIL'}" for check, verdict in verdicts.items())
     print(f"{passed} passed, {len(verdicts) - passed} failed ({summary}; {time.time() - started:.0f} s; details "
