@@ -49,6 +49,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from array import array
@@ -72,6 +73,7 @@ EPSILON_LOW, EPSILON_HIGH, DPO_BETA = 0.2, 0.28, 0.1
 LORA_RANK, LORA_ALPHA = 8, 16.0
 TOLERANCE, MAX_FACTOR = 0.02, 2.5
 DEVICE = "cuda"  # where the PyTorch loops run (tests of this script set "cpu")
+AUTOCAST = True  # the PyTorch loops compute in bf16 autocast (tests of this script compare in fp32 without it)
 FAST_LLM_TIMEOUT = 420  # seconds for one fast-llm run
 
 
@@ -354,6 +356,13 @@ class FastLLMRun:
         self.stream = open(self.log, "w")
         self.process = subprocess.Popen([str(binary), "train", "gpt", "-c", str(self.config_file)],
                                         stdout=self.stream, stderr=subprocess.STDOUT)
+        self.finished = None  # when the process ended, noted by a watcher thread (its own time, not the wait's)
+
+        def watch():
+            self.process.wait()
+            self.finished = time.time()
+
+        threading.Thread(target=watch, daemon=True).start()
 
     def wait(self, timeout=FAST_LLM_TIMEOUT):
         remaining = max(1.0, timeout - (time.time() - self.started))
@@ -365,7 +374,11 @@ class FastLLMRun:
             self.stream.close()
             raise RuntimeError(f"fast-llm run {self.name} took more than {timeout} s (killed); log {self.log}")
         self.stream.close()
-        self.seconds = time.time() - self.started
+        for _ in range(100):  # the watcher notes the end right after the process is reaped
+            if self.finished is not None:
+                break
+            time.sleep(0.01)
+        self.seconds = (self.finished or time.time()) - self.started
         if code != 0:
             tail = "\n".join(self.log.read_text(errors="replace").strip().splitlines()[-12:])
             raise RuntimeError(f"fast-llm run {self.name} failed (exit {code}); log {self.log}:\n{tail}")
@@ -485,8 +498,8 @@ def print_curve(result):
     print(f"  {'ok  ' if result['passed'] else 'FAIL'} {result['label']:<34} first10 {result['first_mean'][0]:.4f}/"
           f"{result['first_mean'][1]:.4f} last{min(50, result['steps'])} {result['last_mean'][0]:.4f}/"
           f"{result['last_mean'][1]:.4f} final {result['final'][0]:.4f}/{result['final'][1]:.4f} | smoothed rel "
-          f"mean {result['smoothed_mean_rel_diff']:.2%} max {result['smoothed_max_rel_diff']:.2%}, per step mean "
-          f"{result['step_mean_rel_diff']:.2%} max {result['step_max_rel_diff']:.2%}"
+          f"mean {result['smoothed_mean_rel_diff']:.1e} max {result['smoothed_max_rel_diff']:.1e}, per step mean "
+          f"{result['step_mean_rel_diff']:.1e} max {result['step_max_rel_diff']:.1e}"
           + ("" if result["passed"] else " | " + "; ".join(result["failures"])))
 
 
@@ -566,6 +579,10 @@ def make_model(shape, seed, folder):
     return model
 
 
+def autocast(torch):
+    return torch.autocast(DEVICE, dtype=torch.bfloat16) if AUTOCAST else contextlib.nullcontext()
+
+
 def adamw(torch, parameters, p):
     """torch.optim.AdamW with fast-llm's settings: decoupled weight decay on matrices only (fast-llm exempts the
     normalisation weights and biases), betas, epsilon."""
@@ -628,7 +645,7 @@ def torch_dpo(model, documents, chosen, rejected, step_docs, p):
             spans.append((rejected[d][0] - cut, rejected[d][1] - cut))
         batch = padded(torch, sequences)
         pairs = len(docs)
-        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        with autocast(torch):
             with torch.no_grad():
                 reference_sums = span_log_probabilities(torch, reference(input_ids=batch, use_cache=False).logits,
                                                         batch, spans)
@@ -650,7 +667,7 @@ def grpo_old_log_probabilities(model, documents, rng, noise=0.2, batch_size=8):
     with torch.no_grad():
         for begin in range(0, len(documents), batch_size):
             batch = torch.tensor(documents[begin:begin + batch_size], device=DEVICE)
-            with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            with autocast(torch):
                 logits = model(input_ids=batch[:, :-1], use_cache=False).logits
             log_probabilities = torch.log_softmax(logits.float(), dim=-1).gather(-1, batch[:, 1:, None])[..., 0]
             for row in log_probabilities.tolist():
@@ -675,7 +692,7 @@ def torch_grpo(model, documents, advantages, old_log_probabilities, step_docs, p
         inputs, labels = batch[:, :-1], batch[:, 1:]
         advantage = torch.tensor([advantages[d][1:] for d in docs], device=DEVICE, dtype=torch.float32)
         old = torch.tensor([old_log_probabilities[d][1:] for d in docs], device=DEVICE, dtype=torch.float32)
-        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        with autocast(torch):
             logits = model(input_ids=inputs, use_cache=False).logits
         log_probabilities = torch.log_softmax(logits.float(), dim=-1)
         new = log_probabilities.gather(-1, labels[..., None])[..., 0]
@@ -761,7 +778,7 @@ def torch_lora(model, adapter_folder, documents, step_docs, p):
     for step, docs in enumerate(step_docs, 1):
         batch = torch.tensor([documents[d] for d in docs], device=DEVICE)
         inputs, labels = batch[:, :-1], batch[:, 1:]
-        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        with autocast(torch):
             logits = model(input_ids=inputs, use_cache=False).logits
         loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="sum")
         loss = loss / labels.numel()
