@@ -8,7 +8,7 @@ it and trains on the file the script wrote; the PyTorch loop trains the same mod
 fast-llm on the CPU in fp32 and the PyTorch loop without autocast, at a tiny shape for a few steps. Both compute the
 same thing in fp32, so the curves must agree to ~1e-5: this checks the data alignment (labels, spans, token data),
 the DPO / GRPO formulas and metrics, the LoRA wiring and the optimizer settings. The learn criteria (first-10 against
-last-50 means) cannot hold in a few steps and are not asserted; every other result must pass.
+last-50 means) cannot hold in a few steps and are left out; every other result must pass.
 
   python3 tools/post_training_torch_check_selftest.py [dpo,grpo,lora] [STEPS]
 Needs torch (Debian's python3-torch 1.13 does; on Debian run it with /usr/bin/python3) and build/cpu/bin/fast-llm.
@@ -123,7 +123,10 @@ def train_config(*args, **kwargs):
     config = original_config(*args, **kwargs)
     config["model"]["distributed"].update(use_cuda=False, compute_dtype="fp32")
     return config
-c.plan, c.train_config = plan, train_config
+original_compare = c.compare_curves
+def compare_curves(*args, **kwargs):  # a few steps cannot show learning: that criterion is the GPU run's
+    return original_compare(*args, **dict(kwargs, learn_fraction=None))
+c.plan, c.train_config, c.compare_curves = plan, train_config, compare_curves
 binary = Path(__file__).resolve().parent.parent / "build/cpu/bin/fast-llm"
 work = Path(tempfile.mkdtemp(prefix="post_training_torch_selftest_"))
 results, failed = [], []
