@@ -89,11 +89,10 @@ void check_policy_gradient(DeviceType device_type) {
       run({.logits = t.at("logits"), .labels = t.at("labels"), .advantages = t.at("advantages"),
            .old_log_probabilities = t.at("old_log_probabilities"), .label_documents = t.at("label_documents"),
            .num_documents = 3, .sequence_level = c.sequence_level, .loss_sum = t.at("loss_sum"),
-           .metric_sums = c.metrics ? &t.at("metric_sums") : nullptr,
-           .max_advantage = c.metrics ? &t.at("max_advantage") : nullptr,
-           .min_advantage = c.metrics ? &t.at("min_advantage") : nullptr, .grad_logits = grad, .grad_weight = 0.3,
+           .metric_sums = c.metrics ? &t.at("metric_sums") : nullptr, .grad_logits = grad, .grad_weight = 0.3,
            .epsilon_low = 0.2, .epsilon_high = 0.28, .logits_scale_factor = c.logits_scale_factor,
-           .softcap = c.softcap});
+           .softcap = c.softcap, .max_advantage = c.metrics ? &t.at("max_advantage") : nullptr,
+           .min_advantage = c.metrics ? &t.at("min_advantage") : nullptr});
     };
     for (const VariantOutcome& outcome : check_variants(problem, device_type))
       ran[outcome.id] = ran[outcome.id] || !outcome.unsupported;

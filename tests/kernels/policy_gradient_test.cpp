@@ -163,14 +163,14 @@ Result run(const Tensor& logits, const Problem& problem, const Settings& setting
                                     .sequence_level = settings.gspo,
                                     .loss_sum = loss_sum,
                                     .metric_sums = &metric_sums,
-                                    .max_advantage = &max_advantage,
-                                    .min_advantage = &min_advantage,
                                     .grad_logits = grad_logits,
                                     .grad_weight = grad_weight,
                                     .epsilon_low = settings.epsilon_low,
                                     .epsilon_high = settings.epsilon_high,
                                     .logits_scale_factor = settings.logits_scale_factor,
-                                    .softcap = settings.softcap});
+                                    .softcap = settings.softcap,
+                                    .max_advantage = &max_advantage,
+                                    .min_advantage = &min_advantage});
   return {values_of(loss_sum)[0], values_of(metric_sums), values_of(max_advantage)[0], values_of(min_advantage)[0]};
 }
 
@@ -298,7 +298,8 @@ TEST(PolicyGradientTest, InPlaceMatchesOutOfPlaceAndFloat32MatchesFloat64) {
 
 // The largest and smallest advantage of the unmasked labels, as Fast-LLM's `max_advantage` / `min_advantage`: the
 // tokens' own advantages for GSPO too (not the document means), masked labels left out however extreme their
-// advantage, and combined with what the tensors held (max= / min=) so that chunks and micro-batches reduce in any order.
+// advantage, and combined with what the tensors held (max= / min=) so that chunks and micro-batches reduce in any
+// order.
 TEST(PolicyGradientTest, AdvantageExtremesOfTheUnmaskedLabels) {
   for (bool gspo : {false, true}) {
     const Settings settings{.gspo = gspo};

@@ -1,10 +1,8 @@
 // Op: policy_gradient_forward_backward. Fast-LLM's clipped GRPO (per-token ratio) and GSPO (per-document ratio)
 // losses on a chunk of logits (scaled, optionally softcapped), with the gradient of the logits written (=) in the same
-// pass (in place allowed) and the sums behind the logged metrics (+=, indices PolicyMetric), and the largest and
-// smallest advantage of the unmasked labels (max= / min=: extremes combine over chunks and micro-batches as sums add).
-// loss_sum is the sum over unmasked labels (GSPO: each document's loss once per label); the caller divides by the
-// step's labels (GRPO) or documents (GSPO). The formulas, gradient and metric definitions: docs/post-training.md,
-// "GRPO and GSPO formulas".
+// pass (in place allowed) and the sums behind the logged metrics (+=, indices PolicyMetric). loss_sum is the sum over
+// unmasked labels (GSPO: each document's loss once per label); the caller divides by the step's labels (GRPO) or
+// documents (GSPO). The formulas, gradient and metric definitions: docs/post-training.md, "GRPO and GSPO formulas".
 #pragma once
 
 #include <optional>
@@ -41,16 +39,17 @@ struct PolicyGradientArgs {
   bool sequence_level = false;          // false: GRPO (per-token ratio), true: GSPO (per-document ratio)
   Tensor& loss_sum;                     // (1) fp32 or fp64, +=
   Tensor* metric_sums = nullptr;        // (kPolicyMetricCount) fp32 or fp64, +=, or nullptr (no metrics)
-  // (1) fp32 or fp64 each, or nullptr: max= the largest (min= the smallest) advantage of an unmasked label, the token's
-  // own advantage for GSPO too (as Fast-LLM); NaN advantages are skipped. Start them at -inf / +inf.
-  Tensor* max_advantage = nullptr;
-  Tensor* min_advantage = nullptr;
   Tensor* grad_logits = nullptr;        // (tokens, vocab) =, or nullptr (forward only)
   double grad_weight = 1.0;             // multiplies the gradient of loss_sum
   double epsilon_low = 0.2;
   double epsilon_high = 0.2;
   double logits_scale_factor = 1.0;
   std::optional<double> softcap = std::nullopt;
+  // (1) fp32 or fp64 each, or nullptr: max= the largest (min= the smallest) advantage of an unmasked label, the token's
+  // own advantage for GSPO too (as Fast-LLM); NaN advantages are skipped. Extremes, unlike sums, combine over chunks,
+  // micro-batches and ranks with max / min: start them at -inf / +inf.
+  Tensor* max_advantage = nullptr;
+  Tensor* min_advantage = nullptr;
   Stream stream = {};
 };
 

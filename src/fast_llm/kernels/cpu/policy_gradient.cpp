@@ -123,10 +123,10 @@ void policy_gradient_reference(const PolicyGradientArgs& args) {
       metric(PolicyMetric::num_segments) += weight;
       metric(PolicyMetric::entropy) += weight * entropies[size_t(token)];
     }
-    write_values<double>(args.loss_sum, std::vector<double>{loss_sum}, /*accumulate=*/true);
-    if (metrics) write_values<double>(*args.metric_sums, sums, /*accumulate=*/true);
     if (args.max_advantage != nullptr) take_extreme(*args.max_advantage, largest_advantage, /*largest=*/true);
     if (args.min_advantage != nullptr) take_extreme(*args.min_advantage, smallest_advantage, /*largest=*/false);
+    write_values<double>(args.loss_sum, std::vector<double>{loss_sum}, /*accumulate=*/true);
+    if (metrics) write_values<double>(*args.metric_sums, sums, /*accumulate=*/true);
     if (grad_logits == nullptr) return;
 
     // Pass 3: grad z = grad_weight c_t (softmax - onehot), times dz/dx: the cross-entropy gradient of weight c_t.

@@ -91,14 +91,14 @@ void PolicyGradientLoss::forward_chunk(const LayerContext& context, const Tensor
                                              .sequence_level = sequence_level_,
                                              .loss_sum = loss_sum_,
                                              .metric_sums = &metric_sums_,
-                                             .max_advantage = max_advantage,
-                                             .min_advantage = min_advantage,
                                              .grad_logits = grad_logits,
                                              .grad_weight = weight_ * scale,
                                              .epsilon_low = epsilon_low_,
                                              .epsilon_high = epsilon_high_,
                                              .logits_scale_factor = logits_scale_factor,
                                              .softcap = softcap,
+                                             .max_advantage = max_advantage,
+                                             .min_advantage = min_advantage,
                                              .stream = context.stream});
 }
 
