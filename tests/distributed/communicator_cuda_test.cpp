@@ -68,6 +68,9 @@ void check_two_ranks(Communicator& communicator, Device device) {
   Tensor maximum = device_tensor({value, -value}, DType::float16, device);
   communicator.all_reduce(maximum, ReduceOp::max, Stream{})->wait();
   EXPECT_EQ(host_values(maximum), (std::vector<double>{2, -1}));
+  Tensor minimum = device_tensor({value, -value}, DType::float32, device);
+  communicator.all_reduce(minimum, ReduceOp::min, Stream{})->wait();
+  EXPECT_EQ(host_values(minimum), (std::vector<double>{1, -2}));
 
   // Inputs stay alive until their operation has been waited for (NCCL reads them on its own stream).
   Tensor scatter_input = device_tensor({value, 10 * value, 100 * value, 1000 * value}, DType::float32, device);

@@ -157,6 +157,23 @@ TEST(GlooCommunicator, MaxAndMinKeepNaN) {
   });
 }
 
+// The infinities that stand for "no value" (a rank without a loss's labels: layers::loss_identity) give way to the
+// other ranks' values under max and min, and stay when every rank has none.
+TEST(GlooCommunicator, MaxAndMinOfInfinities) {
+  run_ranks(2, [&](Communicator& communicator) {
+    const double infinity = std::numeric_limits<double>::infinity();
+    for (DType dtype : {DType::float64, DType::float32}) {
+      const bool first = communicator.rank() == 0;
+      Tensor maximum = tensor_of({first ? -float(infinity) : 3.0f, -float(infinity), first ? 0.5f : -4.0f}, dtype);
+      communicator.all_reduce(maximum, ReduceOp::max, Stream{})->wait();
+      EXPECT_EQ(values_of(maximum), (std::vector<double>{3.0, -infinity, 0.5})) << dtype_name(dtype);
+      Tensor minimum = tensor_of({first ? float(infinity) : -2.0f, float(infinity), first ? 0.5f : -4.0f}, dtype);
+      communicator.all_reduce(minimum, ReduceOp::min, Stream{})->wait();
+      EXPECT_EQ(values_of(minimum), (std::vector<double>{-2.0, infinity, -4.0})) << dtype_name(dtype);
+    }
+  });
+}
+
 TEST(GlooCommunicator, ReduceScatterKeepsThisRanksPart) {
   for (int size = 1; size <= 4; ++size) {
     run_ranks(size, [&](Communicator& communicator) {

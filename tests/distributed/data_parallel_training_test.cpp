@@ -149,8 +149,9 @@ TEST_F(DataParallelTrainingTest, TiedEmbeddingsWithZeroTwoAndThree) {
 }
 
 // The policy-gradient losses on a rollout file (token data): GRPO's per-label and GSPO's per-document normalisation
-// use the step's label and document counts, summed over the ranks, so two processes give the one-process run's
-// losses, metrics and weights. Beside a label loss, so the head total stays positive (relative tolerances).
+// use the step's label and document counts, summed over the ranks, and the advantage extremes are reduced with max /
+// min, so two processes give the one-process run's losses, metrics and weights. Beside a label loss, so the head total
+// stays positive (relative tolerances).
 TEST_F(DataParallelTrainingTest, PolicyGradientLossesTwoProcessesMatchOne) {
   {
     data::MemmapWriter writer(directory_ / "rollouts.fast_llm_dataset", {.token_data = true});
@@ -159,8 +160,9 @@ TEST_F(DataParallelTrainingTest, PolicyGradientLossesTwoProcessesMatchOne) {
       const int size = 5 + (document * 7) % 9;
       for (int token = 0; token < size; ++token) {
         rollout.tokens.push_back((document * 13 + token * 5) % 64);
-        // Advantages in [-0.5, 0.5] per document; old log-probs around log(1 / 64) so that ratios clip on both sides.
-        rollout.advantages.push_back(float((document % 5) - 2) * 0.25f);
+        // Advantages in [-0.5, 0.55], of each document its own (so each micro-batch has its own extremes, and the
+        // step's are one rank's); old log-probs around log(1 / 64) so that ratios clip on both sides.
+        rollout.advantages.push_back(float((document % 5) - 2) * 0.25f + 0.001f * float(document));
         rollout.old_log_probabilities.push_back(-4.16f + 0.3f * float((token * 3 + document) % 7 - 3));
       }
       writer.add_document(rollout);
@@ -179,11 +181,18 @@ TEST_F(DataParallelTrainingTest, PolicyGradientLossesTwoProcessesMatchOne) {
     const fs::path parallel = train(fmt::format("{}_dp2", type), 2, {dataset, losses, "data.truncate_documents=false"});
     expect_same_run(parallel, single);
     auto metrics = [](const fs::path& experiment) {
-      return training_values(experiment,
-                             {"policy", "policy_new_logprobs", "policy_ratio_new_old", "policy_num_tokens"});
+      return training_values(experiment, {"policy", "policy_new_logprobs", "policy_ratio_new_old", "policy_num_tokens",
+                                          "policy_max_advantage", "policy_min_advantage"});
     };
     const std::vector<double> expected = metrics(single), actual = metrics(parallel);
-    ASSERT_EQ(actual.size(), 12u) << type;
+    ASSERT_EQ(actual.size(), 18u) << type;
+    for (size_t step = 0; step < 3; ++step) {
+      // Extremes of the step's labels: finite, ordered, and in the advantages' range.
+      const double largest = expected[step * 6 + 4], smallest = expected[step * 6 + 5];
+      EXPECT_LE(smallest, largest) << type << " step " << step;
+      EXPECT_GE(smallest, -0.5) << type << " step " << step;
+      EXPECT_LE(largest, 0.55) << type << " step " << step;
+    }
     ASSERT_EQ(actual.size(), expected.size()) << type;
     for (size_t index = 0; index < expected.size(); ++index)
       EXPECT_NEAR(actual[index], expected[index], tolerance_ * (1 + std::abs(expected[index]))) << type << " " << index;

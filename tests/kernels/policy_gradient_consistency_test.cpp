@@ -2,7 +2,8 @@
 // without the metric sums, masked tokens, several documents per chunk (one with a single label), both clipping
 // sides (old log-probs around the new ones), logits_scale_factor and softcap, fp32 / bf16 / fp16 (and fp64 on the
 // CPU) logits, the gradient out of place, over the logits, or not at all, logits as column slices of wider rows; the
-// loss and metric sums start non-zero (they are added to). The reference is checked against formulas and finite
+// loss and metric sums start non-zero (they are added to), the advantage extremes (with the metrics) inside the
+// advantages' range (they are replaced) or beyond it (kept). The reference is checked against formulas and finite
 // differences in policy_gradient_test.cpp.
 #include <gtest/gtest.h>
 
@@ -73,8 +74,12 @@ void check_policy_gradient(DeviceType device_type) {
     problem.tensors["old_log_probabilities"] = input(make_tensor(old_log_probs, Shape{c.tokens}, DType::float32));
     problem.tensors["label_documents"] = input(make_tensor(documents, Shape{c.tokens}, DType::int32));
     problem.tensors["loss_sum"] = accumulated_output(filled(Shape{1}, sum_dtype, 0.25));
-    if (c.metrics)
+    if (c.metrics) {
       problem.tensors["metric_sums"] = accumulated_output(filled(Shape{kPolicyMetricCount}, sum_dtype, 0.5));
+      // The labels' advantages span [-0.5, 0.45]: on alternate cases the maximum is taken and the minimum kept.
+      problem.tensors["max_advantage"] = accumulated_output(filled(Shape{1}, sum_dtype, seed % 2 ? 0.0 : -INFINITY));
+      problem.tensors["min_advantage"] = accumulated_output(filled(Shape{1}, sum_dtype, seed % 2 ? -0.75 : INFINITY));
+    }
     if (c.gradient == GradientMode::out_of_place)
       problem.tensors["grad_logits"] = output(Tensor::empty(Shape{c.tokens, stored_vocab}, c.dtype), view);
     problem.call = [c](TensorMap& t, const auto& run) {
@@ -86,7 +91,8 @@ void check_policy_gradient(DeviceType device_type) {
            .num_documents = 3, .sequence_level = c.sequence_level, .loss_sum = t.at("loss_sum"),
            .metric_sums = c.metrics ? &t.at("metric_sums") : nullptr, .grad_logits = grad, .grad_weight = 0.3,
            .epsilon_low = 0.2, .epsilon_high = 0.28, .logits_scale_factor = c.logits_scale_factor,
-           .softcap = c.softcap});
+           .softcap = c.softcap, .max_advantage = c.metrics ? &t.at("max_advantage") : nullptr,
+           .min_advantage = c.metrics ? &t.at("min_advantage") : nullptr});
     };
     for (const VariantOutcome& outcome : check_variants(problem, device_type))
       ran[outcome.id] = ran[outcome.id] || !outcome.unsupported;

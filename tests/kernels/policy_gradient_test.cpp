@@ -1,7 +1,8 @@
 // Tests of the CPU reference policy_gradient_forward_backward (kernels/cpu/policy_gradient.cpp): GRPO's and GSPO's loss
 // and metric sums against the formulas written here with plain loops, their gradients against central finite
 // differences in fp64 (with logits_scale_factor and softcap); ratio 1 when the old log-probs are the current ones
-// (loss = -sum of advantages); the four clipping cases; in place == out of place; fp32 against fp64; errors.
+// (loss = -sum of advantages); the four clipping cases; in place == out of place; fp32 against fp64; the advantage
+// extremes (masked labels left out, taken with what the tensors held); errors.
 #include "fast_llm/kernels/policy_gradient.h"
 
 #include <gtest/gtest.h>
@@ -135,12 +136,17 @@ NaiveResult naive(const std::vector<double>& logits, const Problem& problem, con
 struct Result {
   double loss = 0;
   std::vector<double> metrics;
+  double max_advantage = 0, min_advantage = 0;
 };
 
+// `extremes`: the values the advantage extremes start at (max, min).
 Result run(const Tensor& logits, const Problem& problem, const Settings& settings, Tensor* grad_logits,
-           double grad_weight = 1.0, DType sum_dtype = DType::float64) {
+           double grad_weight = 1.0, DType sum_dtype = DType::float64,
+           std::pair<double, double> extremes = {-INFINITY, INFINITY}) {
   Tensor loss_sum = filled(Shape{1}, sum_dtype, 0.0);
   Tensor metric_sums = filled(Shape{kPolicyMetricCount}, sum_dtype, 0.0);
+  Tensor max_advantage = filled(Shape{1}, sum_dtype, extremes.first);
+  Tensor min_advantage = filled(Shape{1}, sum_dtype, extremes.second);
   const Tensor labels = make_tensor(std::vector<double>(problem.labels.begin(), problem.labels.end()),
                                     Shape{problem.tokens}, DType::int64);
   const Tensor advantages = make_tensor(problem.advantages, Shape{problem.tokens}, DType::float32);
@@ -162,8 +168,10 @@ Result run(const Tensor& logits, const Problem& problem, const Settings& setting
                                     .epsilon_low = settings.epsilon_low,
                                     .epsilon_high = settings.epsilon_high,
                                     .logits_scale_factor = settings.logits_scale_factor,
-                                    .softcap = settings.softcap});
-  return {values_of(loss_sum)[0], values_of(metric_sums)};
+                                    .softcap = settings.softcap,
+                                    .max_advantage = &max_advantage,
+                                    .min_advantage = &min_advantage});
+  return {values_of(loss_sum)[0], values_of(metric_sums), values_of(max_advantage)[0], values_of(min_advantage)[0]};
 }
 
 // Three documents over 11 tokens, some labels masked (document starts, a loss-masking span); advantages constant per
@@ -285,6 +293,36 @@ TEST(PolicyGradientTest, InPlaceMatchesOutOfPlaceAndFloat32MatchesFloat64) {
     const Result result32 = run(logits32, problem, settings, &grad32, 0.25, DType::float32);
     EXPECT_NEAR(result32.loss, expected.loss, 1e-4);
     expect_near(grad32, values_of(grad), 1e-6, 1e-4, "float32");
+  }
+}
+
+// The largest and smallest advantage of the unmasked labels, as Fast-LLM's `max_advantage` / `min_advantage`: the
+// tokens' own advantages for GSPO too (not the document means), masked labels left out however extreme their
+// advantage, and combined with what the tensors held (max= / min=) so that chunks and micro-batches reduce in any
+// order.
+TEST(PolicyGradientTest, AdvantageExtremesOfTheUnmaskedLabels) {
+  for (bool gspo : {false, true}) {
+    const Settings settings{.gspo = gspo};
+    Problem problem = random_problem(5);
+    // Per token, not constant per document: token 3 holds the largest, token 9 the smallest; the masked tokens 2 and 6
+    // hold values beyond both.
+    problem.advantages = {0.7, 0.1, 9.0, 1.25, -0.5, 0.3, -9.0, 0.2, -0.4, -1.75, 0.0};
+    const Tensor logits = random_tensor(Shape{problem.tokens, problem.vocab}, DType::float64, 8, -2.0, 2.0);
+    Result result = run(logits, problem, settings, nullptr);
+    EXPECT_EQ(result.max_advantage, 1.25) << gspo;
+    EXPECT_EQ(result.min_advantage, -1.75) << gspo;
+    // Starting values beyond the labels' extremes are kept; inside them, replaced. fp32 sums hold the same values.
+    result = run(logits, problem, settings, nullptr, 1.0, DType::float64, {2.0, -3.0});
+    EXPECT_EQ(result.max_advantage, 2.0) << gspo;
+    EXPECT_EQ(result.min_advantage, -3.0) << gspo;
+    result = run(converted(logits, DType::float32), problem, settings, nullptr, 1.0, DType::float32, {0.5, 0.5});
+    EXPECT_EQ(result.max_advantage, 1.25) << gspo;
+    EXPECT_EQ(result.min_advantage, -1.75) << gspo;
+    // No unmasked label: the extremes stay where they started.
+    for (int64_t& label : problem.labels) label = -100;
+    result = run(logits, problem, settings, nullptr);
+    EXPECT_EQ(result.max_advantage, -INFINITY) << gspo;
+    EXPECT_EQ(result.min_advantage, INFINITY) << gspo;
   }
 }
 

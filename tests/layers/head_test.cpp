@@ -1,7 +1,7 @@
 // Language-model head: names, tied weights, the loss against a direct computation, backward of the (normalised) loss
 // against finite differences with splits / z-loss / softcap / logits scales / tied weights / the policy-gradient losses
-// (alone and beside the label loss), splits that do not change anything, loss names (the policy metrics), refused
-// losses.
+// (alone and beside the label loss), splits that do not change anything, loss names (the policy metrics), the policy
+// advantage extremes over chunks and micro-batches, refused losses.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -224,10 +224,15 @@ TEST(Head, PolicyLossNamesAndNormalisation) {
   gspo.forward(context, input);
   EXPECT_EQ(names(losses),
             (std::vector<std::string>{"lm_head_loss", "s", "s_advantage", "s_clipped_ratio_fraction", "s_entropy",
-                                      "s_kl_new_old", "s_new_logprobs", "s_num_segments", "s_num_tokens",
-                                      "s_old_logprobs", "s_ratio_new_old", "s_ratio_new_old_squared_sum",
-                                      "s_ratio_new_old_sum"}));
+                                      "s_kl_new_old", "s_max_advantage", "s_min_advantage", "s_new_logprobs",
+                                      "s_num_segments", "s_num_tokens", "s_old_logprobs", "s_ratio_new_old",
+                                      "s_ratio_new_old_squared_sum", "s_ratio_new_old_sum"}));
   EXPECT_EQ(losses.normalization("s"), LossNormalization::normalized);
+  EXPECT_EQ(losses.normalization("s_max_advantage"), LossNormalization::maximum);
+  EXPECT_EQ(losses.normalization("s_min_advantage"), LossNormalization::minimum);
+  // The advantages are document - 0.8 in float32: -0.8 and 0.2.
+  EXPECT_EQ(loss_value(losses, "s_max_advantage"), double(1.0f - 0.8f));
+  EXPECT_EQ(loss_value(losses, "s_min_advantage"), double(0.0f - 0.8f));
   EXPECT_EQ(losses.normalization("lm_head_loss"), LossNormalization::per_label);
   EXPECT_NEAR(loss_value(losses, "s_num_tokens"), 8.0, 0.0);    // 3 + 5 labels
   EXPECT_NEAR(loss_value(losses, "s_num_segments"), 2.0, 1e-12);
@@ -245,6 +250,36 @@ TEST(Head, PolicyLossNamesAndNormalisation) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("loss 's' (gspo) needs advantages"), std::string::npos) << error.what();
   }
+}
+
+// Fast-LLM's `_max_advantage` / `_min_advantage`: the extremes of the unmasked labels' advantages over the chunks of a
+// micro-batch (cross_entropy_splits) and over the micro-batches summed into one LossSums, by hand.
+TEST(Head, PolicyAdvantageExtremesOverChunksAndMicroBatches) {
+  const std::vector<int64_t> lengths{4, 6};  // labels 3 and 9 (document ends) are masked
+  LanguageModelHead head("head", head_config("{normalization: {type: none}, cross_entropy_splits: 2, losses: {g: "
+                                             "{type: grpo}}}"),
+                         kHidden, kVocab, 1.0);
+  bind_parameters(head, 11);
+  Tensor input = random_tensor(Shape{10, kHidden}, 13);
+  auto batch_with = [&](const std::vector<float>& advantages) {
+    BatchData data = make_batch(lengths, kVocab, 12);
+    add_token_data(data, lengths, 15);
+    std::copy(advantages.begin(), advantages.end(), data.batch.advantages.data_as<float>());
+    return data;
+  };
+  LossSums losses;
+  // Chunk 0 (tokens 0-4) holds the smallest, -1, chunk 1 (tokens 5-9) the largest, 2; the masked 7 and -7 do not count.
+  const BatchData first = batch_with({0.5f, -0.25f, 1.5f, 7.0f, -1.0f, 0.75f, 2.0f, -0.5f, 0.25f, -7.0f});
+  LayerContext context = make_context(first.batch, false, &losses);
+  head.forward(context, input);
+  EXPECT_EQ(loss_value(losses, "g_max_advantage"), 2.0);
+  EXPECT_EQ(loss_value(losses, "g_min_advantage"), -1.0);
+  // A second micro-batch with a smaller minimum (and masked labels beyond both extremes).
+  const BatchData second = batch_with({0.0f, 0.0f, 0.0f, 9.0f, -3.0f, 0.0f, 0.0f, 0.0f, 0.0f, -9.0f});
+  LayerContext second_context = make_context(second.batch, false, &losses);
+  head.forward(second_context, input);
+  EXPECT_EQ(loss_value(losses, "g_max_advantage"), 2.0);
+  EXPECT_EQ(loss_value(losses, "g_min_advantage"), -3.0);
 }
 
 // cross_entropy_splits only bounds memory: losses and every gradient are the same as with one split.

@@ -21,6 +21,8 @@ void check_policy_gradient_forward_backward(const PolicyGradientArgs& args) {
     contract.shape("metric_sums", *args.metric_sums, Shape{kPolicyMetricCount});
     contract.dtype("metric_sums", *args.metric_sums, {DType::float32, DType::float64});
   }
+  contract.loss_sum("max_advantage", args.max_advantage);
+  contract.loss_sum("min_advantage", args.min_advantage);
   FLM_CHECK(args.epsilon_low >= 0.0 && args.epsilon_high >= 0.0, contract.op(),
             "epsilon_low {} and epsilon_high {} must be non-negative", args.epsilon_low, args.epsilon_high);
   FLM_CHECK(!args.softcap || *args.softcap > 0.0, contract.op(), "softcap is {}, expected a positive number",

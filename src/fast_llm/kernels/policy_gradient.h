@@ -45,6 +45,11 @@ struct PolicyGradientArgs {
   double epsilon_high = 0.2;
   double logits_scale_factor = 1.0;
   std::optional<double> softcap = std::nullopt;
+  // (1) fp32 or fp64 each, or nullptr: max= the largest (min= the smallest) advantage of an unmasked label, the token's
+  // own advantage for GSPO too (as Fast-LLM); NaN advantages are skipped. Extremes, unlike sums, combine over chunks,
+  // micro-batches and ranks with max / min: start them at -inf / +inf.
+  Tensor* max_advantage = nullptr;
+  Tensor* min_advantage = nullptr;
   Stream stream = {};
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -82,20 +83,37 @@ struct MicroBatch {
 
 // How the engine turns a loss sum into the value it logs: `per_label` sums are numerators, divided by the labels in the
 // step (the head's losses); `normalized` sums already are the step's value (each micro-batch adds its loss divided by
-// the micro-batches in the step: the mixture of experts' load-balancing and router z-losses).
-enum class LossNormalization { per_label, normalized };
+// the micro-batches in the step: the mixture of experts' load-balancing and router z-losses). Both add over the
+// micro-batches and the ranks. `maximum` and `minimum` are no sums but the largest / smallest of a value over the step
+// (the policy losses' advantage extremes): they start at -inf / +inf (the extreme of nothing), layers take max= / min=
+// into them, the engine reduces them over the ranks with max / min and logs them as they are.
+enum class LossNormalization { per_label, normalized, maximum, minimum };
 
-// The logged value of a loss sum (already added over the data-parallel ranks) of a step with `num_labels` labels.
+inline bool is_extreme(LossNormalization normalization) {
+  return normalization == LossNormalization::maximum || normalization == LossNormalization::minimum;
+}
+
+// The value of a loss sum nothing was added to: 0, or -inf / +inf for an extreme. What LossSums starts a sum at, and
+// what a rank that does not hold the loss counts as.
+inline double loss_identity(LossNormalization normalization) {
+  if (normalization == LossNormalization::maximum) return -std::numeric_limits<double>::infinity();
+  if (normalization == LossNormalization::minimum) return std::numeric_limits<double>::infinity();
+  return 0.0;
+}
+
+// The logged value of a loss sum (already reduced over the data-parallel ranks) of a step with `num_labels` labels.
 inline double loss_value(LossNormalization normalization, double sum, int64_t num_labels) {
-  if (normalization == LossNormalization::normalized) return sum;
+  if (normalization != LossNormalization::per_label) return sum;
   return num_labels > 0 ? sum / double(num_labels) : 0.0;
 }
 
-// Sums of each loss over the micro-batches of a step, each with its normalisation. Device scalars (fp64 on CPU, fp32 on
-// CUDA): layers add into them with kernels, no host sync. The engine sums them over the data-parallel ranks.
+// Sums of each loss over the micro-batches of a step, each with its normalisation (or extremes: LossNormalization).
+// Device scalars (fp64 on CPU, fp32 on CUDA): layers add into them with kernels, no host sync. The engine reduces them
+// over the data-parallel ranks.
 class LossSums {
  public:
-  // The accumulator for `name`, created zeroed on first use; a name keeps the normalisation it was created with.
+  // The accumulator for `name`, created on first use at loss_identity(normalization) (0 for sums); a name keeps the
+  // normalisation it was created with.
   Tensor& get(const std::string& name, Device device, LossNormalization normalization = LossNormalization::per_label);
   const std::map<std::string, Tensor>& all() const { return sums_; }
   LossNormalization normalization(const std::string& name) const;

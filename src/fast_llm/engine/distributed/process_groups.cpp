@@ -110,6 +110,8 @@ void ProcessGroups::sum(std::vector<double>& values) const { reduce(values, dist
 
 void ProcessGroups::max(std::vector<double>& values) const { reduce(values, distributed::ReduceOp::max); }
 
+void ProcessGroups::min(std::vector<double>& values) const { reduce(values, distributed::ReduceOp::min); }
+
 void ProcessGroups::reduce(std::vector<double>& values, distributed::ReduceOp op) const {
   if (!host_ || values.empty()) return;
   Tensor tensor = Tensor::empty(Shape{int64_t(values.size())}, DType::float64);

@@ -61,6 +61,8 @@ class ProcessGroups {
   void sum(std::vector<double>& values) const;
   // Element-wise maxima over every process of host doubles, in place.
   void max(std::vector<double>& values) const;
+  // Element-wise minima over every process of host doubles, in place.
+  void min(std::vector<double>& values) const;
 
  private:
   void reduce(std::vector<double>& values, distributed::ReduceOp op) const;

@@ -552,10 +552,9 @@ void Trainer::sum_over_ranks(std::vector<StepRecords::Step>& steps) const {
       const std::string& name = named.first;  // not a structured binding: clang's OpenMP mode cannot capture those
       auto found = std::find_if(step.loss_sums.begin(), step.loss_sums.end(),
                                 [&](const auto& entry) { return entry.first == name; });
-      sums.push_back(found == step.loss_sums.end() ? 0.0 : found->second);
+      sums.push_back(found == step.loss_sums.end() ? layers::loss_identity(named.second) : found->second);
     }
-  count_once_per_tensor_group(sums);
-  groups_->sum(sums);
+  reduce_losses_over_ranks(names, sums);
   size_t next = 0;
   for (StepRecords::Step& step : steps) {
     step.loss_sums.clear();
@@ -564,6 +563,30 @@ void Trainer::sum_over_ranks(std::vector<StepRecords::Step>& steps) const {
       step.loss_sums.emplace_back(name, sums[next++]);
       step.loss_normalizations.push_back(normalization);
     }
+  }
+}
+
+void Trainer::reduce_losses_over_ranks(const std::map<std::string, layers::LossNormalization>& names,
+                                       std::vector<double>& values) const {
+  if (names.empty()) return;
+  std::vector<layers::LossNormalization> kinds;
+  for (const auto& named : names) kinds.push_back(named.second);
+  const bool counted = sections_.model.distributed.tensor_rank() == 0;
+  // One all-reduce per operation: 0 sums, 1 maxima, 2 minima.
+  auto operation = [&](size_t index) {
+    const layers::LossNormalization kind = kinds[index % kinds.size()];
+    return kind == layers::LossNormalization::maximum ? 1 : kind == layers::LossNormalization::minimum ? 2 : 0;
+  };
+  std::vector<double> reduced[3];
+  for (size_t index = 0; index < values.size(); ++index)
+    reduced[operation(index)].push_back(counted ? values[index] : layers::loss_identity(kinds[index % kinds.size()]));
+  groups_->sum(reduced[0]);
+  groups_->max(reduced[1]);
+  groups_->min(reduced[2]);
+  size_t next[3] = {0, 0, 0};
+  for (size_t index = 0; index < values.size(); ++index) {
+    const int kind = operation(index);
+    values[index] = reduced[kind][next[kind]++];
   }
 }
 
@@ -605,11 +628,13 @@ void Trainer::log_training(int64_t completed) {
   for (const StepRecords::Step& step : steps) {
     // Loss sum / labels in the step (the MoE router losses are already the step's mean). A skipped step's loss counts
     // too: its forward pass completed, and its loss is how the model stood (its update is what went wrong).
+    // An extreme over no labels is infinite by definition: it leaves the mean without marking the step non-finite.
     bool finite = true;
     for (size_t index = 0; index < step.loss_sums.size(); ++index) {
       const auto& [name, sum] = step.loss_sums[index];
-      const double value = layers::loss_value(step.loss_normalizations[index], sum, step.num_labels);
-      finite = finite && std::isfinite(value);
+      const layers::LossNormalization normalization = step.loss_normalizations[index];
+      const double value = layers::loss_value(normalization, sum, step.num_labels);
+      finite = finite && (std::isfinite(value) || (layers::is_extreme(normalization) && std::isinf(value)));
       accumulate(loss_totals, name, value, std::isfinite(value));
     }
     if (step.update.successful) continue;
@@ -687,8 +712,8 @@ void Trainer::run_evaluators(bool done) {
       // Forward only: a third of forward + backward.
       flops += runner_->flops(micro_batches) / 3.0;
     }
-    // Each rank's loss sums, added over the ranks (the label counts already are); a pipeline's ranks hold the losses
-    // of their own stages.
+    // Each rank's loss sums, added over the ranks (the label counts already are; extremes reduced with max / min); a
+    // pipeline's ranks hold the losses of their own stages.
     std::map<std::string, layers::LossNormalization> local;
     for (const auto& [losses, num_labels] : iteration_losses)
       for (const auto& [name, sum] : losses.all()) local.emplace(name, losses.normalization(name));
@@ -697,16 +722,16 @@ void Trainer::run_evaluators(bool done) {
     for (const auto& [losses, num_labels] : iteration_losses)
       for (const auto& [name, normalization] : names) {
         auto found = losses.all().find(name);
-        sums.push_back(found == losses.all().end() ? 0.0 : found->second.item());
+        sums.push_back(found == losses.all().end() ? layers::loss_identity(normalization) : found->second.item());
       }
-    count_once_per_tensor_group(sums);
-    groups_->sum(sums);
+    reduce_losses_over_ranks(names, sums);
     std::vector<LossTotal> totals;
     size_t next_sum = 0;
     for (const auto& [losses, num_labels] : iteration_losses)
       for (const auto& [name, normalization] : names) {
-        const double total = sums[next_sum++];
-        accumulate(totals, name, layers::loss_value(normalization, total, num_labels));
+        const double value = layers::loss_value(normalization, sums[next_sum++], num_labels);
+        // An extreme over no labels (infinite) leaves the mean, as in the training log.
+        accumulate(totals, name, value, !layers::is_extreme(normalization) || std::isfinite(value));
       }
     const double step_time = (now_seconds() - start) / double(iterations);
     const int world_size = *sections_.model.distributed.world_size;

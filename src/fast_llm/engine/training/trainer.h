@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -129,8 +130,13 @@ class Trainer {
   MemoryUsage fullest_rank_memory(MemoryUsage memory) const;
   // Zeroes `values` on every tensor rank but 0, before a sum over the world: each tensor-parallel group counts once.
   void count_once_per_tensor_group(std::vector<double>& values) const;
-  // The steps' loss sums added over the ranks (each rank recorded its own micro-batches'; the label counts are global).
+  // The steps' loss sums added over the ranks (each rank recorded its own micro-batches'; the label counts are global),
+  // their extremes reduced with max / min.
   void sum_over_ranks(std::vector<StepRecords::Step>& steps) const;
+  // `values`: rows of one value per loss of `names` (in its order), replaced by their reduction over the ranks: each
+  // tensor-parallel group counts once, sums add, maxima and minima (layers::LossNormalization) take the extreme.
+  void reduce_losses_over_ranks(const std::map<std::string, layers::LossNormalization>& names,
+                                std::vector<double>& values) const;
   // Throws when the streak of skipped steps reached `training.max_consecutive_skipped_iterations`.
   void stop_if_diverged() const;
 

@@ -2,9 +2,9 @@
 //
 // Three passes: (1) per row, the new log-prob of the label and (for metrics) the entropy, from a stable logsumexp of
 // the (scaled, softcapped) row in the compute type; (2) per token or per document, the ratio, advantage and gradient
-// coefficient in fp64; (3) per row again, the gradient c_t (softmax - onehot) * dz/dx, each row read before it is
-// written, so grad_logits may be the logits tensor itself. Math in fp32 for fp32 / bf16 / fp16 logits and fp64 for
-// fp64; sums in fp64 in token order (deterministic).
+// coefficient in fp64, and the extremes of the labels' advantages; (3) per row again, the gradient c_t (softmax -
+// onehot) * dz/dx, each row read before it is written, so grad_logits may be the logits tensor itself. Math in fp32 for
+// fp32 / bf16 / fp16 logits and fp64 for fp64; sums in fp64 in token order (deterministic).
 #include "fast_llm/kernels/policy_gradient.h"
 
 #include <algorithm>
@@ -16,6 +16,13 @@
 
 namespace fast_llm::kernels::cpu {
 namespace {
+
+// extreme = max(extreme, value), or min: a read-modify-write of a (1) fp32 / fp64 tensor.
+void take_extreme(const Tensor& extreme, double value, bool largest) {
+  const double current = read_values<double>(extreme)[0];
+  write_values<double>(extreme, std::vector<double>{largest ? std::fmax(current, value) : std::fmin(current, value)},
+                       /*accumulate=*/false);
+}
 
 void policy_gradient_reference(const PolicyGradientArgs& args) {
   constexpr std::string_view op = "policy_gradient_forward_backward";
@@ -83,12 +90,15 @@ void policy_gradient_reference(const PolicyGradientArgs& args) {
     std::vector<double> coefficients(size_t(tokens), 0.0);  // (tokens) c_t
     std::vector<double> sums(size_t(kPolicyMetricCount), 0.0);
     double loss_sum = 0.0;
+    double largest_advantage = -INFINITY, smallest_advantage = INFINITY;  // of the unmasked labels, NaN skipped
     auto metric = [&](PolicyMetric index) -> double& { return sums[size_t(index)]; };
     for (int64_t token = 0; token < tokens; ++token) {
       if (labels[token * label_stride] < 0) continue;
       const size_t document = per_document ? size_t(documents[token * document_stride]) : 0;
       double log_ratio = new_log_probabilities[size_t(token)] - old_log_probabilities[size_t(token)];
       double advantage = advantages[size_t(token)];
+      largest_advantage = std::fmax(largest_advantage, advantage);
+      smallest_advantage = std::fmin(smallest_advantage, advantage);
       if (args.sequence_level) {
         log_ratio = log_ratio_sums[document] / counts[document];
         advantage = advantage_sums[document] / counts[document];
@@ -113,6 +123,8 @@ void policy_gradient_reference(const PolicyGradientArgs& args) {
       metric(PolicyMetric::num_segments) += weight;
       metric(PolicyMetric::entropy) += weight * entropies[size_t(token)];
     }
+    if (args.max_advantage != nullptr) take_extreme(*args.max_advantage, largest_advantage, /*largest=*/true);
+    if (args.min_advantage != nullptr) take_extreme(*args.min_advantage, smallest_advantage, /*largest=*/false);
     write_values<double>(args.loss_sum, std::vector<double>{loss_sum}, /*accumulate=*/true);
     if (metrics) write_values<double>(*args.metric_sums, sums, /*accumulate=*/true);
     if (grad_logits == nullptr) return;

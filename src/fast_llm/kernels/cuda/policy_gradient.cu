@@ -3,7 +3,8 @@
 //
 // (1) one block per row: the row's logsumexp, the label's new log-prob and (for the metrics) the entropy;
 // (2) one thread, in token order and in fp64: per-document counts and means, each token's ratio, advantage and
-//     gradient coefficient, the loss sum and the metric sums (a few operations per token: the rows dominate);
+//     gradient coefficient, the loss sum, the metric sums and the advantage extremes (a few operations per token: the
+//     rows dominate);
 // (3) one block per row: the gradient grad_weight c_t (softmax - onehot) dz/dx from the saved logsumexp, each element
 //     read by the thread that writes it, so grad_logits may be the logits themselves.
 // Every sum is taken in a fixed order, so the results are bitwise reproducible.
@@ -116,11 +117,24 @@ struct TokenParams {
   bool loss_sum_double;
   void* metric_sums;  // or nullptr
   bool metric_sums_double;
+  void* max_advantage;  // (1) or nullptr, as min_advantage
+  bool max_advantage_double;
+  void* min_advantage;
+  bool min_advantage_double;
 };
 
 __device__ void add_to(void* sums, bool is_double, int index, double value) {
   if (is_double) static_cast<double*>(sums)[index] += value;
   else static_cast<float*>(sums)[index] = float(double(static_cast<float*>(sums)[index]) + value);
+}
+
+// extreme = max(extreme, value), or min, in fp64 (fmax / fmin: as the CPU reference's std::fmax / std::fmin).
+__device__ void take_extreme(void* extreme, bool is_double, double value, bool largest) {
+  if (extreme == nullptr) return;
+  const double current = is_double ? *static_cast<double*>(extreme) : double(*static_cast<float*>(extreme));
+  const double result = largest ? fmax(current, value) : fmin(current, value);
+  if (is_double) *static_cast<double*>(extreme) = result;
+  else *static_cast<float*>(extreme) = float(result);
 }
 
 // Whether token's label is unmasked and, where documents matter, its document is in range (the CPU reference
@@ -152,6 +166,7 @@ __global__ void token_coefficients(TokenParams p) {
   }
   double sums[kPolicyMetricCount] = {};
   double loss_sum = 0.0;
+  double largest_advantage = -INFINITY, smallest_advantage = INFINITY;  // of the unmasked labels, NaN skipped
   for (int64_t token = 0; token < p.rows; ++token) {
     p.coefficients[token] = 0.0;
     if (!token_counts(p, token, per_document)) continue;
@@ -159,6 +174,8 @@ __global__ void token_coefficients(TokenParams p) {
     const double new_log_prob = p.new_log_probs[token], old_log_prob = p.old_log_probs[token * p.old_log_prob_stride];
     double log_ratio = new_log_prob - old_log_prob;
     double advantage = p.advantages[token * p.advantage_stride];
+    largest_advantage = fmax(largest_advantage, advantage);
+    smallest_advantage = fmin(smallest_advantage, advantage);
     if (p.sequence_level) {
       log_ratio = log_ratio_sums[document] / counts[document];
       advantage = advantage_sums[document] / counts[document];
@@ -187,6 +204,8 @@ __global__ void token_coefficients(TokenParams p) {
   if (metrics)
     for (int index = 0; index < kPolicyMetricCount; ++index)
       add_to(p.metric_sums, p.metric_sums_double, index, sums[index]);
+  take_extreme(p.max_advantage, p.max_advantage_double, largest_advantage, /*largest=*/true);
+  take_extreme(p.min_advantage, p.min_advantage_double, smallest_advantage, /*largest=*/false);
 }
 
 std::optional<std::string> supports_policy_gradient(const PolicyGradientArgs& args) {
@@ -252,7 +271,11 @@ void policy_gradient_rows_launch(const PolicyGradientArgs& args) {
       .loss_sum = args.loss_sum.data(),
       .loss_sum_double = args.loss_sum.dtype() == DType::float64,
       .metric_sums = metrics ? args.metric_sums->data() : nullptr,
-      .metric_sums_double = metrics && args.metric_sums->dtype() == DType::float64};
+      .metric_sums_double = metrics && args.metric_sums->dtype() == DType::float64,
+      .max_advantage = args.max_advantage != nullptr ? args.max_advantage->data() : nullptr,
+      .max_advantage_double = args.max_advantage != nullptr && args.max_advantage->dtype() == DType::float64,
+      .min_advantage = args.min_advantage != nullptr ? args.min_advantage->data() : nullptr,
+      .min_advantage_double = args.min_advantage != nullptr && args.min_advantage->dtype() == DType::float64};
   token_coefficients<<<1, 1, 0, scope.stream()>>>(token_params);
   scope.check_launch();
   if (args.grad_logits == nullptr) return;

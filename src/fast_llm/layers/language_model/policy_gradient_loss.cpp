@@ -75,6 +75,13 @@ void PolicyGradientLoss::forward_chunk(const LayerContext& context, const Tensor
   const int64_t documents = documents_in_step(batch);
   const double scale = sequence_level_ ? (documents > 0 ? context.loss_scale / double(documents) : 0.0)
                                        : context.loss_gradient_scale;
+  // The advantage extremes go straight into the step's (max= / min= combine in any order, nothing to normalise).
+  Tensor* max_advantage = nullptr;
+  Tensor* min_advantage = nullptr;
+  if (metrics_ && context.losses != nullptr) {
+    max_advantage = &context.losses->get(name_ + "_max_advantage", context.device, LossNormalization::maximum);
+    min_advantage = &context.losses->get(name_ + "_min_advantage", context.device, LossNormalization::minimum);
+  }
   kernels::policy_gradient_forward_backward({.logits = logits,
                                              .labels = batch.labels.slice(0, begin, end),
                                              .advantages = batch.advantages.slice(0, begin, end),
@@ -90,6 +97,8 @@ void PolicyGradientLoss::forward_chunk(const LayerContext& context, const Tensor
                                              .epsilon_high = epsilon_high_,
                                              .logits_scale_factor = logits_scale_factor,
                                              .softcap = softcap,
+                                             .max_advantage = max_advantage,
+                                             .min_advantage = min_advantage,
                                              .stream = context.stream});
 }
 

@@ -7,10 +7,12 @@
 // gradient is scaled accordingly. Logged, under Fast-LLM's names: `<name>` (the loss), `<name>_new_logprobs` (mean
 // over documents of each document's mean new log-prob) always, and with `metrics: basic` (or `auto`: the head always
 // sees the whole vocabulary, so basic) `<name>_{old_logprobs, ratio_new_old, ratio_new_old_sum,
-// ratio_new_old_squared_sum, kl_new_old, clipped_ratio_fraction, advantage, num_tokens, entropy}` and, for GSPO,
-// `<name>_num_segments`. Per-document means are divided by the documents in the step; the `_sum`s and counts are
-// plain sums over the step. Fast-LLM's max/min advantage and its streaming-only reward / staleness metrics are not
-// logged (the loss sums add over micro-batches and ranks; a maximum is not a sum).
+// ratio_new_old_squared_sum, kl_new_old, clipped_ratio_fraction, advantage, max_advantage, min_advantage, num_tokens,
+// entropy}` and, for GSPO, `<name>_num_segments`. Per-document means are divided by the documents in the step; the
+// `_sum`s and counts are plain sums over the step; `_max_advantage` / `_min_advantage` are the extremes of the
+// unmasked labels' advantages over the step (LossNormalization::maximum / minimum: taken by the op straight into the
+// step's LossSums; -inf / +inf, left out of the log, in a step without labels). Fast-LLM's streaming-only reward /
+// staleness metrics are not logged.
 #pragma once
 
 #include <optional>
