@@ -9,7 +9,9 @@
 // (fp64): results are bitwise reproducible. Rows too long for kMaxClusterBlocks stages are read twice from device
 // memory ("direct"). Rows with a negative label are masked (loss 0, zero gradient), neither copied nor read; a label
 // not below vocab (an error the CPU reference reports; checking it here would need the labels on the host) is treated
-// as masked rather than read out of bounds. Math in fp32, exp2 on the special-function unit. The layout and the
+// as masked rather than read out of bounds. Per-row gradient weights (fp32, the other head losses' coefficients) are
+// read once per row and added to the label weight: the head's dpo / grpo / gspo gradients cost no pass of their
+// own. Math in fp32, exp2 on the special-function unit. The layout and the
 // numerics are described at the kernel; why it runs at the memory's rate, in docs/benchmarks.md.
 #include "fast_llm/kernels/cuda/common.cuh"
 #include "fast_llm/kernels/cuda/row_loss_sums.cuh"
@@ -51,6 +53,8 @@ struct FusedParams {
   int64_t grad_stride;
   float* row_losses;    // (rows)
   float* row_z_losses;  // (rows), or nullptr
+  const float* row_weights;  // (rows) added to label_weight, or nullptr
+  int64_t row_weight_stride;
   int64_t rows;
   int64_t vocab;
   int blocks_per_row;  // the cluster size
@@ -183,7 +187,8 @@ struct LogitMath {
   float logits_scale, scale_log2e, scale_over_softcap, softcap_log2e, label_weight, z_loss_weight;
   // Of the current row (start_row):
   float lse_log2 = 0.0f;     // log2 of sum 2^y
-  float coefficient = 0.0f;  // d loss / d lse = label_weight + 2 z_loss_weight lse
+  float coefficient = 0.0f;  // d loss / d lse = row_label_weight + 2 z_loss_weight lse
+  float row_label_weight = 0.0f;  // label_weight + the row's gradient weight
   float coefficient_scale = 0.0f, label_weight_scale = 0.0f;
 
   __device__ explicit LogitMath(const FusedParams& p)
@@ -192,8 +197,7 @@ struct LogitMath {
         scale_over_softcap(p.scale_over_softcap),
         softcap_log2e(p.softcap_log2e),
         label_weight(p.label_weight),
-        z_loss_weight(p.z_loss_weight),
-        label_weight_scale(p.label_weight * p.logits_scale) {}
+        z_loss_weight(p.z_loss_weight) {}
 
   __device__ __forceinline__ float y(float x) const {
     if constexpr (kSoftcap)
@@ -202,19 +206,22 @@ struct LogitMath {
       return x * scale_log2e;
   }
 
-  __device__ __forceinline__ void start_row(float row_lse_log2) {
+  // `row_weight`: the row's gradient weight added to label_weight (0 without row weights).
+  __device__ __forceinline__ void start_row(float row_lse_log2, float row_weight) {
     lse_log2 = row_lse_log2;
-    coefficient = label_weight + 2.0f * z_loss_weight * (row_lse_log2 * kLn2);
+    row_label_weight = label_weight + row_weight;
+    coefficient = row_label_weight + 2.0f * z_loss_weight * (row_lse_log2 * kLn2);
     coefficient_scale = coefficient * logits_scale;
+    label_weight_scale = row_label_weight * logits_scale;
   }
 
-  // d/dx [label_weight (lse - z[label]) + z_loss_weight lse^2] = (coefficient softmax - label_weight [label]) dz/dx,
+  // d/dx [w (lse - z[label]) + z_loss_weight lse^2] = (coefficient softmax - w [label]) dz/dx, w = row_label_weight,
   // softmax = 2^(y - lse_log2), dz/dx = logits_scale, times 1 - tanh^2 with a softcap.
   __device__ __forceinline__ float gradient(float x, bool is_label) const {
     if constexpr (kSoftcap) {
       const float t = tanhf(x * scale_over_softcap);
       const float softmax = fast_exp2(fmaf(softcap_log2e, t, -lse_log2));
-      return (coefficient * softmax - (is_label ? label_weight : 0.0f)) * (logits_scale * (1.0f - t * t));
+      return (coefficient * softmax - (is_label ? row_label_weight : 0.0f)) * (logits_scale * (1.0f - t * t));
     } else {
       const float softmax = fast_exp2(fmaf(x, scale_log2e, -lse_log2));
       return fmaf(softmax, coefficient_scale, is_label ? -label_weight_scale : 0.0f);
@@ -469,7 +476,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) cross_entropy_kernel(const Fus
         if (p.row_z_losses != nullptr) p.row_z_losses[row] = (lse_log2 * kLn2) * (lse_log2 * kLn2);
       }
       if (grad != nullptr) {
-        math.start_row(lse_log2);
+        math.start_row(lse_log2, p.row_weights != nullptr ? p.row_weights[row * p.row_weight_stride] : 0.0f);
         slice_gradient(source, grad_row, slice, label, p.vector_stores, p.vocab, math);
       }
     }
@@ -523,6 +530,8 @@ void launch_rows(const CrossEntropyArgs& args, const RowLosses& losses, const La
         .grad_stride = grad != nullptr ? row_stride(*grad) : 0,
         .row_losses = losses.label,
         .row_z_losses = losses.z,
+        .row_weights = args.row_gradient_weights != nullptr ? args.row_gradient_weights->data_as<float>() : nullptr,
+        .row_weight_stride = args.row_gradient_weights != nullptr ? args.row_gradient_weights->stride(0) : 0,
         .rows = rows,
         .vocab = vocab,
         .blocks_per_row = int(blocks_per_row),
@@ -570,7 +579,7 @@ void launch_rows(const CrossEntropyArgs& args, const RowLosses& losses, const La
 }
 
 // The op's contract holds; what the kernel adds: logits of float32, bfloat16 or float16 whose last dimension is
-// contiguous (the gradient's too), loss sums of one dtype, a vocabulary below 2^31.
+// contiguous (the gradient's too), loss sums of one dtype, fp32 row gradient weights, a vocabulary below 2^31.
 std::optional<std::string> supports_fused(const CrossEntropyArgs& args) {
   if (auto reason = cuda_floating_reason("logits", args.logits)) return reason;
   if (auto reason = inner_contiguous_reason("logits", args.logits)) return reason;
@@ -579,6 +588,9 @@ std::optional<std::string> supports_fused(const CrossEntropyArgs& args) {
                        dtype_name(args.z_loss_sum->dtype()), dtype_name(args.label_loss_sum.dtype()));
   if (args.grad_logits != nullptr)
     if (auto reason = inner_contiguous_reason("grad_logits", *args.grad_logits)) return reason;
+  if (args.row_gradient_weights != nullptr && args.row_gradient_weights->dtype() != DType::float32)
+    return fmt::format("row_gradient_weights has dtype {}; supported: float32",
+                       dtype_name(args.row_gradient_weights->dtype()));
   if (args.logits.size(1) >= (int64_t(1) << 31))
     return fmt::format("vocab {}; supported: below 2^31", args.logits.size(1));
   return std::nullopt;
