@@ -11,7 +11,8 @@
 // not below vocab (an error the CPU reference reports; checking it here would need the labels on the host) is treated
 // as masked rather than read out of bounds. Per-row gradient weights (fp32, the other head losses' coefficients) are
 // read once per row and added to the label weight: the head's dpo / grpo / gspo gradients cost no pass of their
-// own. Math in fp32, exp2 on the special-function unit. The layout and the
+// own. A gradient addend (distillation's gradient) is read beside the gradient's writes of unmasked rows and added
+// before the store. Math in fp32, exp2 on the special-function unit. The layout and the
 // numerics are described at the kernel; why it runs at the memory's rate, in docs/benchmarks.md.
 #include "fast_llm/kernels/cuda/common.cuh"
 #include "fast_llm/kernels/cuda/row_loss_sums.cuh"
@@ -55,6 +56,8 @@ struct FusedParams {
   float* row_z_losses;  // (rows), or nullptr
   const float* row_weights;  // (rows) added to label_weight, or nullptr
   int64_t row_weight_stride;
+  const void* addend;  // (rows, vocab) T added to the gradient, rows aligned as the logits', or nullptr
+  int64_t addend_stride;
   int64_t rows;
   int64_t vocab;
   int blocks_per_row;  // the cluster size
@@ -319,9 +322,28 @@ __device__ __forceinline__ void store_chunk(T* grad_row, const RowSlice& slice, 
   }
 }
 
-// The gradient of chunk j; `label` is the label's element index in the row.
+// Adds chunk j of the addend's row (aligned as the logits' row): one 16-byte load, or element loads of the row's
+// elements only.
+template <class T>
+__device__ __forceinline__ void add_chunk(const T* addend_row, const RowSlice& slice, int j, int64_t vocab,
+                                          float (&values)[16 / sizeof(T)]) {
+  constexpr int kVec = int(16 / sizeof(T));
+  if (full_chunk(slice, j)) {
+    const Vector<T, kVec> chunk = *reinterpret_cast<const Vector<T, kVec>*>(addend_row + element_of<kVec>(slice, j, 0));
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) values[i] += load(chunk.values[i]);
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    const int64_t element = element_of<kVec>(slice, j, i);
+    if (element >= 0 && element < vocab) values[i] += load(addend_row[element]);
+  }
+}
+
+// The gradient of chunk j; `label` is the label's element index in the row; `addend_row` (or nullptr) is added.
 template <class T, class Math>
-__device__ __forceinline__ void chunk_gradient(T* grad_row, const RowSlice& slice, int j,
+__device__ __forceinline__ void chunk_gradient(T* grad_row, const T* addend_row, const RowSlice& slice, int j,
                                                const Vector<T, 16 / sizeof(T)>& chunk, int64_t label,
                                                bool vector_store, int64_t vocab, const Math& math) {
   constexpr int kVec = int(16 / sizeof(T));
@@ -334,14 +356,15 @@ __device__ __forceinline__ void chunk_gradient(T* grad_row, const RowSlice& slic
     for (int i = 0; i < kVec; ++i)
       if (i == label_in_chunk) result[i] = math.gradient(load(chunk.values[i]), true);
   }
+  if (addend_row != nullptr) add_chunk(addend_row, slice, j, vocab, result);
   store_chunk(grad_row, slice, j, vector_store, vocab, result);
 }
 
 // The gradient of this thread's chunks of the slice. A group's loads come before its stores: in the direct path the
 // gradient may overwrite `source`.
 template <class T, class Math>
-__device__ __forceinline__ void slice_gradient(const T* source, T* grad_row, const RowSlice& slice, int64_t label,
-                                               bool vector_store, int64_t vocab, const Math& math) {
+__device__ __forceinline__ void slice_gradient(const T* source, T* grad_row, const T* addend_row, const RowSlice& slice,
+                                               int64_t label, bool vector_store, int64_t vocab, const Math& math) {
   using Chunk = Vector<T, int(16 / sizeof(T))>;
   const Chunk* chunks = reinterpret_cast<const Chunk*>(source);
   const int stride = int(blockDim.x);
@@ -352,9 +375,10 @@ __device__ __forceinline__ void slice_gradient(const T* source, T* grad_row, con
     for (int g = 0; g < kGroupChunks; ++g) group[g] = chunks[j + g * stride];
 #pragma unroll
     for (int g = 0; g < kGroupChunks; ++g)
-      chunk_gradient(grad_row, slice, j + g * stride, group[g], label, vector_store, vocab, math);
+      chunk_gradient(grad_row, addend_row, slice, j + g * stride, group[g], label, vector_store, vocab, math);
   }
-  for (; j < slice.count; j += stride) chunk_gradient(grad_row, slice, j, chunks[j], label, vector_store, vocab, math);
+  for (; j < slice.count; j += stride)
+    chunk_gradient(grad_row, addend_row, slice, j, chunks[j], label, vector_store, vocab, math);
 }
 
 template <class T>
@@ -477,7 +501,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1) cross_entropy_kernel(const Fus
       }
       if (grad != nullptr) {
         math.start_row(lse_log2, p.row_weights != nullptr ? p.row_weights[row * p.row_weight_stride] : 0.0f);
-        slice_gradient(source, grad_row, slice, label, p.vector_stores, p.vocab, math);
+        const T* addend_row =
+            p.addend != nullptr ? static_cast<const T*>(p.addend) + row * p.addend_stride : nullptr;
+        slice_gradient(source, grad_row, addend_row, slice, label, p.vector_stores, p.vocab, math);
       }
     }
     label = next_label;
@@ -532,6 +558,8 @@ void launch_rows(const CrossEntropyArgs& args, const RowLosses& losses, const La
         .row_z_losses = losses.z,
         .row_weights = args.row_gradient_weights != nullptr ? args.row_gradient_weights->data_as<float>() : nullptr,
         .row_weight_stride = args.row_gradient_weights != nullptr ? args.row_gradient_weights->stride(0) : 0,
+        .addend = args.gradient_addend != nullptr ? args.gradient_addend->data() : nullptr,
+        .addend_stride = args.gradient_addend != nullptr ? row_stride(*args.gradient_addend) : 0,
         .rows = rows,
         .vocab = vocab,
         .blocks_per_row = int(blocks_per_row),
@@ -588,6 +616,15 @@ std::optional<std::string> supports_fused(const CrossEntropyArgs& args) {
                        dtype_name(args.z_loss_sum->dtype()), dtype_name(args.label_loss_sum.dtype()));
   if (args.grad_logits != nullptr)
     if (auto reason = inner_contiguous_reason("grad_logits", *args.grad_logits)) return reason;
+  if (args.gradient_addend != nullptr) {
+    if (auto reason = inner_contiguous_reason("gradient_addend", *args.gradient_addend)) return reason;
+    const int64_t vec = 16 / int64_t(dtype_size(args.logits.dtype()));
+    if ((static_cast<const char*>(args.gradient_addend->data()) - static_cast<const char*>(args.logits.data())) % 16 !=
+            0 ||
+        (row_stride(*args.gradient_addend) - row_stride(args.logits)) % vec != 0)
+      return std::string("gradient_addend's rows are not aligned as the logits' (same offsets from 16-byte "
+                         "boundaries)");
+  }
   if (args.row_gradient_weights != nullptr && args.row_gradient_weights->dtype() != DType::float32)
     return fmt::format("row_gradient_weights has dtype {}; supported: float32",
                        dtype_name(args.row_gradient_weights->dtype()));

@@ -151,12 +151,14 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
   // their per-row coefficients c_r to `row_weights`, and the cross-entropy pass (run with label weight 0 when no label
   // loss is configured) writes every loss's gradient over the logits at once (kernels/cross_entropy.h).
   const bool row_weighted = training && (policy_loss_ || reference_losses_.has_dpo());
-  FLM_ASSERT(!row_weighted || !vocab_parallel_, "the policy and dpo losses are refused with tensor parallelism");
+  FLM_ASSERT((reference_losses_.empty() && !policy_loss_) || !vocab_parallel_,
+             "the policy and reference losses are refused with tensor parallelism");
   const bool cross_entropy_pass = label_losses || row_weighted;
   Tensor row_weights_buffer;  // (chunk)
   if (row_weighted) row_weights_buffer = Tensor::empty(Shape{chunk_size}, statistics_dtype, device, stream);
   // The distillation loss reads the logits before the cross-entropy pass overwrites them with its gradient: its own
-  // gradient goes to one more (chunk, vocab) buffer, added afterwards, unless it is the only loss writing one.
+  // gradient (not of the row-weighted form) goes to one more (chunk, vocab) buffer, which the cross-entropy pass adds
+  // as it writes (gradient_addend), unless it is the only loss writing one (then in place).
   ReferenceLosses::Sums reference_sums = reference_losses_.zero_sums(device, stream);
   Tensor distillation_grad_buffer;
   const bool distillation_writes = training && reference_losses_.has_distillation();
@@ -215,13 +217,13 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
                                                .grad_logits = training ? &logits : nullptr,
                                                .label_weight = label_weight,
                                                .row_gradient_weights = row_weighted ? &row_weights : nullptr,
+                                               .gradient_addend =
+                                                   distillation_grad_buffer.defined() ? &distillation_grad : nullptr,
                                                .z_loss_weight = z_loss_weight,
                                                .logits_scale_factor = logits_scale_factor_,
                                                .softcap = softcap_,
                                                .stream = stream});
     if (!training) continue;
-    if (distillation_grad_buffer.defined())
-      kernels::axpy({.input = distillation_grad, .output = logits, .alpha = 1.0, .stream = stream});
     Tensor grad_hidden = saved.grad_normalized.slice(0, begin, end);
     // grad_h = grad_logits W;  grad W += grad_logits^T h
     kernels::gemm({.a = logits, .b = weight, .out = grad_hidden, .stream = stream});
