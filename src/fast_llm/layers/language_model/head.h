@@ -20,8 +20,8 @@
 // dz/dlogits per row, so in training they add their coefficients c_r to a (chunk) buffer of row weights and the
 // cross-entropy pass (with label weight 0 when no label loss is configured) writes their gradient together with the
 // label and z-losses': no (chunk, vocab) buffer and no extra pass over the logits. The distillation loss's gradient
-// is not of that form: when a cross-entropy pass follows it goes to one more (chunk, vocab) buffer added to the
-// logits' gradient afterwards.
+// is not of that form: when a cross-entropy pass follows it goes to one more (chunk, vocab) buffer, which that pass
+// adds to the gradient as it writes it (gradient_addend), with no pass of its own.
 // Tensor parallelism, with `vocab_parallel`: each rank holds rows [rank * vocab / size, (rank + 1) * vocab / size) of
 // the output weights (or of the tied word embeddings) and computes the logits of its slice of the vocabulary; the label
 // and z-losses come from the vocabulary-parallel passes (kernels/vocab_parallel_cross_entropy.h: row maxima
