@@ -8,6 +8,8 @@
 //             gradient to the (rows, vocab) buffer, which the cross-entropy pass adds as it writes (gradient_addend)
 //             instead of an axpy after it;
 //   label     cross-entropy alone, the floor both approach.
+// And grpo alone (no label loss): its own gradient pass over the logits (in place) against its coefficients and a
+// cross-entropy pass of label weight 0 without z-loss (what the head runs).
 //
 //   head_losses_benchmark [rows [vocab [iterations]]]
 //
@@ -228,6 +230,40 @@ int run_benchmark(int64_t rows, int64_t vocab, int iterations) {
                 other == Other::distillation ? "the (rows, vocab) buffer stays"
                                              : fmt::format("{:.0f} MiB buffer saved", buffer_mib).c_str());
   }
+  // grpo alone: the policy op's own gradient pass, or the head's cross-entropy pass of label weight 0.
+  const auto alone_separate = [&](Tensor& target) {
+    run_other(Other::grpo, batch, target, sums, &target, nullptr);
+  };
+  const auto alone_fused = [&](Tensor& target) {
+    fill({.tensor = row_weights, .value = 0.0});
+    run_other(Other::grpo, batch, target, sums, nullptr, &row_weights);
+    cross_entropy_forward_backward({.logits = target, .labels = batch.labels, .label_loss_sum = sums.label,
+                                    .z_loss_sum = nullptr, .grad_logits = &target, .label_weight = 0.0,
+                                    .row_gradient_weights = &row_weights});
+  };
+  restore(other_logits);
+  alone_separate(other_logits);
+  restore(logits);
+  alone_fused(logits);
+  const double alone_error = relative_error(logits, other_logits);
+  agree = agree && alone_error < 1e-2;
+  const double alone_separate_ms = benchmarks::median_ms(
+                                       [&] {
+                                         restore(logits);
+                                         alone_separate(logits);
+                                       },
+                                       3, iterations) -
+                                   copy_ms;
+  const double alone_fused_ms = benchmarks::median_ms(
+                                    [&] {
+                                      restore(logits);
+                                      alone_fused(logits);
+                                    },
+                                    3, iterations) -
+                                copy_ms;
+  std::printf("  grpo alone           own pass %8.3f ms   cross-entropy pass %8.3f ms   %.2fx   (relative error "
+              "%.2e)\n",
+              alone_separate_ms, alone_fused_ms, alone_separate_ms / alone_fused_ms, alone_error);
   std::fflush(stdout);
   return agree ? 0 : 1;
 }
