@@ -153,6 +153,81 @@ void expect_close(const StepResult& actual, const StepResult& expected, double l
   }
 }
 
+// The head alone with the post-training losses beside the label and z-losses (grpo / gspo token data, dpo pairs, a
+// teacher's logits), forward and backward on `device`: on CUDA the policy and dpo gradients go through the fused
+// cross-entropy pass's row weights (kernels/cross_entropy.h), the distillation's through its own buffer.
+StepResult head_losses_step(Device device, DType dtype, const std::string& losses_yaml) {
+  LanguageModelHead head("head", load_config<LanguageModelHeadConfig>(losses_yaml), kHidden, kVocab, 1.0);
+  bind_on(head, 80, device, dtype);
+  BatchData data = make_batch(kDocuments, kVocab, 81);
+  const int64_t tokens = int64_t(data.tokens.size());
+  Tensor advantages = Tensor::empty(Shape{tokens}, DType::float32);
+  Tensor old_log_probabilities = Tensor::empty(Shape{tokens}, DType::float32);
+  Tensor label_documents = Tensor::empty(Shape{tokens}, DType::int32);
+  int64_t token = 0;
+  for (size_t document = 0; document < kDocuments.size(); ++document)
+    for (int64_t position = 0; position < kDocuments[document]; ++position, ++token) {
+      advantages.data_as<float>()[token] = 0.6f * float(document) - 0.5f + 0.1f * float(position % 3);
+      old_log_probabilities.data_as<float>()[token] = -4.6f + 0.6f * float(random_uniform(82, uint64_t(token)) - 0.5);
+      label_documents.data_as<int32_t>()[token] = int32_t(document);
+    }
+  MicroBatch batch = batch_on(data.batch, device);
+  batch.advantages = advantages.to(device);
+  batch.old_log_probabilities = old_log_probabilities.to(device);
+  batch.label_documents = label_documents.to(device);
+  batch.num_documents = int64_t(kDocuments.size());
+  batch.labels_in_step = 61;
+  batch.preference_pairs = {{.chosen_begin = 0, .chosen_end = 16, .rejected_begin = 17, .rejected_end = 40},
+                            {.chosen_begin = 40, .chosen_end = 56, .rejected_begin = 57, .rejected_end = 63}};
+  batch.preference_pairs_in_step = 2;
+  batch.reference_logits["teacher"] = random_tensor(Shape{tokens, kVocab}, 83, 2.0, DType::float32).to(device);
+  LossSums losses;
+  LayerContext context = make_context(batch, true, &losses, 1.0 / 61.0, 0, dtype);
+  context.device = device;
+  const Tensor input = random_tensor(Shape{tokens, kHidden}, 84, 1.5, dtype).to(device);
+  head.forward(context, input);
+  const Tensor grad_input = head.backward(context, Tensor());
+  synchronize_device(device);
+  StepResult result;
+  result.loss = losses.all().at("lm_head_loss").item();
+  result.gradients.push_back(host_values(grad_input));
+  result.names.push_back("input");
+  for (Parameter* parameter : head.parameters()) {
+    result.gradients.push_back(host_values(parameter->grad));
+    result.names.push_back(parameter->meta.name);
+  }
+  return result;
+}
+
+constexpr const char* kAllHeadLosses =
+    "{normalization: {type: rms_norm}, losses: {ce: {type: label, weight: 0.7}, z: {type: z_loss, weight: 0.01}, "
+    "g: {type: grpo, weight: 1.5}, dpo: {type: dpo, reference_model: teacher, beta: 0.3}, d: {type: distillation, "
+    "reference_model: teacher, weight: 0.6}}}";
+constexpr const char* kPolicyHeadLosses =
+    "{normalization: {type: rms_norm}, final_logit_softcap: 20, cross_entropy_splits: 3, losses: {ce: {type: label}, "
+    "g: {type: grpo, weight: 2.0, epsilon_high: 0.28}}}";
+constexpr const char* kGspoDpoOnly =
+    "{normalization: {type: rms_norm}, losses: {g: {type: gspo}, dpo: {type: dpo, reference_model: teacher}}}";
+
+// The comparison itself, on the CPU: bf16 against fp32 (runs with or without a GPU).
+TEST(CudaLayers, HeadPostTrainingLossesBfloat16OnCpuIsClose) {
+  for (const char* yaml : {kAllHeadLosses, kPolicyHeadLosses, kGspoDpoOnly}) {
+    SCOPED_TRACE(yaml);
+    const StepResult reference = head_losses_step(Device::cpu(), DType::float32, yaml);
+    expect_close(head_losses_step(Device::cpu(), DType::bfloat16, yaml), reference, 2e-2, 5e-2);
+  }
+}
+
+TEST(CudaLayers, HeadPostTrainingLossesMatchCpu) {
+  REQUIRE_GPU();
+  for (const char* yaml : {kAllHeadLosses, kPolicyHeadLosses, kGspoDpoOnly}) {
+    SCOPED_TRACE(yaml);
+    const StepResult reference = head_losses_step(Device::cpu(), DType::float32, yaml);
+    expect_close(head_losses_step(Device::cuda(0), DType::float32, yaml), reference, 1e-4, 1e-3);
+    expect_close(head_losses_step(Device::cuda(0), DType::bfloat16, yaml), reference, 2e-2, 5e-2);
+  }
+}
+
 // The comparison itself, on the CPU: bf16 against fp32 (runs with or without a GPU).
 TEST(CudaLayers, MlpStackBfloat16OnCpuIsClose) {
   const StepResult reference = mlp_stack_step(Device::cpu(), DType::float32);

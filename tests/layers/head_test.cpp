@@ -363,8 +363,8 @@ TEST(Head, RefusesUnsupportedLosses) {
 }
 
 // The losses that read a reference model (distillation, dpo), alone or with the label losses: the head's gradients are
-// those of its total, whichever buffer their gradient goes through (over the logits, or its own buffer added to the
-// label losses' or copied when there is none).
+// those of its total, whichever way their gradient goes (over the logits, dpo's through the cross-entropy pass's row
+// weights, distillation's through its own buffer that the cross-entropy pass adds).
 class ReferenceLossHeadTest : public ::testing::TestWithParam<HeadCase> {};
 
 TEST_P(ReferenceLossHeadTest, BackwardMatchesFiniteDifferences) {

@@ -8,6 +8,15 @@
 //   d/dz [label_weight * loss_t + z_loss_weight * z-loss_t]  chained through softcap and logits_scale_factor,
 // i.e. label_weight * (softmax - onehot) + z_loss_weight * 2 * lse * softmax, then * dz/dlogits; masked rows get 0.
 // grad_logits may be the logits tensor itself (in place) to save memory.
+// Per-row gradient weights: the gradient of the head's other losses whose logits gradient is, per row r,
+// c_r * (softmax - onehot(label_r)) * dz/dlogits (dpo, grpo, gspo: kernels/dpo.h, kernels/policy_gradient.h, their
+// `row_coefficients` outputs), is added in the same pass by giving c_r in row_gradient_weights: the row's gradient is
+// then computed with label_weight + c_r in place of label_weight. They add nothing to the loss sums, and a masked row
+// (label < 0) keeps a zero gradient whatever its weight (those losses mask the same rows: their c_r is 0 there).
+// Gradient addend: another loss's gradient of the logits that is not of that form (distillation's), given as a
+// tensor of the logits' shape and dtype, is added to the gradient as it is written (one rounding, as an axpy after
+// this op would give), so the head needs no separate pass to add it. Masked rows still get 0 (their addend is not
+// read: the distillation loss masks the same rows). It may not be the logits or grad_logits.
 #pragma once
 
 #include <optional>
@@ -24,6 +33,8 @@ struct CrossEntropyArgs {
   Tensor* z_loss_sum;       // (1) fp32 or fp64, +=, or nullptr (no z-loss)
   Tensor* grad_logits;      // (tokens, vocab) =, or nullptr (forward only, e.g. validation)
   double label_weight = 1.0;   // multiplies the label-loss gradient (loss weight / labels in step)
+  const Tensor* row_gradient_weights = nullptr;  // (tokens) fp32 or fp64: c_r added to label_weight, or nullptr
+  const Tensor* gradient_addend = nullptr;       // (tokens, vocab) the logits' dtype, added to the gradient, or nullptr
   double z_loss_weight = 0.0;  // multiplies the z-loss gradient
   double logits_scale_factor = 1.0;
   std::optional<double> softcap = std::nullopt;

@@ -14,6 +14,10 @@ void check_dpo_forward_backward(const DpoArgs& args) {
   FLM_CHECK(args.grad_logits == nullptr || !args.accumulate_gradient || args.grad_logits->data() != args.logits.data(),
             contract.op(), "accumulate_gradient needs a gradient buffer other than the logits");
   const int64_t rows = args.logits.size(0);
+  if (args.row_coefficients != nullptr) {
+    contract.shape("row_coefficients", *args.row_coefficients, Shape{rows});
+    contract.dtype("row_coefficients", *args.row_coefficients, {DType::float32, DType::float64});
+  }
   for (size_t index = 0; index < args.pairs.size(); ++index) {
     const PreferencePair& pair = args.pairs[index];
     FLM_CHECK(0 <= pair.chosen_begin && pair.chosen_begin <= pair.chosen_end && pair.chosen_end <= rows &&

@@ -11,7 +11,9 @@
 // span of a pair: weight * beta * sigmoid(-beta m) * (+-1) * (softmax(logits_t s) - onehot(label_t)) * s. It is
 // written (=; every other row 0) or, with accumulate_gradient, added (+=; other rows untouched) to grad_logits, which
 // may be the logits tensor itself (not with accumulate_gradient). A row may belong to several spans: its gradient is
-// the sum.
+// the sum. With row_coefficients the op adds (+=) each row's -weight * beta * sigmoid(-beta m) * (+-1) there (0 for
+// rows of no span), so that its gradient is row_coefficients[t] * (softmax - onehot) * s: the head passes them to
+// cross_entropy_forward_backward's row_gradient_weights instead of writing a gradient of its own.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,7 @@ struct DpoArgs {
   std::span<const PreferencePair> pairs;
   Tensor& loss_sum;     // (1) fp32 or fp64, +=
   Tensor* grad_logits;  // (tokens, vocab), or nullptr (forward only)
+  Tensor* row_coefficients = nullptr;  // (tokens) fp32 or fp64, +=, or nullptr
   double beta = 1.0;
   double weight = 1.0;  // multiplies the gradient (loss weight / pairs in step)
   double logits_scale_factor = 1.0;

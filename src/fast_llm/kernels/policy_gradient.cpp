@@ -17,6 +17,10 @@ void check_policy_gradient_forward_backward(const PolicyGradientArgs& args) {
   contract.shape("label_documents", args.label_documents, tokens);
   contract.dtype("label_documents", args.label_documents, {DType::int32});
   FLM_CHECK(args.num_documents >= 0, contract.op(), "num_documents is {}", args.num_documents);
+  if (args.row_coefficients != nullptr) {
+    contract.shape("row_coefficients", *args.row_coefficients, tokens);
+    contract.dtype("row_coefficients", *args.row_coefficients, {DType::float32, DType::float64});
+  }
   if (args.metric_sums != nullptr) {
     contract.shape("metric_sums", *args.metric_sums, Shape{kPolicyMetricCount});
     contract.dtype("metric_sums", *args.metric_sums, {DType::float32, DType::float64});

@@ -3,6 +3,9 @@
 // pass (in place allowed) and the sums behind the logged metrics (+=, indices PolicyMetric). loss_sum is the sum over
 // unmasked labels (GSPO: each document's loss once per label); the caller divides by the step's labels (GRPO) or
 // documents (GSPO). The formulas, gradient and metric definitions: docs/post-training.md, "GRPO and GSPO formulas".
+// The gradient of a row is grad_weight c_t (softmax - onehot) dz/dlogits; with row_coefficients the op adds
+// (+=) grad_weight c_t there instead of (or besides) writing grad_logits, for the head to pass them to
+// cross_entropy_forward_backward's row_gradient_weights (one pass writes every loss's gradient).
 #pragma once
 
 #include <optional>
@@ -41,6 +44,7 @@ struct PolicyGradientArgs {
   Tensor* metric_sums = nullptr;        // (kPolicyMetricCount) fp32 or fp64, +=, or nullptr (no metrics)
   Tensor* grad_logits = nullptr;        // (tokens, vocab) =, or nullptr (forward only)
   double grad_weight = 1.0;             // multiplies the gradient of loss_sum
+  Tensor* row_coefficients = nullptr;   // (tokens) fp32 or fp64, += grad_weight c_t (0 for masked rows), or nullptr
   double epsilon_low = 0.2;
   double epsilon_high = 0.2;
   double logits_scale_factor = 1.0;

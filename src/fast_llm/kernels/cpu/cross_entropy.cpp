@@ -7,6 +7,9 @@
 // strides; labels (tokens) int64, < 0 masked.
 //
 // The z-loss is on exactly when z_loss_sum is given (its gradient weight without a sum to add to is an error).
+// Per-row gradient weights (row_gradient_weights) are read in fp64 and added to label_weight in fp64 before the
+// row's weight is rounded to the compute type. A gradient addend is added to each unmasked row's gradient in the
+// compute type before the store.
 #include "fast_llm/kernels/cross_entropy.h"
 
 #include <algorithm>
@@ -37,12 +40,17 @@ void cross_entropy_reference(const CrossEntropyArgs& args) {
     T* grad_logits = args.grad_logits != nullptr ? args.grad_logits->data_as<T>() : nullptr;  // (tokens, vocab)
     const int64_t grad_row = args.grad_logits != nullptr ? args.grad_logits->stride(0) : 0;
     const int64_t grad_column = args.grad_logits != nullptr ? args.grad_logits->stride(1) : 0;
+    const T* addend = args.gradient_addend != nullptr ? args.gradient_addend->data_as<T>() : nullptr;
+    const int64_t addend_row = addend != nullptr ? args.gradient_addend->stride(0) : 0;
+    const int64_t addend_column = addend != nullptr ? args.gradient_addend->stride(1) : 0;
     const Compute scale_factor = Compute(args.logits_scale_factor);
-    const Compute label_weight = Compute(args.label_weight);
     const bool with_z_loss = args.z_loss_sum != nullptr;
     const std::optional<Compute> z_loss_weight =
         with_z_loss ? std::optional<Compute>(Compute(args.z_loss_weight)) : std::nullopt;
     std::vector<double> label_losses(size_t(tokens), 0.0), z_losses(size_t(tokens), 0.0);  // (tokens)
+    const std::vector<double> row_weights = args.row_gradient_weights != nullptr
+                                                ? read_values<double>(*args.row_gradient_weights)
+                                                : std::vector<double>();  // (tokens) or empty
 
 #pragma omp parallel for
     for (int64_t token = 0; token < tokens; ++token) {
@@ -60,9 +68,12 @@ void cross_entropy_reference(const CrossEntropyArgs& args) {
       const Compute row_logsumexp = logsumexp(z);
       label_losses[size_t(token)] = double(row_logsumexp - z[size_t(label)]);
       if (with_z_loss) z_losses[size_t(token)] = double(row_logsumexp) * double(row_logsumexp);
+      const Compute label_weight =
+          Compute(row_weights.empty() ? args.label_weight : args.label_weight + row_weights[size_t(token)]);
       if (grad_logits != nullptr)
         cross_entropy_gradient_row(z, dz_dx, row_logsumexp, label, label_weight, z_loss_weight,
-                                   grad_logits + token * grad_row, grad_column);
+                                   grad_logits + token * grad_row, grad_column,
+                                   addend != nullptr ? addend + token * addend_row : nullptr, addend_column);
     }
 
     add_row_sum(args.label_loss_sum, label_losses);

@@ -93,6 +93,13 @@ void dpo_reference(const DpoArgs& args) {
         row_coefficient[size_t(row)] -= coefficient;
     }
     write_values<double>(args.loss_sum, std::vector<double>{loss_sum}, /*accumulate=*/true);
+    if (args.row_coefficients != nullptr) {
+      // The gradient c_t (onehot - softmax) s is -c_t (softmax - onehot) s.
+      std::vector<double> weighted(size_t(tokens), 0.0);
+      for (int64_t row = 0; row < tokens; ++row)
+        if (covered[size_t(row)]) weighted[size_t(row)] = -args.weight * row_coefficient[size_t(row)];
+      write_values<double>(*args.row_coefficients, weighted, /*accumulate=*/true);
+    }
     if (args.grad_logits == nullptr) return;
 
     // Pass 2: d loss / d logits_t = c_t (onehot - softmax) s, times weight.

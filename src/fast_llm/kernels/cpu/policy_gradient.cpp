@@ -127,6 +127,12 @@ void policy_gradient_reference(const PolicyGradientArgs& args) {
     if (args.min_advantage != nullptr) take_extreme(*args.min_advantage, smallest_advantage, /*largest=*/false);
     write_values<double>(args.loss_sum, std::vector<double>{loss_sum}, /*accumulate=*/true);
     if (metrics) write_values<double>(*args.metric_sums, sums, /*accumulate=*/true);
+    if (args.row_coefficients != nullptr) {
+      std::vector<double> weighted(coefficients.size());
+      for (size_t token = 0; token < coefficients.size(); ++token)
+        weighted[token] = args.grad_weight * coefficients[token];
+      write_values<double>(*args.row_coefficients, weighted, /*accumulate=*/true);
+    }
     if (grad_logits == nullptr) return;
 
     // Pass 3: grad z = grad_weight c_t (softmax - onehot), times dz/dx: the cross-entropy gradient of weight c_t.

@@ -56,16 +56,20 @@ Compute logsumexp(const std::vector<Compute>& values) {
 // The gradient of a row's softmax cross-entropy, w (lse - z_y) + w_z lse^2 (the z-loss only with `z_loss_weight`):
 // d/dz_k = w (softmax_k - [k == y]) + w_z 2 lse softmax_k, times dz_k/dx_k, stored into the row of gradients starting
 // at `grad_row` with element step `column_stride`. `label_column` may lie outside the row (a vocabulary slice that
-// does not hold the label).
+// does not hold the label). With `addend_row` (element step `addend_stride`) its values are added before the store
+// (one rounding).
 template <class Compute, class T>
 void cross_entropy_gradient_row(const std::vector<Compute>& z, const std::vector<Compute>& dz_dx, Compute logsumexp,
                                 int64_t label_column, Compute weight, std::optional<Compute> z_loss_weight,
-                                T* grad_row, int64_t column_stride) {
+                                T* grad_row, int64_t column_stride, const T* addend_row = nullptr,
+                                int64_t addend_stride = 0) {
   for (size_t column = 0; column < z.size(); ++column) {
     const Compute softmax = std::exp(z[column] - logsumexp);
     Compute grad_z = weight * (softmax - (int64_t(column) == label_column ? Compute(1) : Compute(0)));
     if (z_loss_weight) grad_z += *z_loss_weight * Compute(2) * logsumexp * softmax;
-    grad_row[int64_t(column) * column_stride] = store_value<T>(grad_z * dz_dx[column]);
+    Compute value = grad_z * dz_dx[column];
+    if (addend_row != nullptr) value += load_value(addend_row[int64_t(column) * addend_stride]);
+    grad_row[int64_t(column) * column_stride] = store_value<T>(value);
   }
 }
 

@@ -9,7 +9,10 @@
 // (fp64): results are bitwise reproducible. Rows too long for kMaxClusterBlocks stages are read twice from device
 // memory ("direct"). Rows with a negative label are masked (loss 0, zero gradient), neither copied nor read; a label
 // not below vocab (an error the CPU reference reports; checking it here would need the labels on the host) is treated
-// as masked rather than read out of bounds. Math in fp32, exp2 on the special-function unit. The layout and the
+// as masked rather than read out of bounds. Per-row gradient weights (fp32, the other head losses' coefficients) are
+// read once per row and added to the label weight: the head's dpo / grpo / gspo gradients cost no pass of their
+// own. A gradient addend (distillation's gradient) is read beside the gradient's writes of unmasked rows and added
+// before the store. Math in fp32, exp2 on the special-function unit. The layout and the
 // numerics are described at the kernel; why it runs at the memory's rate, in docs/benchmarks.md.
 #include "fast_llm/kernels/cuda/common.cuh"
 #include "fast_llm/kernels/cuda/row_loss_sums.cuh"
@@ -51,6 +54,10 @@ struct FusedParams {
   int64_t grad_stride;
   float* row_losses;    // (rows)
   float* row_z_losses;  // (rows), or nullptr
+  const float* row_weights;  // (rows) added to label_weight, or nullptr
+  int64_t row_weight_stride;
+  const void* addend;  // (rows, vocab) T added to the gradient, rows aligned as the logits', or nullptr
+  int64_t addend_stride;
   int64_t rows;
   int64_t vocab;
   int blocks_per_row;  // the cluster size
@@ -183,7 +190,8 @@ struct LogitMath {
   float logits_scale, scale_log2e, scale_over_softcap, softcap_log2e, label_weight, z_loss_weight;
   // Of the current row (start_row):
   float lse_log2 = 0.0f;     // log2 of sum 2^y
-  float coefficient = 0.0f;  // d loss / d lse = label_weight + 2 z_loss_weight lse
+  float coefficient = 0.0f;  // d loss / d lse = row_label_weight + 2 z_loss_weight lse
+  float row_label_weight = 0.0f;  // label_weight + the row's gradient weight
   float coefficient_scale = 0.0f, label_weight_scale = 0.0f;
 
   __device__ explicit LogitMath(const FusedParams& p)
@@ -192,8 +200,7 @@ struct LogitMath {
         scale_over_softcap(p.scale_over_softcap),
         softcap_log2e(p.softcap_log2e),
         label_weight(p.label_weight),
-        z_loss_weight(p.z_loss_weight),
-        label_weight_scale(p.label_weight * p.logits_scale) {}
+        z_loss_weight(p.z_loss_weight) {}
 
   __device__ __forceinline__ float y(float x) const {
     if constexpr (kSoftcap)
@@ -202,19 +209,22 @@ struct LogitMath {
       return x * scale_log2e;
   }
 
-  __device__ __forceinline__ void start_row(float row_lse_log2) {
+  // `row_weight`: the row's gradient weight added to label_weight (0 without row weights).
+  __device__ __forceinline__ void start_row(float row_lse_log2, float row_weight) {
     lse_log2 = row_lse_log2;
-    coefficient = label_weight + 2.0f * z_loss_weight * (row_lse_log2 * kLn2);
+    row_label_weight = label_weight + row_weight;
+    coefficient = row_label_weight + 2.0f * z_loss_weight * (row_lse_log2 * kLn2);
     coefficient_scale = coefficient * logits_scale;
+    label_weight_scale = row_label_weight * logits_scale;
   }
 
-  // d/dx [label_weight (lse - z[label]) + z_loss_weight lse^2] = (coefficient softmax - label_weight [label]) dz/dx,
+  // d/dx [w (lse - z[label]) + z_loss_weight lse^2] = (coefficient softmax - w [label]) dz/dx, w = row_label_weight,
   // softmax = 2^(y - lse_log2), dz/dx = logits_scale, times 1 - tanh^2 with a softcap.
   __device__ __forceinline__ float gradient(float x, bool is_label) const {
     if constexpr (kSoftcap) {
       const float t = tanhf(x * scale_over_softcap);
       const float softmax = fast_exp2(fmaf(softcap_log2e, t, -lse_log2));
-      return (coefficient * softmax - (is_label ? label_weight : 0.0f)) * (logits_scale * (1.0f - t * t));
+      return (coefficient * softmax - (is_label ? row_label_weight : 0.0f)) * (logits_scale * (1.0f - t * t));
     } else {
       const float softmax = fast_exp2(fmaf(x, scale_log2e, -lse_log2));
       return fmaf(softmax, coefficient_scale, is_label ? -label_weight_scale : 0.0f);
@@ -312,9 +322,28 @@ __device__ __forceinline__ void store_chunk(T* grad_row, const RowSlice& slice, 
   }
 }
 
-// The gradient of chunk j; `label` is the label's element index in the row.
+// Adds chunk j of the addend's row (aligned as the logits' row): one 16-byte load, or element loads of the row's
+// elements only.
+template <class T>
+__device__ __forceinline__ void add_chunk(const T* addend_row, const RowSlice& slice, int j, int64_t vocab,
+                                          float (&values)[16 / sizeof(T)]) {
+  constexpr int kVec = int(16 / sizeof(T));
+  if (full_chunk(slice, j)) {
+    const Vector<T, kVec> chunk = *reinterpret_cast<const Vector<T, kVec>*>(addend_row + element_of<kVec>(slice, j, 0));
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) values[i] += load(chunk.values[i]);
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    const int64_t element = element_of<kVec>(slice, j, i);
+    if (element >= 0 && element < vocab) values[i] += load(addend_row[element]);
+  }
+}
+
+// The gradient of chunk j; `label` is the label's element index in the row; `addend_row` (or nullptr) is added.
 template <class T, class Math>
-__device__ __forceinline__ void chunk_gradient(T* grad_row, const RowSlice& slice, int j,
+__device__ __forceinline__ void chunk_gradient(T* grad_row, const T* addend_row, const RowSlice& slice, int j,
                                                const Vector<T, 16 / sizeof(T)>& chunk, int64_t label,
                                                bool vector_store, int64_t vocab, const Math& math) {
   constexpr int kVec = int(16 / sizeof(T));
@@ -327,14 +356,15 @@ __device__ __forceinline__ void chunk_gradient(T* grad_row, const RowSlice& slic
     for (int i = 0; i < kVec; ++i)
       if (i == label_in_chunk) result[i] = math.gradient(load(chunk.values[i]), true);
   }
+  if (addend_row != nullptr) add_chunk(addend_row, slice, j, vocab, result);
   store_chunk(grad_row, slice, j, vector_store, vocab, result);
 }
 
 // The gradient of this thread's chunks of the slice. A group's loads come before its stores: in the direct path the
 // gradient may overwrite `source`.
 template <class T, class Math>
-__device__ __forceinline__ void slice_gradient(const T* source, T* grad_row, const RowSlice& slice, int64_t label,
-                                               bool vector_store, int64_t vocab, const Math& math) {
+__device__ __forceinline__ void slice_gradient(const T* source, T* grad_row, const T* addend_row, const RowSlice& slice,
+                                               int64_t label, bool vector_store, int64_t vocab, const Math& math) {
   using Chunk = Vector<T, int(16 / sizeof(T))>;
   const Chunk* chunks = reinterpret_cast<const Chunk*>(source);
   const int stride = int(blockDim.x);
@@ -345,9 +375,10 @@ __device__ __forceinline__ void slice_gradient(const T* source, T* grad_row, con
     for (int g = 0; g < kGroupChunks; ++g) group[g] = chunks[j + g * stride];
 #pragma unroll
     for (int g = 0; g < kGroupChunks; ++g)
-      chunk_gradient(grad_row, slice, j + g * stride, group[g], label, vector_store, vocab, math);
+      chunk_gradient(grad_row, addend_row, slice, j + g * stride, group[g], label, vector_store, vocab, math);
   }
-  for (; j < slice.count; j += stride) chunk_gradient(grad_row, slice, j, chunks[j], label, vector_store, vocab, math);
+  for (; j < slice.count; j += stride)
+    chunk_gradient(grad_row, addend_row, slice, j, chunks[j], label, vector_store, vocab, math);
 }
 
 template <class T>
@@ -469,8 +500,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1) cross_entropy_kernel(const Fus
         if (p.row_z_losses != nullptr) p.row_z_losses[row] = (lse_log2 * kLn2) * (lse_log2 * kLn2);
       }
       if (grad != nullptr) {
-        math.start_row(lse_log2);
-        slice_gradient(source, grad_row, slice, label, p.vector_stores, p.vocab, math);
+        math.start_row(lse_log2, p.row_weights != nullptr ? p.row_weights[row * p.row_weight_stride] : 0.0f);
+        const T* addend_row =
+            p.addend != nullptr ? static_cast<const T*>(p.addend) + row * p.addend_stride : nullptr;
+        slice_gradient(source, grad_row, addend_row, slice, label, p.vector_stores, p.vocab, math);
       }
     }
     label = next_label;
@@ -523,6 +556,10 @@ void launch_rows(const CrossEntropyArgs& args, const RowLosses& losses, const La
         .grad_stride = grad != nullptr ? row_stride(*grad) : 0,
         .row_losses = losses.label,
         .row_z_losses = losses.z,
+        .row_weights = args.row_gradient_weights != nullptr ? args.row_gradient_weights->data_as<float>() : nullptr,
+        .row_weight_stride = args.row_gradient_weights != nullptr ? args.row_gradient_weights->stride(0) : 0,
+        .addend = args.gradient_addend != nullptr ? args.gradient_addend->data() : nullptr,
+        .addend_stride = args.gradient_addend != nullptr ? row_stride(*args.gradient_addend) : 0,
         .rows = rows,
         .vocab = vocab,
         .blocks_per_row = int(blocks_per_row),
@@ -570,7 +607,7 @@ void launch_rows(const CrossEntropyArgs& args, const RowLosses& losses, const La
 }
 
 // The op's contract holds; what the kernel adds: logits of float32, bfloat16 or float16 whose last dimension is
-// contiguous (the gradient's too), loss sums of one dtype, a vocabulary below 2^31.
+// contiguous (the gradient's too), loss sums of one dtype, fp32 row gradient weights, a vocabulary below 2^31.
 std::optional<std::string> supports_fused(const CrossEntropyArgs& args) {
   if (auto reason = cuda_floating_reason("logits", args.logits)) return reason;
   if (auto reason = inner_contiguous_reason("logits", args.logits)) return reason;
@@ -579,6 +616,18 @@ std::optional<std::string> supports_fused(const CrossEntropyArgs& args) {
                        dtype_name(args.z_loss_sum->dtype()), dtype_name(args.label_loss_sum.dtype()));
   if (args.grad_logits != nullptr)
     if (auto reason = inner_contiguous_reason("grad_logits", *args.grad_logits)) return reason;
+  if (args.gradient_addend != nullptr) {
+    if (auto reason = inner_contiguous_reason("gradient_addend", *args.gradient_addend)) return reason;
+    const int64_t vec = 16 / int64_t(dtype_size(args.logits.dtype()));
+    if ((static_cast<const char*>(args.gradient_addend->data()) - static_cast<const char*>(args.logits.data())) % 16 !=
+            0 ||
+        (row_stride(*args.gradient_addend) - row_stride(args.logits)) % vec != 0)
+      return std::string("gradient_addend's rows are not aligned as the logits' (same offsets from 16-byte "
+                         "boundaries)");
+  }
+  if (args.row_gradient_weights != nullptr && args.row_gradient_weights->dtype() != DType::float32)
+    return fmt::format("row_gradient_weights has dtype {}; supported: float32",
+                       dtype_name(args.row_gradient_weights->dtype()));
   if (args.logits.size(1) >= (int64_t(1) << 31))
     return fmt::format("vocab {}; supported: below 2^31", args.logits.size(1));
   return std::nullopt;

@@ -8,6 +8,8 @@
 //      to each row of its spans;
 //   3. one block per row: the gradient, coefficient * (onehot - softmax) * s * weight, or 0 (or nothing when
 //      accumulating) for the other rows.
+// With row_coefficients (fp32), pass 3 is replaced or joined by adding -weight * coefficient to them for the valid
+// rows (the head's cross-entropy pass then writes the gradient).
 // Reductions go through shared memory in a fixed order: results are bitwise reproducible. The gradient may be the
 // logits themselves: pass 3 reads each element before writing it, and passes 1-2 write no logits.
 #include "fast_llm/kernels/cuda/common.cuh"
@@ -130,11 +132,20 @@ __global__ void dpo_gradient(GradParams p) {
   }
 }
 
+// row_coefficients[row] += -weight * coefficient[row] on valid rows: the gradient as cross-entropy row weights.
+__global__ void dpo_row_weights(const float* row_coefficient, const int* valid, int64_t rows, float weight,
+                                float* row_weights, int64_t row_weight_stride) {
+  for (int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; row < rows; row += int64_t(gridDim.x) * blockDim.x)
+    if (valid[row]) row_weights[row * row_weight_stride] += -(weight * row_coefficient[row]);
+}
+
 std::optional<std::string> supports_dpo(const DpoArgs& args) {
   if (auto reason = cuda_floating_reason("logits", args.logits)) return reason;
   if (auto reason = inner_contiguous_reason("logits", args.logits)) return reason;
   if (auto reason = float32_reason("reference_logits", args.reference_logits)) return reason;
   if (auto reason = contiguous_reason("reference_logits", args.reference_logits)) return reason;
+  if (args.row_coefficients != nullptr)
+    if (auto reason = float32_reason("row_coefficients", *args.row_coefficients)) return reason;
   if (args.grad_logits != nullptr) return inner_contiguous_reason("grad_logits", *args.grad_logits);
   return std::nullopt;
 }
@@ -197,6 +208,12 @@ void dpo_rows_launch(const DpoArgs& args) {
                                              valid.data_as<int>(), args.beta, row_coefficient,
                                              args.loss_sum.data_as<float>());
     scope.check_launch();
+    if (args.row_coefficients != nullptr) {
+      dpo_row_weights<<<unsigned(std::min<int64_t>(ceil_div(rows, kThreads), blocks_cap)), kThreads, 0,
+                        scope.stream()>>>(row_coefficient, valid.data_as<int>(), rows, float(args.weight),
+                                          args.row_coefficients->data_as<float>(), args.row_coefficients->stride(0));
+      scope.check_launch();
+    }
     if (args.grad_logits == nullptr) return;
     const GradParams params{.logits = args.logits.data(),
                             .logits_stride = row_stride(args.logits),

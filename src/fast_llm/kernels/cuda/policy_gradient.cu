@@ -7,6 +7,7 @@
 //     rows dominate);
 // (3) one block per row: the gradient grad_weight c_t (softmax - onehot) dz/dx from the saved logsumexp, each element
 //     read by the thread that writes it, so grad_logits may be the logits themselves.
+// With row_coefficients (fp32), grad_weight c_t is added to them (pass 3 runs only when grad_logits is given).
 // Every sum is taken in a fixed order, so the results are bitwise reproducible.
 #include "fast_llm/kernels/cuda/common.cuh"
 
@@ -208,9 +209,18 @@ __global__ void token_coefficients(TokenParams p) {
   take_extreme(p.min_advantage, p.min_advantage_double, smallest_advantage, /*largest=*/false);
 }
 
+// row_coefficients[row] += grad_weight c_t: the gradient as cross-entropy row weights (c_t is 0 for masked rows).
+__global__ void add_row_coefficients(const double* coefficients, int64_t rows, double grad_weight, float* out,
+                                     int64_t out_stride) {
+  for (int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; row < rows; row += int64_t(gridDim.x) * blockDim.x)
+    out[row * out_stride] += float(grad_weight * coefficients[row]);
+}
+
 std::optional<std::string> supports_policy_gradient(const PolicyGradientArgs& args) {
   if (auto reason = cuda_floating_reason("logits", args.logits)) return reason;
   if (auto reason = inner_contiguous_reason("logits", args.logits)) return reason;
+  if (args.row_coefficients != nullptr)
+    if (auto reason = float32_reason("row_coefficients", *args.row_coefficients)) return reason;
   if (args.grad_logits != nullptr) return inner_contiguous_reason("grad_logits", *args.grad_logits);
   return std::nullopt;
 }
@@ -278,6 +288,13 @@ void policy_gradient_rows_launch(const PolicyGradientArgs& args) {
       .min_advantage_double = args.min_advantage != nullptr && args.min_advantage->dtype() == DType::float64};
   token_coefficients<<<1, 1, 0, scope.stream()>>>(token_params);
   scope.check_launch();
+  if (args.row_coefficients != nullptr) {
+    add_row_coefficients<<<unsigned(std::min<int64_t>(ceil_div(rows, kThreads), blocks)), kThreads, 0,
+                           scope.stream()>>>(coefficients.data_as<double>(), rows, args.grad_weight,
+                                             args.row_coefficients->data_as<float>(),
+                                             args.row_coefficients->stride(0));
+    scope.check_launch();
+  }
   if (args.grad_logits == nullptr) return;
   visit_floating(args.logits.dtype(), [&]<class T>(std::type_identity<T>) {
     gradient_rows<T><<<blocks, kThreads, 0, scope.stream()>>>(rows_params);

@@ -147,36 +147,44 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
   const double label_weight = label_loss_ ? label_loss_->weight * context.loss_gradient_scale : 0.0;
   const double z_loss_weight = z_loss_ ? z_loss_->weight * context.loss_gradient_scale : 0.0;
   const bool label_losses = label_loss_ || z_loss_;
-  // Each chunk's logits are read by the reference losses, then the policy loss, then the label losses; only the last
-  // of them writes its gradient over the logits, the others write theirs to a buffer added afterwards.
+  // dpo, grpo and gspo: their gradient is c_r (softmax - onehot) dz/dlogits per row, so in training they only add
+  // their per-row coefficients c_r to `row_weights`, and the cross-entropy pass (run with label weight 0 when no label
+  // loss is configured) writes every loss's gradient over the logits at once (kernels/cross_entropy.h).
+  const bool row_weighted = training && (policy_loss_ || reference_losses_.has_dpo());
+  FLM_ASSERT((reference_losses_.empty() && !policy_loss_) || !vocab_parallel_,
+             "the policy and reference losses are refused with tensor parallelism");
+  const bool cross_entropy_pass = label_losses || row_weighted;
+  Tensor row_weights_buffer;  // (chunk)
+  if (row_weighted) row_weights_buffer = Tensor::empty(Shape{chunk_size}, statistics_dtype, device, stream);
+  // The distillation loss reads the logits before the cross-entropy pass overwrites them with its gradient: its own
+  // gradient (not of the row-weighted form) goes to one more (chunk, vocab) buffer, which the cross-entropy pass adds
+  // as it writes (gradient_addend), unless it is the only loss writing one (then in place).
   ReferenceLosses::Sums reference_sums = reference_losses_.zero_sums(device, stream);
-  // (chunk, vocab): the reference losses' gradient, when it cannot be written over the logits.
-  Tensor reference_grad_buffer;
-  if (training && !reference_losses_.empty() && (label_losses || policy_loss_ || reference_losses_.count() > 1))
-    reference_grad_buffer = Tensor::empty(logits_buffer.shape(), logits_buffer.dtype(), device, stream);
-  // (chunk, vocab): the policy loss's gradient, when the cross-entropy kernel writes its own into logits_buffer.
-  Tensor policy_grad_buffer;
-  if (policy_loss_) {
-    policy_loss_->begin(context);
-    if (training && label_losses)
-      policy_grad_buffer = Tensor::empty(logits_buffer.shape(), logits_buffer.dtype(), device, stream);
-  }
+  Tensor distillation_grad_buffer;
+  const bool distillation_writes = training && reference_losses_.has_distillation();
+  if (distillation_writes && cross_entropy_pass)
+    distillation_grad_buffer = Tensor::empty(logits_buffer.shape(), logits_buffer.dtype(), device, stream);
+  if (policy_loss_) policy_loss_->begin(context);
 
   for (int64_t begin = 0; begin < tokens; begin += chunk_size) {
     const int64_t end = std::min(tokens, begin + chunk_size);
     Tensor hidden = normalized.slice(0, begin, end);          // (chunk, hidden)
     Tensor logits = logits_buffer.slice(0, 0, end - begin);   // (chunk, vocab)
     kernels::gemm({.a = hidden, .b = weight, .out = logits, .transpose_b = true, .stream = stream});
-    Tensor reference_grad = reference_grad_buffer.defined() ? reference_grad_buffer.slice(0, 0, end - begin) : logits;
-    if (!reference_losses_.empty())
-      reference_losses_.forward_backward(context, logits, begin, end, training ? &reference_grad : nullptr,
-                                         reference_sums, logits_scale_factor_, softcap_);
-    Tensor policy_grad;
-    if (policy_loss_) {
-      if (training) policy_grad = label_losses ? policy_grad_buffer.slice(0, 0, end - begin) : logits;
-      policy_loss_->forward_chunk(context, logits, begin, end, training ? &policy_grad : nullptr,
-                                  logits_scale_factor_, softcap_);
+    Tensor row_weights;
+    if (row_weighted) {
+      row_weights = row_weights_buffer.slice(0, 0, end - begin);
+      kernels::fill({.tensor = row_weights, .value = 0.0, .stream = stream});
     }
+    Tensor distillation_grad =
+        distillation_grad_buffer.defined() ? distillation_grad_buffer.slice(0, 0, end - begin) : logits;
+    if (!reference_losses_.empty())
+      reference_losses_.forward_backward(context, logits, begin, end,
+                                         distillation_writes ? &distillation_grad : nullptr, reference_sums,
+                                         logits_scale_factor_, softcap_, row_weighted ? &row_weights : nullptr);
+    if (policy_loss_)
+      policy_loss_->forward_chunk(context, logits, begin, end, nullptr, logits_scale_factor_, softcap_,
+                                  row_weighted ? &row_weights : nullptr);
     if (label_losses && vocab_parallel_) {
       const Tensor labels = batch.labels.slice(0, begin, end);
       const kernels::VocabParallelLogits slice{.logits = logits,
@@ -200,26 +208,22 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
                                              .label_weight = label_weight,
                                              .z_loss_weight = z_loss_weight,
                                              .stream = stream});
-    } else if (label_losses)
+    } else if (cross_entropy_pass)
+      // Without a label loss (only row-weighted losses) the label sum it adds to is never logged.
       kernels::cross_entropy_forward_backward({.logits = logits,
                                                .labels = batch.labels.slice(0, begin, end),
                                                .label_loss_sum = label_sum,
                                                .z_loss_sum = z_loss_ ? &z_loss_sum : nullptr,
                                                .grad_logits = training ? &logits : nullptr,
                                                .label_weight = label_weight,
+                                               .row_gradient_weights = row_weighted ? &row_weights : nullptr,
+                                               .gradient_addend =
+                                                   distillation_grad_buffer.defined() ? &distillation_grad : nullptr,
                                                .z_loss_weight = z_loss_weight,
                                                .logits_scale_factor = logits_scale_factor_,
                                                .softcap = softcap_,
                                                .stream = stream});
-    if (training && policy_loss_ && label_losses)
-      kernels::axpy({.input = policy_grad, .output = logits, .alpha = 1.0, .stream = stream});
     if (!training) continue;
-    if (reference_grad_buffer.defined()) {
-      if (label_losses || policy_loss_)
-        kernels::axpy({.input = reference_grad, .output = logits, .alpha = 1.0, .stream = stream});
-      else
-        kernels::copy({.source = reference_grad, .destination = logits, .stream = stream});
-    }
     Tensor grad_hidden = saved.grad_normalized.slice(0, begin, end);
     // grad_h = grad_logits W;  grad W += grad_logits^T h
     kernels::gemm({.a = logits, .b = weight, .out = grad_hidden, .stream = stream});

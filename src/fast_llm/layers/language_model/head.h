@@ -15,10 +15,13 @@
 // engine divides by the labels in the step. Supported: one `label` loss, one `z_loss`, one policy-gradient loss
 // (`grpo` or `gspo`, policy_gradient_loss.h), one `distillation` and one `dpo` loss (reference_losses.h: they read
 // reference models' logits), all with the same logits_scale_factor. On each chunk the reference losses run first, then
-// the policy loss, then the label losses, which overwrite the logits with their gradient in place. A loss whose
-// gradient cannot be written over the logits (a later loss still reads them, or both reference losses are on) writes
-// it to one more (chunk, vocab) buffer (one for the reference losses, one for the policy loss) that is then added to
-// the logits' gradient, so that each loss's gradient is counted once.
+// the policy loss, then one cross-entropy pass (kernels/cross_entropy.h), which overwrites the logits with the gradient
+// in place. dpo, grpo and gspo read the logits for their statistics only: their gradient is c_r (softmax - onehot)
+// dz/dlogits per row, so in training they add their coefficients c_r to a (chunk) buffer of row weights and the
+// cross-entropy pass (with label weight 0 when no label loss is configured) writes their gradient together with the
+// label and z-losses': no (chunk, vocab) buffer and no extra pass over the logits. The distillation loss's gradient
+// is not of that form: when a cross-entropy pass follows it goes to one more (chunk, vocab) buffer, which that pass
+// adds to the gradient as it writes it (gradient_addend), with no pass of its own.
 // Tensor parallelism, with `vocab_parallel`: each rank holds rows [rank * vocab / size, (rank + 1) * vocab / size) of
 // the output weights (or of the tied word embeddings) and computes the logits of its slice of the vocabulary; the label
 // and z-losses come from the vocabulary-parallel passes (kernels/vocab_parallel_cross_entropy.h: row maxima

@@ -67,7 +67,7 @@ void PolicyGradientLoss::begin(const LayerContext& context) {
 
 void PolicyGradientLoss::forward_chunk(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end,
                                        Tensor* grad_logits, double logits_scale_factor,
-                                       std::optional<double> softcap) {
+                                       std::optional<double> softcap, Tensor* row_coefficients) {
   const MicroBatch& batch = context.batch;
   FLM_CHECK(!sequence_level_ || (begin == 0 && end == batch.num_tokens()), "head",
             "loss '{}' (gspo) needs the whole micro-batch in one chunk (head.cross_entropy_splits: 1)", name_);
@@ -93,6 +93,7 @@ void PolicyGradientLoss::forward_chunk(const LayerContext& context, const Tensor
                                              .metric_sums = &metric_sums_,
                                              .grad_logits = grad_logits,
                                              .grad_weight = weight_ * scale,
+                                             .row_coefficients = row_coefficients,
                                              .epsilon_low = epsilon_low_,
                                              .epsilon_high = epsilon_high_,
                                              .logits_scale_factor = logits_scale_factor,

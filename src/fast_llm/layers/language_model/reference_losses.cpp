@@ -78,8 +78,8 @@ Tensor ReferenceLosses::reference_rows(const LayerContext& context, const std::s
 
 void ReferenceLosses::forward_backward(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end,
                                        Tensor* grad, Sums& sums, double logits_scale_factor,
-                                       std::optional<double> softcap) const {
-  FLM_ASSERT(grad == nullptr || count() == 1 || grad->data() != logits.data(),
+                                       std::optional<double> softcap, Tensor* row_coefficients) const {
+  FLM_ASSERT(grad == nullptr || count() == 1 || row_coefficients != nullptr || grad->data() != logits.data(),
              "two reference losses cannot write their gradient over the logits they read");
   const Tensor labels = context.batch.labels.slice(0, begin, end);
   bool written = false;
@@ -112,7 +112,8 @@ void ReferenceLosses::forward_backward(const LayerContext& context, const Tensor
                                    .labels = labels,
                                    .pairs = context.batch.preference_pairs,
                                    .loss_sum = sums.dpo,
-                                   .grad_logits = grad,
+                                   .grad_logits = row_coefficients != nullptr ? nullptr : grad,
+                                   .row_coefficients = row_coefficients,
                                    .beta = dpo_->beta,
                                    .weight = pairs > 0 ? dpo_->weight * context.loss_scale / double(pairs) : 0.0,
                                    .logits_scale_factor = logits_scale_factor,

@@ -29,6 +29,8 @@ class ReferenceLosses {
             const std::string& path);
   bool empty() const { return !distillation_ && !dpo_; }
   int count() const { return int(distillation_.has_value()) + int(dpo_.has_value()); }
+  bool has_distillation() const { return distillation_.has_value(); }
+  bool has_dpo() const { return dpo_.has_value(); }
 
   // The losses' sums over one micro-batch: (1) scalars in the dtype of the context's loss sums.
   struct Sums {
@@ -37,9 +39,12 @@ class ReferenceLosses {
   Sums zero_sums(Device device, Stream stream) const;
 
   // Rows [begin, end) of the micro-batch, whose logits (rows, vocab) are read only. `grad` (rows, vocab), when given,
-  // receives (=) the sum of the losses' gradients; it may be `logits` itself only when there is one loss.
+  // receives (=) the sum of the losses' gradients; it may be `logits` itself only when there is one loss. With
+  // `row_coefficients` (rows), dpo adds its per-row gradient coefficients there instead (kernels/dpo.h), for the
+  // head's cross-entropy pass, and `grad` receives the distillation's alone.
   void forward_backward(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end, Tensor* grad,
-                        Sums& sums, double logits_scale_factor, std::optional<double> softcap) const;
+                        Sums& sums, double logits_scale_factor, std::optional<double> softcap,
+                        Tensor* row_coefficients = nullptr) const;
 
   // Adds the sums into context.losses under the losses' names and, weighted, under the head's total `total_name`.
   void add_losses(const LayerContext& context, const Sums& sums, const std::string& total_name) const;

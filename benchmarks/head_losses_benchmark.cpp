@@ -1,0 +1,288 @@
+// head losses benchmark: the language-model head's loss passes over one chunk of logits on the GPU, the label loss
+// (with z-loss) beside grpo, dpo or distillation, at 8192 rows x vocabulary 49152 in bf16 (SmolLM2's head) by default:
+//
+//   separate  what the head ran before the fused path: the other loss writes its gradient into a (rows, vocab)
+//             buffer, cross-entropy overwrites the logits with its own, axpy adds the buffer;
+//   fused     grpo / dpo add their per-row coefficients to a (rows) fp32 buffer and the cross-entropy pass writes
+//             every loss's gradient (kernels/cross_entropy.h row_gradient_weights); distillation still writes its
+//             gradient to the (rows, vocab) buffer, which the cross-entropy pass adds as it writes (gradient_addend)
+//             instead of an axpy after it;
+//   label     cross-entropy alone, the floor both approach.
+// And grpo alone (no label loss): its own gradient pass over the logits (in place) against its coefficients and a
+// cross-entropy pass of label weight 0 without z-loss (what the head runs).
+//
+//   head_losses_benchmark [rows [vocab [iterations]]]
+//
+// Each path first runs once on the same logits and the two gradients are compared (relative error of the norm,
+// printed; above 1e-2 the program exits with status 1). Then each path is timed with CUDA events (3 warm-up runs, the
+// median of `iterations`, 20), every run starting with a copy of the pristine logits into the working buffer (they
+// are overwritten by their gradient); the copy alone is timed too and subtracted. Needs a GPU.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "device_timing.h"
+#include "fast_llm/core/half.h"
+#include "fast_llm/core/random.h"
+#include "fast_llm/kernels/copy.h"
+#include "fast_llm/kernels/cross_entropy.h"
+#include "fast_llm/kernels/distillation.h"
+#include "fast_llm/kernels/dpo.h"
+#include "fast_llm/kernels/pointwise.h"
+#include "fast_llm/kernels/policy_gradient.h"
+#include "fast_llm/tensor/stream.h"
+#include "fast_llm/tensor/tensor.h"
+
+namespace fast_llm {
+namespace {
+
+using namespace kernels;
+
+const Device kCuda = Device::cuda(0);
+
+// Random values in [low, high) as `dtype`, generated on the host (a pure function of the seed) and copied over.
+Tensor random_device(const Shape& shape, DType dtype, uint64_t seed, float low, float high) {
+  Tensor host = Tensor::empty(shape, dtype);
+  const int64_t count = host.numel();
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t index = 0; index < count; ++index) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    const float value = low + (high - low) * float(state >> 40) / float(1 << 24);
+    if (dtype == DType::bfloat16)
+      host.data_as<bfloat16>()[index] = to_bfloat16(value);
+    else
+      host.data_as<float>()[index] = value;
+  }
+  return host.to(kCuda);
+}
+
+Tensor zeros_device(const Shape& shape, DType dtype) {
+  Tensor tensor = Tensor::empty(shape, dtype, kCuda);
+  fill({.tensor = tensor, .value = 0.0});
+  return tensor;
+}
+
+// The micro-batch around the chunk: labels (every 20th masked), grpo token data over 16 documents, dpo pairs of
+// 128-row spans covering the rows, teacher / reference logits.
+struct Batch {
+  int64_t rows, vocab;
+  Tensor labels, advantages, old_log_probabilities, documents, reference_logits;
+  std::vector<PreferencePair> pairs;
+};
+
+Batch make_batch(int64_t rows, int64_t vocab) {
+  Batch batch{.rows = rows, .vocab = vocab, .labels = {}, .advantages = {}, .old_log_probabilities = {},
+              .documents = {}, .reference_logits = {}, .pairs = {}};
+  Tensor labels = Tensor::empty(Shape{rows}, DType::int64), advantages = Tensor::empty(Shape{rows}, DType::float32);
+  Tensor old = Tensor::empty(Shape{rows}, DType::float32), documents = Tensor::empty(Shape{rows}, DType::int32);
+  const int64_t document_rows = std::max<int64_t>(1, rows / 16);
+  for (int64_t row = 0; row < rows; ++row) {
+    labels.data_as<int64_t>()[row] = row % 20 == 7 ? -100 : (row * 7919 + 11) % vocab;
+    const int64_t document = std::min<int64_t>(15, row / document_rows);
+    documents.data_as<int32_t>()[row] = int32_t(document);
+    advantages.data_as<float>()[row] = 0.1f * float(document) - 0.75f;
+    old.data_as<float>()[row] = -float(std::log(double(vocab))) + 0.3f * float(row % 5 - 2);
+  }
+  batch.labels = labels.to(kCuda);
+  batch.advantages = advantages.to(kCuda);
+  batch.old_log_probabilities = old.to(kCuda);
+  batch.documents = documents.to(kCuda);
+  batch.reference_logits = random_device(Shape{rows, vocab}, DType::float32, 3, -8, 8);
+  for (int64_t begin = 0; begin + 256 <= rows; begin += 256)
+    batch.pairs.push_back({.chosen_begin = begin, .chosen_end = begin + 128, .rejected_begin = begin + 128,
+                           .rejected_end = begin + 256});
+  return batch;
+}
+
+enum class Other { grpo, dpo, distillation };
+
+const char* other_name(Other other) {
+  switch (other) {
+    case Other::grpo: return "grpo";
+    case Other::dpo: return "dpo";
+    case Other::distillation: return "distillation";
+  }
+  return "";
+}
+
+struct Sums {
+  Tensor label = zeros_device(Shape{1}, DType::float32), z = zeros_device(Shape{1}, DType::float32),
+         other = zeros_device(Shape{1}, DType::float32);
+};
+
+// The other loss: its gradient into `grad` (separate path) or its row coefficients into `row_weights` (fused path).
+void run_other(Other other, const Batch& batch, const Tensor& logits, Sums& sums, Tensor* grad, Tensor* row_weights) {
+  const double scale = 1.0 / double(batch.rows);
+  switch (other) {
+    case Other::grpo:
+      policy_gradient_forward_backward({.logits = logits, .labels = batch.labels, .advantages = batch.advantages,
+                                        .old_log_probabilities = batch.old_log_probabilities,
+                                        .label_documents = batch.documents, .num_documents = 16,
+                                        .sequence_level = false, .loss_sum = sums.other, .metric_sums = nullptr,
+                                        .grad_logits = grad, .grad_weight = scale, .row_coefficients = row_weights});
+      return;
+    case Other::dpo:
+      dpo_forward_backward({.logits = logits, .reference_logits = batch.reference_logits, .labels = batch.labels,
+                            .pairs = batch.pairs, .loss_sum = sums.other, .grad_logits = grad,
+                            .row_coefficients = row_weights, .beta = 0.1,
+                            .weight = 1.0 / double(batch.pairs.size())});
+      return;
+    case Other::distillation:
+      distillation_forward_backward({.logits = logits, .target_logits = batch.reference_logits,
+                                     .labels = batch.labels, .loss_sum = sums.other, .grad_logits = grad,
+                                     .loss_type = DistillationLossType::reverse_kl, .weight = scale});
+      return;
+  }
+}
+
+void run_label(const Batch& batch, Tensor& logits, Sums& sums, const Tensor* row_weights,
+               const Tensor* addend = nullptr) {
+  cross_entropy_forward_backward({.logits = logits, .labels = batch.labels, .label_loss_sum = sums.label,
+                                  .z_loss_sum = &sums.z, .grad_logits = &logits,
+                                  .label_weight = 1.0 / double(batch.rows), .row_gradient_weights = row_weights,
+                                  .gradient_addend = addend, .z_loss_weight = 1e-4});
+}
+
+void separate_path(Other other, const Batch& batch, Tensor& logits, Tensor& buffer, Sums& sums) {
+  run_other(other, batch, logits, sums, &buffer, nullptr);
+  run_label(batch, logits, sums, nullptr);
+  axpy({.input = buffer, .output = logits, .alpha = 1.0});
+}
+
+void fused_path(Other other, const Batch& batch, Tensor& logits, Tensor& buffer, Tensor& row_weights, Sums& sums) {
+  if (other == Other::distillation) {
+    run_other(other, batch, logits, sums, &buffer, nullptr);
+    run_label(batch, logits, sums, nullptr, &buffer);
+    return;
+  }
+  fill({.tensor = row_weights, .value = 0.0});
+  run_other(other, batch, logits, sums, nullptr, &row_weights);
+  run_label(batch, logits, sums, &row_weights);
+}
+
+double relative_error(const Tensor& actual, const Tensor& expected) {
+  synchronize_device(kCuda);
+  const Tensor a = actual.to(Device::cpu()), e = expected.to(Device::cpu());
+  double error = 0, norm = 0;
+  for (int64_t index = 0; index < a.numel(); ++index) {
+    const double x = double(to_float(a.data_as<bfloat16>()[index]));
+    const double y = double(to_float(e.data_as<bfloat16>()[index]));
+    error += (x - y) * (x - y);
+    norm += y * y;
+  }
+  return std::sqrt(error / norm);
+}
+
+int run_benchmark(int64_t rows, int64_t vocab, int iterations) {
+  const Batch batch = make_batch(rows, vocab);
+  const Shape shape{rows, vocab};
+  const Tensor pristine = random_device(shape, DType::bfloat16, 1, -8, 8);
+  Tensor logits = Tensor::empty(shape, DType::bfloat16, kCuda);
+  Tensor other_logits = Tensor::empty(shape, DType::bfloat16, kCuda);
+  Tensor buffer = Tensor::empty(shape, DType::bfloat16, kCuda);
+  Tensor row_weights = Tensor::empty(Shape{rows}, DType::float32, kCuda);
+  Sums sums;
+  const double buffer_mib = double(rows * vocab * 2) / (1 << 20);
+  std::printf("head losses, %lld rows x vocab %lld bf16 (label + z-loss beside another loss); median of %d runs, ms "
+              "(the copy of the pristine logits each run starts with subtracted)\n",
+              static_cast<long long>(rows), static_cast<long long>(vocab), iterations);
+  auto restore = [&](Tensor& target) { copy({.source = pristine, .destination = target}); };
+  const double copy_ms = benchmarks::median_ms([&] { restore(logits); }, 3, iterations);
+  const double label_ms = benchmarks::median_ms(
+                              [&] {
+                                restore(logits);
+                                run_label(batch, logits, sums, nullptr);
+                              },
+                              3, iterations) -
+                          copy_ms;
+  std::printf("  copy %.3f ms; label + z-loss alone %.3f ms\n", copy_ms, label_ms);
+  bool agree = true;
+  for (Other other : {Other::grpo, Other::dpo, Other::distillation}) {
+    restore(logits);
+    separate_path(other, batch, logits, buffer, sums);
+    const auto separate = [&] {
+      restore(logits);
+      separate_path(other, batch, logits, buffer, sums);
+    };
+    const double separate_ms = benchmarks::median_ms(separate, 3, iterations) - copy_ms;
+    restore(other_logits);
+    separate_path(other, batch, other_logits, buffer, sums);
+    restore(logits);
+    fused_path(other, batch, logits, buffer, row_weights, sums);
+    const double error = relative_error(logits, other_logits);
+    agree = agree && error < 1e-2;
+    const auto fused = [&] {
+      restore(logits);
+      fused_path(other, batch, logits, buffer, row_weights, sums);
+    };
+    const double fused_ms = benchmarks::median_ms(fused, 3, iterations) - copy_ms;
+    std::printf("  label + %-12s separate %8.3f ms   fused %8.3f ms   %.2fx   (fused gradient vs separate: relative "
+                "error %.2e; %s)\n",
+                other_name(other), separate_ms, fused_ms, separate_ms / fused_ms, error,
+                other == Other::distillation ? "the (rows, vocab) buffer stays"
+                                             : fmt::format("{:.0f} MiB buffer saved", buffer_mib).c_str());
+  }
+  // grpo alone: the policy op's own gradient pass, or the head's cross-entropy pass of label weight 0.
+  const auto alone_separate = [&](Tensor& target) {
+    run_other(Other::grpo, batch, target, sums, &target, nullptr);
+  };
+  const auto alone_fused = [&](Tensor& target) {
+    fill({.tensor = row_weights, .value = 0.0});
+    run_other(Other::grpo, batch, target, sums, nullptr, &row_weights);
+    cross_entropy_forward_backward({.logits = target, .labels = batch.labels, .label_loss_sum = sums.label,
+                                    .z_loss_sum = nullptr, .grad_logits = &target, .label_weight = 0.0,
+                                    .row_gradient_weights = &row_weights});
+  };
+  restore(other_logits);
+  alone_separate(other_logits);
+  restore(logits);
+  alone_fused(logits);
+  const double alone_error = relative_error(logits, other_logits);
+  agree = agree && alone_error < 1e-2;
+  const double alone_separate_ms = benchmarks::median_ms(
+                                       [&] {
+                                         restore(logits);
+                                         alone_separate(logits);
+                                       },
+                                       3, iterations) -
+                                   copy_ms;
+  const double alone_fused_ms = benchmarks::median_ms(
+                                    [&] {
+                                      restore(logits);
+                                      alone_fused(logits);
+                                    },
+                                    3, iterations) -
+                                copy_ms;
+  std::printf("  grpo alone           own pass %8.3f ms   cross-entropy pass %8.3f ms   %.2fx   (relative error "
+              "%.2e)\n",
+              alone_separate_ms, alone_fused_ms, alone_separate_ms / alone_fused_ms, alone_error);
+  std::fflush(stdout);
+  return agree ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace fast_llm
+
+int main(int argc, char** argv) {
+  const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 8192;
+  const int64_t vocab = argc > 2 ? std::atoll(argv[2]) : 49152;
+  const int iterations = argc > 3 ? std::atoi(argv[3]) : 20;
+  if (rows <= 0 || vocab <= 0 || iterations <= 0 || argc > 4) {
+    std::fprintf(stderr, "usage: head_losses_benchmark [rows [vocab [iterations]]]\n");
+    return 2;
+  }
+  try {
+    return fast_llm::run_benchmark(rows, vocab, iterations);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "head_losses_benchmark: %s\n", error.what());
+    return 1;
+  }
+}
