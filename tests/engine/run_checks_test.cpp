@@ -56,7 +56,8 @@ TEST(RunChecks, ARunThatCannotFitIsRefusedWithTheEstimateAndWhatIsAvailable) {
   const std::string message = error_message([&] { run.make_trainer(nullptr, per_token); });
   for (const std::string part :
        {"[memory] this run needs about ", " of host memory and cpu has ", "(MemAvailable in /proc/meminfo)",
-        "weights, gradients and optimizer state of 2 stages", "activations of 1 micro-batch of 16 tokens: ",
+        "weights, gradients and optimizer state of 2 stages",
+        "activations of stages 0-1, 1 micro-batch of 16 tokens in flight: ",
         "sampling index of dataset training (4 samples): ", "Lower data.micro_batch_size"})
     EXPECT_NE(message.find(part), std::string::npos) << part << "\n" << message;
   EXPECT_EQ(cpu_allocations(), before);

@@ -4,9 +4,11 @@
 // On the run's device (host memory for a CPU run):
 //   - each stage's flat buffers, exactly as the multi-stage layout allocates them (stage_buffer_bytes), and the
 //     optimizer's table of learning rates (one fp64 per step);
-//   - activations: the model type's bytes per token of a micro-batch (TrainerSections::activation_bytes_per_token;
-//     GPT's is derived in models/gpt/training.h) x micro_batch_size x breadth_first_micro_batches (the micro-batches
-//     whose activations are alive together).
+//   - activations: the peak of this rank's steps of the schedule (engine/schedule/activation_memory.h), from what
+//     each layer keeps and works with on this rank's layout (TrainerSections::activations; GPT's is derived in
+//     models/gpt/training.h): only the stages this pipeline rank runs, as many micro-batches of them as its steps
+//     keep at once (the breadth-first micro-batches on its early stages), the tensor rank's share, the pieces of
+//     micro_batch_splits and sequence-data parallelism, and the head's logits on the rank running the head only.
 // In host memory:
 //   - the sampling index of each dataset the run samples (data/sampling.h): a start and an offset per sample, and the
 //     document order over the epochs the samples walk through, counted twice (the index is copied when it is written

@@ -254,11 +254,18 @@ MemoryEstimate Trainer::estimate_memory(const std::vector<std::pair<std::string,
     estimate.device.push_back({fmt::format("learning rates of {} steps", sections_.training.train_iters),
                                8 * (sections_.training.train_iters + 1)});
   }
-  if (sections_.activation_bytes_per_token > 0) {
-    const int64_t micro_batches = sections_.schedule.breadth_first_micro_batches;
-    estimate.device.push_back({fmt::format("activations of {} micro-batch{} of {} tokens", micro_batches,
-                                           micro_batches == 1 ? "" : "es", tokens_per_sample_),
-                               sections_.activation_bytes_per_token * tokens_per_sample_ * micro_batches});
+  if (!sections_.activations.layers.empty()) {
+    // This pipeline rank's steps of the step list the runner will run (evaluation only: the forward of every
+    // micro-batch, which keeps nothing).
+    const ScheduleConfig& schedule = sections_.schedule;
+    const Schedule steps(stages.size(), schedule.depth_first_micro_batches, schedule.breadth_first_micro_batches,
+                         schedule.micro_batch_splits, settings.pipeline_parallel, training_);
+    std::vector<size_t> stage_sizes;
+    for (const auto& layers : stages) stage_sizes.push_back(layers.size());
+    const DistributedConfig& distributed = sections_.model.distributed;
+    const ActivationPeak peak = activation_peak(sections_.activations, stage_sizes, steps, settings.pipeline_rank,
+                                                tokens_per_sample_, distributed.sequence_data_parallel);
+    estimate.device.push_back({describe_activation_peak(peak, distributed, tokens_per_sample_), peak.bytes});
   }
   for (const MemoryEstimate::Part& part : sections_.extra_device_memory) estimate.device.push_back(part);
   for (const auto& [name, num_samples] : samplings)

@@ -57,6 +57,7 @@
 #include "fast_llm/engine/optimizer/config.h"
 #include "fast_llm/engine/optimizer/optimizer.h"
 #include "fast_llm/engine/schedule/config.h"
+#include "fast_llm/engine/schedule/activation_memory.h"
 #include "fast_llm/engine/schedule/runner.h"
 #include "fast_llm/engine/training/batch_uploader.h"
 #include "fast_llm/engine/training/config.h"
@@ -81,9 +82,10 @@ struct TrainerSections {
   const CheckpointLoadConfig& pretrained;
   const RunConfig& run;
   const ProfilingConfig* profiling = nullptr;  // none: no kernel profiling
-  // The model type's estimate of the memory one token of a micro-batch takes at the peak of a training step besides
-  // the stages' buffers (e.g. models/gpt/training.h); 0 leaves activations out of the memory check.
-  int64_t activation_bytes_per_token = 0;
+  // What each layer of the model keeps and works with on this rank's layout (schedule/activation_memory.h; GPT's:
+  // models/gpt/training.h), from which the memory check counts this rank's activations; no layers leaves
+  // activations out of the memory check.
+  ModelActivations activations;
   // Runs on each step's micro-batches (this rank's; training and evaluation) once they are uploaded and their step
   // counts set, before the model sees them: the model type adds what its layers read besides the data (the GPT
   // reference models' logits, models/gpt/reference_models.h). Empty: nothing.
