@@ -120,10 +120,13 @@ TEST(GptTraining, TensorParallelRanksKeepTheirHeadsAndColumns) {
 //   - rank 1 peaks at the head's last forward (and first backward): its blocks keep 125,248, the head 4 x 2,052, it
 //     sent 8 x 1,024 and the logits take 264,192: 405,840. Only the rank running the head counts them.
 // One process with 4 breadth-first micro-batches peaks at block 3's first backward: 16 x 15,656 + the head's 4
-// gradients 4,096 + 15,616 = 270,208 with the vocabulary of 258, so pipeline rank 0 keeps 0.58 of it.
+// gradients 4,096 + 15,616 = 270,208 with the vocabulary of 258, so pipeline rank 0 keeps 0.58 of it; with the
+// vocabulary of 65,536 at the head's step, 16 x 15,656 + 4 x 2,052 + 264,192 = 522,896, rank 1 0.78 of it.
 TEST(GptTraining, PipelineRanksKeepTheirStagesForTheMicroBatchesInFlight) {
   const std::vector<std::string> bf4 = {"schedule.breadth_first_micro_batches=4"};
   EXPECT_EQ(estimate(bf4), 16 * 15656 + 4096 + 15616 + 352);
+  EXPECT_EQ(estimate({"schedule.breadth_first_micro_batches=4", "model.base_model.embeddings.vocab_size=65536"}),
+            16 * 15656 + 4 * 2052 + 264192 + 352);
   for (int rank : {0, 1}) {
     std::vector<std::string> pp2 = bf4;
     pp2.insert(pp2.end(), {"model.base_model.embeddings.vocab_size=65536", "model.distributed.world_size=2",

@@ -43,7 +43,8 @@ int64_t sampling_index_bytes(const config::Dynamic<data::DatasetConfig>& dataset
                              const data::SamplingParameters& parameters, int64_t num_samples);
 
 // Throws Error("memory", ...) listing the parts, their sum and what is available, when the sum exceeds what is
-// available on `device` (and, for a GPU run, when the host parts exceed the host's).
-void check_memory(const MemoryEstimate& estimate, Device device);
+// available on `device` (and, for a GPU run, when the host parts exceed the host's). The estimate is logged on rank 0,
+// or on every rank with `every_rank` (the ranks of a model-parallel layout each estimate their own share).
+void check_memory(const MemoryEstimate& estimate, Device device, bool every_rank = false);
 
 }  // namespace fast_llm::engine

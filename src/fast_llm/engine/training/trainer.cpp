@@ -127,7 +127,10 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
   if (sections_.run.experiment_dir && *distributed.rank == 0)
     lock_ = std::make_unique<ExperimentLock>(*sections_.run.experiment_dir);
   const std::vector<std::pair<std::string, int64_t>> samplings = check_run();
-  check_memory(estimate_memory(samplings), device_);
+  // The ranks of the first data-parallel replica each log theirs: the other replicas hold the same shares.
+  check_memory(estimate_memory(samplings), device_,
+               (distributed.model_parallel() > 1 || distributed.sequence_data_parallel > 1) &&
+                   distributed.batch_data_rank() == 0);
   // Every process joins here (a one-process run builds nothing).
   groups_ = std::make_unique<ProcessGroups>(distributed, device_);
 
