@@ -19,6 +19,7 @@
 #include "fast_llm/engine/checkpoint/distributed.h"
 #include "fast_llm/engine/checkpoint/loading.h"
 #include "fast_llm/engine/evaluation/config.h"
+#include "fast_llm/tensor/allocator.h"
 
 namespace fast_llm::engine {
 namespace {
@@ -127,8 +128,15 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
   if (sections_.run.experiment_dir && *distributed.rank == 0)
     lock_ = std::make_unique<ExperimentLock>(*sections_.run.experiment_dir);
   const std::vector<std::pair<std::string, int64_t>> samplings = check_run();
+  const MemoryEstimate estimate = estimate_memory(samplings);
+  // What the run allocates is measured from here (warn_if_beyond_estimate).
+  allocated_before_run_ = int64_t(allocator_for(device_).stats().allocated_bytes);
+  allocator_for(device_).reset_peak();
+  // Without the model type's activations the estimate is not meant to bound the run: nothing to warn about.
+  if (!sections_.activations.layers.empty())
+    for (const MemoryEstimate::Part& part : estimate.device) estimated_device_bytes_ += part.bytes;
   // The ranks of the first data-parallel replica each log theirs: the other replicas hold the same shares.
-  check_memory(estimate_memory(samplings), device_,
+  check_memory(estimate, device_,
                (distributed.model_parallel() > 1 || distributed.sequence_data_parallel > 1) &&
                    distributed.batch_data_rank() == 0);
   // Every process joins here (a one-process run builds nothing).
@@ -532,6 +540,21 @@ void Trainer::read_step_records() {
   }
 }
 
+void Trainer::warn_if_beyond_estimate(const MemoryUsage& memory) {
+  if (warned_beyond_estimate_ || estimated_device_bytes_ <= 0) return;
+  // The estimate counts bytes; the allocator aligns every block (64 bytes on the CPU) and the run keeps a few small
+  // buffers the estimate leaves out (loss sums, pipeline headers): a small model's run may exceed it by that much.
+  constexpr double kAllowance = 256.0 * 1024.0;
+  const double allocated = memory.max_allocated_mib * 1024.0 * 1024.0 - double(allocated_before_run_);
+  if (allocated <= double(estimated_device_bytes_) + kAllowance) return;
+  warned_beyond_estimate_ = true;
+  log_warning("this rank allocated up to {} MiB, more than the {} MiB the memory check estimated at start-up for "
+              "its device (the estimate is meant as an upper bound: a run it lets through may still run out of "
+              "memory)",
+              format_with_commas(allocated / (1024.0 * 1024.0), 2),
+              format_with_commas(double(estimated_device_bytes_) / (1024.0 * 1024.0), 2));
+}
+
 MemoryUsage Trainer::fullest_rank_memory(MemoryUsage memory) const {
   std::vector<double> values{memory.allocated_mib, memory.max_allocated_mib, memory.reserved_mib,
                              memory.max_reserved_mib, memory.global_max_reserved_mib};
@@ -648,7 +671,9 @@ void Trainer::log_training(int64_t completed) {
   metrics.model_tflops = flops_per_step / step_time / 1e12;
   metrics.hardware_tflops = metrics.model_tflops;
   metrics.tokens_per_sec_per_gpu = double(tokens_per_step) / world_size / step_time;
-  metrics.memory = fullest_rank_memory(memory_usage(device_, /*reset_peak=*/true));
+  const MemoryUsage memory = memory_usage(device_, /*reset_peak=*/true);
+  warn_if_beyond_estimate(memory);
+  metrics.memory = fullest_rank_memory(memory);
   for (const LossTotal& total : loss_totals) metrics.losses.emplace_back(total.name, total.mean());
   metrics.learning_rate = last_update.learning_rate;
   metrics.loss_scale = optimizer_->loss_scale();

@@ -129,6 +129,9 @@ class Trainer {
   void read_step_records();
   // Each figure's largest value over the ranks (the log line reports the fullest rank).
   MemoryUsage fullest_rank_memory(MemoryUsage memory) const;
+  // Warns once when this rank's peak allocation (since the trainer was built) exceeds what the memory check estimated
+  // for its device (by more than the allocator's alignment could explain): the estimate is meant as an upper bound.
+  void warn_if_beyond_estimate(const MemoryUsage& memory);
   // Zeroes `values` on every tensor rank but 0, before a sum over the world: each tensor-parallel group counts once.
   void count_once_per_tensor_group(std::vector<double>& values) const;
   // The steps' loss sums added over the ranks (each rank recorded its own micro-batches'; the label counts are global).
@@ -171,6 +174,11 @@ class Trainer {
   int64_t samples_per_step_ = 0;       // of all data-parallel ranks together
   int64_t rank_samples_per_step_ = 0;  // of this rank: the schedule's micro-batches
   int64_t tokens_per_sample_ = 0;
+  // The memory check's estimate of this rank's device memory, what the device's allocator held before it, and
+  // whether warn_if_beyond_estimate has warned.
+  int64_t estimated_device_bytes_ = 0;
+  int64_t allocated_before_run_ = 0;
+  bool warned_beyond_estimate_ = false;
   bool training_ = false;
 
   std::unique_ptr<ProcessGroups> groups_;
