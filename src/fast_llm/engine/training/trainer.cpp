@@ -260,6 +260,18 @@ MemoryEstimate Trainer::estimate_memory(const std::vector<std::pair<std::string,
                                      settings.data_parallel, shared.weights, shared.gradients)
                        : std::string()),
        multi_stage_buffer_bytes(stages, sections_.model.multi_stage, settings)});
+  if (training_ && device_.is_cpu() && settings.data_parallel > 1) {
+    // Gloo's reduce-scatter works on a scratch copy of its whole input (widened to fp32 below it), of which this rank
+    // keeps its part (distributed/gloo_communicator.cpp): a stage's gradient buffer while its gradients are reduced,
+    // one stage at a time (the communicator's worker runs them in order), and the reduced shard.
+    int64_t largest = 0;
+    for (size_t stage = 0; stage < stages.size(); ++stage)
+      if (held[stage])
+        largest = std::max(largest, stage_regions(stages[stage], settings.data_parallel).trainable);
+    const int64_t gradient = int64_t(dtype_size(settings.gradient_dtype));
+    estimate.device.push_back({"the data-parallel gradient reduction's scratch (Gloo: the largest stage's gradients)",
+                               largest * std::max<int64_t>(gradient, 4) + largest / settings.data_parallel * gradient});
+  }
   if (training_) {
     // The optimizer's table of learning rates, one fp64 per step (optimizer.h).
     estimate.device.push_back({fmt::format("learning rates of {} steps", sections_.training.train_iters),
