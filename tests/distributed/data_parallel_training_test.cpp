@@ -29,7 +29,7 @@ TEST_F(DataParallelTrainingTest, TwoProcessesMatchOneWithTwoMicroBatchesAndResum
   const fs::path single = train("df2", 0, single_overrides);
   const fs::path parallel = train("dp2", 2, exported);
   expect_same_run(parallel, single);
-  expect_same_export(parallel, single, 3, kTolerance);
+  expect_same_export(parallel, single, 3, tolerance_);
   // Each rank wrote its shard; the metadata lists both.
   EXPECT_TRUE(fs::exists(parallel / "checkpoint" / "3" / "rank_0.safetensors"));
   EXPECT_TRUE(fs::exists(parallel / "checkpoint" / "3" / "rank_1.safetensors"));
@@ -43,7 +43,7 @@ TEST_F(DataParallelTrainingTest, TwoProcessesMatchOneWithTwoMicroBatchesAndResum
   // The two-process checkpoint of step 2 loaded by one process (same global batch): the same step 3.
   const fs::path loaded = stopped_copy(parallel, "dp2_loaded_by_1", 2);
   train("dp2_loaded_by_1", 0, {"schedule.depth_first_micro_batches=2"});
-  expect_same_checkpoint(loaded, single, 3, kTolerance);
+  expect_same_checkpoint(loaded, single, 3, tolerance_);
 }
 
 // A mixture of experts: the router losses (each micro-batch adds its loss over the micro-batches of the whole step)
@@ -63,7 +63,7 @@ TEST_F(DataParallelTrainingTest, MixtureOfExpertsTwoProcessesMatchOne) {
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t index = 0; index < expected.size(); ++index) {
     EXPECT_GT(expected[index], 0.0) << index;
-    EXPECT_NEAR(actual[index], expected[index], kTolerance * expected[index]) << index;
+    EXPECT_NEAR(actual[index], expected[index], tolerance_ * expected[index]) << index;
   }
 }
 
@@ -83,7 +83,7 @@ TEST_F(DataParallelTrainingTest, ReferenceModelsTwoProcessesMatchOne) {
   single_overrides.push_back("schedule.depth_first_micro_batches=2");
   const fs::path single = train("reference_df2", 0, single_overrides);
   const fs::path parallel = train("reference_dp2", 2, overrides);
-  expect_same_records(records(parallel), records(single), kTolerance);
+  expect_same_records(records(parallel), records(single), tolerance_);
   auto logged = [](const fs::path& experiment) {
     return training_values(experiment, {"kd", "activation_distillation_loss"});
   };
@@ -95,7 +95,7 @@ TEST_F(DataParallelTrainingTest, ReferenceModelsTwoProcessesMatchOne) {
   EXPECT_NEAR(expected[1], 0.0, 1e-6);
   EXPECT_GT(expected[4], 0.0);
   for (size_t index = 0; index < expected.size(); ++index)
-    EXPECT_NEAR(actual[index], expected[index], kTolerance * expected[index] + 1e-7) << index;
+    EXPECT_NEAR(actual[index], expected[index], tolerance_ * expected[index] + 1e-7) << index;
 }
 
 // ZeRO-2 and 3 with one stage per layer (four stages, two shared buffers: the buffers really are shared).
@@ -109,7 +109,7 @@ TEST_F(DataParallelTrainingTest, ZeroStagesTwoAndThreeMatchOneProcess) {
     EXPECT_NE(output_.find("gradients in 2 shared buffers"), std::string::npos) << output_;
     EXPECT_EQ(output_.find("weights in 2 shared buffers") != std::string::npos, zero == 3) << output_;
     expect_same_run(parallel, single);
-    expect_same_export(parallel, single, 3, kTolerance);
+    expect_same_export(parallel, single, 3, tolerance_);
   }
   // Two micro-batches per rank: ZeRO-2 and 3 add each depth-first group's reduced gradients up in the shard.
   const fs::path single_df4 = train("df4", 0, {"schedule.depth_first_micro_batches=4"});
@@ -125,14 +125,14 @@ TEST_F(DataParallelTrainingTest, ZeroStagesTwoAndThreeMatchOneProcess) {
   expect_same_checkpoint(resumed, z3, 3, mode_.resume_tolerance);
   const fs::path by_one = stopped_copy(z3, "dp2_z3_by_1", 2);
   train("dp2_z3_by_1", 0, {"schedule.depth_first_micro_batches=2"});
-  expect_same_checkpoint(by_one, single, 3, kTolerance);
+  expect_same_checkpoint(by_one, single, 3, tolerance_);
   // Four processes make a batch of four: compared with one process that continues the same checkpoint with four
   // micro-batches.
   const fs::path by_four = stopped_copy(z3, "dp2_z3_by_4", 2);
   train("dp2_z3_by_4", 4, {"model.multi_stage.zero_stage=3", "model.multi_stage.layers_per_stage=1"});
   const fs::path by_one_df4 = stopped_copy(z3, "dp2_z3_by_1_df4", 2);
   train("dp2_z3_by_1_df4", 0, {"schedule.depth_first_micro_batches=4"});
-  expect_same_checkpoint(by_four, by_one_df4, 3, kTolerance);
+  expect_same_checkpoint(by_four, by_one_df4, 3, tolerance_);
 }
 
 // Tied embeddings: the head (last stage) reads and adds gradients to the embeddings' matrix (first stage), which keeps
@@ -186,7 +186,7 @@ TEST_F(DataParallelTrainingTest, PolicyGradientLossesTwoProcessesMatchOne) {
     ASSERT_EQ(actual.size(), 12u) << type;
     ASSERT_EQ(actual.size(), expected.size()) << type;
     for (size_t index = 0; index < expected.size(); ++index)
-      EXPECT_NEAR(actual[index], expected[index], kTolerance * (1 + std::abs(expected[index]))) << type << " " << index;
+      EXPECT_NEAR(actual[index], expected[index], tolerance_ * (1 + std::abs(expected[index]))) << type << " " << index;
   }
 }
 
@@ -227,7 +227,7 @@ TEST_F(DataParallelTrainingTest, FourProcessesWithTwoMicroBatchesEachMatchOneWit
   // Four ranks' checkpoint of step 2 continued by two processes with four micro-batches each.
   const fs::path loaded = stopped_copy(parallel, "dp4_loaded_by_2", 2);
   train("dp4_loaded_by_2", 2, {"schedule.depth_first_micro_batches=4"});
-  expect_same_checkpoint(loaded, single, 3, kTolerance);
+  expect_same_checkpoint(loaded, single, 3, tolerance_);
 }
 
 }  // namespace

@@ -99,6 +99,12 @@ struct Mode {
   bool within_estimate = true;
   double tolerance = 2e-5;         // relative, on losses, gradient norms and (with 1 + |value|) weights
   double resume_tolerance = 0.0;  // same layout, resumed against uninterrupted
+  // Layouts that split a matmul's sum over tensor ranks: in bf16 each rank's partial sum is rounded before the
+  // all-reduce (one process rounds the whole sum once), and the sequence-data layouts run the attention's reference
+  // kernel where one process runs the tiled one. Measured on the H200 (2026-12-03): 0.25-0.35% on gradient norms for
+  // tp2/stp2 (the CPU in bf16 gives the same), 0.9% for sdp2_stp2; in fp32 the same GPU runs agree to 1e-4. A missing
+  // reduction or a wrong scale moves them by tens of percent.
+  double tensor_split_tolerance = 2e-5;
 };
 
 // FAST_LLM_TEST_COMPUTE_DTYPE=fp32 runs the GPU mode in fp32 instead: the GPU path's arithmetic checked without bf16
@@ -109,12 +115,14 @@ inline Mode test_mode() {
   const char* dtype = std::getenv("FAST_LLM_TEST_COMPUTE_DTYPE");
   const bool fp32 = dtype != nullptr && std::string(dtype) == "fp32";
   const double tolerance = fp32 ? 1e-4 : 2e-3;
+  const double tensor_split_tolerance = fp32 ? 1e-4 : 1.5e-2;
   return {.overrides = {"model.distributed.use_cuda=true",
                         fp32 ? "model.distributed.compute_dtype=fp32" : "model.distributed.compute_dtype=bf16",
                         "model.distributed.backend=gloo", "optimizer.learning_rate.base=1.0e-4"},
           .within_estimate = false,
           .tolerance = tolerance,
-          .resume_tolerance = tolerance};
+          .resume_tolerance = tolerance,
+          .tensor_split_tolerance = tensor_split_tolerance};
 }
 
 struct TrainingRecord {
@@ -245,10 +253,10 @@ class LayoutComparisonTest : public ::testing::Test {
     }
   }
 
-  // The same records and the same checkpoint of step 3 (the last) as `expected`, to kTolerance.
+  // The same records and the same checkpoint of step 3 (the last) as `expected`, to tolerance_.
   void expect_same_run(const fs::path& actual, const fs::path& expected) {
-    expect_same_records(records(actual), records(expected), kTolerance);
-    expect_same_checkpoint(actual, expected, 3, kTolerance);
+    expect_same_records(records(actual), records(expected), tolerance_);
+    expect_same_checkpoint(actual, expected, 3, tolerance_);
   }
 
   // A copy of `experiment` holding only its checkpoint of `step` (as if the run had stopped there).
@@ -263,7 +271,9 @@ class LayoutComparisonTest : public ::testing::Test {
   fs::path directory_;
   std::string output_;  // of the last run
   const Mode mode_ = test_mode();
-  const double kTolerance = mode_.tolerance;
+  // This suite's relative tolerance: mode_.tolerance, or mode_.tensor_split_tolerance where its layouts split sums
+  // over tensor ranks (set by the suite's constructor or before a comparison).
+  double tolerance_ = mode_.tolerance;
 };
 
 }  // namespace fast_llm::testing

@@ -54,13 +54,13 @@ TEST_F(PipelineParallelTrainingTest, TwoPipelineRanksMatchOneProcessResumeAndLoa
                                  "F2.2 F2.3 B2.0 B2.1 B2.2 B2.3 B0.0"),
               std::string::npos)
         << output_;
-    expect_same_records(records(pipeline), records(single), kTolerance);
+    expect_same_records(records(pipeline), records(single), tolerance_);
     const std::vector<double> validation = validation_losses(pipeline);
     ASSERT_EQ(validation.size(), expected_validation.size());
     for (size_t index = 0; index < validation.size(); ++index)
-      EXPECT_NEAR(validation[index], expected_validation[index], kTolerance * expected_validation[index]) << index;
-    expect_same_checkpoint(pipeline, single, 3, kTolerance);
-    expect_same_export(pipeline, single, 3, kTolerance);
+      EXPECT_NEAR(validation[index], expected_validation[index], tolerance_ * expected_validation[index]) << index;
+    expect_same_checkpoint(pipeline, single, 3, tolerance_);
+    expect_same_export(pipeline, single, 3, tolerance_);
   }
   // Each pipeline rank wrote its stages' shards.
   const fs::path pipeline = directory_ / "pp2s2_bf4";
@@ -75,7 +75,7 @@ TEST_F(PipelineParallelTrainingTest, TwoPipelineRanksMatchOneProcessResumeAndLoa
       directory_);
   ASSERT_TRUE(converted.exited && converted.status == 0) << converted.output;
   expect_same_state(*engine::open_fast_llm_checkpoint(directory_ / "pp2s2_converted").state,
-                    *engine::open_fast_llm_checkpoint(single / "export" / "fast_llm" / "3").state, kTolerance);
+                    *engine::open_fast_llm_checkpoint(single / "export" / "fast_llm" / "3").state, tolerance_);
 
   // Stopped after step 2 and restarted in the same layout: bit for bit the uninterrupted run.
   const fs::path resumed = stopped_copy(pipeline, "pp2s2_resumed", 2);
@@ -84,10 +84,10 @@ TEST_F(PipelineParallelTrainingTest, TwoPipelineRanksMatchOneProcessResumeAndLoa
   // The pipeline's checkpoint of step 2 continued by one process (and by pp2s1, another stage layout).
   const fs::path by_one = stopped_copy(pipeline, "pp2s2_by_1", 2);
   train("pp2s2_by_1", 0, {kBreadthFirst4});
-  expect_same_checkpoint(by_one, single, 3, kTolerance);
+  expect_same_checkpoint(by_one, single, 3, tolerance_);
   const fs::path by_s1 = stopped_copy(pipeline, "pp2s2_by_pp2s1", 2);
   train("pp2s2_by_pp2s1", 2, {kPipeline, kBreadthFirst4});
-  expect_same_checkpoint(by_s1, single, 3, kTolerance);
+  expect_same_checkpoint(by_s1, single, 3, tolerance_);
 }
 
 // Four processes, two data-parallel ranks of a two-rank pipeline: a global batch of 2 x 4 micro-batches, as one
@@ -98,10 +98,10 @@ TEST_F(PipelineParallelTrainingTest, DataAndPipelineParallelMatchOneProcess) {
       train("dp2_pp2s2_bf4", 4, {kPipeline, "model.multi_stage.layers_per_stage=2", kBreadthFirst4, kExport});
   EXPECT_NE(output_.find("ZeRO over 2 data-parallel ranks"), std::string::npos) << output_;
   expect_same_run(parallel, single);
-  expect_same_export(parallel, single, 3, kTolerance);
+  expect_same_export(parallel, single, 3, tolerance_);
   // Two depth-first groups of four on one process are the same batch in another order of steps.
   const fs::path accumulated = train("df2_bf4", 0, {"schedule.depth_first_micro_batches=2", kBreadthFirst4});
-  expect_same_records(records(parallel), records(accumulated), kTolerance);
+  expect_same_records(records(parallel), records(accumulated), tolerance_);
 }
 
 // ZeRO-2 and 3 under a pipeline: four stages on each rank share two gradient (and weight) buffers.
@@ -125,7 +125,7 @@ TEST_F(PipelineParallelTrainingTest, TiedEmbeddingsAcrossPipelineRanks) {
   const fs::path pipeline = train("pp2s1_bf4_tied", 2, {tied, kPipeline, kBreadthFirst4, kExport});
   EXPECT_NE(output_.find("tied weights copied to the ranks that read them"), std::string::npos) << output_;
   expect_same_run(pipeline, single);
-  expect_same_export(pipeline, single, 3, kTolerance);
+  expect_same_export(pipeline, single, 3, tolerance_);
   // Resumed in its layout, the head's rank reads its copy of the matrix from the owner's file: bit for bit.
   const fs::path resumed = stopped_copy(pipeline, "pp2s1_bf4_tied_resumed", 2);
   train("pp2s1_bf4_tied_resumed", 2, {tied, kPipeline, kBreadthFirst4});
@@ -149,7 +149,7 @@ TEST_F(PipelineParallelTrainingTest, HuggingFaceExportOfAPipelineRunMatchesOnePr
   const fs::path folder = fs::path("export") / "qwen2" / "3";
   ASSERT_TRUE(fs::exists(pipeline / folder / "config.json"));
   expect_same_state(*engine::SafetensorsSet::open_huggingface(pipeline / folder),
-                    *engine::SafetensorsSet::open_huggingface(single / folder), kTolerance);
+                    *engine::SafetensorsSet::open_huggingface(single / folder), tolerance_);
 }
 
 // Pretrained weights (a fast_llm export) start a pipeline run: each rank loads its stages.
@@ -172,7 +172,7 @@ TEST_F(PipelineParallelTrainingTest, RouterLossesOfBothRanksMatchOneProcess) {
   const fs::path single = train("moe_bf4", 0, {moe, kBreadthFirst4, "training.checkpoint.interval=null"});
   const fs::path pipeline =
       train("moe_pp2s1_bf4", 2, {moe, kPipeline, kBreadthFirst4, "training.checkpoint.interval=null"});
-  expect_same_records(records(pipeline), records(single), kTolerance);
+  expect_same_records(records(pipeline), records(single), tolerance_);
   auto router_losses = [](const fs::path& experiment) {
     return training_values(experiment, {"load_balancing_loss", "router_z_loss"});
   };
@@ -181,7 +181,7 @@ TEST_F(PipelineParallelTrainingTest, RouterLossesOfBothRanksMatchOneProcess) {
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t index = 0; index < expected.size(); ++index) {
     EXPECT_GT(expected[index], 0.0) << index;
-    EXPECT_NEAR(actual[index], expected[index], kTolerance * expected[index]) << index;
+    EXPECT_NEAR(actual[index], expected[index], tolerance_ * expected[index]) << index;
   }
 }
 

@@ -100,7 +100,7 @@ TEST_F(SequenceTrainingTest, SequenceDataParallelMatchesOneProcess) {
   // The sdp2 checkpoint of step 2 resumed by one process: the same step 3.
   const fs::path loaded = stopped_copy(parallel, "sdp2_loaded_by_1", 2);
   train_documents("sdp2_loaded_by_1", 0, {});
-  expect_same_checkpoint(loaded, whole, 3, kTolerance);
+  expect_same_checkpoint(loaded, whole, 3, tolerance_);
 }
 
 TEST_F(SequenceTrainingTest, SequenceDataParallelWithBatchDataParallelMatchesOneProcess) {
@@ -130,7 +130,7 @@ TEST_F(SequenceTrainingTest, PipelineWithSplitsMatchesOneProcess) {
   const std::vector<double> expected = validation_losses(whole), actual = validation_losses(split);
   ASSERT_EQ(actual.size(), expected.size());
   ASSERT_FALSE(expected.empty());
-  for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(actual[i], expected[i], kTolerance * expected[i]) << i;
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(actual[i], expected[i], tolerance_ * expected[i]) << i;
   // Four processes: two pipeline ranks of two sequence-data ranks each, two breadth-first micro-batches in two splits.
   const fs::path whole_bf2 = train_documents("bf2", 0, {"schedule.breadth_first_micro_batches=2"});
   expect_same_run(train_documents("sdp2_pp2s2_bf2_ms2", 4,
@@ -143,6 +143,7 @@ TEST_F(SequenceTrainingTest, PipelineWithSplitsMatchesOneProcess) {
 // processes), and the matrix's largest sequence layout, sdp2_stp2_pp2s2_ms4 (8 processes: two pipeline ranks of two
 // sequence-data ranks of two tensor ranks, four splits of 2 rows per sequence-data rank, one row per tensor rank).
 TEST_F(SequenceTrainingTest, SequenceAndTensorParallelMatchOneProcess) {
+  tolerance_ = mode_.tensor_split_tolerance;
   const fs::path whole = train_documents("single", 0, {});
   expect_same_run(train_documents("sdp2_stp2", 4,
                                   {"model.distributed.sequence_data_parallel=2", "model.distributed.tensor_parallel=2",
@@ -182,7 +183,7 @@ TEST_F(SequenceTrainingTest, ReferenceModelsWithSplitsMatchTheWholeMicroBatches)
   ASSERT_EQ(actual.size(), expected.size());
   ASSERT_FALSE(expected.empty());
   for (size_t i = 0; i < expected.size(); ++i)
-    EXPECT_NEAR(actual[i], expected[i], kTolerance * (1 + std::abs(expected[i]))) << i;
+    EXPECT_NEAR(actual[i], expected[i], tolerance_ * (1 + std::abs(expected[i]))) << i;
 }
 
 TEST_F(SequenceTrainingTest, UnevenCutsAndDropoutAreRefused) {

@@ -48,6 +48,7 @@ model:
 
 class TensorParallelTrainingTest : public testing::LayoutComparisonTest {
  protected:
+  TensorParallelTrainingTest() { tolerance_ = mode_.tensor_split_tolerance; }
   const char* config() const override { return kQwen2Config; }
 };
 
@@ -65,10 +66,10 @@ TEST_F(TensorParallelTrainingTest, TwoTensorRanksMatchOneProcessAndLoadOnOne) {
   const fs::path single = train("single", 0, kExport);
   const fs::path parallel = train("tp2", 2, with(kExport, {kTensorParallel}));
   ASSERT_EQ(records(single).size(), 3u);
-  expect_same_records(records(parallel), records(single), kTolerance);
+  expect_same_records(records(parallel), records(single), tolerance_);
   // The checkpoint reader puts the tensor ranks' parts together: every parameter and moment as one process has it.
-  expect_same_checkpoint(parallel, single, 3, kTolerance);
-  expect_same_export(parallel, single, 3, kTolerance);
+  expect_same_checkpoint(parallel, single, 3, tolerance_);
+  expect_same_export(parallel, single, 3, tolerance_);
   EXPECT_TRUE(fs::exists(parallel / "checkpoint" / "3" / "rank_1.safetensors"));
 
   // Stopped after step 2 and restarted on 2 tensor ranks: bit for bit the uninterrupted run.
@@ -79,12 +80,12 @@ TEST_F(TensorParallelTrainingTest, TwoTensorRanksMatchOneProcessAndLoadOnOne) {
   // The tensor-parallel checkpoint of step 2 loaded by one process: the same step 3.
   const fs::path loaded = stopped_copy(parallel, "tp2_loaded_by_1", 2);
   train("tp2_loaded_by_1", 0, {});
-  expect_same_checkpoint(loaded, single, 3, kTolerance);
+  expect_same_checkpoint(loaded, single, 3, tolerance_);
 
   // And the one-process checkpoint of step 2 loaded on 2 tensor ranks (each takes its part).
   const fs::path split = stopped_copy(single, "single_loaded_by_tp2", 2);
   train("single_loaded_by_tp2", 2, {kTensorParallel});
-  expect_same_checkpoint(split, single, 3, kTolerance);
+  expect_same_checkpoint(split, single, 3, tolerance_);
 }
 
 TEST_F(TensorParallelTrainingTest, TensorParallelWithGradientAccumulationMatchesOneProcess) {
@@ -171,7 +172,7 @@ TEST_F(TensorParallelTrainingTest, HuggingFaceConversionOfTensorParallelCheckpoi
   };
   const fs::path single_hf = convert(single), parallel_hf = convert(parallel);
   expect_same_state(*engine::SafetensorsSet::open_huggingface(parallel_hf),
-                    *engine::SafetensorsSet::open_huggingface(single_hf), kTolerance);
+                    *engine::SafetensorsSet::open_huggingface(single_hf), tolerance_);
 }
 
 // Sequence-tensor parallelism splits each micro-batch's tokens evenly: a micro-batch that does not split is refused

@@ -27,6 +27,7 @@ namespace fs = std::filesystem;
 // turn into updates that depend on the summation order).
 class TensorPipelineTrainingTest : public testing::LayoutComparisonTest {
  protected:
+  TensorPipelineTrainingTest() { tolerance_ = mode_.tensor_split_tolerance; }
   const char* config() const override { return testing::kQwen2Config; }
   std::vector<std::string> config_changes() const override {
     return {"model.base_model.decoder.num_blocks=2", "optimizer.epsilon=1.0e-5", "model.distributed.timeout=60"};
@@ -52,7 +53,7 @@ TEST_F(TensorPipelineTrainingTest, SequenceTensorAndPipelineParallelMatchOneProc
   EXPECT_NE(output_.find("Pipeline over 2 ranks"), std::string::npos) << output_;
   ASSERT_EQ(records(single).size(), 3u);
   expect_same_run(parallel, single);
-  expect_same_export(parallel, single, 3, kTolerance);
+  expect_same_export(parallel, single, 3, tolerance_);
   // One file per (pipeline rank, tensor rank).
   for (int rank = 0; rank < 4; ++rank)
     EXPECT_TRUE(fs::exists(parallel / "checkpoint" / "3" / ("rank_" + std::to_string(rank) + ".safetensors")))
@@ -102,11 +103,11 @@ TEST_F(TensorPipelineTrainingTest, TensorPipelineCheckpointLoadsInOneProcessAndE
                                        "training.export={format: qwen2, interval: 3}", kBreadthFirst4};
   const fs::path single = train("qwen2_bf4", 0, qwen2);
   const fs::path parallel = train("qwen2_tp2_pp2s1_bf4", 4, with(qwen2, {kTensorParallel, kPipeline}));
-  expect_same_records(records(parallel), records(single), kTolerance);
+  expect_same_records(records(parallel), records(single), tolerance_);
   const fs::path folder = fs::path("export") / "qwen2" / "3";
   ASSERT_TRUE(fs::exists(parallel / folder / "config.json"));
   expect_same_state(*engine::SafetensorsSet::open_huggingface(parallel / folder),
-                    *engine::SafetensorsSet::open_huggingface(single / folder), kTolerance);
+                    *engine::SafetensorsSet::open_huggingface(single / folder), tolerance_);
 
   // `fast-llm convert` puts the stages and tensor parts of the checkpoint together in one process.
   const fs::path converted = directory_ / "qwen2_tp2_pp2s1_bf4_hf";
@@ -116,20 +117,20 @@ TEST_F(TensorPipelineTrainingTest, TensorPipelineCheckpointLoadsInOneProcessAndE
       directory_);
   ASSERT_TRUE(outcome.exited && outcome.status == 0) << outcome.output;
   expect_same_state(*engine::SafetensorsSet::open_huggingface(converted),
-                    *engine::SafetensorsSet::open_huggingface(single / folder), kTolerance);
+                    *engine::SafetensorsSet::open_huggingface(single / folder), tolerance_);
 
   // The checkpoint of step 2 continued by one process, and by another layout (stp2 without a pipeline): the same
   // step 3.
   const fs::path by_one = stopped_copy(parallel, "qwen2_tp2_pp2s1_bf4_by_1", 2);
   train("qwen2_tp2_pp2s1_bf4_by_1", 0, qwen2);
-  expect_same_checkpoint(by_one, single, 3, kTolerance);
+  expect_same_checkpoint(by_one, single, 3, tolerance_);
   const fs::path by_stp2 = stopped_copy(parallel, "qwen2_tp2_pp2s1_bf4_by_stp2", 2);
   train("qwen2_tp2_pp2s1_bf4_by_stp2", 2, with(qwen2, {kTensorParallel, kSequenceTensorParallel}));
-  expect_same_checkpoint(by_stp2, single, 3, kTolerance);
+  expect_same_checkpoint(by_stp2, single, 3, tolerance_);
   // And one process's checkpoint of step 2 continued on tp2 x pp2 (each rank takes its stages' parts).
   const fs::path split = stopped_copy(single, "qwen2_bf4_by_tp2_pp2s1", 2);
   train("qwen2_bf4_by_tp2_pp2s1", 4, with(qwen2, {kTensorParallel, kPipeline}));
-  expect_same_checkpoint(split, single, 3, kTolerance);
+  expect_same_checkpoint(split, single, 3, tolerance_);
 }
 
 }  // namespace

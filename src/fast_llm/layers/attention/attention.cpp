@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "fast_llm/core/error.h"
@@ -238,13 +239,16 @@ Attention::KeyValues Attention::carried_key_values(const Tensor& key, const Tens
                 .first;
   }
   const int64_t split_begin = int64_t(piece.split) * piece.split_tokens, split_end = piece.key_end();
+  // Both gathers are started before either is waited for, so that they travel together.
+  std::vector<std::unique_ptr<distributed::Work>> gathers;
   for (const auto& [part, whole] : {std::pair{&key, &carry->second.key}, std::pair{&value, &carry->second.value}}) {
     Tensor rows = whole->slice(0, split_begin, split_end);
     if (piece.sequence_data != nullptr)
-      piece.sequence_data->all_gather(*part, rows, stream)->wait(stream);
+      gathers.push_back(piece.sequence_data->all_gather(*part, rows, stream));
     else
       rows.copy_bytes_from(*part, stream);
   }
+  for (const auto& gather : gathers) gather->wait(stream);
   KeyValues result{carry->second.key.slice(0, 0, split_end), carry->second.value.slice(0, 0, split_end)};
   // The saved state of each split holds its rows; the map lets go after the last split.
   if (piece.split + 1 == piece.splits) key_value_carries_.erase(carry);
@@ -281,8 +285,10 @@ Attention::KeyValues Attention::piece_gradients(const Tensor& grad_key, const Te
   const int64_t rows = piece.split_tokens / piece.sequence_data->size();
   KeyValues own{Tensor::empty(Shape{rows, head_groups_, head_size_}, grad_key.dtype(), grad_key.device(), stream),
                 Tensor::empty(Shape{rows, head_groups_, head_size_}, grad_value.dtype(), grad_value.device(), stream)};
-  piece.sequence_data->reduce_scatter(split.key, own.key, distributed::ReduceOp::sum, stream)->wait(stream);
-  piece.sequence_data->reduce_scatter(split.value, own.value, distributed::ReduceOp::sum, stream)->wait(stream);
+  const auto keys = piece.sequence_data->reduce_scatter(split.key, own.key, distributed::ReduceOp::sum, stream);
+  const auto values = piece.sequence_data->reduce_scatter(split.value, own.value, distributed::ReduceOp::sum, stream);
+  keys->wait(stream);
+  values->wait(stream);
   return own;
 }
 
