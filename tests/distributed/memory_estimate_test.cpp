@@ -1,11 +1,11 @@
 // The start-up memory estimate per parallel layout (engine/schedule/activation_memory.h) against what each rank really
 // allocates, at a size where activations dominate: the quickstart shape (examples/quickstart.yaml: 4 blocks, hidden
 // 256, 8 heads in 4 groups of 32, gated MLP of 704, vocabulary 4096, fp32) with 512-token micro-batches, as one
-// process and as tp2, stp2, pp2 with 4 breadth-first micro-batches, sdp2 with 2 splits and dp2 x stp2. The trainer warns
-// on a rank whose peak allocation goes beyond its estimate (the allocator's alignment aside), and the harness fails a
-// run with that warning (layout_comparison.h), so each run checks every rank's estimate is an upper bound; each rank of
-// a model-parallel layout logs its own estimate, its layout in the name. CPU only: on a GPU the kernels' scratch
-// buffers come on top.
+// process (4 breadth-first micro-batches) and as tp2, stp2, pp2 with 4 breadth-first micro-batches, sdp2 with 2 splits
+// and dp2 x stp2. The trainer warns on a rank whose peak allocation goes beyond its estimate (the allocator's
+// alignment aside), and the harness fails a run with that warning (layout_comparison.h), so each run checks every
+// rank's estimate is an upper bound; each rank of a model-parallel layout logs its own estimate, its layout in the
+// name. CPU only: on a GPU the kernels' scratch buffers come on top.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -89,10 +89,10 @@ TEST(GptTraining, ActivationBytesPerTokenCountTheExperts) {
 }
 
 // Per token with the vocabulary of 65,536 (one process: the head's step, 62,624 + 2,052 + 264,192, and 280 for the
-// micro-batch and the rotary tables: 329,148), split over two tensor ranks. Each rank keeps per block its 4 heads' query
-// and output (256 values), its 2 head groups' keys and values (128) and half the MLP (704 + 352), 1,440 values, beside
-// the 1,024 whole values of the residual stream and normalised inputs, and 8 + 16 bytes of statistics: 9,880 bytes;
-// the head's logits are half the vocabulary: 4 x (512 + 32,768) = 133,120.
+// micro-batch and the rotary tables: 329,148), split over two tensor ranks. Each rank keeps per block its 4 heads'
+// query and output (256 values), its 2 head groups' keys and values (128) and half the MLP (704 + 352), 1,440 values,
+// beside the 1,024 whole values of the residual stream and normalised inputs, and 8 + 16 bytes of statistics: 9,880
+// bytes; the head's logits are half the vocabulary: 4 x (512 + 32,768) = 133,120.
 TEST(GptTraining, TensorParallelRanksKeepTheirHeadsAndColumns) {
   const std::vector<std::string> large = {"model.base_model.embeddings.vocab_size=65536"};
   EXPECT_EQ(estimate(large), 62624 + 2052 + 264192 + 280);

@@ -20,8 +20,9 @@
 //     the next stage on this rank until that stage takes it;
 //   - the micro-batches of the step themselves (all of this rank's: they are uploaded together) and what the model
 //     keeps once per step (the rotary tables).
-// A schedule without backward steps (evaluation) keeps nothing. The peak is the largest total over the steps. This is the estimate's upper side: a stage's kept bytes stay counted
-// for the whole of its backward step, and its working memory is counted in every one of its steps.
+// A schedule without backward steps (evaluation) keeps nothing. The peak is the largest total over the steps. This is
+// the estimate's upper side: a stage's kept bytes stay counted for the whole of its backward step, and its working
+// memory is counted in every one of its steps.
 #pragma once
 
 #include <cstdint>
@@ -66,7 +67,7 @@ ActivationPeak activation_peak(const ModelActivations& model, const std::vector<
                                int sequence_data_parallel);
 
 // The memory check's name for the peak, with this rank's layout: "activations of stages 0-3 on pipeline rank 0 of 2,
-// 4 micro-batches of 4,096 tokens in flight (pieces of 1,024 tokens), tensor rank 1 of 2 (sequence-tensor
+// 4 micro-batches of 4096 tokens in flight (pieces of 1024 tokens), tensor rank 1 of 2 (sequence-tensor
 // parallel), sequence-data rank 0 of 2" (the parts of a layout of one rank left out). `distributed` must be
 // validated.
 std::string describe_activation_peak(const ActivationPeak& peak, const DistributedConfig& distributed, int64_t tokens);

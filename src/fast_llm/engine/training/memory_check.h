@@ -8,7 +8,8 @@
 //     each layer keeps and works with on this rank's layout (TrainerSections::activations; GPT's is derived in
 //     models/gpt/training.h): only the stages this pipeline rank runs, as many micro-batches of them as its steps
 //     keep at once (the breadth-first micro-batches on its early stages), the tensor rank's share, the pieces of
-//     micro_batch_splits and sequence-data parallelism, and the head's logits on the rank running the head only.
+//     micro_batch_splits and sequence-data parallelism, and the head's logits on the rank running the head only;
+//   - on a CPU run with data-parallel ranks, Gloo's reduce-scatter scratch (a copy of the largest stage's gradients).
 // In host memory:
 //   - the sampling index of each dataset the run samples (data/sampling.h): a start and an offset per sample, and the
 //     document order over the epochs the samples walk through, counted twice (the index is copied when it is written
@@ -17,6 +18,7 @@
 //     per-sample part is counted.
 // Available: available_memory (core/device.h: MemAvailable, or the GPU's free memory) plus what the caching allocator
 // holds unused. The check refuses a run whose estimate exceeds it; where the system does not say, it checks nothing.
+// What a rank then really allocates is compared with its estimate at each log (Trainer: a warning when it went beyond).
 #pragma once
 
 #include <cstdint>

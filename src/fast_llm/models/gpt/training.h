@@ -47,10 +47,10 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
 //                        loss;
 //   the embeddings:      keep nothing; working h.
 // Besides the layers: each micro-batch's tokens, labels and positions (3 x 8 bytes per token) and the rotary tables
-// (2 x head_size fp32 per token, once). A mixture of experts keeps, per token and per slot (shared + top_k experts), the
-// permuted input (h, unless recompute_level drops it), the first projection and the activation (as the dense MLP per
-// token), plus its routing (the routed logits and the slots' scores fp32, experts and rows int32); its backward works
-// on the gradients of the permuted buffers and the scaled activation. hybrid_moe counts both parts.
+// (2 x head_size fp32 per token, once). A mixture of experts keeps, per token and per slot (shared + top_k experts),
+// the permuted input (h, unless recompute_level drops it), the first projection and the activation (as the dense MLP
+// per token), plus its routing (the routed logits and the slots' scores fp32, experts and rows int32); its backward
+// works on the gradients of the permuted buffers and the scaled activation. hybrid_moe counts both parts.
 engine::ModelActivations model_activations(const GPTTrainerConfig& config);
 
 }  // namespace fast_llm::models::gpt
