@@ -56,13 +56,38 @@ TEST(RunChecks, ARunThatCannotFitIsRefusedWithTheEstimateAndWhatIsAvailable) {
   const std::string message = error_message([&] { run.make_trainer(nullptr, per_token); });
   for (const std::string part :
        {"[memory] this run needs about ", " of host memory and cpu has ", "(MemAvailable in /proc/meminfo)",
-        "weights, gradients and optimizer state of 2 stages", "activations of 1 micro-batch of 16 tokens: ",
+        "weights, gradients and optimizer state of 2 stages",
+        "activations of stages 0-1, 1 micro-batch of 16 tokens in flight: ",
         "sampling index of dataset training (4 samples): ", "Lower data.micro_batch_size"})
     EXPECT_NE(message.find(part), std::string::npos) << part << "\n" << message;
   EXPECT_EQ(cpu_allocations(), before);
   // The same run with room to spare starts.
   EXPECT_NO_THROW(run.make_trainer(nullptr, 1024));
   std::filesystem::remove_all(directory);
+}
+
+// The estimate is meant as an upper bound of what a run allocates: a rank that allocates more says so, once. Here the
+// model's activations are declared at 1 byte per token and layer, far less than its layers keep for micro-batches of
+// 65,536 tokens (megabytes: beyond the allowance for the allocator's alignment); at 1 KiB they bound them.
+TEST(RunChecks, ARunAllocatingMoreThanItsEstimateIsWarnedAbout) {
+  const std::string warning = "more than the ";
+  for (const int64_t per_token : {int64_t(1), int64_t(1024)}) {
+    const auto directory = fresh_directory("checks_beyond_estimate");
+    TrainerRun run(directory, 1, "{train_iters: 3, logs: {interval: 1}}",
+                   "{datasets: {training: {type: random}}, micro_batch_size: 65536}");
+    ::testing::internal::CaptureStderr();
+    run.make_trainer(nullptr, per_token)->run();
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    const size_t found = log.find(warning);
+    if (per_token == 1) {
+      ASSERT_NE(found, std::string::npos) << log;
+      EXPECT_NE(log.find("MiB the memory check estimated at start-up for its device"), std::string::npos) << log;
+      EXPECT_EQ(log.find(warning, found + 1), std::string::npos) << log;
+    } else {
+      EXPECT_EQ(found, std::string::npos) << log;
+    }
+    std::filesystem::remove_all(directory);
+  }
 }
 
 // The stage part of the estimate is what the stages allocate, for every buffer layout (aliased shards, mixed

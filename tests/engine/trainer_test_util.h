@@ -48,8 +48,12 @@ struct TrainerRun {
               model_config.base_model.num_linear),
         data(data_config, {.experiment_directory = directory, .vocab_size = 20}) {}
 
+  // `activation_bytes_per_token`: what each layer keeps per token for the memory check (0: activations left out).
   std::unique_ptr<Trainer> make_trainer(const ProfilingConfig* profiling = nullptr,
                                         int64_t activation_bytes_per_token = 0) {
+    ModelActivations activations;
+    if (activation_bytes_per_token > 0)
+      activations.layers.assign(model.layers().size(), LayerActivations{.kept = activation_bytes_per_token});
     return std::make_unique<Trainer>(TrainerSections{.training = training,
                                                      .schedule = schedule,
                                                      .optimizer = optimizer,
@@ -57,7 +61,7 @@ struct TrainerRun {
                                                      .pretrained = pretrained,
                                                      .run = run,
                                                      .profiling = profiling,
-                                                     .activation_bytes_per_token = activation_bytes_per_token},
+                                                     .activations = activations},
                                      model, data, resolved_config);
   }
 

@@ -61,7 +61,7 @@ int64_t sampling_index_bytes(const config::Dynamic<data::DatasetConfig>& dataset
   return 2 * 8 * entries;
 }
 
-void check_memory(const MemoryEstimate& estimate, Device device) {
+void check_memory(const MemoryEstimate& estimate, Device device, bool every_rank) {
   auto describe = [](const std::vector<MemoryEstimate::Part>& parts) {
     std::string text;
     for (const auto& part : parts) text += fmt::format("\n  {}: {}", part.what, mebibytes(part.bytes));
@@ -74,8 +74,12 @@ void check_memory(const MemoryEstimate& estimate, Device device) {
     const AllocatorStats held = allocator_for(where).stats();
     const int64_t usable = int64_t(available->bytes) + int64_t(held.reserved_bytes - held.allocated_bytes);
     const int64_t needed = sum(parts);
-    log_main("Estimated {}: {} of {} available ({}):{}", memory, mebibytes(needed), mebibytes(usable),
-             available->source, describe(parts));
+    const std::string line = fmt::format("Estimated {}: {} of {} available ({}):{}", memory, mebibytes(needed),
+                                         mebibytes(usable), available->source, describe(parts));
+    if (every_rank)
+      log_info("{}", line);
+    else
+      log_main("{}", line);
     if (needed <= usable) return;
     throw Error("memory",
                 fmt::format("this run needs about {} of {} and {} has {} ({}); the estimate:{}\nLower "

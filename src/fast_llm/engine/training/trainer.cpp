@@ -19,6 +19,7 @@
 #include "fast_llm/engine/checkpoint/distributed.h"
 #include "fast_llm/engine/checkpoint/loading.h"
 #include "fast_llm/engine/evaluation/config.h"
+#include "fast_llm/tensor/allocator.h"
 
 namespace fast_llm::engine {
 namespace {
@@ -127,7 +128,17 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
   if (sections_.run.experiment_dir && *distributed.rank == 0)
     lock_ = std::make_unique<ExperimentLock>(*sections_.run.experiment_dir);
   const std::vector<std::pair<std::string, int64_t>> samplings = check_run();
-  check_memory(estimate_memory(samplings), device_);
+  const MemoryEstimate estimate = estimate_memory(samplings);
+  // What the run allocates is measured from here (warn_if_beyond_estimate).
+  allocated_before_run_ = int64_t(allocator_for(device_).stats().allocated_bytes);
+  allocator_for(device_).reset_peak();
+  // Without the model type's activations the estimate is not meant to bound the run: nothing to warn about.
+  if (!sections_.activations.layers.empty())
+    for (const MemoryEstimate::Part& part : estimate.device) estimated_device_bytes_ += part.bytes;
+  // The ranks of the first data-parallel replica each log theirs: the other replicas hold the same shares.
+  check_memory(estimate, device_,
+               (distributed.model_parallel() > 1 || distributed.sequence_data_parallel > 1) &&
+                   distributed.batch_data_rank() == 0);
   // Every process joins here (a one-process run builds nothing).
   groups_ = std::make_unique<ProcessGroups>(distributed, device_);
 
@@ -249,16 +260,35 @@ MemoryEstimate Trainer::estimate_memory(const std::vector<std::pair<std::string,
                                      settings.data_parallel, shared.weights, shared.gradients)
                        : std::string()),
        multi_stage_buffer_bytes(stages, sections_.model.multi_stage, settings)});
+  if (training_ && device_.is_cpu() && settings.data_parallel > 1) {
+    // Gloo's reduce-scatter works on a scratch copy of its whole input (widened to fp32 below it), of which this rank
+    // keeps its part (distributed/gloo_communicator.cpp): a stage's gradient buffer while its gradients are reduced,
+    // one stage at a time (the communicator's worker runs them in order), and the reduced shard.
+    int64_t largest = 0;
+    for (size_t stage = 0; stage < stages.size(); ++stage)
+      if (held[stage])
+        largest = std::max(largest, stage_regions(stages[stage], settings.data_parallel).trainable);
+    const int64_t gradient = int64_t(dtype_size(settings.gradient_dtype));
+    estimate.device.push_back({"the data-parallel gradient reduction's scratch (Gloo: the largest stage's gradients)",
+                               largest * std::max<int64_t>(gradient, 4) + largest / settings.data_parallel * gradient});
+  }
   if (training_) {
     // The optimizer's table of learning rates, one fp64 per step (optimizer.h).
     estimate.device.push_back({fmt::format("learning rates of {} steps", sections_.training.train_iters),
                                8 * (sections_.training.train_iters + 1)});
   }
-  if (sections_.activation_bytes_per_token > 0) {
-    const int64_t micro_batches = sections_.schedule.breadth_first_micro_batches;
-    estimate.device.push_back({fmt::format("activations of {} micro-batch{} of {} tokens", micro_batches,
-                                           micro_batches == 1 ? "" : "es", tokens_per_sample_),
-                               sections_.activation_bytes_per_token * tokens_per_sample_ * micro_batches});
+  if (!sections_.activations.layers.empty()) {
+    // This pipeline rank's steps of the step list the runner will run (evaluation only: the forward of every
+    // micro-batch, which keeps nothing).
+    const ScheduleConfig& schedule = sections_.schedule;
+    const Schedule steps(stages.size(), schedule.depth_first_micro_batches, schedule.breadth_first_micro_batches,
+                         schedule.micro_batch_splits, settings.pipeline_parallel, training_);
+    std::vector<size_t> stage_sizes;
+    for (const auto& layers : stages) stage_sizes.push_back(layers.size());
+    const DistributedConfig& distributed = sections_.model.distributed;
+    const ActivationPeak peak = activation_peak(sections_.activations, stage_sizes, steps, settings.pipeline_rank,
+                                                tokens_per_sample_, distributed.sequence_data_parallel);
+    estimate.device.push_back({describe_activation_peak(peak, distributed, tokens_per_sample_), peak.bytes});
   }
   for (const MemoryEstimate::Part& part : sections_.extra_device_memory) estimate.device.push_back(part);
   for (const auto& [name, num_samples] : samplings)
@@ -522,6 +552,21 @@ void Trainer::read_step_records() {
   }
 }
 
+void Trainer::warn_if_beyond_estimate(const MemoryUsage& memory) {
+  if (warned_beyond_estimate_ || estimated_device_bytes_ <= 0) return;
+  // The estimate counts bytes; the allocator aligns every block (64 bytes on the CPU) and the run keeps a few small
+  // buffers the estimate leaves out (loss sums, pipeline headers): a small model's run may exceed it by that much.
+  constexpr double kAllowance = 256.0 * 1024.0;
+  const double allocated = memory.max_allocated_mib * 1024.0 * 1024.0 - double(allocated_before_run_);
+  if (allocated <= double(estimated_device_bytes_) + kAllowance) return;
+  warned_beyond_estimate_ = true;
+  log_warning("this rank allocated up to {} MiB, more than the {} MiB the memory check estimated at start-up for "
+              "its device (the estimate is meant as an upper bound: a run it lets through may still run out of "
+              "memory)",
+              format_with_commas(allocated / (1024.0 * 1024.0), 2),
+              format_with_commas(double(estimated_device_bytes_) / (1024.0 * 1024.0), 2));
+}
+
 MemoryUsage Trainer::fullest_rank_memory(MemoryUsage memory) const {
   std::vector<double> values{memory.allocated_mib, memory.max_allocated_mib, memory.reserved_mib,
                              memory.max_reserved_mib, memory.global_max_reserved_mib};
@@ -663,7 +708,9 @@ void Trainer::log_training(int64_t completed) {
   metrics.model_tflops = flops_per_step / step_time / 1e12;
   metrics.hardware_tflops = metrics.model_tflops;
   metrics.tokens_per_sec_per_gpu = double(tokens_per_step) / world_size / step_time;
-  metrics.memory = fullest_rank_memory(memory_usage(device_, /*reset_peak=*/true));
+  const MemoryUsage memory = memory_usage(device_, /*reset_peak=*/true);
+  warn_if_beyond_estimate(memory);
+  metrics.memory = fullest_rank_memory(memory);
   for (const LossTotal& total : loss_totals) metrics.losses.emplace_back(total.name, total.mean());
   metrics.learning_rate = last_update.learning_rate;
   metrics.loss_scale = optimizer_->loss_scale();

@@ -58,6 +58,7 @@
 #include "fast_llm/engine/optimizer/config.h"
 #include "fast_llm/engine/optimizer/optimizer.h"
 #include "fast_llm/engine/schedule/config.h"
+#include "fast_llm/engine/schedule/activation_memory.h"
 #include "fast_llm/engine/schedule/runner.h"
 #include "fast_llm/engine/training/batch_uploader.h"
 #include "fast_llm/engine/training/config.h"
@@ -82,9 +83,10 @@ struct TrainerSections {
   const CheckpointLoadConfig& pretrained;
   const RunConfig& run;
   const ProfilingConfig* profiling = nullptr;  // none: no kernel profiling
-  // The model type's estimate of the memory one token of a micro-batch takes at the peak of a training step besides
-  // the stages' buffers (e.g. models/gpt/training.h); 0 leaves activations out of the memory check.
-  int64_t activation_bytes_per_token = 0;
+  // What each layer of the model keeps and works with on this rank's layout (schedule/activation_memory.h; GPT's:
+  // models/gpt/training.h), from which the memory check counts this rank's activations; no layers leaves
+  // activations out of the memory check.
+  ModelActivations activations;
   // Runs on each step's micro-batches (this rank's; training and evaluation) once they are uploaded and their step
   // counts set, before the model sees them: the model type adds what its layers read besides the data (the GPT
   // reference models' logits, models/gpt/reference_models.h). Empty: nothing.
@@ -128,6 +130,9 @@ class Trainer {
   void read_step_records();
   // Each figure's largest value over the ranks (the log line reports the fullest rank).
   MemoryUsage fullest_rank_memory(MemoryUsage memory) const;
+  // Warns once when this rank's peak allocation (since the trainer was built) exceeds what the memory check estimated
+  // for its device (by more than the allocator's alignment could explain): the estimate is meant as an upper bound.
+  void warn_if_beyond_estimate(const MemoryUsage& memory);
   // Zeroes `values` on every tensor rank but 0, before a sum over the world: each tensor-parallel group counts once.
   void count_once_per_tensor_group(std::vector<double>& values) const;
   // The steps' loss sums added over the ranks (each rank recorded its own micro-batches'; the label counts are global),
@@ -175,6 +180,11 @@ class Trainer {
   int64_t samples_per_step_ = 0;       // of all data-parallel ranks together
   int64_t rank_samples_per_step_ = 0;  // of this rank: the schedule's micro-batches
   int64_t tokens_per_sample_ = 0;
+  // The memory check's estimate of this rank's device memory, what the device's allocator held before it, and
+  // whether warn_if_beyond_estimate has warned.
+  int64_t estimated_device_bytes_ = 0;
+  int64_t allocated_before_run_ = 0;
+  bool warned_beyond_estimate_ = false;
   bool training_ = false;
 
   std::unique_ptr<ProcessGroups> groups_;
