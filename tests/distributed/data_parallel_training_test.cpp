@@ -90,9 +90,11 @@ TEST_F(DataParallelTrainingTest, ReferenceModelsTwoProcessesMatchOne) {
   const std::vector<double> expected = logged(single), actual = logged(parallel);
   ASSERT_EQ(actual.size(), 6u);
   ASSERT_EQ(actual.size(), expected.size());
-  // Step 1: the reference starts as the model itself (same seed): both distances are 0.
-  EXPECT_NEAR(expected[0], 0.0, 1e-6);
-  EXPECT_NEAR(expected[1], 0.0, 1e-6);
+  // Step 1: the reference starts as the model itself (same seed): both distances are 0, up to the rounding of the
+  // two softmaxes' fp32 sums over the vocabulary (2.4e-6 measured on the H200 in the GPU mode).
+  const double zero = mode_.overrides.empty() ? 1e-6 : 1e-5;
+  EXPECT_NEAR(expected[0], 0.0, zero);
+  EXPECT_NEAR(expected[1], 0.0, zero);
   EXPECT_GT(expected[4], 0.0);
   for (size_t index = 0; index < expected.size(); ++index)
     EXPECT_NEAR(actual[index], expected[index], tolerance_ * expected[index] + 1e-7) << index;

@@ -526,7 +526,11 @@ TEST(FusedHeadLossesConsistency, CudaFusedCompositionMatchesTheCpuReference) {
             norm += expected[index] * expected[index];
           }
           EXPECT_GT(norm, 0.0);
-          EXPECT_LE(std::sqrt(error / norm), consistency_tolerance(dtype)) << "gradient";
+          // fp32 rows of 49152 logits: the CPU reference's sums run one after the other in fp32, whose rounding
+          // grows with the length (distillation_consistency_test: 3e-5 at 32003 logits; 1.04e-5 measured here on the
+          // H200), so the tolerance is that of a long sum, as there.
+          const double tolerance = dtype == DType::float32 && vocab > 10000 ? 1e-4 : consistency_tolerance(dtype);
+          EXPECT_LE(std::sqrt(error / norm), tolerance) << "gradient";
           for (const auto& [name, cpu, device] :
                {std::tuple{"label", &cpu_sums.label, &cuda_sums.label}, std::tuple{"z", &cpu_sums.z, &cuda_sums.z},
                 std::tuple{"policy", &cpu_sums.policy, &cuda_sums.policy},
