@@ -109,6 +109,8 @@ struct Mode {
 
 // FAST_LLM_TEST_COMPUTE_DTYPE=fp32 runs the GPU mode in fp32 instead: the GPU path's arithmetic checked without bf16
 // rounding, to the tolerance of fp32 sums in another order (the attention backward's atomics included).
+// FAST_LLM_TEST_BACKEND=nccl (machines with a GPU per rank: rank r runs on GPU r modulo the GPUs) replaces the Gloo
+// staging by NCCL, the issue-24 matrix over NCCL.
 inline Mode test_mode() {
   const char* cuda = std::getenv("FAST_LLM_TEST_CUDA");
   if (cuda == nullptr || std::string(cuda) != "1") return {};
@@ -116,9 +118,11 @@ inline Mode test_mode() {
   const bool fp32 = dtype != nullptr && std::string(dtype) == "fp32";
   const double tolerance = fp32 ? 1e-4 : 2e-3;
   const double tensor_split_tolerance = fp32 ? 1e-4 : 1.5e-2;
+  const char* backend = std::getenv("FAST_LLM_TEST_BACKEND");
+  const std::string backend_name = backend != nullptr && std::string(backend) == "nccl" ? "nccl" : "gloo";
   return {.overrides = {"model.distributed.use_cuda=true",
                         fp32 ? "model.distributed.compute_dtype=fp32" : "model.distributed.compute_dtype=bf16",
-                        "model.distributed.backend=gloo", "optimizer.learning_rate.base=1.0e-4"},
+                        "model.distributed.backend=" + backend_name, "optimizer.learning_rate.base=1.0e-4"},
           .within_estimate = false,
           .tolerance = tolerance,
           .resume_tolerance = tolerance,
