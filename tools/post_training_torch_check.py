@@ -55,6 +55,8 @@ import traceback
 from array import array
 from pathlib import Path
 
+from compare_loss_curves import trailing_mean  # tools/ is the script's folder, first on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Model shapes (Hugging Face LlamaConfig fields).
@@ -444,16 +446,6 @@ def initial_adapter(binary, check_dir, p, data_file, model_dir, dry_run):
 
 # ------------------------------------------------------------------------------------------------------------------
 # Comparison of curves.
-
-def trailing_mean(values, window):
-    result, total = [], 0.0
-    for index, value in enumerate(values):
-        total += value
-        if index >= window:
-            total -= values[index - window]
-        result.append(total / min(index + 1, window))
-    return result
-
 
 def compare_curves(label, reference, candidate, tolerance=TOLERANCE, window=10, last=50, learn_fraction=None):
     """compare_loss_curves.py's measures, each difference relative to max(|reference|, 10 % of the reference's
