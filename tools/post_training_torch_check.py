@@ -55,9 +55,8 @@ import traceback
 from array import array
 from pathlib import Path
 
-from compare_loss_curves import trailing_mean  # tools/ is the script's folder, first on sys.path
-
-ROOT = Path(__file__).resolve().parent.parent
+from check_common import find_built_binary, read_safetensors  # tools/ is the script's folder, first on sys.path
+from compare_loss_curves import trailing_mean
 
 # Model shapes (Hugging Face LlamaConfig fields).
 SMOLLM2_135M = dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
@@ -278,11 +277,9 @@ def expected_grpo_data_metrics(documents, advantages, old_log_probabilities, ste
 # fast-llm runs.
 
 def find_fast_llm(explicit):
-    candidates = [Path(explicit)] if explicit else []
-    candidates += [ROOT / "build/device/bin/fast-llm", ROOT / "build/cuda/bin/fast-llm", ROOT / "build/cpu/bin/fast-llm"]
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
+    binary, candidates = find_built_binary("fast-llm", explicit)
+    if binary is not None:
+        return binary
     print("post_training_torch_check: no fast-llm binary (looked at " + ", ".join(map(str, candidates)) +
           "); pass --fast-llm", file=sys.stderr)
     sys.exit(2)
@@ -402,27 +399,6 @@ class FastLLMRun:
                     if record.get("phase") == "training":
                         rows[int(record["iteration"])] = record
         return [rows[step] for step in sorted(rows)]
-
-
-def read_safetensors(path):
-    """{name: (dtype, shape, list of floats)} of an F32 / BF16 safetensors file, in pure Python (dry run)."""
-    data = Path(path).read_bytes()
-    size = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + size])
-    result = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = entry["data_offsets"]
-        raw = data[8 + size + begin:8 + size + end]
-        if entry["dtype"] == "F32":
-            values = array("f", raw).tolist()
-        elif entry["dtype"] == "BF16":
-            values = [struct.unpack("<f", b"\0\0" + raw[i:i + 2])[0] for i in range(0, len(raw), 2)]
-        else:
-            raise RuntimeError(f"{path}: {name} has dtype {entry['dtype']}")
-        result[name] = (entry["dtype"], entry["shape"], values)
-    return result
 
 
 def adapter_names(layers):
