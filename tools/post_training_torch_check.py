@@ -187,7 +187,7 @@ def write_memmap(path, documents, chosen=None, rejected=None, advantages=None, o
     reader["rejected_spans"] = range_section(rejected) if rejected else none
     reader["image_patches"] = none
     reader["advantages"] = token_data_section(advantages) if advantages else none
-    reader["old_log_probabilities"] = token_data_section(old_log_probabilities) if advantages else none
+    reader["old_log_probabilities"] = token_data_section(old_log_probabilities) if old_log_probabilities else none
     body += b"lm end"
     reader["end"] = len(body)
     config = json.dumps(reader).encode()
