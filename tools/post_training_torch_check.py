@@ -694,23 +694,20 @@ def torch_grpo(model, documents, advantages, old_log_probabilities, step_docs, p
     return curves
 
 
-class LoraLinear:
-    """Wraps a frozen linear layer: y = W x + (alpha / rank) B A x, A [rank, in], B [out, rank] (the adapter)."""
+def lora_linear(torch, linear, a, b, scale):
+    """A frozen linear layer with its adapter: y = W x + scale B A x, A [rank, in], B [out, rank] (trained)."""
+    class LoraLinear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.base = linear
+            self.lora_a = torch.nn.Parameter(a.clone().float())
+            self.lora_b = torch.nn.Parameter(b.clone().float())
 
-    @staticmethod
-    def wrap(torch, linear, a, b, scale):
-        class Wrapped(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.base = linear
-                self.lora_a = torch.nn.Parameter(a.clone().float())
-                self.lora_b = torch.nn.Parameter(b.clone().float())
+        def forward(self, x):
+            return self.base(x) + scale * torch.nn.functional.linear(
+                torch.nn.functional.linear(x, self.lora_a), self.lora_b)
 
-            def forward(self, x):
-                return self.base(x) + scale * torch.nn.functional.linear(
-                    torch.nn.functional.linear(x, self.lora_a), self.lora_b)
-
-        return Wrapped()
+    return LoraLinear()
 
 
 def torch_lora(model, adapter_folder, documents, step_docs, p):
@@ -736,7 +733,7 @@ def torch_lora(model, adapter_folder, documents, step_docs, p):
                 raise RuntimeError(f"{prefix}: adapter shapes {tuple(a.shape)} / {tuple(b.shape)}")
             if b.abs().max().item() != 0.0:
                 raise RuntimeError(f"{prefix}: fast-llm's initial lora_B is not zero")
-            setattr(attention, module, LoraLinear.wrap(torch, linear, a, b, scale))
+            setattr(attention, module, lora_linear(torch, linear, a, b, scale))
     parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
     if len(parameters) != 4 * layers:
         raise RuntimeError(f"{len(parameters)} trainable tensors, expected {4 * layers}")
