@@ -56,7 +56,7 @@ from array import array
 from pathlib import Path
 
 from check_common import find_built_binary, read_safetensors  # tools/ is the script's folder, first on sys.path
-from compare_loss_curves import trailing_mean
+from compare_loss_curves import read_training_records, trailing_mean
 
 # Model shapes (Hugging Face LlamaConfig fields).
 SMOLLM2_135M = dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
@@ -391,13 +391,7 @@ class FastLLMRun:
 
     def metrics(self):
         path = self.experiment / "runs" / "0" / "metrics.jsonl"
-        rows = {}
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    record = json.loads(line)
-                    if record.get("phase") == "training":
-                        rows[int(record["iteration"])] = record
+        rows = read_training_records(path) if path.exists() else {}
         return [rows[step] for step in sorted(rows)]
 
 
