@@ -25,23 +25,30 @@ import math
 import sys
 
 
-def read_losses(path, key):
-    losses = {}
+def read_training_records(path):
+    """The training rows of a metrics.jsonl: {iteration: record}, in file order (a later row of an iteration replaces
+    the earlier one)."""
+    records = {}
     with open(path) as stream:
         for line in stream:
             line = line.strip()
-            if not line:
-                continue
-            record = json.loads(line)
-            if record.get("phase") != "training":
-                continue
-            if key is None:  # the head's total loss (fast-llm: lm_head_loss), else the first loss-like field
-                key = next((name for name in ("lm_head_loss", "language_model_loss", "cross_entropy")
-                            if name in record), None)
-                if key is None:
-                    raise KeyError(f"no loss field in {sorted(record)}")
-            value = record.get(key)
-            losses[int(record["iteration"])] = float("nan") if value is None else float(value)
+            if line:
+                record = json.loads(line)
+                if record.get("phase") == "training":
+                    records[int(record["iteration"])] = record
+    return records
+
+
+def read_losses(path, key):
+    losses = {}
+    for iteration, record in read_training_records(path).items():
+        if key is None:  # the head's total loss (fast-llm: lm_head_loss), else the first loss-like field
+            key = next((name for name in ("lm_head_loss", "language_model_loss", "cross_entropy")
+                        if name in record), None)
+            if key is None:
+                raise KeyError(f"no loss field in {sorted(record)}")
+        value = record.get(key)
+        losses[iteration] = float("nan") if value is None else float(value)
     return losses
 
 

@@ -71,7 +71,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from check_common import find_built_binary  # tools/ is the script's folder, first on sys.path
+
 THRESHOLDS = {"float32": 1e-5, "float64": 1e-10, "bfloat16": None}  # bf16: relative to transformers' bf16 error
 BF16_FACTOR, BF16_FLOOR = 3.0, 1e-2
 EXPERT_INDEX = re.compile(r"\.experts\.\d+\.")
@@ -182,15 +183,10 @@ def relative_error(ours, reference):
 
 
 def find_fast_llm(explicit):
-    candidates = [explicit] if explicit else []
-    candidates += [ROOT / "build/device/bin/fast-llm", ROOT / "build/cuda/bin/fast-llm", ROOT / "build/cpu/bin/fast-llm"]
-    which = shutil.which("fast-llm")
-    if which:
-        candidates.append(which)
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return Path(candidate)
-    print("hf_check: no fast-llm binary (looked at " + ", ".join(str(c) for c in candidates if c) +
+    binary, candidates = find_built_binary("fast-llm", explicit, search_path=True)
+    if binary is not None:
+        return binary
+    print("hf_check: no fast-llm binary (looked at " + ", ".join(map(str, candidates)) +
           "); build it or pass --fast-llm", file=sys.stderr)
     sys.exit(2)
 

@@ -46,14 +46,13 @@ import json
 import math
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from check_common import find_built_binary, load_safetensors, save_safetensors
 
 try:
     import torch
@@ -66,48 +65,12 @@ FP64_THRESHOLD = 1e-6
 LOW_PRECISION_FACTOR = 3.0
 LOW_PRECISION_FLOOR = {"fp32": 1e-5, "bf16": 1e-2}
 LOW_PRECISION_CAP = {"fp32": 1e-3, "bf16": 5e-2}
-SAFETENSORS_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
-                      torch.int64: "I64", torch.int32: "I32"}
 METRIC_NAMES = ["new_logprobs", "old_logprobs", "ratio_new_old", "ratio_new_old_sum", "ratio_new_old_squared_sum",
                 "kl_new_old", "clipped_ratio_fraction", "advantage", "num_tokens", "num_segments", "entropy"]
 OP_NAMES = {"cross_entropy": "cross_entropy_forward_backward", "distillation": "distillation_forward_backward",
             "dpo": "dpo_forward_backward", "grpo": "policy_gradient_forward_backward",
             "gspo": "policy_gradient_forward_backward"}
 MASKED = -100
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# safetensors (the format of engine/checkpoint/safetensors.h), without the safetensors package: Debian's torch has none.
-
-def save_safetensors(path, tensors):
-    header, chunks, offset = {}, [], 0
-    for name, tensor in tensors.items():
-        tensor = tensor.detach().to("cpu").contiguous()
-        data = (tensor.view(torch.int16) if tensor.dtype == torch.bfloat16 else tensor).numpy().tobytes()
-        header[name] = {"dtype": SAFETENSORS_DTYPES[tensor.dtype], "shape": list(tensor.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
-    encoded = json.dumps(header).encode()
-    encoded += b" " * (-len(encoded) % 8)
-    with open(path, "wb") as file:
-        file.write(struct.pack("<Q", len(encoded)) + encoded + b"".join(chunks))
-
-
-def load_safetensors(path):
-    data = Path(path).read_bytes()
-    (size,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + size])
-    metadata = header.pop("__metadata__", {})
-    by_name = {code: dtype for dtype, code in SAFETENSORS_DTYPES.items()}
-    tensors = {}
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        dtype = by_name[info["dtype"]]
-        chunk = bytearray(data[8 + size + begin:8 + size + end])
-        flat = torch.frombuffer(chunk, dtype=dtype) if chunk else torch.empty(0, dtype=dtype)
-        tensors[name] = flat.reshape(info["shape"]).clone()
-    return tensors, metadata
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -393,15 +356,6 @@ def formula_errors(case, low, reference):
 
 # ------------------------------------------------------------------------------------------------------------------
 
-def find_binary(explicit):
-    if explicit:
-        return Path(explicit)
-    for folder in ("build/device/bin", "build/cuda/bin", "build/cpu/bin"):
-        if (ROOT / folder / "loss_op_io").exists():
-            return ROOT / folder / "loss_op_io"
-    return None
-
-
 def list_variants(binary, device):
     output = subprocess.run([str(binary), "--list-variants"], capture_output=True, text=True, timeout=60, check=True)
     variants = {}
@@ -494,8 +448,8 @@ def main():
     dtypes = [name for name in args.dtype.split(",") if name]
     if not dtypes or any(name not in DTYPES for name in dtypes):
         parser.error(f"--dtype {args.dtype}: expected a comma-separated list of {', '.join(DTYPES)}")
-    binary = find_binary(args.binary)
-    if binary is None or not binary.exists():
+    binary, _ = find_built_binary("loss_op_io", args.binary, fall_back=False)
+    if binary is None:
         print(f"loss_torch_check: no loss_op_io binary ({args.binary or 'build/{device,cuda,cpu}/bin'}): build it "
               f"(cmake --build --preset cpu --target loss_op_io)", file=sys.stderr)
         return 2

@@ -55,7 +55,8 @@ import traceback
 from array import array
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from check_common import find_built_binary, read_safetensors  # tools/ is the script's folder, first on sys.path
+from compare_loss_curves import read_training_records, trailing_mean
 
 # Model shapes (Hugging Face LlamaConfig fields).
 SMOLLM2_135M = dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
@@ -186,7 +187,7 @@ def write_memmap(path, documents, chosen=None, rejected=None, advantages=None, o
     reader["rejected_spans"] = range_section(rejected) if rejected else none
     reader["image_patches"] = none
     reader["advantages"] = token_data_section(advantages) if advantages else none
-    reader["old_log_probabilities"] = token_data_section(old_log_probabilities) if advantages else none
+    reader["old_log_probabilities"] = token_data_section(old_log_probabilities) if old_log_probabilities else none
     body += b"lm end"
     reader["end"] = len(body)
     config = json.dumps(reader).encode()
@@ -276,11 +277,9 @@ def expected_grpo_data_metrics(documents, advantages, old_log_probabilities, ste
 # fast-llm runs.
 
 def find_fast_llm(explicit):
-    candidates = [Path(explicit)] if explicit else []
-    candidates += [ROOT / "build/device/bin/fast-llm", ROOT / "build/cuda/bin/fast-llm", ROOT / "build/cpu/bin/fast-llm"]
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
+    binary, candidates = find_built_binary("fast-llm", explicit)
+    if binary is not None:
+        return binary
     print("post_training_torch_check: no fast-llm binary (looked at " + ", ".join(map(str, candidates)) +
           "); pass --fast-llm", file=sys.stderr)
     sys.exit(2)
@@ -392,35 +391,8 @@ class FastLLMRun:
 
     def metrics(self):
         path = self.experiment / "runs" / "0" / "metrics.jsonl"
-        rows = {}
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    record = json.loads(line)
-                    if record.get("phase") == "training":
-                        rows[int(record["iteration"])] = record
+        rows = read_training_records(path) if path.exists() else {}
         return [rows[step] for step in sorted(rows)]
-
-
-def read_safetensors(path):
-    """{name: (dtype, shape, list of floats)} of an F32 / BF16 safetensors file, in pure Python (dry run)."""
-    data = Path(path).read_bytes()
-    size = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + size])
-    result = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = entry["data_offsets"]
-        raw = data[8 + size + begin:8 + size + end]
-        if entry["dtype"] == "F32":
-            values = array("f", raw).tolist()
-        elif entry["dtype"] == "BF16":
-            values = [struct.unpack("<f", b"\0\0" + raw[i:i + 2])[0] for i in range(0, len(raw), 2)]
-        else:
-            raise RuntimeError(f"{path}: {name} has dtype {entry['dtype']}")
-        result[name] = (entry["dtype"], entry["shape"], values)
-    return result
 
 
 def adapter_names(layers):
@@ -444,16 +416,6 @@ def initial_adapter(binary, check_dir, p, data_file, model_dir, dry_run):
 
 # ------------------------------------------------------------------------------------------------------------------
 # Comparison of curves.
-
-def trailing_mean(values, window):
-    result, total = [], 0.0
-    for index, value in enumerate(values):
-        total += value
-        if index >= window:
-            total -= values[index - window]
-        result.append(total / min(index + 1, window))
-    return result
-
 
 def compare_curves(label, reference, candidate, tolerance=TOLERANCE, window=10, last=50, learn_fraction=None):
     """compare_loss_curves.py's measures, each difference relative to max(|reference|, 10 % of the reference's
@@ -726,23 +688,20 @@ def torch_grpo(model, documents, advantages, old_log_probabilities, step_docs, p
     return curves
 
 
-class LoraLinear:
-    """Wraps a frozen linear layer: y = W x + (alpha / rank) B A x, A [rank, in], B [out, rank] (the adapter)."""
+def lora_linear(torch, linear, a, b, scale):
+    """A frozen linear layer with its adapter: y = W x + scale B A x, A [rank, in], B [out, rank] (trained)."""
+    class LoraLinear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.base = linear
+            self.lora_a = torch.nn.Parameter(a.clone().float())
+            self.lora_b = torch.nn.Parameter(b.clone().float())
 
-    @staticmethod
-    def wrap(torch, linear, a, b, scale):
-        class Wrapped(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.base = linear
-                self.lora_a = torch.nn.Parameter(a.clone().float())
-                self.lora_b = torch.nn.Parameter(b.clone().float())
+        def forward(self, x):
+            return self.base(x) + scale * torch.nn.functional.linear(
+                torch.nn.functional.linear(x, self.lora_a), self.lora_b)
 
-            def forward(self, x):
-                return self.base(x) + scale * torch.nn.functional.linear(
-                    torch.nn.functional.linear(x, self.lora_a), self.lora_b)
-
-        return Wrapped()
+    return LoraLinear()
 
 
 def torch_lora(model, adapter_folder, documents, step_docs, p):
@@ -768,7 +727,7 @@ def torch_lora(model, adapter_folder, documents, step_docs, p):
                 raise RuntimeError(f"{prefix}: adapter shapes {tuple(a.shape)} / {tuple(b.shape)}")
             if b.abs().max().item() != 0.0:
                 raise RuntimeError(f"{prefix}: fast-llm's initial lora_B is not zero")
-            setattr(attention, module, LoraLinear.wrap(torch, linear, a, b, scale))
+            setattr(attention, module, lora_linear(torch, linear, a, b, scale))
     parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
     if len(parameters) != 4 * layers:
         raise RuntimeError(f"{len(parameters)} trainable tensors, expected {4 * layers}")

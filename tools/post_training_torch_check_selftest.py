@@ -14,12 +14,12 @@ last-50 means) cannot hold in a few steps and are left out; every other result m
 Needs torch (Debian's python3-torch 1.13 does; on Debian run it with /usr/bin/python3) and build/cpu/bin/fast-llm.
 Exit status 0 when every comparison passes.
 """
-import json, math, shutil, struct, sys, tempfile, types
-from array import array
+import json, math, shutil, sys, tempfile, types
 from pathlib import Path
 import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import post_training_torch_check as c
+from check_common import load_safetensors, save_safetensors
 c.DEVICE, c.AUTOCAST = "cpu", False
 torch.set_num_threads(2)
 
@@ -97,19 +97,13 @@ class Llama(torch.nn.Module):
                   "max_position_embeddings": 4096, "hidden_act": "silu", "attention_bias": False,
                   "mlp_bias": False, "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2}
         (folder / "config.json").write_text(json.dumps(config))
-        header, blobs, offset = {}, [], 0
-        for name, p in s.named_parameters():
-            assert p.dtype == torch.bfloat16
-            raw = array("h", p.detach().contiguous().view(torch.int16).flatten().tolist()).tobytes()
-            header[name] = {"dtype": "BF16", "shape": list(p.shape), "data_offsets": [offset, offset + len(raw)]}
-            blobs.append(raw); offset += len(raw)
-        text = json.dumps(header).encode(); text += b" " * (-len(text) % 8)
-        (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+        assert all(p.dtype == torch.bfloat16 for p in s.parameters())
+        save_safetensors(folder / "model.safetensors", dict(s.named_parameters()))
 fake = types.ModuleType("transformers"); fake.__version__ = "5.0.0"
 fake.LlamaConfig = lambda **kw: types.SimpleNamespace(**kw)
 fake.AutoModelForCausalLM = types.SimpleNamespace(from_config=lambda cfg, attn_implementation=None: Llama(cfg))
 def load_file(path):
-    return {n: torch.tensor(v, dtype=torch.float32).view(sh) for n, (_, sh, v) in c.read_safetensors(path).items()}
+    return {name: tensor.float() for name, tensor in load_safetensors(path)[0].items()}
 st = types.ModuleType("safetensors"); st.torch = types.SimpleNamespace(load_file=load_file)
 sys.modules.update({"transformers": fake, "safetensors": st, "safetensors.torch": st.torch})
 
