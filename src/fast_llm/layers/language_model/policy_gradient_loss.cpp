@@ -66,8 +66,8 @@ void PolicyGradientLoss::begin(const LayerContext& context) {
 }
 
 void PolicyGradientLoss::forward_chunk(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end,
-                                       Tensor* grad_logits, double logits_scale_factor,
-                                       std::optional<double> softcap, Tensor* row_coefficients) {
+                                       double logits_scale_factor, std::optional<double> softcap,
+                                       Tensor* row_coefficients) {
   const MicroBatch& batch = context.batch;
   FLM_CHECK(!sequence_level_ || (begin == 0 && end == batch.num_tokens()), "head",
             "loss '{}' (gspo) needs the whole micro-batch in one chunk (head.cross_entropy_splits: 1)", name_);
@@ -91,7 +91,7 @@ void PolicyGradientLoss::forward_chunk(const LayerContext& context, const Tensor
                                              .sequence_level = sequence_level_,
                                              .loss_sum = loss_sum_,
                                              .metric_sums = &metric_sums_,
-                                             .grad_logits = grad_logits,
+                                             .grad_logits = nullptr,
                                              .grad_weight = weight_ * scale,
                                              .row_coefficients = row_coefficients,
                                              .epsilon_low = epsilon_low_,

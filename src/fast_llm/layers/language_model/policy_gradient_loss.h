@@ -32,11 +32,11 @@ class PolicyGradientLoss {
 
   // Starts a micro-batch: checks that it carries token data and zeroes the sums (on the logits' device).
   void begin(const LayerContext& context);
-  // The loss on logits (chunk, vocab) of the micro-batch's tokens [begin, end), writing its gradient (=) to
-  // grad_logits when given (may be the logits themselves), and adding (+=) its per-row gradient coefficients to
-  // row_coefficients (chunk) when given (the head's cross-entropy pass then writes the gradient).
-  void forward_chunk(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end, Tensor* grad_logits,
-                     double logits_scale_factor, std::optional<double> softcap, Tensor* row_coefficients = nullptr);
+  // The loss on logits (chunk, vocab) of the micro-batch's tokens [begin, end). It writes no gradient: in training it
+  // adds (+=) its per-row gradient coefficients to row_coefficients (chunk), and the head's cross-entropy pass writes
+  // the gradient (nullptr: no gradient, e.g. validation).
+  void forward_chunk(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end,
+                     double logits_scale_factor, std::optional<double> softcap, Tensor* row_coefficients);
   // Adds the micro-batch's loss and metrics to context.losses, and weight * loss to the head total `total_name`.
   void add_losses(const LayerContext& context, const std::string& total_name) const;
 
