@@ -23,7 +23,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -42,19 +41,13 @@
 #include "fast_llm/kernels/dpo.h"
 #include "fast_llm/kernels/policy_gradient.h"
 #include "fast_llm/kernels/registry.h"
+#include "fast_llm/layers/language_model/policy_gradient_loss.h"
 #include "fast_llm/tensor/tensor.h"
 
 namespace fast_llm {
 namespace {
 
 constexpr std::string_view kTool = "loss_op_io";
-
-// The metric sums' names, in PolicyMetric order (kernels/policy_gradient.h).
-constexpr std::array<std::string_view, 11> kPolicyMetricNames = {
-    "new_logprobs", "old_logprobs", "ratio_new_old", "ratio_new_old_sum", "ratio_new_old_squared_sum", "kl_new_old",
-    "clipped_ratio_fraction", "advantage", "num_tokens", "num_segments", "entropy"};
-static_assert(kPolicyMetricNames.size() == size_t(kernels::kPolicyMetricCount),
-              "PolicyMetric changed: list the new metric's name here so the check can compare it");
 
 // A variant that cannot run the arguments it was named for (registry `supports`): not a wrong result.
 struct Declined {
@@ -268,7 +261,7 @@ int run(const std::string& op, const std::filesystem::path& input, const std::fi
     ran = run_op<kernels::PolicyGradientForwardBackward>(args, &kernels::check_policy_gradient_forward_backward,
                                                          device, variant);
     add_output("metric_sums", metric_sums);
-    metadata["metric_names"] = fmt::format("{}", fmt::join(kPolicyMetricNames, ","));
+    metadata["metric_names"] = fmt::format("{}", fmt::join(layers::kPolicyMetricNames, ","));
   } else {
     throw Error(kTool, fmt::format("unknown op '{}': expected cross_entropy, distillation, dpo, grpo or gspo", op));
   }

@@ -15,13 +15,24 @@
 // staleness metrics are not logged.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
+#include <string_view>
 
+#include "fast_llm/kernels/policy_gradient.h"
 #include "fast_llm/layers/context.h"
 #include "fast_llm/layers/language_model/loss_config.h"
 
 namespace fast_llm::layers {
+
+// Fast-LLM's name of each metric sum, in kernels::PolicyMetric order (logged as `<loss name>_<metric name>`).
+inline constexpr std::array<std::string_view, kernels::kPolicyMetricCount> kPolicyMetricNames = {
+    "new_logprobs", "old_logprobs", "ratio_new_old", "ratio_new_old_sum", "ratio_new_old_squared_sum", "kl_new_old",
+    "clipped_ratio_fraction", "advantage", "num_tokens", "num_segments", "entropy"};
+static_assert(!kPolicyMetricNames.back().empty(), "kernels::PolicyMetric changed: name the new metric here");
+
+inline std::string_view policy_metric_name(kernels::PolicyMetric metric) { return kPolicyMetricNames[size_t(metric)]; }
 
 class PolicyGradientLoss {
  public:
