@@ -28,7 +28,6 @@ class ReferenceLosses {
   bool take(const std::string& name, const LanguageModelLossConfig& loss, const LanguageModelHeadConfig& head,
             const std::string& path);
   bool empty() const { return !distillation_ && !dpo_; }
-  int count() const { return int(distillation_.has_value()) + int(dpo_.has_value()); }
   bool has_distillation() const { return distillation_.has_value(); }
   bool has_dpo() const { return dpo_.has_value(); }
 
