@@ -16,9 +16,9 @@
 // target_logits (tokens, vocab) floating; dpo: reference_logits (tokens, vocab) floating and pairs (pairs, 4) I64
 // [chosen_begin, chosen_end, rejected_begin, rejected_end]; grpo / gspo: advantages and old_log_probabilities (tokens)
 // F32 and label_documents (tokens) I32. Output: loss_sum (1) F64, z_loss_sum (1) F64 (cross_entropy), metric_sums
-// (metrics) F64 (grpo / gspo, names in the metadata "metric_names"), grad_logits in the logits' dtype; metadata "variant"
-// names the variant that ran. Bad input (missing tensor, wrong dtype or shape, unknown key or value) is an error naming
-// the file or key: exit status 1 (2 for a usage error).
+// (metrics) F64 (grpo / gspo, names in the metadata "metric_names"), grad_logits in the logits' dtype; metadata
+// "variant" names the variant that ran. Bad input (missing tensor, wrong dtype or shape, unknown key or value) is an
+// error naming the file or key: exit status 1 (2 for a usage error).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -114,7 +114,8 @@ class Inputs {
   Tensor read(const std::string& name, const std::vector<DType>& dtypes, const std::vector<int64_t>& shape) const {
     FLM_CHECK(file_.contains(name), kTool, "{}: no tensor '{}' (this op needs it)", file_.path().string(), name);
     const engine::SafetensorsTensorInfo& info = file_.info(name);
-    const bool dtype_ok = info.dtype.dtype && std::find(dtypes.begin(), dtypes.end(), *info.dtype.dtype) != dtypes.end();
+    const bool dtype_ok =
+        info.dtype.dtype && std::find(dtypes.begin(), dtypes.end(), *info.dtype.dtype) != dtypes.end();
     FLM_CHECK(dtype_ok, kTool, "{}: tensor '{}' has dtype {}, expected {}", file_.path().string(), name,
               info.dtype.name, dtype_list(dtypes));
     bool shape_ok = info.shape.size() == shape.size();
