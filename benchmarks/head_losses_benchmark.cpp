@@ -29,7 +29,6 @@
 
 #include "device_timing.h"
 #include "fast_llm/core/half.h"
-#include "fast_llm/core/random.h"
 #include "fast_llm/kernels/copy.h"
 #include "fast_llm/kernels/cross_entropy.h"
 #include "fast_llm/kernels/distillation.h"
@@ -194,36 +193,37 @@ int run_benchmark(int64_t rows, int64_t vocab, int iterations) {
   std::printf("head losses, %lld rows x vocab %lld bf16 (label + z-loss beside another loss); median of %d runs, ms "
               "(the copy of the pristine logits each run starts with subtracted)\n",
               static_cast<long long>(rows), static_cast<long long>(vocab), iterations);
+  using Path = std::function<void(Tensor&)>;  // overwrites the logits it is given with their gradient
   auto restore = [&](Tensor& target) { copy({.source = pristine, .destination = target}); };
   const double copy_ms = benchmarks::median_ms([&] { restore(logits); }, 3, iterations);
-  const double label_ms = benchmarks::median_ms(
-                              [&] {
-                                restore(logits);
-                                run_label(batch, logits, sums, nullptr);
-                              },
-                              3, iterations) -
-                          copy_ms;
+  // A path's time on fresh logits, the copy subtracted.
+  auto time_ms = [&](const Path& path) {
+    return benchmarks::median_ms(
+               [&] {
+                 restore(logits);
+                 path(logits);
+               },
+               3, iterations) -
+           copy_ms;
+  };
+  // The relative error of `fused`'s gradient against `separate`'s, both from the pristine logits.
+  auto compare = [&](const Path& separate, const Path& fused) {
+    restore(other_logits);
+    separate(other_logits);
+    restore(logits);
+    fused(logits);
+    return relative_error(logits, other_logits);
+  };
+  const double label_ms = time_ms([&](Tensor& target) { run_label(batch, target, sums, nullptr); });
   std::printf("  copy %.3f ms; label + z-loss alone %.3f ms\n", copy_ms, label_ms);
   bool agree = true;
   for (Other other : {Other::grpo, Other::dpo, Other::distillation}) {
-    restore(logits);
-    separate_path(other, batch, logits, buffer, sums);
-    const auto separate = [&] {
-      restore(logits);
-      separate_path(other, batch, logits, buffer, sums);
-    };
-    const double separate_ms = benchmarks::median_ms(separate, 3, iterations) - copy_ms;
-    restore(other_logits);
-    separate_path(other, batch, other_logits, buffer, sums);
-    restore(logits);
-    fused_path(other, batch, logits, buffer, row_weights, sums);
-    const double error = relative_error(logits, other_logits);
+    const Path separate = [&](Tensor& target) { separate_path(other, batch, target, buffer, sums); };
+    const Path fused = [&](Tensor& target) { fused_path(other, batch, target, buffer, row_weights, sums); };
+    const double separate_ms = time_ms(separate);
+    const double error = compare(separate, fused);
     agree = agree && error < 1e-2;
-    const auto fused = [&] {
-      restore(logits);
-      fused_path(other, batch, logits, buffer, row_weights, sums);
-    };
-    const double fused_ms = benchmarks::median_ms(fused, 3, iterations) - copy_ms;
+    const double fused_ms = time_ms(fused);
     std::printf("  label + %-12s separate %8.3f ms   fused %8.3f ms   %.2fx   (fused gradient vs separate: relative "
                 "error %.2e; %s)\n",
                 other_name(other), separate_ms, fused_ms, separate_ms / fused_ms, error,
@@ -231,36 +231,18 @@ int run_benchmark(int64_t rows, int64_t vocab, int iterations) {
                                              : fmt::format("{:.0f} MiB buffer saved", buffer_mib).c_str());
   }
   // grpo alone: the policy op's own gradient pass, or the head's cross-entropy pass of label weight 0.
-  const auto alone_separate = [&](Tensor& target) {
-    run_other(Other::grpo, batch, target, sums, &target, nullptr);
-  };
-  const auto alone_fused = [&](Tensor& target) {
+  const Path alone_separate = [&](Tensor& target) { run_other(Other::grpo, batch, target, sums, &target, nullptr); };
+  const Path alone_fused = [&](Tensor& target) {
     fill({.tensor = row_weights, .value = 0.0});
     run_other(Other::grpo, batch, target, sums, nullptr, &row_weights);
     cross_entropy_forward_backward({.logits = target, .labels = batch.labels, .label_loss_sum = sums.label,
                                     .z_loss_sum = nullptr, .grad_logits = &target, .label_weight = 0.0,
                                     .row_gradient_weights = &row_weights});
   };
-  restore(other_logits);
-  alone_separate(other_logits);
-  restore(logits);
-  alone_fused(logits);
-  const double alone_error = relative_error(logits, other_logits);
+  const double alone_error = compare(alone_separate, alone_fused);
   agree = agree && alone_error < 1e-2;
-  const double alone_separate_ms = benchmarks::median_ms(
-                                       [&] {
-                                         restore(logits);
-                                         alone_separate(logits);
-                                       },
-                                       3, iterations) -
-                                   copy_ms;
-  const double alone_fused_ms = benchmarks::median_ms(
-                                    [&] {
-                                      restore(logits);
-                                      alone_fused(logits);
-                                    },
-                                    3, iterations) -
-                                copy_ms;
+  const double alone_separate_ms = time_ms(alone_separate);
+  const double alone_fused_ms = time_ms(alone_fused);
   std::printf("  grpo alone           own pass %8.3f ms   cross-entropy pass %8.3f ms   %.2fx   (relative error "
               "%.2e)\n",
               alone_separate_ms, alone_fused_ms, alone_separate_ms / alone_fused_ms, alone_error);

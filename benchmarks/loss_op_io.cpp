@@ -16,14 +16,13 @@
 // target_logits (tokens, vocab) floating; dpo: reference_logits (tokens, vocab) floating and pairs (pairs, 4) I64
 // [chosen_begin, chosen_end, rejected_begin, rejected_end]; grpo / gspo: advantages and old_log_probabilities (tokens)
 // F32 and label_documents (tokens) I32. Output: loss_sum (1) F64, z_loss_sum (1) F64 (cross_entropy), metric_sums
-// (metrics) F64 (grpo / gspo, names in the metadata "metric_names"), grad_logits in the logits' dtype; metadata "variant"
-// names the variant that ran. Bad input (missing tensor, wrong dtype or shape, unknown key or value) is an error naming
-// the file or key: exit status 1 (2 for a usage error).
+// (metrics) F64 (grpo / gspo, names in the metadata "metric_names"), grad_logits in the logits' dtype; metadata
+// "variant" names the variant that ran. Bad input (missing tensor, wrong dtype or shape, unknown key or value) is an
+// error naming the file or key: exit status 1 (2 for a usage error).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -42,19 +41,13 @@
 #include "fast_llm/kernels/dpo.h"
 #include "fast_llm/kernels/policy_gradient.h"
 #include "fast_llm/kernels/registry.h"
+#include "fast_llm/layers/language_model/policy_gradient_loss.h"
 #include "fast_llm/tensor/tensor.h"
 
 namespace fast_llm {
 namespace {
 
 constexpr std::string_view kTool = "loss_op_io";
-
-// The metric sums' names, in PolicyMetric order (kernels/policy_gradient.h).
-constexpr std::array<std::string_view, 11> kPolicyMetricNames = {
-    "new_logprobs", "old_logprobs", "ratio_new_old", "ratio_new_old_sum", "ratio_new_old_squared_sum", "kl_new_old",
-    "clipped_ratio_fraction", "advantage", "num_tokens", "num_segments", "entropy"};
-static_assert(kPolicyMetricNames.size() == size_t(kernels::kPolicyMetricCount),
-              "PolicyMetric changed: list the new metric's name here so the check can compare it");
 
 // A variant that cannot run the arguments it was named for (registry `supports`): not a wrong result.
 struct Declined {
@@ -121,7 +114,8 @@ class Inputs {
   Tensor read(const std::string& name, const std::vector<DType>& dtypes, const std::vector<int64_t>& shape) const {
     FLM_CHECK(file_.contains(name), kTool, "{}: no tensor '{}' (this op needs it)", file_.path().string(), name);
     const engine::SafetensorsTensorInfo& info = file_.info(name);
-    const bool dtype_ok = info.dtype.dtype && std::find(dtypes.begin(), dtypes.end(), *info.dtype.dtype) != dtypes.end();
+    const bool dtype_ok =
+        info.dtype.dtype && std::find(dtypes.begin(), dtypes.end(), *info.dtype.dtype) != dtypes.end();
     FLM_CHECK(dtype_ok, kTool, "{}: tensor '{}' has dtype {}, expected {}", file_.path().string(), name,
               info.dtype.name, dtype_list(dtypes));
     bool shape_ok = info.shape.size() == shape.size();
@@ -268,7 +262,7 @@ int run(const std::string& op, const std::filesystem::path& input, const std::fi
     ran = run_op<kernels::PolicyGradientForwardBackward>(args, &kernels::check_policy_gradient_forward_backward,
                                                          device, variant);
     add_output("metric_sums", metric_sums);
-    metadata["metric_names"] = fmt::format("{}", fmt::join(kPolicyMetricNames, ","));
+    metadata["metric_names"] = fmt::format("{}", fmt::join(layers::kPolicyMetricNames, ","));
   } else {
     throw Error(kTool, fmt::format("unknown op '{}': expected cross_entropy, distillation, dpo, grpo or gspo", op));
   }

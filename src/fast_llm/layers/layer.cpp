@@ -39,10 +39,7 @@ Tensor& LossSums::get(const std::string& name, Device device, LossNormalization 
   normalizations_.emplace(name, normalization);
   DType dtype = device.is_cpu() ? DType::float64 : DType::float32;
   Tensor sum = Tensor::empty(Shape{1}, dtype, device);
-  if (is_extreme(normalization))
-    kernels::fill({.tensor = sum, .value = loss_identity(normalization), .stream = Stream{}});
-  else
-    set_bytes(sum.data(), device, 0, sum.nbytes(), Stream{});
+  kernels::fill({.tensor = sum, .value = loss_identity(normalization), .stream = Stream{}});
   return sums_.emplace(name, std::move(sum)).first->second;
 }
 

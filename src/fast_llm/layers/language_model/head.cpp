@@ -183,7 +183,7 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
                                          distillation_writes ? &distillation_grad : nullptr, reference_sums,
                                          logits_scale_factor_, softcap_, row_weighted ? &row_weights : nullptr);
     if (policy_loss_)
-      policy_loss_->forward_chunk(context, logits, begin, end, nullptr, logits_scale_factor_, softcap_,
+      policy_loss_->forward_chunk(context, logits, begin, end, logits_scale_factor_, softcap_,
                                   row_weighted ? &row_weights : nullptr);
     if (label_losses && vocab_parallel_) {
       const Tensor labels = batch.labels.slice(0, begin, end);

@@ -16,14 +16,11 @@ namespace {
 using kernels::PolicyMetric;
 
 // Metrics logged as per-document means (divided by the documents in the step); the others are plain sums.
-constexpr std::pair<PolicyMetric, const char*> kMeanMetrics[] = {
-    {PolicyMetric::old_logprobs, "old_logprobs"},   {PolicyMetric::ratio_new_old, "ratio_new_old"},
-    {PolicyMetric::kl_new_old, "kl_new_old"},       {PolicyMetric::clipped_ratio_fraction, "clipped_ratio_fraction"},
-    {PolicyMetric::advantage, "advantage"},         {PolicyMetric::entropy, "entropy"}};
-constexpr std::pair<PolicyMetric, const char*> kSumMetrics[] = {
-    {PolicyMetric::ratio_new_old_sum, "ratio_new_old_sum"},
-    {PolicyMetric::ratio_new_old_squared_sum, "ratio_new_old_squared_sum"},
-    {PolicyMetric::num_tokens, "num_tokens"}};
+constexpr PolicyMetric kMeanMetrics[] = {PolicyMetric::old_logprobs, PolicyMetric::ratio_new_old,
+                                         PolicyMetric::kl_new_old,   PolicyMetric::clipped_ratio_fraction,
+                                         PolicyMetric::advantage,    PolicyMetric::entropy};
+constexpr PolicyMetric kSumMetrics[] = {PolicyMetric::ratio_new_old_sum, PolicyMetric::ratio_new_old_squared_sum,
+                                        PolicyMetric::num_tokens};
 
 Tensor zeros(Shape shape, Device device, Stream stream) {
   Tensor tensor = Tensor::empty(shape, device.is_cpu() ? DType::float64 : DType::float32, device, stream);
@@ -66,8 +63,8 @@ void PolicyGradientLoss::begin(const LayerContext& context) {
 }
 
 void PolicyGradientLoss::forward_chunk(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end,
-                                       Tensor* grad_logits, double logits_scale_factor,
-                                       std::optional<double> softcap, Tensor* row_coefficients) {
+                                       double logits_scale_factor, std::optional<double> softcap,
+                                       Tensor* row_coefficients) {
   const MicroBatch& batch = context.batch;
   FLM_CHECK(!sequence_level_ || (begin == 0 && end == batch.num_tokens()), "head",
             "loss '{}' (gspo) needs the whole micro-batch in one chunk (head.cross_entropy_splits: 1)", name_);
@@ -91,7 +88,7 @@ void PolicyGradientLoss::forward_chunk(const LayerContext& context, const Tensor
                                              .sequence_level = sequence_level_,
                                              .loss_sum = loss_sum_,
                                              .metric_sums = &metric_sums_,
-                                             .grad_logits = grad_logits,
+                                             .grad_logits = nullptr,
                                              .grad_weight = weight_ * scale,
                                              .row_coefficients = row_coefficients,
                                              .epsilon_low = epsilon_low_,
@@ -122,15 +119,15 @@ void PolicyGradientLoss::add_losses(const LayerContext& context, const std::stri
     add(loss_sum_, name_, 1.0, LossNormalization::per_label);
     add(loss_sum_, total_name, weight_, LossNormalization::per_label);
   }
-  auto metric = [&](PolicyMetric index) { return metric_sums_.slice(0, int64_t(index), int64_t(index) + 1); };
-  add(metric(PolicyMetric::new_logprobs), name_ + "_new_logprobs", per_document, LossNormalization::normalized);
+  auto add_metric = [&](PolicyMetric index, double alpha) {
+    add(metric_sums_.slice(0, int64_t(index), int64_t(index) + 1),
+        fmt::format("{}_{}", name_, policy_metric_name(index)), alpha, LossNormalization::normalized);
+  };
+  add_metric(PolicyMetric::new_logprobs, per_document);
   if (!metrics_) return;
-  for (const auto& [index, suffix] : kMeanMetrics)
-    add(metric(index), fmt::format("{}_{}", name_, suffix), per_document, LossNormalization::normalized);
-  for (const auto& [index, suffix] : kSumMetrics)
-    add(metric(index), fmt::format("{}_{}", name_, suffix), 1.0, LossNormalization::normalized);
-  if (sequence_level_)
-    add(metric(PolicyMetric::num_segments), name_ + "_num_segments", 1.0, LossNormalization::normalized);
+  for (const PolicyMetric index : kMeanMetrics) add_metric(index, per_document);
+  for (const PolicyMetric index : kSumMetrics) add_metric(index, 1.0);
+  if (sequence_level_) add_metric(PolicyMetric::num_segments, 1.0);
 }
 
 }  // namespace fast_llm::layers

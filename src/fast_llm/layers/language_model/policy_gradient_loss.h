@@ -15,13 +15,24 @@
 // staleness metrics are not logged.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
+#include <string_view>
 
+#include "fast_llm/kernels/policy_gradient.h"
 #include "fast_llm/layers/context.h"
 #include "fast_llm/layers/language_model/loss_config.h"
 
 namespace fast_llm::layers {
+
+// Fast-LLM's name of each metric sum, in kernels::PolicyMetric order (logged as `<loss name>_<metric name>`).
+inline constexpr std::array<std::string_view, kernels::kPolicyMetricCount> kPolicyMetricNames = {
+    "new_logprobs", "old_logprobs", "ratio_new_old", "ratio_new_old_sum", "ratio_new_old_squared_sum", "kl_new_old",
+    "clipped_ratio_fraction", "advantage", "num_tokens", "num_segments", "entropy"};
+static_assert(!kPolicyMetricNames.back().empty(), "kernels::PolicyMetric changed: name the new metric here");
+
+inline std::string_view policy_metric_name(kernels::PolicyMetric metric) { return kPolicyMetricNames[size_t(metric)]; }
 
 class PolicyGradientLoss {
  public:
@@ -32,11 +43,11 @@ class PolicyGradientLoss {
 
   // Starts a micro-batch: checks that it carries token data and zeroes the sums (on the logits' device).
   void begin(const LayerContext& context);
-  // The loss on logits (chunk, vocab) of the micro-batch's tokens [begin, end), writing its gradient (=) to
-  // grad_logits when given (may be the logits themselves), and adding (+=) its per-row gradient coefficients to
-  // row_coefficients (chunk) when given (the head's cross-entropy pass then writes the gradient).
-  void forward_chunk(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end, Tensor* grad_logits,
-                     double logits_scale_factor, std::optional<double> softcap, Tensor* row_coefficients = nullptr);
+  // The loss on logits (chunk, vocab) of the micro-batch's tokens [begin, end). It writes no gradient: in training it
+  // adds (+=) its per-row gradient coefficients to row_coefficients (chunk), and the head's cross-entropy pass writes
+  // the gradient (nullptr: no gradient, e.g. validation).
+  void forward_chunk(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end,
+                     double logits_scale_factor, std::optional<double> softcap, Tensor* row_coefficients);
   // Adds the micro-batch's loss and metrics to context.losses, and weight * loss to the head total `total_name`.
   void add_losses(const LayerContext& context, const std::string& total_name) const;
 

@@ -79,10 +79,9 @@ Tensor ReferenceLosses::reference_rows(const LayerContext& context, const std::s
 void ReferenceLosses::forward_backward(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end,
                                        Tensor* grad, Sums& sums, double logits_scale_factor,
                                        std::optional<double> softcap, Tensor* row_coefficients) const {
-  FLM_ASSERT(grad == nullptr || count() == 1 || row_coefficients != nullptr || grad->data() != logits.data(),
-             "two reference losses cannot write their gradient over the logits they read");
+  FLM_ASSERT(!dpo_ || !context.training || row_coefficients != nullptr,
+             "in training the dpo loss hands its gradient to the cross-entropy pass through row_coefficients");
   const Tensor labels = context.batch.labels.slice(0, begin, end);
-  bool written = false;
   if (distillation_) {
     const Tensor teacher = reference_rows(context, distillation_->name, distillation_->reference_model, begin, end);
     kernels::distillation_forward_backward({.logits = logits,
@@ -97,7 +96,6 @@ void ReferenceLosses::forward_backward(const LayerContext& context, const Tensor
                                             .softcap = softcap,
                                             .accumulate_gradient = false,
                                             .stream = context.stream});
-    written = true;
   }
   if (dpo_) {
     FLM_ASSERT(begin == 0 && end == context.batch.num_tokens(), "the dpo loss runs on whole micro-batches");
@@ -112,12 +110,11 @@ void ReferenceLosses::forward_backward(const LayerContext& context, const Tensor
                                    .labels = labels,
                                    .pairs = context.batch.preference_pairs,
                                    .loss_sum = sums.dpo,
-                                   .grad_logits = row_coefficients != nullptr ? nullptr : grad,
+                                   .grad_logits = nullptr,
                                    .row_coefficients = row_coefficients,
                                    .beta = dpo_->beta,
                                    .weight = pairs > 0 ? dpo_->weight * context.loss_scale / double(pairs) : 0.0,
                                    .logits_scale_factor = logits_scale_factor,
-                                   .accumulate_gradient = written,
                                    .stream = context.stream});
   }
 }

@@ -28,7 +28,6 @@ class ReferenceLosses {
   bool take(const std::string& name, const LanguageModelLossConfig& loss, const LanguageModelHeadConfig& head,
             const std::string& path);
   bool empty() const { return !distillation_ && !dpo_; }
-  int count() const { return int(distillation_.has_value()) + int(dpo_.has_value()); }
   bool has_distillation() const { return distillation_.has_value(); }
   bool has_dpo() const { return dpo_.has_value(); }
 
@@ -39,12 +38,12 @@ class ReferenceLosses {
   Sums zero_sums(Device device, Stream stream) const;
 
   // Rows [begin, end) of the micro-batch, whose logits (rows, vocab) are read only. `grad` (rows, vocab), when given,
-  // receives (=) the sum of the losses' gradients; it may be `logits` itself only when there is one loss. With
-  // `row_coefficients` (rows), dpo adds its per-row gradient coefficients there instead (kernels/dpo.h), for the
-  // head's cross-entropy pass, and `grad` receives the distillation's alone.
+  // receives (=) the distillation's gradient (it may be `logits` itself). dpo writes no gradient: it adds its per-row
+  // gradient coefficients (kernels/dpo.h) to `row_coefficients` (rows), for the head's cross-entropy pass; in
+  // training they must be given when dpo is configured.
   void forward_backward(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end, Tensor* grad,
                         Sums& sums, double logits_scale_factor, std::optional<double> softcap,
-                        Tensor* row_coefficients = nullptr) const;
+                        Tensor* row_coefficients) const;
 
   // Adds the sums into context.losses under the losses' names and, weighted, under the head's total `total_name`.
   void add_losses(const LayerContext& context, const Sums& sums, const std::string& total_name) const;
