@@ -60,7 +60,8 @@ model:
 )";
 
 // A Qwen2-style model (grouped-query attention, rotary, biases on the query and key projections, a sliding window) of
-// six blocks, one layer per stage: the pipeline suites' model (config_changes() gives a suite's variant of it).
+// six blocks, one layer per stage: the pipeline, tensor and sequence suites' model (config_changes() gives a suite's
+// variant of it).
 inline constexpr const char* kQwen2Config = R"(
 training: {train_iters: 3, logs: {interval: 1}, checkpoint: {interval: 1, keep: 10}}
 data:

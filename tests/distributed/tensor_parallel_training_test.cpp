@@ -20,36 +20,26 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// As layout_comparison.h's model, Qwen2-like. Adam's epsilon is larger than the default: the key projection's bias has a
-// gradient of zero up to rounding (softmax ignores what it adds to every key), and so, by chance, may a few other
-// elements (one of dense.weight's here: 1e-5 of the typical size); Adam's first steps would turn such a gradient into
-// an update of about the learning rate whatever its size, different in every summation order. With epsilon 1e-5 they
-// move by little, while every gradient of a normal size still gets Adam's update.
-constexpr const char* kQwen2Config = R"(
-training: {train_iters: 3, logs: {interval: 1}, checkpoint: {interval: 1, keep: 10}}
-data:
-  datasets: {training: {type: random}}
-  micro_batch_size: 16
-optimizer: {learning_rate: {base: 1.0e-2}, gradient_norm_clipping: 0.5, epsilon: 1.0e-5}
-model:
-  base_model:
-    embeddings: {vocab_size: 64}
-    decoder:
-      block:
-        mixer: {type: attention, heads: 4, head_groups: 2, head_size: 8, add_linear_biases: true, window_size: 8,
-                rotary: {type: default, theta: 10000}}
-        mlp: {intermediate_size: 32, gated: true, add_linear_biases: true}
-        normalization: {type: rms_norm}
-      num_blocks: 2
-    hidden_size: 16
-  multi_stage: {layers_per_stage: 2}
-  distributed: {compute_dtype: fp32, use_cuda: false, timeout: 20}
-)";
-
 class TensorParallelTrainingTest : public testing::LayoutComparisonTest {
  protected:
   TensorParallelTrainingTest() { tolerance_ = mode_.tensor_split_tolerance; }
-  const char* config() const override { return kQwen2Config; }
+  const char* config() const override { return testing::kQwen2Config; }
+  // layout_comparison.h's Qwen2-style model with biases on every linear layer, two blocks in one stage and the
+  // head's default norm. Adam's epsilon is larger than the default: the key projection's bias has a gradient of zero
+  // up to rounding (softmax ignores what it adds to every key), and so, by chance, may a few other elements (one of
+  // dense.weight's here: 1e-5 of the typical size); Adam's first steps would turn such a gradient into an update of
+  // about the learning rate whatever its size, different in every summation order. With epsilon 1e-5 they move by
+  // little, while every gradient of a normal size still gets Adam's update.
+  std::vector<std::string> config_changes() const override {
+    return {"model.base_model.decoder.block.mixer.head_size=8",
+            "model.base_model.decoder.block.mixer.add_linear_biases=true",
+            "model.base_model.decoder.block.mixer.window_size=8",
+            "model.base_model.decoder.block.mlp.add_linear_biases=true",
+            "model.base_model.decoder.num_blocks=2",
+            "model.base_model.head={}",
+            "model.multi_stage.layers_per_stage=2",
+            "optimizer.epsilon=1.0e-5"};
+  }
 };
 
 const std::string kTensorParallel = "model.distributed.tensor_parallel=2";

@@ -72,6 +72,13 @@ void accumulate(std::vector<LossTotal>& totals, const std::string& name, double 
   ++total->count;
 }
 
+// Each total's name and mean, in the order of `totals`: a metric line's losses.
+std::vector<std::pair<std::string, double>> loss_means(const std::vector<LossTotal>& totals) {
+  std::vector<std::pair<std::string, double>> means;
+  for (const LossTotal& total : totals) means.emplace_back(total.name, total.mean());
+  return means;
+}
+
 // Every rank's loss names with their normalisations, merged over the ranks (those of a pipeline hold the losses of
 // their own stages only): one all-gather of the names as text on the host group.
 std::map<std::string, layers::LossNormalization> loss_names_over_ranks(
@@ -567,6 +574,26 @@ void Trainer::warn_if_beyond_estimate(const MemoryUsage& memory) {
               format_with_commas(double(estimated_device_bytes_) / (1024.0 * 1024.0), 2));
 }
 
+StepMetrics Trainer::step_metrics(int64_t completed, double step_time, double flops_per_step, const MemoryUsage& memory,
+                                  std::vector<std::pair<std::string, double>> losses) const {
+  const int64_t tokens_per_step = samples_per_step_ * tokens_per_sample_;
+  StepMetrics metrics;
+  metrics.iteration = completed;
+  metrics.train_iters = sections_.training.train_iters;
+  metrics.consumed_samples = completed * samples_per_step_;
+  metrics.consumed_tokens = completed * tokens_per_step;
+  metrics.batch_size = samples_per_step_;
+  metrics.step_time_ms = step_time * 1000.0;
+  // No activation recomputation: the hardware does the model's FLOPs.
+  // This rank's micro-batches: every rank runs as many tokens, so this is the FLOP rate per GPU.
+  metrics.model_tflops = flops_per_step / step_time / 1e12;
+  metrics.hardware_tflops = metrics.model_tflops;
+  metrics.tokens_per_sec_per_gpu = double(tokens_per_step) / *sections_.model.distributed.world_size / step_time;
+  metrics.memory = fullest_rank_memory(memory);
+  metrics.losses = std::move(losses);
+  return metrics;
+}
+
 MemoryUsage Trainer::fullest_rank_memory(MemoryUsage memory) const {
   std::vector<double> values{memory.allocated_mib, memory.max_allocated_mib, memory.reserved_mib,
                              memory.max_reserved_mib, memory.global_max_reserved_mib};
@@ -692,26 +719,13 @@ void Trainer::log_training(int64_t completed) {
   const double step_time = (now - last_log_time_) / double(completed - last_log_step_);
   const double average_step_time = (now - start_time_) / double(completed - start_step_);
   const double remaining = average_step_time * double(training.train_iters - completed);
-  const int64_t tokens_per_step = samples_per_step_ * tokens_per_sample_;
   const double flops_per_step = interval_.steps > 0 ? interval_.flops / double(interval_.steps) : 0.0;
-  const int world_size = *sections_.model.distributed.world_size;
 
-  TrainingMetrics metrics;
-  metrics.iteration = completed;
-  metrics.train_iters = training.train_iters;
-  metrics.consumed_samples = completed * samples_per_step_;
-  metrics.consumed_tokens = completed * tokens_per_step;
-  metrics.batch_size = samples_per_step_;
-  metrics.step_time_ms = step_time * 1000.0;
-  // No activation recomputation: the hardware does the model's FLOPs.
-  // This rank's micro-batches: every rank runs as many tokens, so this is the FLOP rate per GPU.
-  metrics.model_tflops = flops_per_step / step_time / 1e12;
-  metrics.hardware_tflops = metrics.model_tflops;
-  metrics.tokens_per_sec_per_gpu = double(tokens_per_step) / world_size / step_time;
   const MemoryUsage memory = memory_usage(device_, /*reset_peak=*/true);
   warn_if_beyond_estimate(memory);
-  metrics.memory = fullest_rank_memory(memory);
-  for (const LossTotal& total : loss_totals) metrics.losses.emplace_back(total.name, total.mean());
+  TrainingMetrics metrics;
+  static_cast<StepMetrics&>(metrics) =
+      step_metrics(completed, step_time, flops_per_step, memory, loss_means(loss_totals));
   metrics.learning_rate = last_update.learning_rate;
   metrics.loss_scale = optimizer_->loss_scale();
   metrics.grad_norm = last_update.grad_norm;
@@ -781,21 +795,8 @@ void Trainer::run_evaluators(bool done) {
         accumulate(totals, name, value, !layers::is_extreme(normalization) || std::isfinite(value));
       }
     const double step_time = (now_seconds() - start) / double(iterations);
-    const int world_size = *sections_.model.distributed.world_size;
-    const int64_t tokens_per_step = samples_per_step_ * tokens_per_sample_;
-
-    StepMetrics metrics;
-    metrics.iteration = completed_steps_;
-    metrics.train_iters = sections_.training.train_iters;
-    metrics.consumed_samples = completed_steps_ * samples_per_step_;
-    metrics.consumed_tokens = completed_steps_ * tokens_per_step;
-    metrics.batch_size = samples_per_step_;
-    metrics.step_time_ms = step_time * 1000.0;
-    metrics.model_tflops = flops / double(iterations) / step_time / 1e12;
-    metrics.hardware_tflops = metrics.model_tflops;
-    metrics.tokens_per_sec_per_gpu = double(tokens_per_step) / world_size / step_time;
-    metrics.memory = fullest_rank_memory(memory_usage(device_, /*reset_peak=*/false));
-    for (const LossTotal& total : totals) metrics.losses.emplace_back(total.name, total.mean());
+    const StepMetrics metrics = step_metrics(completed_steps_, step_time, flops / double(iterations),
+                                             memory_usage(device_, /*reset_peak=*/false), loss_means(totals));
     log_main("{}", format_validation_metrics(metrics, evaluator->name));
     write_metrics(validation_metrics_json(metrics, evaluator->name));
   }

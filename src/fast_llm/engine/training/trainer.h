@@ -128,6 +128,10 @@ class Trainer {
   MemoryEstimate estimate_memory(const std::vector<std::pair<std::string, int64_t>>& samplings) const;
   // Moves the step records to interval_steps_ (waits for the device) and follows the streak of skipped steps.
   void read_step_records();
+  // The fields training and validation lines share, after `completed` steps: one step's `step_time` (seconds) and
+  // this rank's `flops_per_step`, this rank's `memory` (the line reports the fullest rank's) and the losses' means.
+  StepMetrics step_metrics(int64_t completed, double step_time, double flops_per_step, const MemoryUsage& memory,
+                           std::vector<std::pair<std::string, double>> losses) const;
   // Each figure's largest value over the ranks (the log line reports the fullest rank).
   MemoryUsage fullest_rank_memory(MemoryUsage memory) const;
   // Warns once when this rank's peak allocation (since the trainer was built) exceeds what the memory check estimated
