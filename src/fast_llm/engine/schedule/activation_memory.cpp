@@ -104,12 +104,7 @@ ActivationPeak activation_peak(const ModelActivations& model, const std::vector<
     return piece * (forward ? stages[step.stage].output : stages[step.stage - 1].output);
   };
   // The runner posts a receive once this rank has issued everything before the step producing it.
-  std::vector<const ScheduleStep*> receiving;
-  for (const ScheduleStep* step : steps)
-    if (step->receive_from >= 0) receiving.push_back(step);
-  std::sort(receiving.begin(), receiving.end(), [](const ScheduleStep* a, const ScheduleStep* b) {
-    return a->producer_position < b->producer_position;
-  });
+  const std::vector<const ScheduleStep*> receiving = Schedule::receives_in_message_order(steps);
   size_t next_receive = 0;
   int64_t pending = 0;  // received or passed-on inputs not yet taken by their step
   auto post_receives = [&](size_t position) {

@@ -140,13 +140,7 @@ void ScheduleRunner::run_steps(const Schedule& schedule, std::vector<layers::Lay
   auto input_of = [&](const ScheduleStep& step) {
     return size_t(step.micro_batch) * size_t(schedule.splits()) + size_t(step.split);
   };
-  // This rank's receives in the order of the steps producing them: the order every rank issues its messages in.
-  std::vector<const ScheduleStep*> receiving;
-  for (const ScheduleStep* step : steps)
-    if (step->receive_from >= 0) receiving.push_back(step);
-  std::sort(receiving.begin(), receiving.end(), [](const ScheduleStep* a, const ScheduleStep* b) {
-    return a->producer_position < b->producer_position;
-  });
+  const std::vector<const ScheduleStep*> receiving = Schedule::receives_in_message_order(steps);
   size_t next_receive = 0;
   std::map<size_t, Message> received;  // by the position of the step that takes it
   std::vector<Message> sent;

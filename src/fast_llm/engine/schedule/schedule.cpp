@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -70,6 +71,16 @@ std::vector<const ScheduleStep*> Schedule::steps_of(int pipeline_rank) const {
   for (const ScheduleStep& step : steps_)
     if (step.pipeline_rank == pipeline_rank) result.push_back(&step);
   return result;
+}
+
+std::vector<const ScheduleStep*> Schedule::receives_in_message_order(const std::vector<const ScheduleStep*>& steps) {
+  std::vector<const ScheduleStep*> receiving;
+  for (const ScheduleStep* step : steps)
+    if (step->receive_from >= 0) receiving.push_back(step);
+  std::sort(receiving.begin(), receiving.end(), [](const ScheduleStep* a, const ScheduleStep* b) {
+    return a->producer_position < b->producer_position;
+  });
+  return receiving;
 }
 
 std::string Schedule::describe(int pipeline_rank) const {

@@ -52,6 +52,9 @@ class Schedule {
   const std::vector<ScheduleStep>& steps() const { return steps_; }
   // The steps `pipeline_rank` runs, in order.
   std::vector<const ScheduleStep*> steps_of(int pipeline_rank) const;
+  // Of a rank's `steps`, those that receive their input from another rank, in the order of the steps producing that
+  // input: the order in which every rank issues its messages (the runner posts its receives in it).
+  static std::vector<const ScheduleStep*> receives_in_message_order(const std::vector<const ScheduleStep*>& steps);
   int micro_batches() const { return depth_first_ * breadth_first_; }
   int splits() const { return splits_; }
   // "F0.0 F0.1 ... B1.0": type, stage and micro-batch of each step (and `:split` when splits > 1), for logs and tests.
