@@ -165,14 +165,11 @@ Tensor Attention::forward(LayerContext& context, const Tensor& input) {
 }
 
 Tensor Attention::backward(LayerContext& context, const Tensor& grad_output) {
-  const Tensor full_grad_output = tensor_parallel_.gather_sequence(context, grad_output);
-  Saved saved = saved_.take(context.batch.index, name());
-  saved.input = tensor_parallel_.gather_sequence(context, saved.input);
-  if (!tensor_parallel_.enabled()) return backward(full_grad_output, std::move(saved), context.stream);
-  PendingReduction reduction;
-  backward(full_grad_output, std::move(saved), context.stream,
-           [&](Tensor& grad_input) { reduction = tensor_parallel_.start_reduce(context, grad_input); });
-  return reduction.finish(context.stream);
+  return tensor_parallel_.backward_reducing_input(
+      context, grad_output, saved_.take(context.batch.index, name()),
+      [this](const Tensor& full_grad_output, Saved saved, Stream stream, const InputGradientReady& ready) {
+        return backward(full_grad_output, std::move(saved), stream, ready);
+      });
 }
 
 Attention::Projections Attention::project(const Tensor& input, Normalization::Saved* query_norm,

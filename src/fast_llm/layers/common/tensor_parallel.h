@@ -59,6 +59,22 @@ struct TensorParallelism {
   Tensor sequence_shard(const Tensor& full) const;
   // Sums a tensor over the group in place (replicated values computed in parts), or takes its maximum.
   void all_reduce(const LayerContext& context, Tensor& tensor, bool maximum = false) const;
+
+  // The layer backward of a block sublayer (column-parallel in, row-parallel out): the output gradient and the saved
+  // input (`saved.input`, kept as this rank's shard) gathered over the sequence, then
+  // `backward(grad_output, saved, stream, input_gradient_ready)`, whose input gradient is reduced over the group,
+  // started as soon as backward reports it complete.
+  template <class Saved, class Backward>
+  Tensor backward_reducing_input(const LayerContext& context, const Tensor& grad_output, Saved saved,
+                                 const Backward& backward) const {
+    const Tensor full_grad_output = gather_sequence(context, grad_output);
+    saved.input = gather_sequence(context, saved.input);
+    if (!enabled()) return backward(full_grad_output, std::move(saved), context.stream, InputGradientReady{});
+    PendingReduction reduction;
+    backward(full_grad_output, std::move(saved), context.stream,
+             [&](Tensor& grad_input) { reduction = start_reduce(context, grad_input); });
+    return reduction.finish(context.stream);
+  }
 };
 
 }  // namespace fast_llm::layers
