@@ -71,14 +71,8 @@ TEST_F(DataParallelTrainingTest, MixtureOfExpertsTwoProcessesMatchOne) {
 // distillation: two processes give the losses of one that runs both micro-batches, and the reference's logged losses
 // match too.
 TEST_F(DataParallelTrainingTest, ReferenceModelsTwoProcessesMatchOne) {
-  const std::vector<std::string> overrides = {
-      "model.base_model.head.losses={ce: {type: label, weight: 0.5}, kd: {type: distillation, reference_model: "
-      "teacher, loss_type: reverse_kl}}",
-      "model.base_model.decoder.block.distillation_model=teacher",
-      "reference_models={teacher: {model: {base_model: {embeddings: {vocab_size: 64}, decoder: {block: {mixer: {type: "
-      "attention, heads: 2, head_groups: 1, head_size: 8, add_linear_biases: false}, mlp: {intermediate_size: 32, "
-      "gated: true}, normalization: {type: rms_norm}}, num_blocks: 2}, hidden_size: 16}}}}",
-      "training.checkpoint.interval=null"};
+  std::vector<std::string> overrides = testing::kReferenceModelOverrides;
+  overrides.push_back("training.checkpoint.interval=null");
   std::vector<std::string> single_overrides = overrides;
   single_overrides.push_back("schedule.depth_first_micro_batches=2");
   const fs::path single = train("reference_df2", 0, single_overrides);

@@ -92,6 +92,17 @@ model:
   distributed: {compute_dtype: fp32, use_cuda: false, timeout: 20}
 )";
 
+// Overrides that give a run a reference model `teacher` (the small model's shape, its own weights from the same
+// seed) read by a reverse-KL distillation loss beside a label loss of weight 0.5, and by every block's activation
+// distillation.
+inline const std::vector<std::string> kReferenceModelOverrides = {
+    "model.base_model.head.losses={ce: {type: label, weight: 0.5}, kd: {type: distillation, reference_model: "
+    "teacher, loss_type: reverse_kl}}",
+    "model.base_model.decoder.block.distillation_model=teacher",
+    "reference_models={teacher: {model: {base_model: {embeddings: {vocab_size: 64}, decoder: {block: {mixer: {type: "
+    "attention, heads: 2, head_groups: 1, head_size: 8, add_linear_biases: false}, mlp: {intermediate_size: 32, "
+    "gated: true}, normalization: {type: rms_norm}}, num_blocks: 2}, hidden_size: 16}}}}"};
+
 // What differs between the CPU run (fp32, exact resume) and the GPU run (bf16, see above).
 struct Mode {
   std::vector<std::string> overrides;

@@ -145,13 +145,7 @@ TEST_F(SequenceTrainingTest, SequenceAndTensorParallelMatchOneProcess) {
 // micro-batch; its splits read their rows of its outputs: the losses of the unsplit run. Sequence-data parallelism
 // refuses reference models, as Fast-LLM does.
 TEST_F(SequenceTrainingTest, ReferenceModelsWithSplitsMatchTheWholeMicroBatches) {
-  const std::vector<std::string> overrides = {
-      "model.base_model.head.losses={ce: {type: label, weight: 0.5}, kd: {type: distillation, reference_model: "
-      "teacher, loss_type: reverse_kl}}",
-      "model.base_model.decoder.block.distillation_model=teacher",
-      "reference_models={teacher: {model: {base_model: {embeddings: {vocab_size: 64}, decoder: {block: {mixer: {type: "
-      "attention, heads: 2, head_groups: 1, head_size: 8, add_linear_biases: false}, mlp: {intermediate_size: 32, "
-      "gated: true}, normalization: {type: rms_norm}}, num_blocks: 2}, hidden_size: 16}}}}"};
+  const std::vector<std::string>& overrides = testing::kReferenceModelOverrides;
   std::vector<std::string> split = overrides;
   split.push_back("schedule.micro_batch_splits=4");
   const fs::path whole = train_documents("reference_ms1", 0, overrides);

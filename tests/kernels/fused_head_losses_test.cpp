@@ -350,7 +350,8 @@ std::vector<double> fused_path(const HeadProblem& p, const Tensor& host_logits, 
   return values_of(logits.to(Device::cpu()));
 }
 
-// Today's separate path on the CPU in fp64: each loss writes its own gradient, added up.
+// The unfused composition on the CPU in fp64 (the head's path before the fusion): each loss writes its own gradient,
+// added up.
 std::vector<double> separate_path(const HeadProblem& p, const Tensor& host_logits, Row row, const Options& options,
                                   LossSums& sums) {
   const Tensor logits = converted(host_logits, DType::float64);
