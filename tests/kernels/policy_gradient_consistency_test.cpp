@@ -5,8 +5,8 @@
 // loss and metric sums start non-zero (they are added to), the advantage extremes (with the metrics) inside the
 // advantages' range (they are replaced) or beyond it (kept). And 8192 tokens in 64 documents (of 65: one has no
 // label), contiguous or interleaved, over rows whose starts allow 16-byte loads with a tail of columns after the last
-// full vector (the parallel CUDA variant's per-document and per-row paths). The reference is checked against formulas and finite
-// differences in policy_gradient_test.cpp.
+// full vector (the parallel CUDA variant's per-document and per-row paths). The reference is checked against formulas
+// and finite differences in policy_gradient_test.cpp.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -111,8 +111,9 @@ void check_policy_gradient(DeviceType device_type) {
                                                           : &t.at("grad_logits");
       run({.logits = t.at("logits"), .labels = t.at("labels"), .advantages = t.at("advantages"),
            .old_log_probabilities = t.at("old_log_probabilities"), .label_documents = t.at("label_documents"),
-           .num_documents = c.documents == 0 ? 3 : c.documents + 1, .sequence_level = c.sequence_level, .loss_sum = t.at("loss_sum"),
-           .metric_sums = c.metrics ? &t.at("metric_sums") : nullptr, .grad_logits = grad, .grad_weight = 0.3,
+           .num_documents = c.documents == 0 ? 3 : c.documents + 1, .sequence_level = c.sequence_level,
+           .loss_sum = t.at("loss_sum"), .metric_sums = c.metrics ? &t.at("metric_sums") : nullptr,
+           .grad_logits = grad, .grad_weight = 0.3,
            .epsilon_low = 0.2, .epsilon_high = 0.28, .logits_scale_factor = c.logits_scale_factor,
            .softcap = c.softcap, .max_advantage = c.metrics ? &t.at("max_advantage") : nullptr,
            .min_advantage = c.metrics ? &t.at("min_advantage") : nullptr});

@@ -244,7 +244,8 @@ __global__ void token_coefficients(TokenParams p) {
     }
   }
   TokenTerms terms = no_token_terms();
-  for (int64_t token = 0; token < p.rows; ++token) p.coefficients[token] = token_terms(p, token, p.document_sums, terms);
+  for (int64_t token = 0; token < p.rows; ++token)
+    p.coefficients[token] = token_terms(p, token, p.document_sums, terms);
   write_token_terms(p, terms);
 }
 
