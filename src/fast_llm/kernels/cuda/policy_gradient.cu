@@ -304,6 +304,7 @@ __global__ void softmax_statistics_rows(RowParams p, bool vectorized) {
     const T* logits = static_cast<const T*>(p.logits) + row * p.logits_stride;
     SoftmaxState state{-INFINITY, 0.0f, 0.0f};
     const int64_t vectors = vectorized ? p.vocab / kVector : 0;
+#pragma unroll 2  // two loads in flight per thread before the dependent updates
     for (int64_t vector = threadIdx.x; vector < vectors; vector += kThreads) {
       float values[kVector];
       load_floats<kVector>(logits + vector * kVector, values);
@@ -323,12 +324,13 @@ __global__ void softmax_statistics_rows(RowParams p, bool vectorized) {
     __syncthreads();  // the previous row's reader is done with scratch
     if (lane == 0) scratch[warp] = state;
     __syncthreads();
-    if (threadIdx.x != 0) continue;
-    for (int i = 1; i < kThreads / 32; ++i) state = merge_states(state, scratch[i]);
-    const float logsumexp = state.max + logf(state.sum);
-    p.logsumexp[row] = logsumexp;
-    p.new_log_probs[row] = scaled_logit(logits, label, p.scale, p.softcap, nullptr) - logsumexp;
-    if (p.entropies != nullptr) p.entropies[row] = logsumexp - state.weighted / state.sum;
+    if (threadIdx.x == 0) {
+      for (int i = 1; i < kThreads / 32; ++i) state = merge_states(state, scratch[i]);
+      const float logsumexp = state.max + logf(state.sum);
+      p.logsumexp[row] = logsumexp;
+      p.new_log_probs[row] = scaled_logit(logits, label, p.scale, p.softcap, nullptr) - logsumexp;
+      if (p.entropies != nullptr) p.entropies[row] = logsumexp - state.weighted / state.sum;
+    }
   }
 }
 
@@ -370,10 +372,11 @@ __global__ void document_sums_by_warp(TokenParams p, const unsigned long long* f
     count = warp_sum(count);
     log_ratio = warp_sum(log_ratio);
     advantage = warp_sum(advantage);
-    if (lane != 0) continue;
-    p.document_sums[document] = count;
-    p.document_sums[p.documents_count + document] = log_ratio;
-    p.document_sums[2 * p.documents_count + document] = advantage;
+    if (lane == 0) {
+      p.document_sums[document] = count;
+      p.document_sums[p.documents_count + document] = log_ratio;
+      p.document_sums[2 * p.documents_count + document] = advantage;
+    }
   }
 }
 
