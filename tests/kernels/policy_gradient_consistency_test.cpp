@@ -6,10 +6,13 @@
 // advantages' range (they are replaced) or beyond it (kept). And 8192 tokens in 64 documents (of 65: one has no
 // label), contiguous or interleaved, over rows whose starts allow 16-byte loads with a tail of columns after the last
 // full vector (the parallel CUDA variant's per-document and per-row paths). The reference is checked against formulas
-// and finite differences in policy_gradient_test.cpp.
+// and finite differences in policy_gradient_test.cpp. Each CUDA variant run twice on the same 8192 tokens gives the
+// same bytes in every output (the variants promise fixed-order sums).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
+#include <vector>
 
 #include "fast_llm/kernels/policy_gradient.h"
 #include "kernels/consistency.h"
@@ -129,6 +132,62 @@ TEST(PolicyGradientConsistency, CpuVariantsMatchTheReference) { check_policy_gra
 TEST(PolicyGradientConsistency, CudaVariantsMatchTheReference) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
   check_policy_gradient(DeviceType::cuda);
+}
+
+// Runs `variant` on fresh copies of the inputs (GSPO with metrics, extremes, row coefficients and the gradient, 8192
+// tokens in 64 interleaved documents) and returns every output's bytes, in a fixed order.
+std::vector<std::vector<char>> policy_outputs(const KernelVariant<PolicyGradientArgs>& variant) {
+  const Device cuda = Device::cuda(0);
+  const int64_t tokens = 8192, vocab = 1000;
+  std::vector<double> labels, advantages, old_log_probs, documents;
+  for (int64_t token = 0; token < tokens; ++token) {
+    labels.push_back(token % 11 == 3 ? -100.0 : double((token * 37 + 5) % vocab));
+    documents.push_back(double((token * 7) % 64));
+    advantages.push_back(0.1 * double(token % 13) - 0.6);
+    old_log_probs.push_back(-std::log(double(vocab)) + 0.3 * double(token % 5 - 2));
+  }
+  const Tensor logits = random_tensor(Shape{tokens, vocab}, DType::bfloat16, 74001, -4, 4).to(cuda);
+  const Tensor label_tensor = make_tensor(labels, Shape{tokens}, DType::int64).to(cuda);
+  const Tensor advantage_tensor = make_tensor(advantages, Shape{tokens}, DType::float32).to(cuda);
+  const Tensor old_tensor = make_tensor(old_log_probs, Shape{tokens}, DType::float32).to(cuda);
+  const Tensor document_tensor = make_tensor(documents, Shape{tokens}, DType::int32).to(cuda);
+  Tensor loss = filled(Shape{1}, DType::float32, 0.0).to(cuda);
+  Tensor metrics = filled(Shape{kPolicyMetricCount}, DType::float32, 0.0).to(cuda);
+  Tensor largest = filled(Shape{1}, DType::float32, -INFINITY).to(cuda);
+  Tensor smallest = filled(Shape{1}, DType::float32, INFINITY).to(cuda);
+  Tensor row_coefficients = filled(Shape{tokens}, DType::float32, 0.0).to(cuda);
+  Tensor grad = filled(Shape{tokens, vocab}, DType::bfloat16, 0.0).to(cuda);
+  const PolicyGradientArgs args{.logits = logits, .labels = label_tensor, .advantages = advantage_tensor,
+                                .old_log_probabilities = old_tensor, .label_documents = document_tensor,
+                                .num_documents = 64, .sequence_level = true, .loss_sum = loss,
+                                .metric_sums = &metrics, .grad_logits = &grad, .grad_weight = 0.5,
+                                .row_coefficients = &row_coefficients, .max_advantage = &largest,
+                                .min_advantage = &smallest};
+  check_policy_gradient_forward_backward(args);
+  if (variant.supports != nullptr)
+    if (const auto reason = variant.supports(args)) {
+      ADD_FAILURE() << variant.info.id() << " declines: " << *reason;
+      return {};
+    }
+  variant.run(args);
+  std::vector<std::vector<char>> bytes;
+  for (const Tensor* output : {&loss, &metrics, &largest, &smallest, &row_coefficients, &grad}) {
+    const Tensor host = output->to(Device::cpu());
+    const char* data = static_cast<const char*>(host.data());
+    bytes.emplace_back(data, data + host.nbytes());
+  }
+  return bytes;
+}
+
+TEST(PolicyGradientConsistency, CudaVariantsAreBitwiseReproducible) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  for (const auto& variant : OpRegistry<PolicyGradientForwardBackward>::instance().variants()) {
+    if (variant.info.device != DeviceType::cuda) continue;
+    const auto first = policy_outputs(variant), second = policy_outputs(variant);
+    ASSERT_EQ(first.size(), second.size()) << variant.info.id();
+    for (size_t output = 0; output < first.size(); ++output)
+      EXPECT_TRUE(first[output] == second[output]) << variant.info.id() << " output " << output << " differs";
+  }
 }
 
 }  // namespace
