@@ -9,7 +9,10 @@
 //             instead of an axpy after it;
 //   label     cross-entropy alone, the floor both approach.
 // And grpo alone (no label loss): its own gradient pass over the logits (in place) against its coefficients and a
-// cross-entropy pass of label weight 0 without z-loss (what the head runs).
+// cross-entropy pass of label weight 0 without z-loss (what the head runs). Last, the policy op's statistics alone
+// (passes 1 and 2 with the metric sums and advantage extremes, row coefficients out, no gradient pass) under each of
+// its CUDA variants called by name, against the first one's outputs (relative error of the norm of the row
+// coefficients and of the loss / metric sums / extremes; above 1e-4 the program exits with status 1).
 //
 //   head_losses_benchmark [rows [vocab [iterations]]]
 //
@@ -24,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -167,6 +171,74 @@ void fused_path(Other other, const Batch& batch, Tensor& logits, Tensor& buffer,
   run_label(batch, logits, sums, &row_weights);
 }
 
+// The relative error of the norm of `actual` against `expected`.
+double relative_error(const std::vector<double>& actual, const std::vector<double>& expected) {
+  double error = 0, norm = 0;
+  for (size_t index = 0; index < actual.size(); ++index) {
+    error += (actual[index] - expected[index]) * (actual[index] - expected[index]);
+    norm += expected[index] * expected[index];
+  }
+  return std::sqrt(error / norm);
+}
+
+// The policy op's statistics under each CUDA variant (see the file comment); whether they agree.
+bool compare_policy_variants(const Batch& batch, const Tensor& logits, int iterations) {
+  Tensor row_weights = Tensor::empty(Shape{batch.rows}, DType::float32, kCuda);
+  Tensor loss = Tensor::empty(Shape{1}, DType::float64, kCuda);
+  Tensor metrics = Tensor::empty(Shape{kPolicyMetricCount}, DType::float64, kCuda);
+  Tensor largest = Tensor::empty(Shape{1}, DType::float64, kCuda);
+  Tensor smallest = Tensor::empty(Shape{1}, DType::float64, kCuda);
+  const PolicyGradientArgs args{.logits = logits, .labels = batch.labels, .advantages = batch.advantages,
+                                .old_log_probabilities = batch.old_log_probabilities,
+                                .label_documents = batch.documents, .num_documents = 16, .sequence_level = false,
+                                .loss_sum = loss, .metric_sums = &metrics, .grad_logits = nullptr,
+                                .grad_weight = 1.0 / double(batch.rows), .row_coefficients = &row_weights,
+                                .max_advantage = &largest, .min_advantage = &smallest};
+  check_policy_gradient_forward_backward(args);
+  // row coefficients, then loss, metric sums and extremes, as doubles
+  auto outputs = [&] {
+    synchronize_device(kCuda);
+    std::vector<double> coefficients, sums;
+    const Tensor host_weights = row_weights.to(Device::cpu());
+    for (int64_t row = 0; row < batch.rows; ++row) coefficients.push_back(double(host_weights.data_as<float>()[row]));
+    for (const Tensor* tensor : {&loss, &metrics, &largest, &smallest}) {
+      const Tensor host = tensor->to(Device::cpu());
+      for (int64_t index = 0; index < host.numel(); ++index) sums.push_back(host.data_as<double>()[index]);
+    }
+    return std::pair{coefficients, sums};
+  };
+  std::printf("  grpo statistics (metrics, extremes, row coefficients; no gradient pass) by CUDA variant, each run "
+              "after 5 fills of its outputs (a few us):\n");
+  bool agree = true;
+  std::optional<std::pair<std::vector<double>, std::vector<double>>> first;
+  for (const auto& variant : OpRegistry<PolicyGradientForwardBackward>::instance().variants()) {
+    if (variant.info.device != DeviceType::cuda) continue;
+    if (variant.supports != nullptr)
+      if (const auto reason = variant.supports(args)) {
+        std::printf("    %-10s declines: %s\n", variant.info.variant.c_str(), reason->c_str());
+        continue;
+      }
+    auto run = [&] {
+      fill({.tensor = row_weights, .value = 0.0});
+      fill({.tensor = loss, .value = 0.0});
+      fill({.tensor = metrics, .value = 0.0});
+      fill({.tensor = largest, .value = -INFINITY});
+      fill({.tensor = smallest, .value = INFINITY});
+      variant.run(args);
+    };
+    run();
+    const auto result = outputs();
+    if (!first) first = result;
+    const double coefficient_error = relative_error(result.first, first->first);
+    const double sum_error = relative_error(result.second, first->second);
+    agree = agree && coefficient_error <= 1e-4 && sum_error <= 1e-4;
+    const double ms = benchmarks::median_ms(run, 3, iterations);
+    std::printf("    %-10s %8.3f ms   (against the first: row coefficients %.2e, sums %.2e; loss sum %.9g)\n",
+                variant.info.variant.c_str(), ms, coefficient_error, sum_error, result.second[0]);
+  }
+  return agree;
+}
+
 double relative_error(const Tensor& actual, const Tensor& expected) {
   synchronize_device(kCuda);
   const Tensor a = actual.to(Device::cpu()), e = expected.to(Device::cpu());
@@ -246,6 +318,8 @@ int run_benchmark(int64_t rows, int64_t vocab, int iterations) {
   std::printf("  grpo alone           own pass %8.3f ms   cross-entropy pass %8.3f ms   %.2fx   (relative error "
               "%.2e)\n",
               alone_separate_ms, alone_fused_ms, alone_separate_ms / alone_fused_ms, alone_error);
+  restore(logits);
+  agree = compare_policy_variants(batch, logits, iterations) && agree;
   std::fflush(stdout);
   return agree ? 0 : 1;
 }

@@ -1,14 +1,21 @@
-// CUDA variant "rows" of policy_gradient_forward_backward (kernels/policy_gradient.h): the CPU reference's three passes
-// on the device, fp32 math on float32, bfloat16 or float16 logits with the last dimension contiguous.
+// CUDA variants of policy_gradient_forward_backward (kernels/policy_gradient.h): the CPU reference's three passes on
+// the device, fp32 math on float32, bfloat16 or float16 logits with the last dimension contiguous.
 //
-// (1) one block per row: the row's logsumexp, the label's new log-prob and (for the metrics) the entropy;
+// "rows":
+// (1) one block per row: the row's logsumexp, the label's new log-prob and (for the metrics) the entropy, in three
+//     reads of the row (maximum, sum of exponentials, entropy);
 // (2) one thread, in token order and in fp64: per-document counts and means, each token's ratio, advantage and
-//     gradient coefficient, the loss sum, the metric sums and the advantage extremes (a few operations per token: the
-//     rows dominate);
+//     gradient coefficient, the loss sum, the metric sums and the advantage extremes (the CPU reference's order);
 // (3) one block per row: the gradient grad_weight c_t (softmax - onehot) dz/dx from the saved logsumexp, each element
 //     read by the thread that writes it, so grad_logits may be the logits themselves.
+// "parallel" (the same (3)): (1) reads each row once, each thread keeping an online (max, sum exp(z - max),
+// sum exp(z - max) z) merged over the block in a fixed order; (2) runs over every token at once: each document's
+// token range (integer atomics), one warp per document for its sums, one thread per token for its coefficient and
+// terms, reduced per block and then by one block, in fp64 and a fixed order. On the H200 at 8192 rows x 49152 bf16,
+// "rows" spent ~3.3 ms in (1) + (2), the one-thread pass most of it. It agrees with "rows" to rounding (another
+// order of the sums); it stays below "rows" in priority until a GPU has checked and timed it.
 // With row_coefficients (fp32), grad_weight c_t is added to them (pass 3 runs only when grad_logits is given).
-// Every sum is taken in a fixed order, so the results are bitwise reproducible.
+// Every sum is taken in a fixed order (fixed by the shape and the device), so the results are bitwise reproducible.
 #include "fast_llm/kernels/cuda/common.cuh"
 
 #include "fast_llm/kernels/policy_gradient.h"
@@ -147,66 +154,279 @@ __device__ bool token_counts(const TokenParams& p, int64_t token, bool per_docum
   return p.document_sums != nullptr && document >= 0 && document < p.documents_count;
 }
 
-// One thread: the CPU reference's second pass, in the same order and precision.
-__global__ void token_coefficients(TokenParams p) {
+// What pass 2 adds up over tokens: the loss sum, the metric sums and the extremes of the labels' advantages (NaN
+// skipped). Trivial (no member initialisers), so that the parallel variant can keep some in shared memory.
+struct TokenTerms {
+  double loss;
+  double metrics[kPolicyMetricCount];
+  double largest_advantage, smallest_advantage;
+};
+
+__device__ TokenTerms no_token_terms() {
+  TokenTerms terms;
+  terms.loss = 0.0;
+  for (double& sum : terms.metrics) sum = 0.0;
+  terms.largest_advantage = -INFINITY;
+  terms.smallest_advantage = INFINITY;
+  return terms;
+}
+
+// The token's additions to its document's sums (document_sums: counts, log-ratio sums, advantage sums).
+__device__ void document_terms(const TokenParams& p, int64_t token, double& count, double& log_ratio,
+                               double& advantage) {
+  count += 1.0;
+  log_ratio += double(p.new_log_probs[token]) - double(p.old_log_probs[token * p.old_log_prob_stride]);
+  advantage += double(p.advantages[token * p.advantage_stride]);
+}
+
+// The CPU reference's pass 2 for one token: its coefficient c_t (0 for a token that does not count), its loss and
+// metric terms added to `terms`, its advantage taken into the extremes. `document_sums` as TokenParams (complete).
+__device__ double token_terms(const TokenParams& p, int64_t token, const double* document_sums, TokenTerms& terms) {
   const bool metrics = p.metric_sums != nullptr;
   const bool per_document = p.sequence_level || metrics;
-  double* counts = p.document_sums;
-  double* log_ratio_sums = per_document ? p.document_sums + p.documents_count : nullptr;
-  double* advantage_sums = per_document ? p.document_sums + 2 * p.documents_count : nullptr;
+  if (!token_counts(p, token, per_document)) return 0.0;
+  const int64_t document = per_document ? p.documents[token * p.document_stride] : 0;
+  const double count = per_document ? document_sums[document] : 1.0;
+  const double new_log_prob = p.new_log_probs[token], old_log_prob = p.old_log_probs[token * p.old_log_prob_stride];
+  double log_ratio = new_log_prob - old_log_prob;
+  double advantage = p.advantages[token * p.advantage_stride];
+  terms.largest_advantage = fmax(terms.largest_advantage, advantage);
+  terms.smallest_advantage = fmin(terms.smallest_advantage, advantage);
+  if (p.sequence_level) {
+    log_ratio = document_sums[p.documents_count + document] / count;
+    advantage = document_sums[2 * p.documents_count + document] / count;
+  }
+  const double ratio = exp(log_ratio);
+  terms.loss += -fmin(ratio * advantage, fmin(fmax(ratio, p.low), p.high) * advantage);
+  const double coefficient = (fmax(advantage, 0.0) * (ratio <= p.high ? 1.0 : 0.0) +
+                              fmin(advantage, 0.0) * (ratio >= p.low ? 1.0 : 0.0)) *
+                             ratio;
+  if (!metrics) return coefficient;
+  const double weight = 1.0 / count;
+  const double variance_weight = p.sequence_level ? weight : 1.0;
+  double* sums = terms.metrics;
+  sums[int(PolicyMetric::new_logprobs)] += weight * new_log_prob;
+  sums[int(PolicyMetric::old_logprobs)] += weight * old_log_prob;
+  sums[int(PolicyMetric::ratio_new_old)] += weight * ratio;
+  sums[int(PolicyMetric::ratio_new_old_sum)] += variance_weight * ratio;
+  sums[int(PolicyMetric::ratio_new_old_squared_sum)] += variance_weight * ratio * ratio;
+  sums[int(PolicyMetric::kl_new_old)] += weight * (ratio - log_ratio - 1.0);
+  sums[int(PolicyMetric::clipped_ratio_fraction)] += weight * ((ratio < p.low || ratio > p.high) ? 1.0 : 0.0);
+  sums[int(PolicyMetric::advantage)] += weight * advantage;
+  sums[int(PolicyMetric::num_tokens)] += 1.0;
+  sums[int(PolicyMetric::num_segments)] += weight;
+  sums[int(PolicyMetric::entropy)] += weight * double(p.entropies[token]);
+  return coefficient;
+}
+
+// loss_sum += terms.loss, metric_sums += terms.metrics (with metrics), the extremes taken into max / min_advantage.
+__device__ void write_token_terms(const TokenParams& p, const TokenTerms& terms) {
+  add_to(p.loss_sum, p.loss_sum_double, 0, terms.loss);
+  if (p.metric_sums != nullptr)
+    for (int index = 0; index < kPolicyMetricCount; ++index)
+      add_to(p.metric_sums, p.metric_sums_double, index, terms.metrics[index]);
+  take_extreme(p.max_advantage, p.max_advantage_double, terms.largest_advantage, /*largest=*/true);
+  take_extreme(p.min_advantage, p.min_advantage_double, terms.smallest_advantage, /*largest=*/false);
+}
+
+// One thread: the CPU reference's second pass, in the same order and precision.
+__global__ void token_coefficients(TokenParams p) {
+  const bool per_document = p.sequence_level || p.metric_sums != nullptr;
   if (per_document && p.document_sums != nullptr) {
+    double* counts = p.document_sums;
+    double* log_ratio_sums = p.document_sums + p.documents_count;
+    double* advantage_sums = p.document_sums + 2 * p.documents_count;
     for (int64_t index = 0; index < 3 * p.documents_count; ++index) p.document_sums[index] = 0.0;
     for (int64_t token = 0; token < p.rows; ++token) {
       if (!token_counts(p, token, per_document)) continue;
       const int32_t document = p.documents[token * p.document_stride];
-      counts[document] += 1.0;
-      log_ratio_sums[document] +=
-          double(p.new_log_probs[token]) - double(p.old_log_probs[token * p.old_log_prob_stride]);
-      advantage_sums[document] += double(p.advantages[token * p.advantage_stride]);
+      document_terms(p, token, counts[document], log_ratio_sums[document], advantage_sums[document]);
     }
   }
-  double sums[kPolicyMetricCount] = {};
-  double loss_sum = 0.0;
-  double largest_advantage = -INFINITY, smallest_advantage = INFINITY;  // of the unmasked labels, NaN skipped
-  for (int64_t token = 0; token < p.rows; ++token) {
-    p.coefficients[token] = 0.0;
-    if (!token_counts(p, token, per_document)) continue;
-    const int64_t document = per_document ? p.documents[token * p.document_stride] : 0;
-    const double new_log_prob = p.new_log_probs[token], old_log_prob = p.old_log_probs[token * p.old_log_prob_stride];
-    double log_ratio = new_log_prob - old_log_prob;
-    double advantage = p.advantages[token * p.advantage_stride];
-    largest_advantage = fmax(largest_advantage, advantage);
-    smallest_advantage = fmin(smallest_advantage, advantage);
-    if (p.sequence_level) {
-      log_ratio = log_ratio_sums[document] / counts[document];
-      advantage = advantage_sums[document] / counts[document];
-    }
-    const double ratio = exp(log_ratio);
-    loss_sum += -fmin(ratio * advantage, fmin(fmax(ratio, p.low), p.high) * advantage);
-    p.coefficients[token] = (fmax(advantage, 0.0) * (ratio <= p.high ? 1.0 : 0.0) +
-                             fmin(advantage, 0.0) * (ratio >= p.low ? 1.0 : 0.0)) *
-                            ratio;
-    if (!metrics) continue;
-    const double weight = 1.0 / counts[document];
-    const double variance_weight = p.sequence_level ? weight : 1.0;
-    sums[int(PolicyMetric::new_logprobs)] += weight * new_log_prob;
-    sums[int(PolicyMetric::old_logprobs)] += weight * old_log_prob;
-    sums[int(PolicyMetric::ratio_new_old)] += weight * ratio;
-    sums[int(PolicyMetric::ratio_new_old_sum)] += variance_weight * ratio;
-    sums[int(PolicyMetric::ratio_new_old_squared_sum)] += variance_weight * ratio * ratio;
-    sums[int(PolicyMetric::kl_new_old)] += weight * (ratio - log_ratio - 1.0);
-    sums[int(PolicyMetric::clipped_ratio_fraction)] += weight * ((ratio < p.low || ratio > p.high) ? 1.0 : 0.0);
-    sums[int(PolicyMetric::advantage)] += weight * advantage;
-    sums[int(PolicyMetric::num_tokens)] += 1.0;
-    sums[int(PolicyMetric::num_segments)] += weight;
-    sums[int(PolicyMetric::entropy)] += weight * double(p.entropies[token]);
+  TokenTerms terms = no_token_terms();
+  for (int64_t token = 0; token < p.rows; ++token)
+    p.coefficients[token] = token_terms(p, token, p.document_sums, terms);
+  write_token_terms(p, terms);
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Variant "parallel": pass 1 reads each row once, pass 2 runs over every token at once.
+
+// A row's softmax statistics over the logits seen so far, relative to their maximum: sum exp(z - max) and
+// sum exp(z - max) z. Empty: max = -inf, sums 0 (a non-empty state has sum >= 1, or NaN, which merging keeps).
+// Trivial, for shared memory.
+struct SoftmaxState {
+  float max, sum, weighted;
+};
+
+__device__ __forceinline__ void add_logit(SoftmaxState& state, float z) {
+  if (z > state.max) {
+    const float rescale = expf(state.max - z);  // 0 for the first logit
+    state.sum = state.sum * rescale + 1.0f;
+    state.weighted = state.weighted * rescale + z;
+    state.max = z;
+  } else {
+    const float weight = expf(z - state.max);
+    state.sum += weight;
+    state.weighted += weight * z;
   }
-  add_to(p.loss_sum, p.loss_sum_double, 0, loss_sum);
-  if (metrics)
+}
+
+// Symmetric in its arguments bit for bit (x + y == y + x; the products rounded apart, never contracted into a fused
+// multiply-add, which would round one of them only), so both lanes of a butterfly step get the same state.
+__device__ __forceinline__ SoftmaxState merge_states(const SoftmaxState& a, const SoftmaxState& b) {
+  if (a.sum == 0.0f) return b;
+  if (b.sum == 0.0f) return a;
+  const float max = fmaxf(a.max, b.max);
+  const float rescale_a = expf(a.max - max), rescale_b = expf(b.max - max);
+  return {max, __fmul_rn(a.sum, rescale_a) + __fmul_rn(b.sum, rescale_b),
+          __fmul_rn(a.weighted, rescale_a) + __fmul_rn(b.weighted, rescale_b)};
+}
+
+// One block per row, each logit read once: every thread keeps a SoftmaxState over its columns (16-byte loads where
+// `vectorized`: row starts aligned), merged over the warp by a butterfly and across warps in warp order; then
+// lse = max + log(sum), H = lse - weighted / sum. Outputs as log_probability_rows.
+template <class T>
+__global__ void softmax_statistics_rows(RowParams p, bool vectorized) {
+  constexpr int kVector = kVectorElements<T>;
+  __shared__ SoftmaxState scratch[kThreads / 32];
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const int64_t label = p.labels[row * p.label_stride];
+    if (label < 0 || label >= p.vocab) {
+      if (threadIdx.x == 0) {
+        p.logsumexp[row] = 0.0f;
+        p.new_log_probs[row] = 0.0f;
+        if (p.entropies != nullptr) p.entropies[row] = 0.0f;
+      }
+      continue;
+    }
+    const T* logits = static_cast<const T*>(p.logits) + row * p.logits_stride;
+    SoftmaxState state{-INFINITY, 0.0f, 0.0f};
+    const int64_t vectors = vectorized ? p.vocab / kVector : 0;
+#pragma unroll 2  // two loads in flight per thread before the dependent updates
+    for (int64_t vector = threadIdx.x; vector < vectors; vector += kThreads) {
+      float values[kVector];
+      load_floats<kVector>(logits + vector * kVector, values);
+#pragma unroll
+      for (int i = 0; i < kVector; ++i)
+        add_logit(state, scaled_softcapped_logit(values[i], p.scale, p.softcap, nullptr));
+    }
+    for (int64_t column = vectors * kVector + threadIdx.x; column < p.vocab; column += kThreads)
+      add_logit(state, scaled_logit(logits, column, p.scale, p.softcap, nullptr));
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const SoftmaxState other{__shfl_xor_sync(0xffffffffu, state.max, offset),
+                               __shfl_xor_sync(0xffffffffu, state.sum, offset),
+                               __shfl_xor_sync(0xffffffffu, state.weighted, offset)};
+      state = merge_states(state, other);
+    }
+    __syncthreads();  // the previous row's reader is done with scratch
+    if (lane == 0) scratch[warp] = state;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int i = 1; i < kThreads / 32; ++i) state = merge_states(state, scratch[i]);
+      const float logsumexp = state.max + logf(state.sum);
+      p.logsumexp[row] = logsumexp;
+      p.new_log_probs[row] = scaled_logit(logits, label, p.scale, p.softcap, nullptr) - logsumexp;
+      if (p.entropies != nullptr) p.entropies[row] = logsumexp - state.weighted / state.sum;
+    }
+  }
+}
+
+// Each document's token range [first, end) among the tokens that count: integer atomics (min / max commute, so the
+// result is the same in every run). Documents without such tokens keep first = ~0, end = 0.
+__global__ void reset_document_ranges(unsigned long long* first, unsigned long long* end, int64_t documents) {
+  for (int64_t document = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; document < documents;
+       document += int64_t(gridDim.x) * blockDim.x) {
+    first[document] = ~0ull;
+    end[document] = 0ull;
+  }
+}
+
+__global__ void document_ranges(TokenParams p, unsigned long long* first, unsigned long long* end) {
+  for (int64_t token = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; token < p.rows;
+       token += int64_t(gridDim.x) * blockDim.x) {
+    if (!token_counts(p, token, /*per_document=*/true)) continue;
+    const int32_t document = p.documents[token * p.document_stride];
+    atomicMin(first + document, (unsigned long long)token);
+    atomicMax(end + document, (unsigned long long)token + 1);
+  }
+}
+
+// One warp per document: its count, log-ratio and advantage sums (document_sums as TokenParams) over its range, the
+// lanes taking every 32nd token and summing in fp64 by a butterfly. Tokens of other documents inside the range (the
+// documents need not be contiguous) are skipped, so the sums are right for any layout, only slower for interleaved
+// ones.
+__global__ void document_sums_by_warp(TokenParams p, const unsigned long long* first, const unsigned long long* end) {
+  const int lane = int(threadIdx.x) % 32;
+  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
+  for (int64_t document = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; document < p.documents_count;
+       document += warps) {
+    const int64_t stop = int64_t(end[document]);
+    const int64_t start = first[document] < end[document] ? int64_t(first[document]) : stop;
+    double count = 0.0, log_ratio = 0.0, advantage = 0.0;
+    for (int64_t token = start + lane; token < stop; token += 32)
+      if (token_counts(p, token, /*per_document=*/true) && p.documents[token * p.document_stride] == document)
+        document_terms(p, token, count, log_ratio, advantage);
+    count = warp_sum(count);
+    log_ratio = warp_sum(log_ratio);
+    advantage = warp_sum(advantage);
+    if (lane == 0) {
+      p.document_sums[document] = count;
+      p.document_sums[p.documents_count + document] = log_ratio;
+      p.document_sums[2 * p.documents_count + document] = advantage;
+    }
+  }
+}
+
+__device__ void add_token_terms(TokenTerms& into, const TokenTerms& other) {
+  into.loss += other.loss;
+  for (int index = 0; index < kPolicyMetricCount; ++index) into.metrics[index] += other.metrics[index];
+  into.largest_advantage = fmax(into.largest_advantage, other.largest_advantage);
+  into.smallest_advantage = fmin(into.smallest_advantage, other.smallest_advantage);
+}
+
+// The block's TokenTerms, valid in thread 0: a butterfly over each warp (every lane the same bits), then the warps in
+// order. `scratch` holds one TokenTerms per warp.
+__device__ TokenTerms block_token_terms(TokenTerms terms, TokenTerms* scratch) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    TokenTerms other;
+    other.loss = __shfl_xor_sync(0xffffffffu, terms.loss, offset);
     for (int index = 0; index < kPolicyMetricCount; ++index)
-      add_to(p.metric_sums, p.metric_sums_double, index, sums[index]);
-  take_extreme(p.max_advantage, p.max_advantage_double, largest_advantage, /*largest=*/true);
-  take_extreme(p.min_advantage, p.min_advantage_double, smallest_advantage, /*largest=*/false);
+      other.metrics[index] = __shfl_xor_sync(0xffffffffu, terms.metrics[index], offset);
+    other.largest_advantage = __shfl_xor_sync(0xffffffffu, terms.largest_advantage, offset);
+    other.smallest_advantage = __shfl_xor_sync(0xffffffffu, terms.smallest_advantage, offset);
+    add_token_terms(terms, other);
+  }
+  const int warp = int(threadIdx.x) / 32;
+  if (threadIdx.x % 32 == 0) scratch[warp] = terms;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int i = 1; i < int(blockDim.x) / 32; ++i) add_token_terms(terms, scratch[i]);
+  return terms;
+}
+
+// Pass 2 over every token at once: each thread its tokens' coefficients and terms (token_terms, with the complete
+// document sums), each block's terms into partials[blockIdx.x].
+__global__ void token_terms_by_block(TokenParams p, TokenTerms* partials) {
+  __shared__ TokenTerms scratch[kThreads / 32];
+  TokenTerms terms = no_token_terms();
+  for (int64_t token = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; token < p.rows;
+       token += int64_t(gridDim.x) * blockDim.x)
+    p.coefficients[token] = token_terms(p, token, p.document_sums, terms);
+  terms = block_token_terms(terms, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = terms;
+}
+
+// One block: the partials of token_terms_by_block in a fixed order, added to the outputs.
+__global__ void write_partial_token_terms(TokenParams p, const TokenTerms* partials, int count) {
+  __shared__ TokenTerms scratch[kThreads / 32];
+  TokenTerms terms = no_token_terms();
+  for (int index = int(threadIdx.x); index < count; index += kThreads) add_token_terms(terms, partials[index]);
+  terms = block_token_terms(terms, scratch);
+  if (threadIdx.x == 0) write_token_terms(p, terms);
 }
 
 // row_coefficients[row] += grad_weight c_t: the gradient as cross-entropy row weights (c_t is 0 for masked rows).
@@ -225,7 +445,12 @@ std::optional<std::string> supports_policy_gradient(const PolicyGradientArgs& ar
   return std::nullopt;
 }
 
-void policy_gradient_rows_launch(const PolicyGradientArgs& args) {
+enum class Pass2 { one_thread, parallel };
+
+// Both variants: pass 1 by `row_statistics` (log_probability_rows or softmax_statistics_rows), pass 2 on one thread or
+// over every token, then the row coefficients and the gradient pass alike.
+template <template <class> class RowStatistics>
+void launch_policy_gradient(const PolicyGradientArgs& args, Pass2 pass2, bool vectorized_rows) {
   const int64_t rows = args.logits.size(0);
   if (rows == 0) return;
   LaunchScope scope("policy_gradient_forward_backward", args.logits.device(), args.stream);
@@ -257,7 +482,7 @@ void policy_gradient_rows_launch(const PolicyGradientArgs& args) {
       .grad_weight = float(args.grad_weight)};
   const unsigned blocks = unsigned(std::min<int64_t>(rows, int64_t(scope.multiprocessors()) * 8));
   visit_floating(args.logits.dtype(), [&]<class T>(std::type_identity<T>) {
-    log_probability_rows<T><<<blocks, kThreads, 0, scope.stream()>>>(rows_params);
+    RowStatistics<T>::launch(blocks, scope, rows_params, vectorized_rows && rows_aligned<T>(args.logits));
   });
   scope.check_launch();
   const TokenParams token_params{
@@ -286,8 +511,34 @@ void policy_gradient_rows_launch(const PolicyGradientArgs& args) {
       .max_advantage_double = args.max_advantage != nullptr && args.max_advantage->dtype() == DType::float64,
       .min_advantage = args.min_advantage != nullptr ? args.min_advantage->data() : nullptr,
       .min_advantage_double = args.min_advantage != nullptr && args.min_advantage->dtype() == DType::float64};
-  token_coefficients<<<1, 1, 0, scope.stream()>>>(token_params);
-  scope.check_launch();
+  if (pass2 == Pass2::one_thread) {
+    token_coefficients<<<1, 1, 0, scope.stream()>>>(token_params);
+    scope.check_launch();
+  } else {
+    if (document_sums.defined()) {
+      // (2 documents) first token, one past the last token; ranges first: the sums need them complete.
+      Tensor ranges = Tensor::empty(Shape{2 * args.num_documents}, DType::int64, scope.device(), scope.tensor_stream());
+      auto* first = reinterpret_cast<unsigned long long*>(ranges.data_as<int64_t>());
+      unsigned long long* end = first + args.num_documents;
+      reset_document_ranges<<<grid_for(args.num_documents, kThreads, scope), kThreads, 0, scope.stream()>>>(
+          first, end, args.num_documents);
+      scope.check_launch();
+      document_ranges<<<grid_for(rows, kThreads, scope), kThreads, 0, scope.stream()>>>(token_params, first, end);
+      scope.check_launch();
+      document_sums_by_warp<<<grid_for(args.num_documents * 32, kThreads, scope), kThreads, 0, scope.stream()>>>(
+          token_params, first, end);
+      scope.check_launch();
+    }
+    // At most one block per multiprocessor, so that the last kernel reduces few partials.
+    const unsigned token_blocks = grid_for(rows, kThreads, scope, /*blocks_per_multiprocessor=*/1);
+    Tensor partials = Tensor::empty(Shape{int64_t(token_blocks) * int64_t(sizeof(TokenTerms))}, DType::uint8,
+                                    scope.device(), scope.tensor_stream());
+    auto* partial_terms = reinterpret_cast<TokenTerms*>(partials.data());
+    token_terms_by_block<<<token_blocks, kThreads, 0, scope.stream()>>>(token_params, partial_terms);
+    scope.check_launch();
+    write_partial_token_terms<<<1, kThreads, 0, scope.stream()>>>(token_params, partial_terms, int(token_blocks));
+    scope.check_launch();
+  }
   if (args.row_coefficients != nullptr) {
     add_row_coefficients<<<unsigned(std::min<int64_t>(ceil_div(rows, kThreads), blocks)), kThreads, 0,
                            scope.stream()>>>(coefficients.data_as<double>(), rows, args.grad_weight,
@@ -302,11 +553,42 @@ void policy_gradient_rows_launch(const PolicyGradientArgs& args) {
   scope.check_launch();
 }
 
+// Pass 1 of each variant, as a class template for launch_policy_gradient.
+template <class T>
+struct ThreeReadRows {
+  static void launch(unsigned blocks, const LaunchScope& scope, const RowParams& params, bool /*vectorized*/) {
+    log_probability_rows<T><<<blocks, kThreads, 0, scope.stream()>>>(params);
+  }
+};
+
+template <class T>
+struct OneReadRows {
+  static void launch(unsigned blocks, const LaunchScope& scope, const RowParams& params, bool vectorized) {
+    softmax_statistics_rows<T><<<blocks, kThreads, 0, scope.stream()>>>(params, vectorized);
+  }
+};
+
+void policy_gradient_rows_launch(const PolicyGradientArgs& args) {
+  launch_policy_gradient<ThreeReadRows>(args, Pass2::one_thread, /*vectorized_rows=*/false);
+}
+
+void policy_gradient_parallel_launch(const PolicyGradientArgs& args) {
+  launch_policy_gradient<OneReadRows>(args, Pass2::parallel, /*vectorized_rows=*/true);
+}
+
 }  // namespace
 
 FLM_REGISTER_KERNEL(PolicyGradientForwardBackward, DeviceType::cuda, "rows", /*priority=*/100, KernelKind::baseline,
                     &supports_policy_gradient, &policy_gradient_rows_launch,
                     "one block per row for the log-probs and the gradient, one thread for the per-token and "
                     "per-document ratios in fp64");
+
+// Below "rows" until a GPU has compared the two (tests/kernels/policy_gradient_consistency_test.cpp runs every
+// variant) and timed them (benchmarks/head_losses_benchmark.cpp, by name): "rows" is the baseline, so no kernel
+// selection picks this one while its priority is the lower; raise it above 100 once it is verified.
+FLM_REGISTER_KERNEL(PolicyGradientForwardBackward, DeviceType::cuda, "parallel", /*priority=*/50,
+                    KernelKind::optimized, &supports_policy_gradient, &policy_gradient_parallel_launch,
+                    "one read of each row for the log-prob and entropy (online softmax statistics), the per-document "
+                    "and per-token ratios over every token at once in fp64 (fixed-order reductions)");
 
 }  // namespace fast_llm::kernels::cuda
