@@ -139,24 +139,36 @@ TEST(DpoConsistency, CudaVariantsMatchTheReference) {
   check_dpo(DeviceType::cuda);
 }
 
-// Runs `variant` on fresh copies of the inputs (8192 tokens x 49152 bf16 logits, 64 pairs, row coefficients and the
-// gradient) and returns every output's bytes, in a fixed order.
-std::vector<std::vector<char>> dpo_outputs(const KernelVariant<DpoArgs>& variant) {
+// The inputs of the reproducibility test, on the GPU: 8192 tokens x 49152 bf16 logits, fp32 reference logits, every
+// eleventh label masked, 64 pairs.
+struct DpoInputs {
+  Tensor logits, reference, labels;
+  std::vector<PreferencePair> pairs;
+};
+
+DpoInputs dpo_inputs() {
   const Device cuda = Device::cuda(0);
   const int64_t tokens = 8192, vocab = 49152;
   std::vector<double> labels;
   for (int64_t token = 0; token < tokens; ++token)
     labels.push_back(token % 11 == 3 ? -100.0 : double((token * 37 + 5) % vocab));
-  const std::vector<PreferencePair> pairs = many_pairs(tokens);
-  const Tensor logits = random_tensor(Shape{tokens, vocab}, DType::bfloat16, 74101, -4, 4).to(cuda);
-  const Tensor reference = random_tensor(Shape{tokens, vocab}, DType::float32, 74102, -4, 4).to(cuda);
-  const Tensor label_tensor = make_tensor(labels, Shape{tokens}, DType::int64).to(cuda);
+  return {.logits = random_tensor(Shape{tokens, vocab}, DType::bfloat16, 74101, -4, 4).to(cuda),
+          .reference = random_tensor(Shape{tokens, vocab}, DType::float32, 74102, -4, 4).to(cuda),
+          .labels = make_tensor(labels, Shape{tokens}, DType::int64).to(cuda),
+          .pairs = many_pairs(tokens)};
+}
+
+// Runs `variant` on `inputs` into fresh outputs (loss sum, row coefficients, gradient) and returns their bytes, in a
+// fixed order.
+std::vector<std::vector<char>> dpo_outputs(const KernelVariant<DpoArgs>& variant, const DpoInputs& inputs) {
+  const Device cuda = Device::cuda(0);
+  const int64_t tokens = inputs.logits.size(0);
   Tensor loss = filled(Shape{1}, DType::float32, 0.0).to(cuda);
   Tensor row_coefficients = filled(Shape{tokens}, DType::float32, 0.0).to(cuda);
-  Tensor grad = filled(Shape{tokens, vocab}, DType::bfloat16, 0.0).to(cuda);
-  const DpoArgs args{.logits = logits, .reference_logits = reference, .labels = label_tensor, .pairs = pairs,
-                     .loss_sum = loss, .grad_logits = &grad, .row_coefficients = &row_coefficients, .beta = 0.05,
-                     .weight = 1.0 / 64.0};
+  Tensor grad = Tensor::empty(inputs.logits.shape(), DType::bfloat16, cuda);
+  const DpoArgs args{.logits = inputs.logits, .reference_logits = inputs.reference, .labels = inputs.labels,
+                     .pairs = inputs.pairs, .loss_sum = loss, .grad_logits = &grad,
+                     .row_coefficients = &row_coefficients, .beta = 0.05, .weight = 1.0 / 64.0};
   check_dpo_forward_backward(args);
   if (variant.supports != nullptr)
     if (const auto reason = variant.supports(args)) {
@@ -175,9 +187,10 @@ std::vector<std::vector<char>> dpo_outputs(const KernelVariant<DpoArgs>& variant
 
 TEST(DpoConsistency, CudaVariantsAreBitwiseReproducible) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const DpoInputs inputs = dpo_inputs();
   for (const auto& variant : OpRegistry<DpoForwardBackward>::instance().variants()) {
     if (variant.info.device != DeviceType::cuda) continue;
-    const auto first = dpo_outputs(variant), second = dpo_outputs(variant);
+    const auto first = dpo_outputs(variant, inputs), second = dpo_outputs(variant, inputs);
     ASSERT_EQ(first.size(), second.size()) << variant.info.id();
     for (size_t output = 0; output < first.size(); ++output)
       EXPECT_TRUE(first[output] == second[output]) << variant.info.id() << " output " << output << " differs";
