@@ -10,9 +10,10 @@
 //   label     cross-entropy alone, the floor both approach.
 // And grpo alone (no label loss): its own gradient pass over the logits (in place) against its coefficients and a
 // cross-entropy pass of label weight 0 without z-loss (what the head runs). Last, the policy op's statistics alone
-// (passes 1 and 2 with the metric sums and advantage extremes, row coefficients out, no gradient pass) under each of
-// its CUDA variants called by name, against the first one's outputs (relative error of the norm of the row
-// coefficients and of the loss / metric sums / extremes; above 1e-4 the program exits with status 1).
+// (passes 1 and 2 with the metric sums and advantage extremes, row coefficients out, no gradient pass), then the dpo
+// op's (the log-probabilities of the logits and the reference's, the pairs, row coefficients out, no gradient pass),
+// each under every CUDA variant of its op called by name, against the first one's outputs (relative error of the norm
+// of the row coefficients and of the loss / metric sums / extremes; above 1e-4 the program exits with status 1).
 //
 //   head_losses_benchmark [rows [vocab [iterations]]]
 //
@@ -27,8 +28,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device_timing.h"
@@ -181,6 +184,54 @@ double relative_error(const std::vector<double>& actual, const std::vector<doubl
   return std::sqrt(error / norm);
 }
 
+// A variant's outputs as doubles: its row coefficients, then its sums.
+using VariantOutputs = std::pair<std::vector<double>, std::vector<double>>;
+
+// Each CUDA variant of Op called by name on `args` (every run after `reset`, which refills the outputs), timed and
+// compared with the first variant's outputs; whether they agree (relative error of the norm within 1e-4).
+template <class Op>
+bool compare_variants(const typename Op::Args& args, const std::function<void()>& reset,
+                      const std::function<VariantOutputs()>& outputs, int iterations) {
+  bool agree = true;
+  std::optional<VariantOutputs> first;
+  for (const auto& variant : OpRegistry<Op>::instance().variants()) {
+    if (variant.info.device != DeviceType::cuda) continue;
+    if (variant.supports != nullptr)
+      if (const auto reason = variant.supports(args)) {
+        std::printf("    %-10s declines: %s\n", variant.info.variant.c_str(), reason->c_str());
+        continue;
+      }
+    auto run = [&] {
+      reset();
+      variant.run(args);
+    };
+    run();
+    const VariantOutputs result = outputs();
+    if (!first) first = result;
+    const double coefficient_error = relative_error(result.first, first->first);
+    const double sum_error = relative_error(result.second, first->second);
+    agree = agree && coefficient_error <= 1e-4 && sum_error <= 1e-4;
+    const double ms = benchmarks::median_ms(run, 3, iterations);
+    std::printf("    %-10s %8.3f ms   (against the first: row coefficients %.2e, sums %.2e; loss sum %.9g)\n",
+                variant.info.variant.c_str(), ms, coefficient_error, sum_error, result.second[0]);
+  }
+  return agree;
+}
+
+// The row coefficients (fp32, rows) as doubles, then each of `sums` (fp64) in order.
+VariantOutputs read_outputs(const Tensor& row_weights, std::initializer_list<const Tensor*> sums) {
+  synchronize_device(kCuda);
+  VariantOutputs result;
+  const Tensor host_weights = row_weights.to(Device::cpu());
+  for (int64_t row = 0; row < host_weights.numel(); ++row)
+    result.first.push_back(double(host_weights.data_as<float>()[row]));
+  for (const Tensor* tensor : sums) {
+    const Tensor host = tensor->to(Device::cpu());
+    for (int64_t index = 0; index < host.numel(); ++index) result.second.push_back(host.data_as<double>()[index]);
+  }
+  return result;
+}
+
 // The policy op's statistics under each CUDA variant (see the file comment); whether they agree.
 bool compare_policy_variants(const Batch& batch, const Tensor& logits, int iterations) {
   Tensor row_weights = Tensor::empty(Shape{batch.rows}, DType::float32, kCuda);
@@ -195,48 +246,39 @@ bool compare_policy_variants(const Batch& batch, const Tensor& logits, int itera
                                 .grad_weight = 1.0 / double(batch.rows), .row_coefficients = &row_weights,
                                 .max_advantage = &largest, .min_advantage = &smallest};
   check_policy_gradient_forward_backward(args);
-  // row coefficients, then loss, metric sums and extremes, as doubles
-  auto outputs = [&] {
-    synchronize_device(kCuda);
-    std::vector<double> coefficients, sums;
-    const Tensor host_weights = row_weights.to(Device::cpu());
-    for (int64_t row = 0; row < batch.rows; ++row) coefficients.push_back(double(host_weights.data_as<float>()[row]));
-    for (const Tensor* tensor : {&loss, &metrics, &largest, &smallest}) {
-      const Tensor host = tensor->to(Device::cpu());
-      for (int64_t index = 0; index < host.numel(); ++index) sums.push_back(host.data_as<double>()[index]);
-    }
-    return std::pair{coefficients, sums};
-  };
   std::printf("  grpo statistics (metrics, extremes, row coefficients; no gradient pass) by CUDA variant, each run "
               "after 5 fills of its outputs (a few us):\n");
-  bool agree = true;
-  std::optional<std::pair<std::vector<double>, std::vector<double>>> first;
-  for (const auto& variant : OpRegistry<PolicyGradientForwardBackward>::instance().variants()) {
-    if (variant.info.device != DeviceType::cuda) continue;
-    if (variant.supports != nullptr)
-      if (const auto reason = variant.supports(args)) {
-        std::printf("    %-10s declines: %s\n", variant.info.variant.c_str(), reason->c_str());
-        continue;
-      }
-    auto run = [&] {
-      fill({.tensor = row_weights, .value = 0.0});
-      fill({.tensor = loss, .value = 0.0});
-      fill({.tensor = metrics, .value = 0.0});
-      fill({.tensor = largest, .value = -INFINITY});
-      fill({.tensor = smallest, .value = INFINITY});
-      variant.run(args);
-    };
-    run();
-    const auto result = outputs();
-    if (!first) first = result;
-    const double coefficient_error = relative_error(result.first, first->first);
-    const double sum_error = relative_error(result.second, first->second);
-    agree = agree && coefficient_error <= 1e-4 && sum_error <= 1e-4;
-    const double ms = benchmarks::median_ms(run, 3, iterations);
-    std::printf("    %-10s %8.3f ms   (against the first: row coefficients %.2e, sums %.2e; loss sum %.9g)\n",
-                variant.info.variant.c_str(), ms, coefficient_error, sum_error, result.second[0]);
-  }
-  return agree;
+  return compare_variants<PolicyGradientForwardBackward>(
+      args,
+      [&] {
+        fill({.tensor = row_weights, .value = 0.0});
+        fill({.tensor = loss, .value = 0.0});
+        fill({.tensor = metrics, .value = 0.0});
+        fill({.tensor = largest, .value = -INFINITY});
+        fill({.tensor = smallest, .value = INFINITY});
+      },
+      [&] { return read_outputs(row_weights, {&loss, &metrics, &largest, &smallest}); }, iterations);
+}
+
+// The dpo op's statistics under each CUDA variant: the batch's pairs (128-row spans over every row), row coefficients
+// and the loss sum out, no gradient pass (the head's fused path); whether they agree.
+bool compare_dpo_variants(const Batch& batch, const Tensor& logits, int iterations) {
+  Tensor row_weights = Tensor::empty(Shape{batch.rows}, DType::float32, kCuda);
+  Tensor loss = Tensor::empty(Shape{1}, DType::float64, kCuda);
+  const DpoArgs args{.logits = logits, .reference_logits = batch.reference_logits, .labels = batch.labels,
+                     .pairs = batch.pairs, .loss_sum = loss, .grad_logits = nullptr, .row_coefficients = &row_weights,
+                     .beta = 0.1, .weight = 1.0 / double(std::max<size_t>(1, batch.pairs.size()))};
+  check_dpo_forward_backward(args);
+  std::printf("  dpo statistics (%zu pairs, fp32 reference logits, row coefficients; no gradient pass) by CUDA "
+              "variant, each run after 2 fills of its outputs (a few us):\n",
+              batch.pairs.size());
+  return compare_variants<DpoForwardBackward>(
+      args,
+      [&] {
+        fill({.tensor = row_weights, .value = 0.0});
+        fill({.tensor = loss, .value = 0.0});
+      },
+      [&] { return read_outputs(row_weights, {&loss}); }, iterations);
 }
 
 double relative_error(const Tensor& actual, const Tensor& expected) {
@@ -320,6 +362,7 @@ int run_benchmark(int64_t rows, int64_t vocab, int iterations) {
               alone_separate_ms, alone_fused_ms, alone_separate_ms / alone_fused_ms, alone_error);
   restore(logits);
   agree = compare_policy_variants(batch, logits, iterations) && agree;
+  agree = compare_dpo_variants(batch, logits, iterations) && agree;
   std::fflush(stdout);
   return agree ? 0 : 1;
 }

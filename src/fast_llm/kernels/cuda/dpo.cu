@@ -1,18 +1,26 @@
-// CUDA variant "rows" of dpo_forward_backward (kernels/dpo.h): logits of float32, bfloat16 or float16 with the last
-// dimension contiguous, the reference model's of float32 (contiguous), fp32 math.
+// CUDA variants of dpo_forward_backward (kernels/dpo.h): logits of float32, bfloat16 or float16 with the last
+// dimension contiguous, the reference model's of float32 (contiguous), fp32 math per element, fp64 per pair.
 //
 // The pairs come from the host: the rows their spans cover (each once) and the pairs' bounds are uploaded, then
+// "rows":
 //   1. one block per covered row: the logsumexp of the scaled logits, log pi(label) and log pi_ref(label), or nothing
-//      for a masked label (the row then counts in no sum);
+//      for a masked label (the row then counts in no sum), reading each row of the logits and of the reference twice
+//      (maximum, then sum of exponentials);
 //   2. one thread, in pair order (fp64): each pair's margin, its loss into loss_sum, and its gradient coefficient added
 //      to each row of its spans;
 //   3. one block per row: the gradient, coefficient * (onehot - softmax) * s * weight, or 0 (or nothing when
 //      accumulating) for the other rows.
+// "parallel" (the same 3): 1. reads each covered row of the logits and of the reference once (softmax_state.cuh, the
+// online softmax state shared with policy_gradient.cu: 16-byte loads where the rows are aligned); 2. one warp per pair
+// for its four span sums (fp64, a butterfly), one block adding the pairs' losses into loss_sum, and one thread per
+// covered row adding, in pair order, the coefficients of the spans it belongs to (the host uploads each covered row's
+// list of (pair, side)). It agrees with "rows" to rounding (another order of the sums); "rows" stays as the baseline.
 // With row_coefficients (fp32), pass 3 is replaced or joined by adding -weight * coefficient to them for the valid
 // rows (the head's cross-entropy pass then writes the gradient).
-// Reductions go through shared memory in a fixed order: results are bitwise reproducible. The gradient may be the
-// logits themselves: pass 3 reads each element before writing it, and passes 1-2 write no logits.
+// Every reduction runs in an order fixed by the shapes and the device: results are bitwise reproducible. The gradient
+// may be the logits themselves: pass 3 reads each element before writing it, and passes 1-2 write no logits.
 #include "fast_llm/kernels/cuda/common.cuh"
+#include "fast_llm/kernels/cuda/softmax_state.cuh"
 
 #include <algorithm>
 #include <vector>
@@ -139,6 +147,112 @@ __global__ void dpo_row_weights(const float* row_coefficient, const int* valid, 
     if (valid[row]) row_weights[row * row_weight_stride] += -(weight * row_coefficient[row]);
 }
 
+// ---------------------------------------------------------------------------------------------------------------------
+// Variant "parallel": pass 1 reads each row once, pass 2 runs over every pair and every covered row at once.
+
+struct OneReadParams {
+  const void* logits;
+  int64_t logits_stride;
+  bool logits_vectorized;  // 16-byte loads: the rows of the logits start aligned
+  const float* reference;  // (rows, vocab)
+  bool reference_vectorized;
+  const int64_t* labels;
+  int64_t label_stride;
+  const int64_t* covered;  // (covered rows)
+  int64_t covered_rows, vocab;
+  float scale;
+  float* logsumexp;   // (rows)
+  float* policy;      // (rows) log pi(label)
+  float* reference_log_probability;  // (rows)
+  int* valid;         // (rows) 1 where a covered row has a label
+};
+
+// One block per covered row with a label: each thread's states over its columns of the scaled logits and of the
+// reference (both rows' loads issued before either merge), then the two block merges. Outputs as dpo_rows.
+template <class T>
+__global__ void dpo_softmax_rows(OneReadParams p) {
+  __shared__ SoftmaxState scratch[kThreads / 32];
+  const auto scaled = [&](float x) { return x * p.scale; };
+  const auto unscaled = [](float x) { return x; };
+  for (int64_t index = blockIdx.x; index < p.covered_rows; index += gridDim.x) {
+    const int64_t row = p.covered[index];
+    const int64_t label = p.labels[row * p.label_stride];
+    if (label < 0 || label >= p.vocab) continue;
+    const T* logits = static_cast<const T*>(p.logits) + row * p.logits_stride;
+    const float* reference = p.reference + row * p.vocab;
+    const SoftmaxState policy_state = thread_softmax_state<kThreads>(logits, p.vocab, p.logits_vectorized, scaled);
+    const SoftmaxState reference_state =
+        thread_softmax_state<kThreads>(reference, p.vocab, p.reference_vectorized, unscaled);
+    const SoftmaxState policy_row = block_softmax_state<kThreads>(policy_state, scratch);
+    const SoftmaxState reference_row = block_softmax_state<kThreads>(reference_state, scratch);
+    if (threadIdx.x == 0) {
+      const float lse = policy_row.max + logf(policy_row.sum);
+      p.logsumexp[row] = lse;
+      p.policy[row] = load(logits[label]) * p.scale - lse;
+      p.reference_log_probability[row] = reference[label] - (reference_row.max + logf(reference_row.sum));
+      p.valid[row] = 1;
+    }
+  }
+}
+
+// One warp per pair: the sums of log pi and log pi_ref over its chosen and rejected spans (valid rows; each lane every
+// 32nd row, then a butterfly, in fp64), its loss softplus(-beta m) and its coefficient -beta sigmoid(-beta m), as
+// dpo_pairs computes them.
+__global__ void dpo_pair_terms(const int64_t* bounds, int64_t pairs, const float* policy, const float* reference,
+                               const int* valid, double beta, double* pair_loss, double* pair_coefficient) {
+  const int lane = int(threadIdx.x) % 32;
+  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
+  for (int64_t pair = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; pair < pairs; pair += warps) {
+    const int64_t* span = bounds + 4 * pair;  // chosen begin, end, rejected begin, end
+    double sums[4] = {0.0, 0.0, 0.0, 0.0};    // policy chosen, policy rejected, reference chosen, reference rejected
+    for (int side = 0; side < 2; ++side)
+      for (int64_t row = span[2 * side] + lane; row < span[2 * side + 1]; row += 32)
+        if (valid[row]) {
+          sums[side] += double(policy[row]);
+          sums[2 + side] += double(reference[row]);
+        }
+    for (double& sum : sums) sum = warp_sum(sum);
+    if (lane != 0) continue;
+    const double margin = (sums[0] - sums[1]) - (sums[2] - sums[3]);
+    const double x = -beta * margin;  // loss = softplus(x)
+    pair_loss[pair] = x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
+    const double sigmoid = x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));  // sigmoid(-beta m)
+    pair_coefficient[pair] = -beta * sigmoid;
+  }
+}
+
+// One block: loss_sum += the pairs' losses, summed in a fixed order (each thread every kThreads-th pair, then the
+// block in fp64).
+template <class Sum>
+__global__ void dpo_pair_loss_sum(const double* pair_loss, int64_t pairs, Sum* loss_sum) {
+  __shared__ double scratch[32];
+  double loss = 0.0;
+  for (int64_t pair = threadIdx.x; pair < pairs; pair += blockDim.x) loss += pair_loss[pair];
+  loss = block_sum_to_thread0(loss, scratch);
+  if (threadIdx.x == 0) *loss_sum = Sum(double(*loss_sum) + loss);
+}
+
+// One thread per covered row: its coefficient, the sum in pair order (fp64) of + the coefficient of each pair whose
+// chosen span holds it and - that of each whose rejected span does (entries[offsets[i], offsets[i + 1]): pair * 2 +
+// side, side 1 rejected), into row_coefficient (fp32, for pass 3); with row_weights, -weight times it added there
+// on valid rows.
+__global__ void dpo_covered_row_coefficients(const int64_t* covered, const int64_t* offsets, const int64_t* entries,
+                                             int64_t covered_rows, const double* pair_coefficient, const int* valid,
+                                             double weight, float* row_coefficient, float* row_weights,
+                                             int64_t row_weight_stride) {
+  for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < covered_rows;
+       index += int64_t(gridDim.x) * blockDim.x) {
+    double coefficient = 0.0;
+    for (int64_t entry = offsets[index]; entry < offsets[index + 1]; ++entry) {
+      const double pair = pair_coefficient[entries[entry] / 2];
+      coefficient += entries[entry] % 2 == 0 ? pair : -pair;
+    }
+    const int64_t row = covered[index];
+    row_coefficient[row] = float(coefficient);
+    if (row_weights != nullptr && valid[row]) row_weights[row * row_weight_stride] += float(-(weight * coefficient));
+  }
+}
+
 std::optional<std::string> supports_dpo(const DpoArgs& args) {
   if (auto reason = cuda_floating_reason("logits", args.logits)) return reason;
   if (auto reason = inner_contiguous_reason("logits", args.logits)) return reason;
@@ -148,6 +262,31 @@ std::optional<std::string> supports_dpo(const DpoArgs& args) {
     if (auto reason = float32_reason("row_coefficients", *args.row_coefficients)) return reason;
   if (args.grad_logits != nullptr) return inner_contiguous_reason("grad_logits", *args.grad_logits);
   return std::nullopt;
+}
+
+// Pass 3 of both variants, when there is a gradient to write: from the rows' logsumexp, coefficients and validity.
+template <class T>
+void launch_gradient(const DpoArgs& args, const LaunchScope& scope, const float* logsumexp,
+                     const float* row_coefficient, const int* valid) {
+  if (args.grad_logits == nullptr) return;
+  const int64_t rows = args.logits.size(0);
+  const GradParams params{.logits = args.logits.data(),
+                          .logits_stride = row_stride(args.logits),
+                          .labels = args.labels.data_as<int64_t>(),
+                          .label_stride = args.labels.stride(0),
+                          .grad = args.grad_logits->data(),
+                          .grad_stride = row_stride(*args.grad_logits),
+                          .logsumexp = logsumexp,
+                          .row_coefficient = row_coefficient,
+                          .valid = valid,
+                          .rows = rows,
+                          .vocab = args.logits.size(1),
+                          .scale = float(args.logits_scale_factor),
+                          .weight = float(args.weight),
+                          .accumulate = args.accumulate_gradient};
+  const unsigned blocks = std::min<unsigned>(unsigned(scope.multiprocessors()) * 8, unsigned(rows));
+  dpo_gradient<T><<<blocks, kThreads, 0, scope.stream()>>>(params);
+  scope.check_launch();
 }
 
 void dpo_rows_launch(const DpoArgs& args) {
@@ -214,23 +353,123 @@ void dpo_rows_launch(const DpoArgs& args) {
                                           args.row_coefficients->data_as<float>(), args.row_coefficients->stride(0));
       scope.check_launch();
     }
-    if (args.grad_logits == nullptr) return;
-    const GradParams params{.logits = args.logits.data(),
-                            .logits_stride = row_stride(args.logits),
-                            .labels = args.labels.data_as<int64_t>(),
-                            .label_stride = args.labels.stride(0),
-                            .grad = args.grad_logits->data(),
-                            .grad_stride = row_stride(*args.grad_logits),
-                            .logsumexp = logsumexp,
-                            .row_coefficient = row_coefficient,
-                            .valid = valid.data_as<int>(),
-                            .rows = rows,
-                            .vocab = vocab,
-                            .scale = float(args.logits_scale_factor),
-                            .weight = float(args.weight),
-                            .accumulate = args.accumulate_gradient};
-    dpo_gradient<T><<<std::min<unsigned>(blocks_cap, unsigned(rows)), kThreads, 0, scope.stream()>>>(params);
-    scope.check_launch();
+    launch_gradient<T>(args, scope, logsumexp, row_coefficient, valid.data_as<int>());
+  });
+}
+
+// The pairs' bounds and, for each row a span covers (in the order first met), the (pair, side) entries of the spans
+// holding it in pair order (chosen before rejected), flattened into one upload: bounds (4 per pair), covered rows,
+// offsets into the entries (covered + 1), entries (pair * 2 + side).
+struct PairLayout {
+  std::vector<int64_t> indices;
+  int64_t pairs = 0, covered_rows = 0;
+  int64_t covered_at() const { return 4 * pairs; }
+  int64_t offsets_at() const { return covered_at() + covered_rows; }
+  int64_t entries_at() const { return offsets_at() + covered_rows + 1; }
+};
+
+PairLayout pair_layout(std::span<const PreferencePair> pairs, int64_t rows) {
+  PairLayout layout;
+  layout.pairs = int64_t(pairs.size());
+  std::vector<int64_t> slot(size_t(rows), -1), covered, counts;
+  auto for_each_span = [&](const auto& visit) {
+    for (size_t pair = 0; pair < pairs.size(); ++pair) {
+      visit(int64_t(pair), 0, pairs[pair].chosen_begin, pairs[pair].chosen_end);
+      visit(int64_t(pair), 1, pairs[pair].rejected_begin, pairs[pair].rejected_end);
+    }
+  };
+  for_each_span([&](int64_t, int, int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      if (slot[size_t(row)] < 0) {
+        slot[size_t(row)] = int64_t(covered.size());
+        covered.push_back(row);
+        counts.push_back(0);
+      }
+      ++counts[size_t(slot[size_t(row)])];
+    }
+  });
+  layout.covered_rows = int64_t(covered.size());
+  std::vector<int64_t>& indices = layout.indices;
+  for (const PreferencePair& pair : pairs)
+    indices.insert(indices.end(), {pair.chosen_begin, pair.chosen_end, pair.rejected_begin, pair.rejected_end});
+  indices.insert(indices.end(), covered.begin(), covered.end());
+  int64_t total = 0;
+  for (const int64_t count : counts) {
+    indices.push_back(total);
+    total += count;
+  }
+  indices.push_back(total);
+  std::vector<int64_t> cursor(indices.begin() + layout.offsets_at(), indices.begin() + layout.entries_at() - 1);
+  indices.resize(size_t(layout.entries_at() + total));
+  for_each_span([&](int64_t pair, int side, int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row)
+      indices[size_t(layout.entries_at() + cursor[size_t(slot[size_t(row)])]++)] = 2 * pair + side;
+  });
+  return layout;
+}
+
+void dpo_parallel_launch(const DpoArgs& args) {
+  const int64_t rows = args.logits.size(0), vocab = args.logits.size(1);
+  if (rows == 0) return;
+  LaunchScope scope("dpo_forward_backward", args.logits.device(), args.stream);
+  const Stream stream = scope.tensor_stream();
+  const PairLayout layout = pair_layout(args.pairs, rows);
+  // (rows) per-row values; only `valid` is zeroed: the others are read on valid rows only.
+  Tensor floats = Tensor::empty(Shape{4, rows}, DType::float32, scope.device(), stream);
+  Tensor valid = Tensor::empty(Shape{rows}, DType::int32, scope.device(), stream);
+  FLM_CUDA_CHECK(cudaMemsetAsync(valid.data(), 0, size_t(valid.nbytes()), scope.stream()));
+  float* logsumexp = floats.data_as<float>();
+  float* policy = logsumexp + rows;
+  float* reference = policy + rows;
+  float* row_coefficient = reference + rows;
+  visit_floating(args.logits.dtype(), [&]<class T>(std::type_identity<T>) {
+    if (layout.pairs > 0) {
+      const Tensor indices = Tensor::from_indices(layout.indices, DType::int64, scope.device(), stream);
+      const int64_t* index_data = indices.data_as<int64_t>();
+      if (layout.covered_rows > 0) {
+        const OneReadParams params{.logits = args.logits.data(),
+                                   .logits_stride = row_stride(args.logits),
+                                   .logits_vectorized = rows_aligned<T>(args.logits),
+                                   .reference = args.reference_logits.data_as<float>(),
+                                   .reference_vectorized = rows_aligned<float>(args.reference_logits),
+                                   .labels = args.labels.data_as<int64_t>(),
+                                   .label_stride = args.labels.stride(0),
+                                   .covered = index_data + layout.covered_at(),
+                                   .covered_rows = layout.covered_rows,
+                                   .vocab = vocab,
+                                   .scale = float(args.logits_scale_factor),
+                                   .logsumexp = logsumexp,
+                                   .policy = policy,
+                                   .reference_log_probability = reference,
+                                   .valid = valid.data_as<int>()};
+        dpo_softmax_rows<T><<<grid_for(layout.covered_rows, 1, scope), kThreads, 0, scope.stream()>>>(params);
+        scope.check_launch();
+      }
+      // (2 pairs) each pair's loss, then its coefficient.
+      Tensor pair_values = Tensor::empty(Shape{2 * layout.pairs}, DType::float64, scope.device(), stream);
+      double* pair_loss = pair_values.data_as<double>();
+      double* pair_coefficient = pair_loss + layout.pairs;
+      dpo_pair_terms<<<grid_for(layout.pairs * 32, kThreads, scope), kThreads, 0, scope.stream()>>>(
+          index_data, layout.pairs, policy, reference, valid.data_as<int>(), args.beta, pair_loss, pair_coefficient);
+      scope.check_launch();
+      if (args.loss_sum.dtype() == DType::float64)
+        dpo_pair_loss_sum<<<1, kThreads, 0, scope.stream()>>>(pair_loss, layout.pairs,
+                                                              args.loss_sum.data_as<double>());
+      else
+        dpo_pair_loss_sum<<<1, kThreads, 0, scope.stream()>>>(pair_loss, layout.pairs, args.loss_sum.data_as<float>());
+      scope.check_launch();
+      if (layout.covered_rows > 0) {
+        float* row_weights = args.row_coefficients != nullptr ? args.row_coefficients->data_as<float>() : nullptr;
+        const int64_t row_weight_stride = args.row_coefficients != nullptr ? args.row_coefficients->stride(0) : 0;
+        dpo_covered_row_coefficients<<<grid_for(layout.covered_rows, kThreads, scope), kThreads, 0,
+                                       scope.stream()>>>(
+            index_data + layout.covered_at(), index_data + layout.offsets_at(), index_data + layout.entries_at(),
+            layout.covered_rows, pair_coefficient, valid.data_as<int>(), args.weight, row_coefficient, row_weights,
+            row_weight_stride);
+        scope.check_launch();
+      }
+    }
+    launch_gradient<T>(args, scope, logsumexp, row_coefficient, valid.data_as<int>());
   });
 }
 
@@ -240,5 +479,12 @@ FLM_REGISTER_KERNEL(DpoForwardBackward, DeviceType::cuda, "rows", /*priority=*/1
                     &supports_dpo, &dpo_rows_launch,
                     "one block per spanned row, the pairs on one thread in order, one block per row for the gradient; "
                     "fp32 math, float32 reference logits");
+
+// Above "rows": the same results to rounding, with one read of each spanned row and no one-thread pass
+// (tests/kernels/dpo_consistency_test.cpp runs every variant; benchmarks/head_losses_benchmark.cpp times both).
+FLM_REGISTER_KERNEL(DpoForwardBackward, DeviceType::cuda, "parallel", /*priority=*/200, KernelKind::optimized,
+                    &supports_dpo, &dpo_parallel_launch,
+                    "one read of each spanned row of the logits and of the reference (online softmax statistics), one "
+                    "warp per pair and one thread per spanned row for the coefficients, fp64 fixed-order sums");
 
 }  // namespace fast_llm::kernels::cuda

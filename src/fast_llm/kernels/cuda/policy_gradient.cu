@@ -9,14 +9,16 @@
 // (3) one block per row: the gradient grad_weight c_t (softmax - onehot) dz/dx from the saved logsumexp, each element
 //     read by the thread that writes it, so grad_logits may be the logits themselves.
 // "parallel" (the same (3)): (1) reads each row once, each thread keeping an online (max, sum exp(z - max),
-// sum exp(z - max) z) merged over the block in a fixed order; (2) runs over every token at once: each document's
-// token range (integer atomics), one warp per document for its sums, one thread per token for its coefficient and
-// terms, reduced per block and then by one block, in fp64 and a fixed order. On the H200 at 8192 rows x 49152 bf16,
-// "rows" spent ~3.3 ms in (1) + (2), the one-thread pass most of it. It agrees with "rows" to rounding (another
-// order of the sums) and is the default; "rows" stays as the baseline the consistency test compares against.
+// sum exp(z - max) z) merged over the block in a fixed order (softmax_state.cuh, shared with dpo.cu); (2) runs over
+// every token at once: each document's token range (integer atomics), one warp per document for its sums, one thread
+// per token for its coefficient and terms, reduced per block and then by one block, in fp64 and a fixed order. On
+// the H200 at 8192 rows x 49152 bf16, "rows" spent ~3.3 ms in (1) + (2), the one-thread pass most of it. It agrees
+// with "rows" to rounding (another order of the sums) and is the default; "rows" stays as the baseline the
+// consistency test compares against.
 // With row_coefficients (fp32), grad_weight c_t is added to them (pass 3 runs only when grad_logits is given).
 // Every sum is taken in a fixed order (fixed by the shape and the device), so the results are bitwise reproducible.
 #include "fast_llm/kernels/cuda/common.cuh"
+#include "fast_llm/kernels/cuda/softmax_state.cuh"
 
 #include "fast_llm/kernels/policy_gradient.h"
 
@@ -252,45 +254,12 @@ __global__ void token_coefficients(TokenParams p) {
 // ---------------------------------------------------------------------------------------------------------------------
 // Variant "parallel": pass 1 reads each row once, pass 2 runs over every token at once.
 
-// A row's softmax statistics over the logits seen so far, relative to their maximum: sum exp(z - max) and
-// sum exp(z - max) z. Empty: max = -inf, sums 0 (a non-empty state has sum >= 1, or NaN, which merging keeps).
-// Trivial, for shared memory.
-struct SoftmaxState {
-  float max, sum, weighted;
-};
-
-__device__ __forceinline__ void add_logit(SoftmaxState& state, float z) {
-  if (z > state.max) {
-    const float rescale = expf(state.max - z);  // 0 for the first logit
-    state.sum = state.sum * rescale + 1.0f;
-    state.weighted = state.weighted * rescale + z;
-    state.max = z;
-  } else {
-    const float weight = expf(z - state.max);
-    state.sum += weight;
-    state.weighted += weight * z;
-  }
-}
-
-// Symmetric in its arguments bit for bit (x + y == y + x; the products rounded apart, never contracted into a fused
-// multiply-add, which would round one of them only), so both lanes of a butterfly step get the same state.
-__device__ __forceinline__ SoftmaxState merge_states(const SoftmaxState& a, const SoftmaxState& b) {
-  if (a.sum == 0.0f) return b;
-  if (b.sum == 0.0f) return a;
-  const float max = fmaxf(a.max, b.max);
-  const float rescale_a = expf(a.max - max), rescale_b = expf(b.max - max);
-  return {max, __fmul_rn(a.sum, rescale_a) + __fmul_rn(b.sum, rescale_b),
-          __fmul_rn(a.weighted, rescale_a) + __fmul_rn(b.weighted, rescale_b)};
-}
-
-// One block per row, each logit read once: every thread keeps a SoftmaxState over its columns (16-byte loads where
-// `vectorized`: row starts aligned), merged over the warp by a butterfly and across warps in warp order; then
-// lse = max + log(sum), H = lse - weighted / sum. Outputs as log_probability_rows.
+// One block per row, each logit read once (softmax_state.cuh: a SoftmaxState per thread, 16-byte loads where
+// `vectorized`: row starts aligned, merged over the block in a fixed order); then lse = max + log(sum),
+// H = lse - weighted / sum. Outputs as log_probability_rows.
 template <class T>
 __global__ void softmax_statistics_rows(RowParams p, bool vectorized) {
-  constexpr int kVector = kVectorElements<T>;
   __shared__ SoftmaxState scratch[kThreads / 32];
-  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const int64_t label = p.labels[row * p.label_stride];
     if (label < 0 || label >= p.vocab) {
@@ -302,30 +271,10 @@ __global__ void softmax_statistics_rows(RowParams p, bool vectorized) {
       continue;
     }
     const T* logits = static_cast<const T*>(p.logits) + row * p.logits_stride;
-    SoftmaxState state{-INFINITY, 0.0f, 0.0f};
-    const int64_t vectors = vectorized ? p.vocab / kVector : 0;
-#pragma unroll 2  // two loads in flight per thread before the dependent updates
-    for (int64_t vector = threadIdx.x; vector < vectors; vector += kThreads) {
-      float values[kVector];
-      load_floats<kVector>(logits + vector * kVector, values);
-#pragma unroll
-      for (int i = 0; i < kVector; ++i)
-        add_logit(state, scaled_softcapped_logit(values[i], p.scale, p.softcap, nullptr));
-    }
-    for (int64_t column = vectors * kVector + threadIdx.x; column < p.vocab; column += kThreads)
-      add_logit(state, scaled_logit(logits, column, p.scale, p.softcap, nullptr));
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const SoftmaxState other{__shfl_xor_sync(0xffffffffu, state.max, offset),
-                               __shfl_xor_sync(0xffffffffu, state.sum, offset),
-                               __shfl_xor_sync(0xffffffffu, state.weighted, offset)};
-      state = merge_states(state, other);
-    }
-    __syncthreads();  // the previous row's reader is done with scratch
-    if (lane == 0) scratch[warp] = state;
-    __syncthreads();
+    const auto logit = [&](float x) { return scaled_softcapped_logit(x, p.scale, p.softcap, nullptr); };
+    const SoftmaxState state =
+        block_softmax_state<kThreads>(thread_softmax_state<kThreads>(logits, p.vocab, vectorized, logit), scratch);
     if (threadIdx.x == 0) {
-      for (int i = 1; i < kThreads / 32; ++i) state = merge_states(state, scratch[i]);
       const float logsumexp = state.max + logf(state.sum);
       p.logsumexp[row] = logsumexp;
       p.new_log_probs[row] = scaled_logit(logits, label, p.scale, p.softcap, nullptr) - logsumexp;
