@@ -18,6 +18,7 @@ struct SoftmaxState {
 };
 
 __device__ __forceinline__ void add_logit(SoftmaxState& state, float z) {
+  if (z == -INFINITY) return;  // exp(-inf) adds nothing, and exp(-inf - -inf) before a finite logit would be NaN
   if (z > state.max) {
     const float rescale = expf(state.max - z);  // 0 for the first logit
     state.sum = state.sum * rescale + 1.0f;
