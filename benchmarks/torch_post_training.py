@@ -81,10 +81,11 @@ def span_mask(spans, length, device=None):
 
 
 def span_log_probability_sums(logits, tokens, mask):
-    """Per row, the sum over the positions t in `mask` of log p(tokens[t] | logits[t - 1]), in fp32.
-    logits [rows, length, vocab] (any float dtype), tokens [rows, length], mask [rows, length] bool."""
+    """Per row, the sum over the positions t in `mask` of log p(tokens[t] | logits[t - 1]), in fp32 at least (fp64
+    logits stay fp64). logits [rows, length, vocab], tokens [rows, length], mask [rows, length] bool."""
     rows, length, vocab = logits.shape
-    per_token = -torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, vocab),
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    per_token = -torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab),
                                                    tokens[:, 1:].reshape(-1), reduction="none")
     return (per_token.view(rows, length - 1) * mask[:, 1:]).sum(-1)
 
