@@ -193,7 +193,7 @@ def run_mode(torch, model, mode, args, shape, batches, flops_per_token, referenc
             model_tflops=flops_per_token * tokens_per_step / median / 1e12,
             max_allocated_mib=torch.cuda.max_memory_allocated() / 2**20,
             max_reserved_mib=torch.cuda.max_memory_reserved() / 2**20,
-            final_loss=losses[-1], first_loss=losses[0],
+            final_loss=losses[-1], first_timed_loss=losses[0],
             expected_initial_loss=math.log(2.0) if reference is not None else math.log(shape["vocab_size"]))
     except Exception as error:  # report and go on with the next mode
         traceback.print_exc(file=sys.stderr)
@@ -309,10 +309,12 @@ def main():
             adapters = post.apply_lora(model, shape["lora"]["rank"], shape["lora"]["alpha"], seed=args.seed)
             setup["trainable_parameters"] = sum(parameter.numel() for parameter in adapters)
         if shape.get("dpo"):
-            # The reference holds bf16 weights (what autocast computes with: no per-step casts of a frozen copy).
-            reference = copy.deepcopy(model).to(torch.bfloat16).eval()
+            # The reference holds bf16 weights (what autocast computes with: no per-step casts of a frozen copy);
+            # its buffers (the rotary frequencies) stay fp32, as the policy's, so both start computing the same.
+            reference = copy.deepcopy(model).eval()
             for parameter in reference.parameters():
                 parameter.requires_grad_(False)
+                parameter.data = parameter.data.to(torch.bfloat16)
         setup.update(build_s=time.perf_counter() - start, attention=attention, rope=describe_rope(config),
                      parameters=sum(parameter.numel() for parameter in model.parameters()),
                      model_class=type(model).__name__,
