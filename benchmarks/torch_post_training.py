@@ -85,9 +85,11 @@ def span_log_probability_sums(logits, tokens, mask):
     logits stay fp64). logits [rows, length, vocab], tokens [rows, length], mask [rows, length] bool."""
     rows, length, vocab = logits.shape
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    per_token = -torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab),
-                                                   tokens[:, 1:].reshape(-1), reduction="none")
-    return (per_token.view(rows, length - 1) * mask[:, 1:]).sum(-1)
+    # Position t's target is token t + 1; the last position gets a dummy target (dropped below), so the logits are
+    # read whole, without a copy of all but their last position.
+    targets = torch.cat([tokens[:, 1:], tokens[:, :1]], dim=1)
+    per_token = -torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1), reduction="none")
+    return (per_token.view(rows, length)[:, :-1] * mask[:, 1:]).sum(-1)
 
 
 def dpo_sigmoid_loss(policy_sums, reference_sums, beta):
