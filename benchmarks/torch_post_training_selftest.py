@@ -134,7 +134,9 @@ def test_dpo():
     check("dpo data: pairs laid out as Fast-LLM's preparation (prompt repeated after BOS), spans end at EOS",
           layout and len(rows) == 6 and all(len(row) == 2048 for row in rows), f"spans {spans[:1]}, {spans[3:4]}")
     again, _, _ = preference_pairs(128256, 3, 2048)
-    check("dpo data: the same documents on both sides (deterministic)", again == documents)
+    longer, _, _ = preference_pairs(128256, 5, 2048)
+    check("dpo data: the same documents on both sides (deterministic; the file's first steps are PyTorch's batches)",
+          again == documents and longer[:3] == documents)
 
     small = dict(shape, vocab_size=40, sequence_length=12, batch=4)
     batches = preference_batches(torch, small, 2, device="cpu")
