@@ -1,6 +1,9 @@
 """Table of benchmarks/gpu_training_benchmark.sh: reads, for each shape, fast-llm's metrics.jsonl and resolved config and
 the PyTorch script's JSON lines, and prints step time, tokens/s, model TFLOP/s, peak memory, our/PyTorch ratios and the
-DESIGN.md §8 targets (pass/miss). Writes benchmark.json into the work folder. Plain Python (PyYAML optional).
+targets of the shape table (DESIGN.md §8, issues 20 and 23; pass/miss). Writes benchmark.json into the work folder.
+Plain Python (PyYAML optional). Model TFLOP/s count what each step computes (benchmarks/llama_shapes.py): for LoRA no
+weight gradient of a frozen matrix, for DPO the reference's forward besides the policy's step, over the attention
+segments of the data (one answer's sequence: the shape table's sequence_length, which the resolved config cannot give).
 
   python3 benchmarks/gpu_benchmark_report.py --work DIR [--ours-warmup 2] shape...
 """
@@ -54,7 +57,10 @@ def ours_result(directory, shape_name, warmup):
     if architecture is None:
         architecture = {key: SHAPES[shape_name][key] for key in
                         ("hidden_size", "num_layers", "heads", "head_groups", "head_size", "intermediate_size",
-                         "vocab_size", "sequence_length", "experts", "experts_per_token") if key in SHAPES[shape_name]}
+                         "vocab_size", "sequence_length", "experts", "experts_per_token", "lora", "dpo")
+                        if key in SHAPES[shape_name]}
+    if architecture.get("dpo"):  # the attention segments are the data's (one answer's sequence)
+        architecture["sequence_length"] = SHAPES[shape_name]["sequence_length"]
     step_ms = statistics.median(record["step_time_ms"] for record in timed)
     tokens_per_step = timed[-1]["consumed_tokens"] // timed[-1]["iteration"]
     key = next((name for name in ("lm_head_loss", "language_model_loss", "cross_entropy") if name in records[0]),
@@ -138,7 +144,8 @@ def main():
     args = parser.parse_args()
     work = Path(args.work)
     report, lines = {}, []
-    header = (f"{'shape':<14} {'run':<20} {'step ms':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'(logged)':>8} "
+    width = max([14] + [len(shape) for shape in args.shapes])
+    header = (f"{'shape':<{width}} {'run':<20} {'step ms':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'(logged)':>8} "
               f"{'alloc GiB':>9} {'resv GiB':>8} {'ours/this':>9}")
     lines += [header, "-" * len(header)]
     verdicts = []
@@ -154,19 +161,19 @@ def main():
                 if row is not ours and ours.get("ok"):
                     ratio = ours["tokens_per_second"] / row["tokens_per_second"]
                 lines.append(
-                    f"{shape:<14} {row['impl']:<20} {row['median_step_ms']:>9.1f} {row['tokens_per_second']:>10.0f} "
+                    f"{shape:<{width}} {row['impl']:<20} {row['median_step_ms']:>9.1f} {row['tokens_per_second']:>10.0f} "
                     f"{row['model_tflops']:>8.1f} {fmt(row.get('logged_model_tflops'), '8.1f'):>8} "
                     f"{row['max_allocated_mib'] / GIB:>9.2f} {row['max_reserved_mib'] / GIB:>8.2f} "
                     f"{fmt(ratio, '8.2f') + ('x' if ratio else ''):>9}")
             else:
-                lines.append(f"{shape:<14} {row['impl']:<20} FAILED: {str(row.get('error', ''))[:150]}")
+                lines.append(f"{shape:<{width}} {row['impl']:<20} FAILED: {str(row.get('error', ''))[:150]}")
         gpu = {name: busy_gpu(directory / f"{name}_gpu.csv") for name in ("fast_llm", "torch")}
         shown = [f"{name} {value['sm_clock_mhz']:.0f} MHz / {value['power_w']:.0f} W"
                  for name, value in gpu.items() if value]
         if shown:
-            lines.append(f"{shape:<14} GPU while busy (median SM clock / power): " + ", ".join(shown))
+            lines.append(f"{shape:<{width}} GPU while busy (median SM clock / power): " + ", ".join(shown))
         if not torch_modes:
-            lines.append(f"{shape:<14} {'torch':<20} FAILED: no result (exit {torch_rc}; "
+            lines.append(f"{shape:<{width}} {'torch':<20} FAILED: no result (exit {torch_rc}; "
                          f"{setup.get('error', 'see torch.err')})"[:200])
         # Targets (DESIGN.md §8): against the fastest PyTorch mode of this run.
         targets = SHAPES[shape]["targets"]
@@ -196,14 +203,15 @@ def main():
                          "torch_setup": setup, "torch_rc": torch_rc, "speedup_vs_best_torch": speedup,
                          "best_torch_mode": best["mode"] if best else None, "gpu_while_busy": gpu}
     lines.append("")
-    lines.append("DESIGN.md §8 / issue 20 targets (model TFLOP/s = 6 x matmul weights incl. LM head + 6 x layers x seq "
-                 "x heads x head_size, per token, MoE: active weights = router + experts_per_token experts; PyTorch "
-                 "counted alike):")
+    lines.append("DESIGN.md §8 / issue 20 / issue 23 targets (model TFLOP/s = 6 x matmul weights incl. LM head + 6 x "
+                 "layers x seq x heads x head_size, per token, MoE: active weights = router + experts_per_token "
+                 "experts; LoRA: 4 x frozen weights + 6 x adapters + the attention term; DPO: 8 x weights + 8 x the "
+                 "attention term; PyTorch counted alike):")
     for shape, name, value, target, result in verdicts:
         shown = "-" if value is None else f"{value:.2f}"
-        lines.append(f"  {result.upper():<4} {shape:<14} {name:<44} {shown:>8}  (target {target:.4g})")
+        lines.append(f"  {result.upper():<4} {shape:<{width}} {name:<44} {shown:>8}  (target {target:.4g})")
     for shape in args.shapes:
-        lines.append(f"  {'':<4} {shape:<14} DESIGN: {SHAPES[shape]['design']}")
+        lines.append(f"  {'':<4} {shape:<{width}} DESIGN: {SHAPES[shape]['design']}")
     text = "\n".join(lines)
     print(text)
     (work / "benchmark.txt").write_text(text + "\n")

@@ -3,10 +3,16 @@
 # LlamaForCausalLM (eager and torch.compile) on the same model, batch and H200, then a table of step time, tokens/s,
 # model TFLOP/s (one formula for both: benchmarks/llama_shapes.py), peak memory, our/PyTorch ratios and the §8 targets.
 # The mixture-of-experts shapes of issue 20 (mixtral-tiny, fine-grained) run against MixtralForCausalLM the same way
-# (tools/moe_device_check.sh runs them).
+# (tools/moe_device_check.sh runs them). Issue 23's post-training shapes run the same way: llama-3.2-1b-lora (LoRA
+# rank 8 on query and value, against a hand-written LoRA in PyTorch) and llama-3.2-1b-dpo (DPO, policy + frozen
+# reference forward, against TRL's sigmoid loss in PyTorch; the preference data file is written first, by
+# benchmarks/dpo_benchmark_data.py, and fast-llm reads it through a data-path override).
+# What PyTorch runs for a shape comes from one place, its entry in benchmarks/llama_shapes.py (`lora`, `dpo`): the
+# PyTorch script reads it from --shape, and `llama_shapes.py --kind SHAPE` tells this script which shapes need data.
 #
 #   bash benchmarks/gpu_training_benchmark.sh [smollm2-135m] [llama-3.2-1b] [llama-3.2-3b]   (default: all three)
 #   bash benchmarks/gpu_training_benchmark.sh mixtral-tiny fine-grained
+#   BUDGET_S=500 TORCH_STEPS=6 bash benchmarks/gpu_training_benchmark.sh llama-3.2-1b-lora llama-3.2-1b-dpo
 #
 # Runs on the GPU machine with a staged CUDA build (tools/stage_for_device.sh; docs/gpu.md). Environment:
 #   FAST_LLM_BINARY  fast-llm binary (build/device/bin/fast-llm)       PYTHON       python3 with torch + transformers
@@ -78,6 +84,17 @@ for shape in "${shapes[@]}"; do
   experiment=$work/$shape/fast_llm
   rm -rf "$experiment"
   mkdir -p "$work/$shape"
+  # A DPO shape trains on preference documents written here (PyTorch makes the same ones again).
+  shape_overrides=()
+  if [ "$("$python" benchmarks/llama_shapes.py --kind "$shape")" = dpo ]; then
+    data=$work/$shape/preferences.fast_llm_dataset
+    if ! "$python" benchmarks/dpo_benchmark_data.py --shape "$shape" --steps "$ours_steps" --output "$data" \
+      >"$work/$shape/data.log" 2>&1; then
+      echo "== $shape: the preference data could not be written:"
+      tail -5 "$work/$shape/data.log"
+    fi
+    shape_overrides=("data.datasets.training.path=$data")
+  fi
   # Shares among the fast-llm runs left and the PyTorch processes to come.
   seconds=$(limit "$ours_timeout" $((count - index + count)))
   index=$((index + 1))
@@ -86,7 +103,7 @@ for shape in "${shapes[@]}"; do
     sampler=$(sample_gpu "$work/$shape/fast_llm_gpu.csv")
     timeout -k 10 "$seconds" "$binary" train gpt -c "examples/benchmarks/$shape.yaml" \
       training.train_iters="$ours_steps" training.logs.interval=1 run.experiment_dir="$experiment" \
-      ${OURS_OVERRIDES:-} >"$work/$shape/fast_llm.log" 2>&1
+      ${shape_overrides[@]+"${shape_overrides[@]}"} ${OURS_OVERRIDES:-} >"$work/$shape/fast_llm.log" 2>&1
     rc=$?
     kill "$sampler" 2>/dev/null
     sampler=""
@@ -99,7 +116,7 @@ for shape in "${shapes[@]}"; do
       # Where the time goes: a separate short run timing every kernel (steps 4-5), so the timed run stays clean.
       timeout -k 10 "$seconds" "$binary" train gpt -c "examples/benchmarks/$shape.yaml" training.train_iters=5 \
         training.logs.interval=5 profiling.cuda=true profiling.averages=true profiling.skip=3 profiling.warmup=0 \
-        profiling.cycles=2 run.experiment_dir="$experiment-profile" ${OURS_OVERRIDES:-} \
+        profiling.cycles=2 run.experiment_dir="$experiment-profile" ${shape_overrides[@]+"${shape_overrides[@]}"} ${OURS_OVERRIDES:-} \
         >"$work/$shape/fast_llm_profile.log" 2>&1
       table=$(ls "$experiment-profile"/runs/0/profile/step_*.txt 2>/dev/null | head -1)
       if [ -n "$table" ]; then head -30 "$table"; else tail -5 "$work/$shape/fast_llm_profile.log"; fi

@@ -1,13 +1,19 @@
 """The dense Llama shapes of DESIGN.md §8, the mixture-of-experts shapes of issue 20 (Mixtral architecture: `experts`
-and `experts_per_token` set) and the model-FLOPs formula, shared by the GPU benchmark scripts.
+and `experts_per_token` set), the post-training shapes of issue 23 (`lora` or `dpo` set) and the model-FLOPs formula,
+shared by the GPU benchmark scripts.
 
 Model FLOPs per token = 6 x (all matmul weights incl. the LM head) + 6 x layers x seq x (heads x head_size)
 (DESIGN.md §8; the attention term is causal attention over full sequences). For a mixture of experts the matmul
-weights are the active ones: the router and experts_per_token experts per layer (issue 20, "Memory and FLOPs"). The same function recomputes our
-throughput from the resolved config a `fast-llm train gpt` run writes (`experiment_dir/config.yaml`) and the
-PyTorch reference's (benchmarks/torch_gpu_llama_step.py), so both sides are counted alike.
+weights are the active ones: the router and experts_per_token experts per layer (issue 20, "Memory and FLOPs").
+The post-training shapes of issue 23 count what their step computes: LoRA (`lora`: frozen base) 4 x weights (the
+forward and the input gradients; no weight gradient of a frozen matrix) + 6 x adapter weights + the same attention
+term; DPO (`dpo`: the policy trained, a frozen reference of the same shape run forward) 6 + 2 = 8 x weights and
+8 x layers x seq x heads x head_size, seq being the attention segment (one answer's sequence).
+The same function recomputes our throughput from the resolved config a `fast-llm train gpt` run writes
+(`experiment_dir/config.yaml`) and the PyTorch reference's (benchmarks/torch_gpu_llama_step.py), so both sides are
+counted alike.
 
-Plain Python, no torch: the benchmark driver imports it with any python3.
+Plain Python, no torch: the benchmark driver imports it with any python3 (and runs it for a shape's kind).
 """
 
 # name -> architecture, batch (sequences per step), targets from DESIGN.md §8.
@@ -53,6 +59,21 @@ SHAPES = {
         design="issue 20: >= 2.5x eager, >= 1.5x best mode, >= 30% of dense bf16 peak (297 TFLOP/s)"),
 }
 
+# Issue 23's post-training speed shapes, on the Llama-3.2-1B architecture and its 16,384 tokens per step. `lora`:
+# rank and alpha of the adapters on the query and value projections, the rest frozen (PyTorch: a hand-written LoRA).
+# `dpo`: beta of TRL's sigmoid loss against a frozen reference model of the same shape; the step's tokens are `batch`
+# / 2 preference documents of 2 x sequence_length tokens, each cut into its chosen and its rejected sequence of
+# sequence_length tokens (benchmarks/dpo_benchmark_data.py writes them; fast-llm attends within each sequence, as
+# PyTorch's rows). Target (issue 23): >= 1.3x PyTorch's fastest mode.
+SHAPES["llama-3.2-1b-lora"] = dict(
+    SHAPES["llama-3.2-1b"], lora=dict(rank=8, alpha=16.0),
+    targets=dict(min_speedup=1.3, min_tflops=None),
+    design="issue 23: LoRA (rank 8, query + value) step >= 1.3x PyTorch + hand-written LoRA")
+SHAPES["llama-3.2-1b-dpo"] = dict(
+    SHAPES["llama-3.2-1b"], sequence_length=2048, batch=8, dpo=dict(beta=0.1),
+    targets=dict(min_speedup=1.3, min_tflops=None),
+    design="issue 23: DPO step (policy + reference forward) >= 1.3x PyTorch (TRL's sigmoid loss)")
+
 
 def matmul_weights(hidden_size, num_layers, heads, head_groups, head_size, intermediate_size, vocab_size,
                    gated=True, experts=None, experts_per_token=None, **_):
@@ -66,10 +87,27 @@ def matmul_weights(hidden_size, num_layers, heads, head_groups, head_size, inter
     return num_layers * (attention + mlp) + hidden_size * vocab_size
 
 
-def model_flops_per_token(sequence_length, num_layers, heads, head_size, **architecture):
-    """DESIGN.md §8: 6 x matmul weights + 6 x layers x seq x heads x head_size (forward + backward, causal)."""
+def lora_weights(hidden_size, num_layers, heads, head_groups, head_size, rank):
+    """The adapters' weights with LoRA on the query and the value projection of every layer: A [rank, in] and
+    B [out, rank] for each."""
+    query = rank * (hidden_size + heads * head_size)
+    value = rank * (hidden_size + head_groups * head_size)
+    return num_layers * (query + value)
+
+
+def model_flops_per_token(sequence_length, num_layers, heads, head_size, lora=None, dpo=None, **architecture):
+    """DESIGN.md §8: 6 x matmul weights + 6 x layers x seq x heads x head_size (forward + backward, causal).
+    With `lora` (a dict with `rank`): the frozen weights' forward and input-gradient gemms only (4 x), the adapters'
+    6 x. With `dpo`: the trained policy's 6 x and the reference's forward 2 x, for the weights and the attention."""
     weights = matmul_weights(num_layers=num_layers, heads=heads, head_size=head_size, **architecture)
-    return 6.0 * weights + 6.0 * num_layers * sequence_length * heads * head_size
+    attention = num_layers * sequence_length * heads * head_size
+    if lora:
+        adapters = lora_weights(architecture["hidden_size"], num_layers, heads, architecture["head_groups"],
+                                head_size, lora["rank"])
+        return 4.0 * weights + 6.0 * adapters + 6.0 * attention
+    if dpo:
+        return 8.0 * weights + 8.0 * attention
+    return 6.0 * weights + 6.0 * attention
 
 
 def shape_flops_per_token(name):
@@ -77,7 +115,9 @@ def shape_flops_per_token(name):
 
 
 def architecture_from_fast_llm_config(config):
-    """The formula's arguments from a resolved fast-llm config (dict of the YAML `fast-llm train` writes)."""
+    """The formula's arguments from a resolved fast-llm config (dict of the YAML `fast-llm train` writes). Its
+    sequence_length is the documents' maximum length (or the micro-batch): a DPO run's attention segments are a
+    property of its data, which the caller takes from the shape table."""
     base = config["model"]["base_model"]
     decoder = base["decoder"]
     block = decoder["block"]
@@ -87,8 +127,31 @@ def architecture_from_fast_llm_config(config):
     if mlp.get("type") == "moe" or "experts_per_token" in mlp:
         shared = int(mlp.get("shared_experts", 0) or 0)
         moe = dict(experts=int(mlp["experts"]) - shared, experts_per_token=int(mlp["experts_per_token"]) + shared)
-    return dict(**moe, hidden_size=int(base["hidden_size"]), num_layers=int(decoder["num_blocks"]),
+    # LoRA with Fast-LLM's default placement (query and value); a reference model read by a dpo loss.
+    post_training = {}
+    peft = base.get("peft") or {}
+    if peft.get("type") == "lora":
+        post_training["lora"] = {"rank": int(peft["rank"])}
+    losses = (base.get("head") or {}).get("losses") or {}
+    if config.get("reference_models") and any((loss or {}).get("type") == "dpo" for loss in losses.values()):
+        post_training["dpo"] = {"beta": float(next(loss.get("beta", 0.1) for loss in losses.values()
+                                                  if (loss or {}).get("type") == "dpo"))}
+    return dict(**moe, **post_training, hidden_size=int(base["hidden_size"]), num_layers=int(decoder["num_blocks"]),
                 heads=int(mixer["heads"]), head_groups=int(mixer["head_groups"]), head_size=int(mixer["head_size"]),
                 intermediate_size=int(mlp["intermediate_size"]), gated=bool(mlp.get("gated", False)),
                 vocab_size=int(base["embeddings"]["vocab_size"]),
                 sequence_length=int(config["data"].get("maximum_document_length") or config["data"]["micro_batch_size"]))
+
+
+def shape_kind(name):
+    """What a shape trains: "dpo" (a preference dataset is written for it first), "lora" or "dense"."""
+    shape = SHAPES[name]
+    return "dpo" if shape.get("dpo") else "lora" if shape.get("lora") else "dense"
+
+
+if __name__ == "__main__":
+    # `python3 benchmarks/llama_shapes.py --kind SHAPE`: the shape's kind, for benchmarks/gpu_training_benchmark.sh.
+    import sys
+    if len(sys.argv) != 3 or sys.argv[1] != "--kind" or sys.argv[2] not in SHAPES:
+        sys.exit(f"usage: llama_shapes.py --kind SHAPE (one of {', '.join(sorted(SHAPES))})")
+    print(shape_kind(sys.argv[2]))

@@ -243,6 +243,54 @@ TEST_F(CliTest, LoraFinetuneExampleTrains) {
   EXPECT_EQ(adapter["base_model_name_or_path"], fs::absolute(directory_ / "base/export/llama/4").string());
 }
 
+// Issue 23's speed shapes (examples/benchmarks/llama-3.2-1b-lora.yaml and -dpo.yaml, run on the GPU by
+// benchmarks/gpu_training_benchmark.sh) at a tiny width on the CPU: the configs are valid and train as their comments
+// say. LoRA: only the adapters of query and value train (2 blocks x rank 8 x (64 + 64 + 64 + 32) = 3584 parameters,
+// the count benchmarks/llama_shapes.py's FLOPs formula assumes). DPO: the reference is a fresh model with the run's
+// seed, so the first step's loss is log 2 (here on the prepared example pairs; the benchmark writes its own file).
+TEST_F(CliTest, PostTrainingBenchmarkShapesTrainSmall) {
+  const fs::path source(FAST_LLM_SOURCE_DIR);
+  const std::vector<std::string> tiny = {
+      "model.base_model.hidden_size=64", "model.base_model.decoder.num_blocks=2",
+      "model.base_model.decoder.block.mixer.heads=4", "model.base_model.decoder.block.mixer.head_groups=2",
+      "model.base_model.decoder.block.mixer.head_size=16",
+      "model.base_model.decoder.block.mlp.intermediate_size=128", "model.base_model.embeddings.vocab_size=320"};
+  std::vector<std::string> lora = {"train",
+                                   "gpt",
+                                   "-c",
+                                   (source / "examples/benchmarks/llama-3.2-1b-lora.yaml").string(),
+                                   "model.distributed.use_cuda=false",
+                                   "schedule.cuda_graphs=false",
+                                   "training.train_iters=2",
+                                   "training.num_workers=0",
+                                   "data.micro_batch_size=256",
+                                   "data.maximum_document_length=128",
+                                   "run.experiment_dir=lora"};
+  lora.insert(lora.end(), tiny.begin(), tiny.end());
+  const Outcome lora_run = expect(lora, 0, "(3584 trainable)");
+  const std::vector<double> lora_losses = logged(lora_run.output, "lm_head_loss");
+  ASSERT_EQ(lora_losses.size(), 2u) << lora_run.output;
+  EXPECT_TRUE(std::isfinite(lora_losses.back())) << lora_run.output;
+
+  fs::create_directory_symlink(source / "examples", directory_ / "examples");
+  fs::create_directory_symlink(source / "tests", directory_ / "tests");
+  expect({"prepare", "gpt_memmap", "-c", "examples/dpo/prepare.yaml"}, 0, "Prepared 48 documents");
+  std::vector<std::string> dpo = {"train", "gpt", "-c", "examples/benchmarks/llama-3.2-1b-dpo.yaml",
+                                  "model.distributed.use_cuda=false", "training.train_iters=3",
+                                  "training.num_workers=0", "data.micro_batch_size=256",
+                                  "data.datasets.training={type: file, path: experiments/dpo/dataset/"
+                                  "fast_llm_config.yaml}",
+                                  "run.experiment_dir=dpo"};
+  for (const std::string& override : tiny) {
+    dpo.push_back(override);
+    dpo.push_back("reference_models.reference.model." + override.substr(std::string("model.").size()));
+  }
+  const Outcome dpo_run = expect(dpo, 0, "dpo: ");
+  const std::vector<double> dpo_losses = logged(dpo_run.output, "dpo");
+  ASSERT_EQ(dpo_losses.size(), 3u) << dpo_run.output;
+  EXPECT_NEAR(dpo_losses.front(), std::log(2.0), 2e-3) << dpo_run.output;  // bf16 compute
+}
+
 // A configuration that cannot run is refused before the model is built (no -c: evaluation of a default 229M-parameter
 // model without weights), and one that cannot fit is refused at start-up with the estimate.
 TEST_F(CliTest, TrainGptChecksBeforeBuilding) {
