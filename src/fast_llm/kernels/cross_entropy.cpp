@@ -31,8 +31,8 @@ void check_cross_entropy_forward_backward(const CrossEntropyArgs& args) {
     contract.shape("distillation.target_logits", distillation.target_logits, args.logits.shape());
     contract.floating("distillation.target_logits", distillation.target_logits);
     contract.loss_sum("distillation.loss_sum", &distillation.loss_sum);
-    FLM_CHECK(distillation.temperature > 0.0, contract.op(), "distillation.temperature is {}, expected a positive number",
-              distillation.temperature);
+    FLM_CHECK(distillation.temperature > 0.0, contract.op(),
+              "distillation.temperature is {}, expected a positive number", distillation.temperature);
   }
   FLM_CHECK(args.z_loss_sum != nullptr || args.z_loss_weight == 0.0, contract.op(),
             "z_loss_weight is {} but no z_loss_sum is given", args.z_loss_weight);

@@ -1,7 +1,7 @@
 // Helpers shared by the CPU reference kernels: reading / writing small tensors (weights, statistics, rotary tables,
 // parameter gradients, loss sums) of any floating dtype and any strides as plain vectors, and the row math the loss
-// heads share (scaled logits, logsumexp, the cross-entropy gradient, the distillation loss). The arguments have met the op's contract
-// (kernels/contract.h) before a kernel runs.
+// heads share (scaled logits, logsumexp, the cross-entropy gradient, the distillation loss). The arguments have met the
+// op's contract (kernels/contract.h) before a kernel runs.
 #pragma once
 
 #include <algorithm>
@@ -62,7 +62,8 @@ Compute logsumexp(const std::vector<Compute>& values) {
 template <class Compute, class T>
 void cross_entropy_gradient_row(const std::vector<Compute>& z, const std::vector<Compute>& dz_dx, Compute logsumexp,
                                 int64_t label_column, Compute weight, std::optional<Compute> z_loss_weight,
-                                T* grad_row, int64_t column_stride, const std::vector<Compute>* extra_grad_z = nullptr) {
+                                T* grad_row, int64_t column_stride,
+                                const std::vector<Compute>* extra_grad_z = nullptr) {
   for (size_t column = 0; column < z.size(); ++column) {
     const Compute softmax = std::exp(z[column] - logsumexp);
     Compute grad_z = weight * (softmax - (int64_t(column) == label_column ? Compute(1) : Compute(0)));

@@ -189,10 +189,10 @@ __device__ __forceinline__ DistillationStats combine(const DistillationStats& a,
   if (m == -INFINITY) return empty_stats(a);  // both empty (the model's and the teacher's values come together)
   const float a_scale = fast_exp2(a.max - m), b_scale = fast_exp2(b.max - m);
   const float a_teacher = fast_exp2(a.teacher_max - tm), b_teacher = fast_exp2(b.teacher_max - tm);
-  return DistillationStats{
-      m, __fadd_rn(__fmul_rn(a.sum, a_scale), __fmul_rn(b.sum, b_scale)), tm,
-      __fadd_rn(__fmul_rn(a.teacher_sum, a_teacher), __fmul_rn(b.teacher_sum, b_teacher)),
-      __fadd_rn(__fmul_rn(a.weighted, reverse ? a_scale : a_teacher), __fmul_rn(b.weighted, reverse ? b_scale : b_teacher))};
+  const float a_weight = reverse ? a_scale : a_teacher, b_weight = reverse ? b_scale : b_teacher;
+  return DistillationStats{m, __fadd_rn(__fmul_rn(a.sum, a_scale), __fmul_rn(b.sum, b_scale)), tm,
+                           __fadd_rn(__fmul_rn(a.teacher_sum, a_teacher), __fmul_rn(b.teacher_sum, b_teacher)),
+                           __fadd_rn(__fmul_rn(a.weighted, a_weight), __fmul_rn(b.weighted, b_weight))};
 }
 
 // Adds kCount logits to a running set, with one rescale of each pair for all of them: y the model's values, u the
@@ -473,15 +473,29 @@ __device__ __forceinline__ TeacherWindow teacher_window(const FusedParams& p, in
                        uint32_t((int64_t(lead) + end - begin + 3) / 4 * 16)};
 }
 
-// The teacher's values of chunk j's elements into `values` (0 for elements outside the row, which are not read).
+// The teacher's values of chunk j's elements into `values` (0 for elements outside the row, which are not read): 16-byte
+// loads when they are 16-byte aligned (the teacher's rows and the logits' at the same offsets from 16-byte boundaries,
+// e.g. contiguous rows of a vocabulary that is a multiple of 8), element loads otherwise (which shared memory serves
+// with bank conflicts: a warp's lanes read floats kVec apart).
 template <int kVec>
 __device__ __forceinline__ void teacher_chunk(const float* teacher, int offset, const RowSlice& slice, int j,
                                               int64_t vocab, float (&values)[kVec]) {
   const int64_t first = element_of<kVec>(slice, j, 0);
   const bool full = full_chunk(slice, j);
+  const float* chunk = teacher + first + offset;
+  if (full && reinterpret_cast<uintptr_t>(chunk) % 16 == 0) {
 #pragma unroll
-  for (int i = 0; i < kVec; ++i)
-    values[i] = full || (first + i >= 0 && first + i < vocab) ? teacher[first + i + offset] : 0.0f;
+    for (int quad = 0; quad < kVec / 4; ++quad) {
+      const float4 four = reinterpret_cast<const float4*>(chunk)[quad];
+      values[4 * quad] = four.x;
+      values[4 * quad + 1] = four.y;
+      values[4 * quad + 2] = four.z;
+      values[4 * quad + 3] = four.w;
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) values[i] = full || (first + i >= 0 && first + i < vocab) ? chunk[i] : 0.0f;
 }
 
 // This thread's distillation statistics over its chunks of the slice (`teacher`, `offset`: its TeacherWindow's).
