@@ -473,10 +473,10 @@ __device__ __forceinline__ TeacherWindow teacher_window(const FusedParams& p, in
                        uint32_t((int64_t(lead) + end - begin + 3) / 4 * 16)};
 }
 
-// The teacher's values of chunk j's elements into `values` (0 for elements outside the row, which are not read): 16-byte
-// loads when they are 16-byte aligned (the teacher's rows and the logits' at the same offsets from 16-byte boundaries,
-// e.g. contiguous rows of a vocabulary that is a multiple of 8), element loads otherwise (which shared memory serves
-// with bank conflicts: a warp's lanes read floats kVec apart).
+// The teacher's values of chunk j's elements into `values` (0 for elements outside the row, which are not read):
+// 16-byte loads when they are 16-byte aligned (the teacher's rows and the logits' at the same offsets from 16-byte
+// boundaries, e.g. contiguous rows of a vocabulary that is a multiple of 8), element loads otherwise (which shared
+// memory serves with bank conflicts: a warp's lanes read floats kVec apart).
 template <int kVec>
 __device__ __forceinline__ void teacher_chunk(const float* teacher, int offset, const RowSlice& slice, int j,
                                               int64_t vocab, float (&values)[kVec]) {
@@ -644,6 +644,14 @@ __device__ __forceinline__ void slice_zeros(T* grad_row, const RowSlice& slice, 
 //
 // Rows longer than kMaxClusterBlocks stages (bf16 vocab above ~464000, fp32 above ~232000) are read twice straight
 // from device memory ("direct"), with the same chunks and arithmetic.
+//
+// kDistillation: a stage also holds the block's part of the teacher's fp32 row (TeacherWindow: from the 16-byte
+// boundary before its first logit to the one after its last, copied on the same barrier as the logits' slice), so a
+// stage takes 16 + 4 kVec bytes per chunk and the cluster is sized for both (bf16 rows resident up to ~154000 logits,
+// three blocks at 49152; fp32 up to ~116000). Each thread reads the teacher's values of its chunk's elements beside
+// them and keeps DistillationStats instead of the pair, combined in the same order; once the row's statistics are
+// known every thread has the row's distillation loss, and the gradient pass writes the label losses' and the
+// distillation's gradient together. The direct path reads the teacher's row from device memory at the same places.
 //
 // Numerics: fp32; exp2 on the special-function unit (ex2.approx.ftz: ~2 ulp, probabilities below 2^-126 flushed to
 // zero, negligible next to the row's largest, which is 1 or close); the reductions' order depends only on the shape
