@@ -285,8 +285,11 @@ std::vector<CudaCase> cuda_cases() {
       {64, 49152, bf16, reverse, true, true, false, 0.5, 30.0},
       {33, 49152, fp32, reverse, true, false, false, 1.0, none},
       {33, 49152, fp32, forward, false, true, false, 0.5, 30.0},
+      {33, 49152, fp32, ce, true, true, true, 1.0, none},
       {17, 50257, bf16, reverse, true, true, true, 1.0, none},
       {17, 50257, bf16, ce, false, true, false, 1.0, 30.0},
+      {17, 50257, bf16, forward, true, false, false, 0.5, none},
+      {17, 50257, fp32, ce, false, true, true, 1.0, 30.0},
       {17, 50257, fp32, forward, true, false, false, 1.0, none},
       {5, 50257, fp32, reverse, false, true, false, 0.5, none},
       {3, 128256, bf16, forward, true, true, true, 0.5, 30.0},
@@ -294,8 +297,10 @@ std::vector<CudaCase> cuda_cases() {
       {17, 50257, bf16, reverse, true, false, false, 1.0, none, false},
       // The direct path (rows longer than the cluster's stages).
       {2, 200003, fp32, reverse, false, false, false, 1.0, 10.0},
+      {2, 200003, fp32, forward, true, true, false, 0.5, none},
       {3, 500000, bf16, ce, true, true, false, 1.0, none},
       {3, 500000, bf16, reverse, false, true, true, 1.0, none},
+      {3, 500000, bf16, forward, true, false, false, 1.0, 30.0},
       // Many rows: the persistent clusters' row loop and the stages' alternation.
       {1100, 15001, fp32, forward, true, true, false, 1.0, none}};
 }
