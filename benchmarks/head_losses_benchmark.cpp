@@ -4,16 +4,16 @@
 //   separate  what the head ran before the fused path: the other loss writes its gradient into a (rows, vocab)
 //             buffer, cross-entropy overwrites the logits with its own, axpy adds the buffer;
 //   fused     grpo / dpo add their per-row coefficients to a (rows) fp32 buffer and the cross-entropy pass writes
-//             every loss's gradient (kernels/cross_entropy.h row_gradient_weights); distillation still writes its
-//             gradient to the (rows, vocab) buffer, which the cross-entropy pass adds as it writes (gradient_addend)
-//             instead of an axpy after it;
+//             every loss's gradient (kernels/cross_entropy.h row_gradient_weights); distillation is the
+//             cross-entropy pass's distillation term: the teacher's fp32 rows are read in the same pass, no buffer;
 //   label     cross-entropy alone, the floor both approach.
-// And grpo alone (no label loss): its own gradient pass over the logits (in place) against its coefficients and a
-// cross-entropy pass of label weight 0 without z-loss (what the head runs). Last, the policy op's statistics alone
-// (passes 1 and 2 with the metric sums and advantage extremes, row coefficients out, no gradient pass), then the dpo
-// op's (the log-probabilities of the logits and the reference's, the pairs, row coefficients out, no gradient pass),
-// each under every CUDA variant of its op called by name, against the first one's outputs (relative error of the norm
-// of the row coefficients and of the loss / metric sums / extremes; above 1e-4 the program exits with status 1).
+// And grpo alone and distillation alone (no label loss): the op's own gradient pass over the logits (in place)
+// against what the head runs, a cross-entropy pass of label weight 0 without z-loss with the coefficients or the
+// distillation term. Last, the policy op's statistics alone (passes 1 and 2 with the metric sums and advantage
+// extremes, row coefficients out, no gradient pass), then the dpo op's (the log-probabilities of the logits and the
+// reference's, the pairs, row coefficients out, no gradient pass), each under every CUDA variant of its op called by
+// name, against the first one's outputs (relative error of the norm of the row coefficients and of the loss / metric
+// sums / extremes; above 1e-4 the program exits with status 1).
 //
 //   head_losses_benchmark [rows [vocab [iterations]]]
 //
@@ -149,12 +149,18 @@ void run_other(Other other, const Batch& batch, const Tensor& logits, Sums& sums
   }
 }
 
+// The distillation term with the settings of run_other's distillation.
+CrossEntropyDistillation distillation_term(const Batch& batch, Sums& sums) {
+  return {.target_logits = batch.reference_logits, .loss_sum = sums.other,
+          .loss_type = DistillationLossType::reverse_kl, .weight = 1.0 / double(batch.rows)};
+}
+
 void run_label(const Batch& batch, Tensor& logits, Sums& sums, const Tensor* row_weights,
-               const Tensor* addend = nullptr) {
+               const CrossEntropyDistillation* distillation = nullptr) {
   cross_entropy_forward_backward({.logits = logits, .labels = batch.labels, .label_loss_sum = sums.label,
                                   .z_loss_sum = &sums.z, .grad_logits = &logits,
                                   .label_weight = 1.0 / double(batch.rows), .row_gradient_weights = row_weights,
-                                  .gradient_addend = addend, .z_loss_weight = 1e-4});
+                                  .distillation = distillation, .z_loss_weight = 1e-4});
 }
 
 void separate_path(Other other, const Batch& batch, Tensor& logits, Tensor& buffer, Sums& sums) {
@@ -163,10 +169,10 @@ void separate_path(Other other, const Batch& batch, Tensor& logits, Tensor& buff
   axpy({.input = buffer, .output = logits, .alpha = 1.0});
 }
 
-void fused_path(Other other, const Batch& batch, Tensor& logits, Tensor& buffer, Tensor& row_weights, Sums& sums) {
+void fused_path(Other other, const Batch& batch, Tensor& logits, Tensor& row_weights, Sums& sums) {
   if (other == Other::distillation) {
-    run_other(other, batch, logits, sums, &buffer, nullptr);
-    run_label(batch, logits, sums, nullptr, &buffer);
+    const CrossEntropyDistillation distillation = distillation_term(batch, sums);
+    run_label(batch, logits, sums, nullptr, &distillation);
     return;
   }
   fill({.tensor = row_weights, .value = 0.0});
@@ -333,7 +339,7 @@ int run_benchmark(int64_t rows, int64_t vocab, int iterations) {
   bool agree = true;
   for (Other other : {Other::grpo, Other::dpo, Other::distillation}) {
     const Path separate = [&](Tensor& target) { separate_path(other, batch, target, buffer, sums); };
-    const Path fused = [&](Tensor& target) { fused_path(other, batch, target, buffer, row_weights, sums); };
+    const Path fused = [&](Tensor& target) { fused_path(other, batch, target, row_weights, sums); };
     const double separate_ms = time_ms(separate);
     const double error = compare(separate, fused);
     agree = agree && error < 1e-2;
@@ -341,8 +347,7 @@ int run_benchmark(int64_t rows, int64_t vocab, int iterations) {
     std::printf("  label + %-12s separate %8.3f ms   fused %8.3f ms   %.2fx   (fused gradient vs separate: relative "
                 "error %.2e; %s)\n",
                 other_name(other), separate_ms, fused_ms, separate_ms / fused_ms, error,
-                other == Other::distillation ? "the (rows, vocab) buffer stays"
-                                             : fmt::format("{:.0f} MiB buffer saved", buffer_mib).c_str());
+                fmt::format("{:.0f} MiB buffer saved", buffer_mib).c_str());
   }
   // grpo alone: the policy op's own gradient pass, or the head's cross-entropy pass of label weight 0.
   const Path alone_separate = [&](Tensor& target) { run_other(Other::grpo, batch, target, sums, &target, nullptr); };
@@ -360,6 +365,24 @@ int run_benchmark(int64_t rows, int64_t vocab, int iterations) {
   std::printf("  grpo alone           own pass %8.3f ms   cross-entropy pass %8.3f ms   %.2fx   (relative error "
               "%.2e)\n",
               alone_separate_ms, alone_fused_ms, alone_separate_ms / alone_fused_ms, alone_error);
+  // distillation alone: its op's own pass (in place), or the head's cross-entropy pass of label weight 0.
+  const Path distillation_separate = [&](Tensor& target) {
+    run_other(Other::distillation, batch, target, sums, &target, nullptr);
+  };
+  const Path distillation_fused = [&](Tensor& target) {
+    const CrossEntropyDistillation distillation = distillation_term(batch, sums);
+    cross_entropy_forward_backward({.logits = target, .labels = batch.labels, .label_loss_sum = sums.label,
+                                    .z_loss_sum = nullptr, .grad_logits = &target, .label_weight = 0.0,
+                                    .distillation = &distillation});
+  };
+  const double distillation_error = compare(distillation_separate, distillation_fused);
+  agree = agree && distillation_error < 1e-2;
+  const double distillation_separate_ms = time_ms(distillation_separate);
+  const double distillation_fused_ms = time_ms(distillation_fused);
+  std::printf("  distillation alone   own pass %8.3f ms   cross-entropy pass %8.3f ms   %.2fx   (relative error "
+              "%.2e)\n",
+              distillation_separate_ms, distillation_fused_ms, distillation_separate_ms / distillation_fused_ms,
+              distillation_error);
   restore(logits);
   agree = compare_policy_variants(batch, logits, iterations) && agree;
   agree = compare_dpo_variants(batch, logits, iterations) && agree;

@@ -4,18 +4,22 @@
 // The ops are called through their public headers exactly as the head calls them; the tool adds no math of its own.
 //
 //   loss_op_io --list-variants                       prints "op device variant" per registered variant of the ops
-//   loss_op_io OP INPUT OUTPUT [key=value ...]       OP: cross_entropy | distillation | dpo | grpo | gspo
+//   loss_op_io OP INPUT OUTPUT [key=value ...]       OP: cross_entropy | distillation | distillation_term | dpo |
+//                                                    grpo | gspo
 //
 // Keys: device=cpu|cuda (cpu), variant=NAME|default (default: the registry's choice, as training makes it; a named
 // variant that declines the arguments exits with status 3 and its reason), logits_scale_factor, and per op:
 //   cross_entropy  label_weight, z_loss_weight, softcap                (z_loss_sum is always computed)
 //   distillation   loss_type=cross_entropy|forward_kl|reverse_kl, temperature, weight, softcap
+//   distillation_term  the distillation as cross_entropy's distillation term (the head's path; the registry's op is
+//                  cross_entropy_forward_backward): distillation's keys and label_weight (0), z_loss_weight (0);
+//                  loss_sum is the distillation's, z_loss_sum is written too (the label loss sum is not)
 //   dpo            beta, weight
 //   grpo, gspo     epsilon_low, epsilon_high, grad_weight, softcap, num_documents (required)
-// Input tensors: logits (tokens, vocab) floating, computed in the dtype stored; labels (tokens) I64; distillation:
-// target_logits (tokens, vocab) floating; dpo: reference_logits (tokens, vocab) floating and pairs (pairs, 4) I64
+// Input tensors: logits (tokens, vocab) floating, computed in the dtype stored; labels (tokens) I64; distillation and
+// distillation_term: target_logits (tokens, vocab) floating; dpo: reference_logits (tokens, vocab) floating and pairs (pairs, 4) I64
 // [chosen_begin, chosen_end, rejected_begin, rejected_end]; grpo / gspo: advantages and old_log_probabilities (tokens)
-// F32 and label_documents (tokens) I32. Output: loss_sum (1) F64, z_loss_sum (1) F64 (cross_entropy), metric_sums
+// F32 and label_documents (tokens) I32. Output: loss_sum (1) F64, z_loss_sum (1) F64 (cross_entropy, distillation_term), metric_sums
 // (metrics) F64 (grpo / gspo, names in the metadata "metric_names"), grad_logits in the logits' dtype; metadata
 // "variant" names the variant that ran. Bad input (missing tensor, wrong dtype or shape, unknown key or value) is an
 // error naming the file or key: exit status 1 (2 for a usage error).
@@ -217,6 +221,29 @@ int run(const std::string& op, const std::filesystem::path& input, const std::fi
     parameters.check_all_used(op);
     ran = run_op<kernels::DistillationForwardBackward>(args, &kernels::check_distillation_forward_backward, device,
                                                        variant);
+  } else if (op == "distillation_term") {
+    const Tensor target_logits = inputs.read("target_logits", kFloating, {tokens, vocab});
+    Tensor label_loss_sum = zeros(1, device), z_loss_sum = zeros(1, device);
+    const kernels::CrossEntropyDistillation distillation{
+        .target_logits = target_logits,
+        .loss_sum = loss_sum,
+        .loss_type = loss_type_of(parameters.text("loss_type", "cross_entropy")),
+        .temperature = parameters.number("temperature", 1.0),
+        .weight = parameters.number("weight", 1.0)};
+    const kernels::CrossEntropyArgs args{.logits = logits,
+                                         .labels = labels,
+                                         .label_loss_sum = label_loss_sum,
+                                         .z_loss_sum = &z_loss_sum,
+                                         .grad_logits = &grad_logits,
+                                         .label_weight = parameters.number("label_weight", 0.0),
+                                         .distillation = &distillation,
+                                         .z_loss_weight = parameters.number("z_loss_weight", 0.0),
+                                         .logits_scale_factor = scale,
+                                         .softcap = softcap_of(parameters)};
+    parameters.check_all_used(op);
+    ran = run_op<kernels::CrossEntropyForwardBackward>(args, &kernels::check_cross_entropy_forward_backward, device,
+                                                       variant);
+    add_output("z_loss_sum", z_loss_sum);
   } else if (op == "dpo") {
     const Tensor reference_logits = inputs.read("reference_logits", kFloating, {tokens, vocab});
     const Tensor pairs_tensor = inputs.read("pairs", {DType::int64}, {-1, 4}).to(Device::cpu());
@@ -264,7 +291,9 @@ int run(const std::string& op, const std::filesystem::path& input, const std::fi
     add_output("metric_sums", metric_sums);
     metadata["metric_names"] = fmt::format("{}", fmt::join(layers::kPolicyMetricNames, ","));
   } else {
-    throw Error(kTool, fmt::format("unknown op '{}': expected cross_entropy, distillation, dpo, grpo or gspo", op));
+    throw Error(kTool, fmt::format("unknown op '{}': expected cross_entropy, distillation, distillation_term, dpo, "
+                                   "grpo or gspo",
+                                   op));
   }
   add_output("loss_sum", loss_sum);
   add_output("grad_logits", grad_logits);
@@ -289,7 +318,8 @@ void list_variants() {
 int main(int argc, char** argv) {
   const std::string usage =
       "usage: loss_op_io --list-variants\n"
-      "       loss_op_io cross_entropy|distillation|dpo|grpo|gspo INPUT.safetensors OUTPUT.safetensors "
+      "       loss_op_io cross_entropy|distillation|distillation_term|dpo|grpo|gspo INPUT.safetensors "
+      "OUTPUT.safetensors "
       "[device=cpu|cuda] [variant=NAME|default] [key=value ...]\n";
   try {
     if (argc == 2 && std::string(argv[1]) == "--list-variants") {

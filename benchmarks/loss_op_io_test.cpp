@@ -1,6 +1,7 @@
 // loss_op_io (benchmarks/loss_op_io.cpp) as tools/loss_torch_check.py uses it: the process is run on safetensors files
 // written here, and its outputs are read back. Values worked by hand on tiny inputs (a uniform row: loss log 3, softmax
-// 1/3), the metric sums of a policy op, and bad input: each refusal exits 1 and names the tensor, key or variant.
+// 1/3; the distillation term against a teacher of (1/4, 1/2, 1/4)), the metric sums of a policy op, and bad input:
+// each refusal exits 1 and names the tensor, key or variant.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -89,6 +90,29 @@ TEST_F(LossOpIo, CrossEntropyOfAUniformRowByHand) {
   EXPECT_EQ(output.metadata().at("variant"), "cross_entropy_forward_backward:cpu:reference");
 }
 
+TEST_F(LossOpIo, DistillationTermByHand) {
+  // Row 0: three equal logits (q = 1/3 each), label 2, teacher logits (0, log 2, 0) (p = 1/4, 1/2, 1/4): the
+  // distillation's cross_entropy -sum p log q = log 3, its gradient weight (q - p) = 2 (1/12, -1/6, 1/12), added to the
+  // label loss's 0.5 (1/3, 1/3, -2/3). Row 1 is masked: nothing added, gradient 0.
+  const double log2 = std::log(2.0), log3 = std::log(3.0);
+  const fs::path input = inputs(
+      "in.safetensors",
+      {{"logits", float64_tensor({0, 0, 0, 5, -1, 2}, Shape{2, 3})},
+       {"target_logits", float64_tensor({0, float(log2), 0, 1, 2, 3}, Shape{2, 3})},
+       {"labels", Tensor::from_indices(std::vector<int64_t>{2, -100}, DType::int64)}});
+  const ProcessResult result = run(fmt::format("distillation_term {} {} label_weight=0.5 weight=2", input.string(),
+                                               (folder_ / "out.safetensors").string()));
+  ASSERT_EQ(result.status, 0) << result.output;
+  const engine::SafetensorsFile output(folder_ / "out.safetensors");
+  EXPECT_NEAR(values_of(output, "loss_sum")[0], log3, 1e-12);
+  EXPECT_NEAR(values_of(output, "z_loss_sum")[0], log3 * log3, 1e-12);
+  const std::vector<double> grad = values_of(output, "grad_logits");
+  const std::vector<double> expected = {1.0 / 3, -1.0 / 6, -1.0 / 6, 0, 0, 0};
+  // log 2 went through a float: p is (1/4, 1/2, 1/4) to 1e-7.
+  for (size_t index = 0; index < expected.size(); ++index) EXPECT_NEAR(grad[index], expected[index], 1e-7) << index;
+  EXPECT_EQ(output.metadata().at("variant"), "cross_entropy_forward_backward:cpu:reference");
+}
+
 TEST_F(LossOpIo, GrpoWritesTheLossAndEveryMetricSum) {
   // One document of two labels whose old log-probabilities are the new ones (log 1/2: two equal logits): ratio 1, no
   // clipping, loss -(a_0 + a_1), KL 0; a third, masked row adds nothing.
@@ -133,6 +157,7 @@ TEST_F(LossOpIo, BadInputIsRefusedNamingWhatIsWrong) {
       {fmt::format("cross_entropy {} {}", int32_labels.string(), out), "'labels' has dtype I32, expected I64"},
       {fmt::format("cross_entropy {} {}", short_labels.string(), out), "'labels' has shape [1], expected [2]"},
       {fmt::format("distillation {} {}", good.string(), out), "no tensor 'target_logits'"},
+      {fmt::format("distillation_term {} {}", good.string(), out), "no tensor 'target_logits'"},
       {fmt::format("cross_entropy {} {} label_wieght=2", good.string(), out), "key 'label_wieght' is not a parameter"},
       {fmt::format("cross_entropy {} {} label_weight=two", good.string(), out), "label_weight=two: expected a finite"},
       {fmt::format("cross_entropy {} {} variant=nonexistent", good.string(), out), "no variant named 'nonexistent'"},

@@ -10,6 +10,9 @@ cross-entropy's `fused`), and its loss sums, metric sums and logits gradient are
                  gradient of label_weight * label loss + z_loss_weight * z-loss by autograd
   distillation   p = softmax(teacher s / T), q = softmax(z): -sum p log q, sum p (log p - log q), sum q (log q - log p)
                  (Fast-LLM's three loss types, reference/fast-llm.md section 4), masked by the labels; weight * grad
+  distillation_term  the same loss computed by the cross-entropy op's distillation term (the head's path), with the
+                 label loss and z-loss beside it: the gradient of label_weight * label loss + z_loss_weight * z-loss
+                 + weight * distillation
   dpo            TRL's sigmoid loss: -logsigmoid(beta ((pi_c - pi_r) - (ref_c - ref_r))), pi the summed
                  log_softmax(x s)[y] over a span's unmasked rows, ref the same of the reference logits (unscaled)
   grpo / gspo    -min(r a, clip(r, 1 - eps_low, 1 + eps_high) a) per token (grpo: r = exp(l - old)) or per document
@@ -68,6 +71,7 @@ LOW_PRECISION_CAP = {"fp32": 1e-3, "bf16": 5e-2}
 METRIC_NAMES = ["new_logprobs", "old_logprobs", "ratio_new_old", "ratio_new_old_sum", "ratio_new_old_squared_sum",
                 "kl_new_old", "clipped_ratio_fraction", "advantage", "num_tokens", "num_segments", "entropy"]
 OP_NAMES = {"cross_entropy": "cross_entropy_forward_backward", "distillation": "distillation_forward_backward",
+            "distillation_term": "cross_entropy_forward_backward",
             "dpo": "dpo_forward_backward", "grpo": "policy_gradient_forward_backward",
             "gspo": "policy_gradient_forward_backward"}
 MASKED = -100
@@ -79,7 +83,7 @@ MASKED = -100
 @dataclass
 class Case:
     name: str
-    op: str  # cross_entropy, distillation, dpo, grpo, gspo
+    op: str  # cross_entropy, distillation, distillation_term, dpo, grpo, gspo
     params: dict = field(default_factory=dict)  # passed to loss_op_io and used by the formula
     tokens: int = 48
     vocab: int = 521
@@ -110,6 +114,12 @@ CASES = [
          dict(loss_type="forward_kl", temperature=0.7, logits_scale_factor=1.3, weight=0.25), seed=8),
     Case("distill_rkl_t2_scale_softcap", "distillation",
          dict(loss_type="reverse_kl", temperature=2.0, logits_scale_factor=0.8, softcap=4.0, weight=2.0), seed=9),
+    Case("term_ce_label_zloss", "distillation_term",
+         dict(loss_type="cross_entropy", label_weight=0.3, z_loss_weight=1e-3, weight=0.5), seed=22),
+    Case("term_fkl_t0.7_scale_softcap", "distillation_term",
+         dict(loss_type="forward_kl", temperature=0.7, logits_scale_factor=1.3, softcap=4.0, label_weight=0.5),
+         seed=23),
+    Case("term_rkl_t2_alone", "distillation_term", dict(loss_type="reverse_kl", temperature=2.0, weight=2.0), seed=24),
     Case("dpo_pairs_masked", "dpo", dict(beta=0.1), pairs=PAIRS, seed=10),
     Case("dpo_overlapping_scale", "dpo", dict(beta=0.5, weight=0.25, logits_scale_factor=0.7),
          pairs=OVERLAPPING_PAIRS, seed=11),
@@ -129,6 +139,13 @@ CASES = [
          seed=17),
     Case("distill_rkl_vocab_49152", "distillation", dict(loss_type="reverse_kl", temperature=2.0), tokens=64,
          vocab=49152, cuda_only=True, seed=18),
+    Case("term_rkl_vocab_49152", "distillation_term",
+         dict(loss_type="reverse_kl", temperature=2.0, label_weight=0.4, z_loss_weight=1e-3), tokens=64,
+         vocab=49152, cuda_only=True, seed=25),
+    Case("term_fkl_vocab_50257", "distillation_term", dict(loss_type="forward_kl", label_weight=0.4, softcap=30.0),
+         tokens=48, vocab=50257, cuda_only=True, seed=26),
+    Case("term_rkl_vocab_500009", "distillation_term", dict(loss_type="reverse_kl", label_weight=0.4), tokens=4,
+         vocab=500009, cuda_only=True, seed=27),
     Case("dpo_vocab_49152", "dpo", dict(beta=0.1), tokens=48, vocab=49152, pairs=PAIRS, cuda_only=True, seed=19),
     Case("grpo_vocab_49152", "grpo", dict(epsilon_low=0.2, epsilon_high=0.28), tokens=64, vocab=49152,
          cuda_only=True, seed=20),
@@ -154,7 +171,7 @@ def make_inputs(case, dtype):
     masked = torch.rand(case.tokens, generator=generator, dtype=torch.float64) < case.masked
     labels[masked] = MASKED
     inputs = {"logits": logits, "labels": labels}
-    if case.op == "distillation":
+    if case.op in ("distillation", "distillation_term"):
         inputs["target_logits"] = (2.0 * torch.randn(case.tokens, case.vocab, generator=generator,
                                                      dtype=torch.float64)).to(side)
     elif case.op == "dpo":
@@ -210,7 +227,7 @@ def formula(case, inputs, compute, device):
         results["loss_sum"] = sum_with_scale(label_terms)
         results["z_loss_sum"] = sum_with_scale(z_terms)
         objective = p.get("label_weight", 1.0) * label_terms.sum() + p.get("z_loss_weight", 0.0) * z_terms.sum()
-    elif case.op == "distillation":
+    elif case.op in ("distillation", "distillation_term"):
         teacher = inputs["target_logits"].to(device=device, dtype=compute)
         teacher = teacher * (p.get("logits_scale_factor", 1.0) / p.get("temperature", 1.0))
         log_p, log_q = torch.log_softmax(teacher, dim=-1), torch.log_softmax(z, dim=-1)
@@ -224,6 +241,13 @@ def formula(case, inputs, compute, device):
         terms = per_row[rows]
         results["loss_sum"] = sum_with_scale(terms)
         objective = p.get("weight", 1.0) * terms.sum()
+        if case.op == "distillation_term":
+            lse = torch.logsumexp(z, dim=-1)
+            label_terms = (lse - z.gather(1, safe_labels[:, None])[:, 0])[rows]
+            z_terms = (lse ** 2)[rows]
+            results["z_loss_sum"] = sum_with_scale(z_terms)
+            objective = objective + p.get("label_weight", 0.0) * label_terms.sum() + \
+                p.get("z_loss_weight", 0.0) * z_terms.sum()
     elif case.op == "dpo":
         reference = inputs["reference_logits"].to(device=device, dtype=compute)
         policy_logp = torch.log_softmax(z, dim=-1).gather(1, safe_labels[:, None])[:, 0] * mask

@@ -1,13 +1,13 @@
 // Tests of the head's fused loss path (kernels/cross_entropy.h row_gradient_weights, fed by the `row_coefficients`
-// outputs of kernels/policy_gradient.h and kernels/dpo.h, and gradient_addend, fed by the distillation's gradient):
-// the cross-entropy gradient with per-row weights against central finite differences in fp64 of label loss + z-loss +
-// sum_r c_r (lse_r - z_r[label_r]) (c_r constants), masked rows, in place == out of place, zero weights == no weights
-// bit for bit; the addend == an axpy after the op; then the composition the head relies on: cross-entropy with the
-// policy's and dpo's row coefficients and the distillation gradient as addend gives the same loss sums as, and the
-// gradient of, the separate ops' gradients added together (fp64 to 1e-12, 16-bit logits within their rounding);
-// errors of the contract. The CUDA cases (named *Cuda*, skipped without a GPU) run the same composition on the device
-// against the CPU reference's: the fused TMA and direct paths with row weights and addend, grpo / gspo / dpo /
-// distillation, softcap and scale.
+// outputs of kernels/policy_gradient.h and kernels/dpo.h, and the distillation term): the cross-entropy gradient with
+// per-row weights against central finite differences in fp64 of label loss + z-loss + sum_r c_r (lse_r - z_r[label_r])
+// (c_r constants), masked rows, in place == out of place, zero weights == no weights bit for bit; then the
+// composition the head relies on: cross-entropy with the policy's and dpo's row coefficients and the distillation
+// term gives the same loss sums as, and the gradient of, the separate ops' gradients added together (fp64 to 1e-12,
+// 16-bit logits within their rounding); errors of the contract. The CUDA cases (named *Cuda*, skipped without a GPU)
+// run the same composition on the device against the CPU reference's: the fused TMA and direct paths with row
+// weights, grpo / gspo / dpo / distillation, softcap and scale. The distillation term alone:
+// cross_entropy_distillation_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -82,7 +82,7 @@ struct Sums {
 
 Sums run_cross_entropy(const Tensor& logits, const std::vector<int64_t>& labels, Tensor* grad,
                        const Tensor* row_weights, const Options& options, double z_loss_weight = 0.11,
-                       DType sum_dtype = DType::float64, const Tensor* addend = nullptr) {
+                       DType sum_dtype = DType::float64) {
   Tensor label_sum = filled(Shape{1}, sum_dtype, 0.0), z_sum = filled(Shape{1}, sum_dtype, 0.0);
   const Tensor label_values = labels_tensor(labels);
   cross_entropy_forward_backward({.logits = logits,
@@ -92,7 +92,6 @@ Sums run_cross_entropy(const Tensor& logits, const std::vector<int64_t>& labels,
                                   .grad_logits = grad,
                                   .label_weight = options.label_weight,
                                   .row_gradient_weights = row_weights,
-                                  .gradient_addend = addend,
                                   .z_loss_weight = options.z_loss ? z_loss_weight : 0.0,
                                   .logits_scale_factor = options.logits_scale_factor,
                                   .softcap = options.softcap});
@@ -148,29 +147,6 @@ TEST(FusedHeadLossesReference, ZeroWeightsEqualNoWeightsAndInPlaceEqualsOutOfPla
   }
 }
 
-TEST(FusedHeadLossesReference, GradientAddendEqualsAnAxpyAfterTheOp) {
-  const std::vector<int64_t> labels{0, 8, -100, 3};
-  for (DType dtype : {DType::float64, DType::float32, DType::bfloat16, DType::float16})
-    for (const Options& options : all_options()) {
-      SCOPED_TRACE(fmt::format("{} {}", dtype_name(dtype), describe(options)));
-      const Tensor logits = random_tensor(Shape{4, 9}, dtype, 215, -3, 3);
-      const Tensor addend = random_tensor(Shape{4, 9}, dtype, 217, -0.5, 0.5);
-      Tensor fused = converted(logits, dtype);
-      const Sums fused_sums = run_cross_entropy(fused, labels, &fused, nullptr, options, 0.11, DType::float64, &addend);
-      Tensor separate = converted(logits, dtype);
-      const Sums separate_sums = run_cross_entropy(separate, labels, &separate, nullptr, options);
-      std::vector<double> expected = values_of(separate);
-      const std::vector<double> added = values_of(addend);
-      for (size_t index = 0; index < expected.size(); ++index)
-        if (labels[index / 9] >= 0) expected[index] += added[index];  // masked rows stay 0
-      // One rounding against two: within the dtype's rounding (fp64: exact to a few ulps).
-      const double tolerance = dtype == DType::float64 ? 1e-15 : dtype_tolerance(dtype);
-      expect_near(fused, expected, tolerance, tolerance, "gradient");
-      EXPECT_EQ(fused_sums.label, separate_sums.label);
-      EXPECT_EQ(fused_sums.z, separate_sums.z);
-    }
-}
-
 TEST(FusedHeadLossesReference, RowWeightErrors) {
   const Tensor logits = random_tensor(Shape{2, 5}, DType::float32, 221);
   Tensor loss_sum = filled(Shape{1}, DType::float32, 0);
@@ -187,18 +163,6 @@ TEST(FusedHeadLossesReference, RowWeightErrors) {
                "row_gradient_weights has dtype bfloat16; supported: float32, float64");
   expect_error([&] { call(filled(Shape{2}, DType::float32, 0), nullptr); },
                "row_gradient_weights are given but no grad_logits");
-  const auto with_addend = [&](const Tensor& logits_tensor, const Tensor& addend, Tensor* grad_logits) {
-    cross_entropy_forward_backward({.logits = logits_tensor, .labels = labels, .label_loss_sum = loss_sum,
-                                    .z_loss_sum = nullptr, .grad_logits = grad_logits, .gradient_addend = &addend});
-  };
-  expect_error([&] { with_addend(logits, filled(Shape{2, 4}, DType::float32, 0), &grad); },
-               "[cross_entropy_forward_backward] gradient_addend has shape (2, 4), expected (2, 5)");
-  expect_error([&] { with_addend(logits, filled(Shape{2, 5}, DType::bfloat16, 0), &grad); },
-               "gradient_addend has dtype bfloat16, logits has float32; they must match");
-  expect_error([&] { with_addend(logits, filled(Shape{2, 5}, DType::float32, 0), nullptr); },
-               "a gradient_addend is given but no grad_logits");
-  expect_error([&] { with_addend(logits, grad, &grad); },
-               "gradient_addend must be a buffer other than the logits and grad_logits");
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -236,7 +200,7 @@ HeadProblem head_problem(int64_t tokens, int64_t vocab, uint64_t seed) {
   return problem;
 }
 
-// The losses beside the label losses: row-weighted (grpo, gspo, dpo) and / or the distillation's addend.
+// The losses beside the label losses: row-weighted (grpo, gspo, dpo) and / or the distillation term.
 enum class Row { grpo, gspo, dpo, grpo_and_dpo, distillation, all };
 
 std::string row_name(Row row) {
@@ -286,6 +250,10 @@ void run_policy(const HeadProblem& p, const Tensor& logits, bool gspo, Tensor& l
                                     .softcap = softcap});
 }
 
+// The distillation's settings, as the separate op's and as the cross-entropy pass's term.
+constexpr DistillationLossType kDistillationType = DistillationLossType::reverse_kl;
+constexpr double kTemperature = 1.5, kDistillationWeight = 0.65;
+
 void run_distillation(const HeadProblem& p, const Tensor& logits, Tensor& loss_sum, Tensor& grad,
                       const Options& options, Device device) {
   const Tensor labels = p.label_tensor.to(device), teacher = p.reference_logits.to(device);
@@ -294,9 +262,9 @@ void run_distillation(const HeadProblem& p, const Tensor& logits, Tensor& loss_s
                                  .labels = labels,
                                  .loss_sum = loss_sum,
                                  .grad_logits = &grad,
-                                 .loss_type = DistillationLossType::reverse_kl,
-                                 .temperature = 1.5,
-                                 .weight = 0.65,
+                                 .loss_type = kDistillationType,
+                                 .temperature = kTemperature,
+                                 .weight = kDistillationWeight,
                                  .logits_scale_factor = options.logits_scale_factor,
                                  .softcap = options.softcap});
 }
@@ -325,11 +293,12 @@ std::vector<double> fused_path(const HeadProblem& p, const Tensor& host_logits, 
   const DType weight_dtype = device.is_cpu() && host_logits.dtype() == DType::float64 ? DType::float64
                                                                                        : DType::float32;
   Tensor row_weights = filled(Shape{p.tokens}, weight_dtype, 0.0).to(device);
-  Tensor addend;
-  if (has_distillation(row)) {
-    addend = Tensor::empty(Shape{p.tokens, p.vocab}, host_logits.dtype(), device);
-    run_distillation(p, logits, sums.distillation, addend, options, device);
-  }
+  const Tensor teacher = p.reference_logits.to(device);
+  const CrossEntropyDistillation distillation{.target_logits = teacher,
+                                              .loss_sum = sums.distillation,
+                                              .loss_type = kDistillationType,
+                                              .temperature = kTemperature,
+                                              .weight = kDistillationWeight};
   if (has_dpo(row)) run_dpo(p, logits, sums.dpo, nullptr, &row_weights, options.logits_scale_factor, device);
   if (has_policy(row))
     run_policy(p, logits, row == Row::gspo, sums.policy, nullptr, &row_weights, options.softcap,
@@ -342,7 +311,7 @@ std::vector<double> fused_path(const HeadProblem& p, const Tensor& host_logits, 
                                   .grad_logits = &logits,
                                   .label_weight = options.label_weight,
                                   .row_gradient_weights = &row_weights,
-                                  .gradient_addend = addend.defined() ? &addend : nullptr,
+                                  .distillation = has_distillation(row) ? &distillation : nullptr,
                                   .z_loss_weight = options.z_loss ? 0.11 : 0.0,
                                   .logits_scale_factor = options.logits_scale_factor,
                                   .softcap = options.softcap});
@@ -453,7 +422,7 @@ TEST(FusedHeadLossesReference, CoefficientErrors) {
 // CUDA: the cross-entropy op with row weights through the consistency harness (the fused kernel's TMA path on one or
 // several blocks of a cluster, and its direct path), and the whole fused composition on the device against the CPU.
 
-TEST(FusedHeadLossesConsistency, CudaCrossEntropyRowWeightsAndAddendMatchTheReference) {
+TEST(FusedHeadLossesConsistency, CudaCrossEntropyRowWeightsMatchTheReference) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
   struct Case {
     int64_t tokens, vocab;
@@ -461,7 +430,6 @@ TEST(FusedHeadLossesConsistency, CudaCrossEntropyRowWeightsAndAddendMatchTheRefe
     bool z_loss, in_place;
     double scale;
     std::optional<double> softcap;
-    bool addend = true;
   };
   const DType bf16 = DType::bfloat16, fp32 = DType::float32;
   const std::vector<Case> cases{
@@ -469,9 +437,7 @@ TEST(FusedHeadLossesConsistency, CudaCrossEntropyRowWeightsAndAddendMatchTheRefe
       {5, 50257, bf16, true, true, 1.0, std::nullopt},    {3, 128256, bf16, true, true, 0.5, 30.0},
       {2, 200003, fp32, false, false, 1.0, 10.0},         {2, 500000, bf16, true, true, 1.0, std::nullopt},
       {1100, 15001, fp32, true, true, 1.0, std::nullopt}, {64, 49152, bf16, false, true, 1.0, std::nullopt},
-      {6, 7, DType::float64, true, false, 1.0, std::nullopt},
-      // Row weights alone, on the cluster and direct paths.
-      {3, 128256, bf16, true, true, 0.5, 30.0, false},    {2, 500000, bf16, false, false, 1.0, std::nullopt, false}};
+      {6, 7, DType::float64, true, false, 1.0, std::nullopt}};
   uint64_t seed = 91000;
   bool ran = false;
   for (const Case& c : cases) {
@@ -482,15 +448,14 @@ TEST(FusedHeadLossesConsistency, CudaCrossEntropyRowWeightsAndAddendMatchTheRefe
     }
     const DType sum_dtype = c.dtype == DType::float64 ? DType::float64 : DType::float32;
     ConsistencyProblem<CrossEntropyForwardBackward> problem{
-        .name = fmt::format("{} ({}, {}) z_loss={} in_place={} addend={}", dtype_name(c.dtype), c.tokens, c.vocab,
-                            c.z_loss, c.in_place, c.addend),
+        .name = fmt::format("{} ({}, {}) z_loss={} in_place={}", dtype_name(c.dtype), c.tokens, c.vocab, c.z_loss,
+                            c.in_place),
         .dtype = c.dtype, .tolerance = std::nullopt, .exact = false, .tensors = {}, .call = {}};
     if (c.dtype == DType::float32 && c.vocab > 100000) problem.tolerance = 5e-5;
     const Tensor logits = random_tensor(Shape{c.tokens, c.vocab}, c.dtype, ++seed, -8, 8);
     problem.tensors["logits"] = c.in_place ? accumulated_output(logits) : input(logits);
     problem.tensors["labels"] = input(make_tensor(labels, Shape{c.tokens}, DType::int64));
     problem.tensors["row_gradient_weights"] = input(make_tensor(weights, Shape{c.tokens}, DType::float32));
-    if (c.addend) problem.tensors["addend"] = input(random_tensor(Shape{c.tokens, c.vocab}, c.dtype, ++seed, -1, 1));
     problem.tensors["label_loss_sum"] = accumulated_output(filled(Shape{1}, sum_dtype, 0.25));
     if (c.z_loss) problem.tensors["z_loss_sum"] = accumulated_output(filled(Shape{1}, sum_dtype, 0.5));
     if (!c.in_place) problem.tensors["grad_logits"] = output(Tensor::empty(Shape{c.tokens, c.vocab}, c.dtype));
@@ -498,8 +463,7 @@ TEST(FusedHeadLossesConsistency, CudaCrossEntropyRowWeightsAndAddendMatchTheRefe
       run({.logits = t.at("logits"), .labels = t.at("labels"), .label_loss_sum = t.at("label_loss_sum"),
            .z_loss_sum = c.z_loss ? &t.at("z_loss_sum") : nullptr,
            .grad_logits = c.in_place ? &t.at("logits") : &t.at("grad_logits"), .label_weight = 0.03,
-           .row_gradient_weights = &t.at("row_gradient_weights"),
-           .gradient_addend = c.addend ? &t.at("addend") : nullptr, .z_loss_weight = c.z_loss ? 1e-3 : 0.0,
+           .row_gradient_weights = &t.at("row_gradient_weights"), .z_loss_weight = c.z_loss ? 1e-3 : 0.0,
            .logits_scale_factor = c.scale, .softcap = c.softcap});
     };
     for (const VariantOutcome& outcome : check_variants(problem, DeviceType::cuda)) ran = ran || !outcome.unsupported;

@@ -155,7 +155,7 @@ void expect_close(const StepResult& actual, const StepResult& expected, double l
 
 // The head alone with the post-training losses beside the label and z-losses (grpo / gspo token data, dpo pairs, a
 // teacher's logits), forward and backward on `device`: the policy and dpo gradients go through the cross-entropy
-// pass's row weights (kernels/cross_entropy.h; on CUDA its fused kernel), the distillation's through its own buffer.
+// pass's row weights (kernels/cross_entropy.h; on CUDA its fused kernel), the distillation as that pass's term.
 StepResult head_losses_step(Device device, DType dtype, const std::string& losses_yaml) {
   LanguageModelHead head("head", load_config<LanguageModelHeadConfig>(losses_yaml), kHidden, kVocab, 1.0);
   bind_on(head, 80, device, dtype);

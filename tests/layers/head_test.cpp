@@ -363,8 +363,8 @@ TEST(Head, RefusesUnsupportedLosses) {
 }
 
 // The losses that read a reference model (distillation, dpo), alone or with the label losses: the head's gradients are
-// those of its total, whichever way their gradient goes (over the logits, dpo's through the cross-entropy pass's row
-// weights, distillation's through its own buffer that the cross-entropy pass adds).
+// those of its total, whichever way their gradient goes (dpo's through the cross-entropy pass's row weights,
+// distillation's as that pass's distillation term, also with no label loss).
 class ReferenceLossHeadTest : public ::testing::TestWithParam<HeadCase> {};
 
 TEST_P(ReferenceLossHeadTest, BackwardMatchesFiniteDifferences) {

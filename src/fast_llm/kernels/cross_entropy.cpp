@@ -25,13 +25,14 @@ void check_cross_entropy_forward_backward(const CrossEntropyArgs& args) {
     contract.dtype("row_gradient_weights", *args.row_gradient_weights, {DType::float32, DType::float64});
     FLM_CHECK(args.grad_logits != nullptr, contract.op(), "row_gradient_weights are given but no grad_logits");
   }
-  if (args.gradient_addend != nullptr) {
-    contract.shape("gradient_addend", *args.gradient_addend, args.logits.shape());
-    contract.same_dtype("gradient_addend", *args.gradient_addend, "logits", args.logits);
-    FLM_CHECK(args.grad_logits != nullptr, contract.op(), "a gradient_addend is given but no grad_logits");
-    FLM_CHECK(args.gradient_addend->data() != args.logits.data() &&
-                  args.gradient_addend->data() != args.grad_logits->data(),
-              contract.op(), "gradient_addend must be a buffer other than the logits and grad_logits");
+  if (args.distillation != nullptr) {
+    const CrossEntropyDistillation& distillation = *args.distillation;
+    contract.on_device("distillation.target_logits", distillation.target_logits);
+    contract.shape("distillation.target_logits", distillation.target_logits, args.logits.shape());
+    contract.floating("distillation.target_logits", distillation.target_logits);
+    contract.loss_sum("distillation.loss_sum", &distillation.loss_sum);
+    FLM_CHECK(distillation.temperature > 0.0, contract.op(),
+              "distillation.temperature is {}, expected a positive number", distillation.temperature);
   }
   FLM_CHECK(args.z_loss_sum != nullptr || args.z_loss_weight == 0.0, contract.op(),
             "z_loss_weight is {} but no z_loss_sum is given", args.z_loss_weight);

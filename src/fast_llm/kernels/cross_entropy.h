@@ -13,18 +13,29 @@
 // `row_coefficients` outputs), is added in the same pass by giving c_r in row_gradient_weights: the row's gradient is
 // then computed with label_weight + c_r in place of label_weight. They add nothing to the loss sums, and a masked row
 // (label < 0) keeps a zero gradient whatever its weight (those losses mask the same rows: their c_r is 0 there).
-// Gradient addend: another loss's gradient of the logits that is not of that form (distillation's), given as a
-// tensor of the logits' shape and dtype, is added to the gradient as it is written (one rounding, as an axpy after
-// this op would give), so the head needs no separate pass to add it. Masked rows still get 0 (their addend is not
-// read: the distillation loss masks the same rows). It may not be the logits or grad_logits.
+// Distillation term: Fast-LLM's `distillation` loss against a teacher's logits of the same rows (kernels/distillation.h
+// defines it: loss types cross_entropy / forward_kl / reverse_kl, temperature, the same masking by the labels, scale
+// and softcap as the label loss) computed in the same pass: its per-row losses are summed into its own loss_sum (+=)
+// and weight * its gradient is added to the gradient before the store (one rounding). The head's distillation thus
+// needs no pass and no (tokens, vocab) buffer of its own; with no label loss it runs with label_weight 0.
 #pragma once
 
 #include <optional>
 
+#include "fast_llm/kernels/distillation.h"
 #include "fast_llm/kernels/registry.h"
 #include "fast_llm/tensor/tensor.h"
 
 namespace fast_llm::kernels {
+
+// The distillation term (see the file comment); its fields mean what DistillationArgs' of the same name mean.
+struct CrossEntropyDistillation {
+  const Tensor& target_logits;  // (tokens, vocab) the teacher's, any floating dtype
+  Tensor& loss_sum;             // (1) fp32 or fp64, +=: the sum of the unmasked rows' distillation losses
+  DistillationLossType loss_type = DistillationLossType::cross_entropy;
+  double temperature = 1.0;
+  double weight = 1.0;  // multiplies its gradient (loss weight / labels in step)
+};
 
 struct CrossEntropyArgs {
   const Tensor& logits;     // (tokens, vocab)
@@ -34,7 +45,7 @@ struct CrossEntropyArgs {
   Tensor* grad_logits;      // (tokens, vocab) =, or nullptr (forward only, e.g. validation)
   double label_weight = 1.0;   // multiplies the label-loss gradient (loss weight / labels in step)
   const Tensor* row_gradient_weights = nullptr;  // (tokens) fp32 or fp64: c_r added to label_weight, or nullptr
-  const Tensor* gradient_addend = nullptr;       // (tokens, vocab) the logits' dtype, added to the gradient, or nullptr
+  const CrossEntropyDistillation* distillation = nullptr;  // the distillation term, or nullptr
   double z_loss_weight = 0.0;  // multiplies the z-loss gradient
   double logits_scale_factor = 1.0;
   std::optional<double> softcap = std::nullopt;

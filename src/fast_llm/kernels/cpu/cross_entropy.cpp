@@ -8,8 +8,9 @@
 //
 // The z-loss is on exactly when z_loss_sum is given (its gradient weight without a sum to add to is an error).
 // Per-row gradient weights (row_gradient_weights) are read in fp64 and added to label_weight in fp64 before the
-// row's weight is rounded to the compute type. A gradient addend is added to each unmasked row's gradient in the
-// compute type before the store.
+// row's weight is rounded to the compute type. The distillation term is the distillation reference's row math
+// (reference_helpers.h distillation_row, as kernels/cpu/distillation.cpp) on the same row: its weighted d/dz is added
+// to the label losses' before the product with dz/dx and the store (one rounding), its loss to its own sum.
 #include "fast_llm/kernels/cross_entropy.h"
 
 #include <algorithm>
@@ -40,14 +41,18 @@ void cross_entropy_reference(const CrossEntropyArgs& args) {
     T* grad_logits = args.grad_logits != nullptr ? args.grad_logits->data_as<T>() : nullptr;  // (tokens, vocab)
     const int64_t grad_row = args.grad_logits != nullptr ? args.grad_logits->stride(0) : 0;
     const int64_t grad_column = args.grad_logits != nullptr ? args.grad_logits->stride(1) : 0;
-    const T* addend = args.gradient_addend != nullptr ? args.gradient_addend->data_as<T>() : nullptr;
-    const int64_t addend_row = addend != nullptr ? args.gradient_addend->stride(0) : 0;
-    const int64_t addend_column = addend != nullptr ? args.gradient_addend->stride(1) : 0;
+    const CrossEntropyDistillation* distillation = args.distillation;
+    const std::vector<double> targets = distillation != nullptr ? read_values<double>(distillation->target_logits)
+                                                                : std::vector<double>();  // (tokens, vocab) or empty
+    const Compute target_scale =
+        distillation != nullptr ? Compute(args.logits_scale_factor / distillation->temperature) : Compute(0);
+    const Compute distillation_weight = distillation != nullptr ? Compute(distillation->weight) : Compute(0);
     const Compute scale_factor = Compute(args.logits_scale_factor);
     const bool with_z_loss = args.z_loss_sum != nullptr;
     const std::optional<Compute> z_loss_weight =
         with_z_loss ? std::optional<Compute>(Compute(args.z_loss_weight)) : std::nullopt;
-    std::vector<double> label_losses(size_t(tokens), 0.0), z_losses(size_t(tokens), 0.0);  // (tokens)
+    std::vector<double> label_losses(size_t(tokens), 0.0), z_losses(size_t(tokens), 0.0),
+        distillation_losses(size_t(tokens), 0.0);  // (tokens)
     const std::vector<double> row_weights = args.row_gradient_weights != nullptr
                                                 ? read_values<double>(*args.row_gradient_weights)
                                                 : std::vector<double>();  // (tokens) or empty
@@ -70,14 +75,25 @@ void cross_entropy_reference(const CrossEntropyArgs& args) {
       if (with_z_loss) z_losses[size_t(token)] = double(row_logsumexp) * double(row_logsumexp);
       const Compute label_weight =
           Compute(row_weights.empty() ? args.label_weight : args.label_weight + row_weights[size_t(token)]);
+      std::vector<Compute> distillation_grad_z;  // (vocab) when training with the distillation term
+      if (distillation != nullptr) {
+        std::vector<Compute> t(static_cast<size_t>(vocab));  // target * s / temperature
+        for (int64_t column = 0; column < vocab; ++column)
+          t[size_t(column)] = Compute(targets[size_t(token * vocab + column)]) * target_scale;
+        if (grad_logits != nullptr) distillation_grad_z.resize(static_cast<size_t>(vocab));
+        distillation_losses[size_t(token)] =
+            double(distillation_row(z, std::move(t), distillation->loss_type, distillation_weight,
+                                    grad_logits != nullptr ? &distillation_grad_z : nullptr));
+      }
       if (grad_logits != nullptr)
         cross_entropy_gradient_row(z, dz_dx, row_logsumexp, label, label_weight, z_loss_weight,
                                    grad_logits + token * grad_row, grad_column,
-                                   addend != nullptr ? addend + token * addend_row : nullptr, addend_column);
+                                   distillation != nullptr ? &distillation_grad_z : nullptr);
     }
 
     add_row_sum(args.label_loss_sum, label_losses);
     if (with_z_loss) add_row_sum(*args.z_loss_sum, z_losses);
+    if (distillation != nullptr) add_row_sum(distillation->loss_sum, distillation_losses);
   });
 }
 
@@ -85,7 +101,7 @@ void cross_entropy_reference(const CrossEntropyArgs& args) {
 
 FLM_REGISTER_KERNEL(CrossEntropyForwardBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
                     nullptr, &cross_entropy_reference,
-                    "one row at a time: stable logsumexp, label and z-loss, gradient in the same pass; fp32 math "
-                    "(fp64 for fp64)");
+                    "one row at a time: stable logsumexp, label and z-loss, distillation, gradient in the same pass; "
+                    "fp32 math (fp64 for fp64)");
 
 }  // namespace fast_llm::kernels::cpu

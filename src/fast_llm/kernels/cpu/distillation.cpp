@@ -16,13 +16,6 @@
 namespace fast_llm::kernels::cpu {
 namespace {
 
-// values -> log_softmax(values), in place.
-template <class Compute>
-void log_softmax_in_place(std::vector<Compute>& values) {
-  const Compute values_logsumexp = logsumexp(values);
-  for (Compute& value : values) value -= values_logsumexp;
-}
-
 void distillation_reference(const DistillationArgs& args) {
   const int64_t tokens = args.logits.size(0), vocab = args.logits.size(1);
   const int64_t* labels = args.labels.data_as<int64_t>();  // (tokens)
@@ -49,34 +42,19 @@ void distillation_reference(const DistillationArgs& args) {
             grad_logits[token * grad_row + column * grad_column] = store_value<T>(0);
         continue;
       }
-      // log q = log_softmax(z), log p = log_softmax(t); dz/dx = s, or s (1 - tanh^2) with a softcap.
-      std::vector<Compute> log_q(static_cast<size_t>(vocab)), log_p(static_cast<size_t>(vocab)),
+      // z and dz/dx (s, or s (1 - tanh^2) with a softcap); t = target * s / temperature.
+      std::vector<Compute> z(static_cast<size_t>(vocab)), t(static_cast<size_t>(vocab)),
           dz_dx(static_cast<size_t>(vocab));  // (vocab)
-      scaled_logits_row(logits + token * logits_row, logits_column, scale_factor, args.softcap, log_q, dz_dx);
-      for (int64_t column = 0; column < vocab; ++column) {
-        log_p[size_t(column)] = Compute(targets[size_t(token * vocab + column)]) * target_scale;
-      }
-      log_softmax_in_place(log_q);
-      log_softmax_in_place(log_p);
-      Compute loss = 0;
-      for (int64_t column = 0; column < vocab; ++column) {
-        const size_t k = size_t(column);
-        switch (args.loss_type) {
-          case DistillationLossType::cross_entropy: loss -= std::exp(log_p[k]) * log_q[k]; break;
-          case DistillationLossType::forward_kl: loss += std::exp(log_p[k]) * (log_p[k] - log_q[k]); break;
-          case DistillationLossType::reverse_kl: loss += std::exp(log_q[k]) * (log_q[k] - log_p[k]); break;
-        }
-      }
-      losses[size_t(token)] = double(loss);
+      scaled_logits_row(logits + token * logits_row, logits_column, scale_factor, args.softcap, z, dz_dx);
+      for (int64_t column = 0; column < vocab; ++column)
+        t[size_t(column)] = Compute(targets[size_t(token * vocab + column)]) * target_scale;
+      std::vector<Compute> grad_z(grad_logits != nullptr ? static_cast<size_t>(vocab) : 0);  // (vocab), weighted
+      losses[size_t(token)] = double(distillation_row(z, std::move(t), args.loss_type, weight,
+                                                      grad_logits != nullptr ? &grad_z : nullptr));
       if (grad_logits == nullptr) continue;
       for (int64_t column = 0; column < vocab; ++column) {
-        const size_t k = size_t(column);
-        const Compute q = std::exp(log_q[k]);
-        const Compute grad_z = args.loss_type == DistillationLossType::reverse_kl
-                                   ? q * (log_q[k] - log_p[k] - loss)
-                                   : q - std::exp(log_p[k]);
         T& element = grad_logits[token * grad_row + column * grad_column];
-        Compute value = weight * grad_z * dz_dx[k];
+        Compute value = grad_z[size_t(column)] * dz_dx[size_t(column)];
         if (args.accumulate_gradient) value += load_value(element);
         element = store_value<T>(value);
       }

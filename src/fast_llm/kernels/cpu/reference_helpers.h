@@ -1,7 +1,7 @@
 // Helpers shared by the CPU reference kernels: reading / writing small tensors (weights, statistics, rotary tables,
 // parameter gradients, loss sums) of any floating dtype and any strides as plain vectors, and the row math the loss
-// heads share (scaled logits, logsumexp, the cross-entropy gradient). The arguments have met the op's contract
-// (kernels/contract.h) before a kernel runs.
+// heads share (scaled logits, logsumexp, the cross-entropy gradient, the distillation loss). The arguments have met the
+// op's contract (kernels/contract.h) before a kernel runs.
 #pragma once
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/kernels/cpu/dtype_dispatch.h"
+#include "fast_llm/kernels/distillation.h"
 #include "fast_llm/tensor/tensor.h"
 
 namespace fast_llm::kernels::cpu {
@@ -56,21 +57,54 @@ Compute logsumexp(const std::vector<Compute>& values) {
 // The gradient of a row's softmax cross-entropy, w (lse - z_y) + w_z lse^2 (the z-loss only with `z_loss_weight`):
 // d/dz_k = w (softmax_k - [k == y]) + w_z 2 lse softmax_k, times dz_k/dx_k, stored into the row of gradients starting
 // at `grad_row` with element step `column_stride`. `label_column` may lie outside the row (a vocabulary slice that
-// does not hold the label). With `addend_row` (element step `addend_stride`) its values are added before the store
-// (one rounding).
+// does not hold the label). With `extra_grad_z` (another loss's d/dz_k of the row, already weighted) it is added to
+// d/dz_k before the product with dz_k/dx_k (one rounding on store).
 template <class Compute, class T>
 void cross_entropy_gradient_row(const std::vector<Compute>& z, const std::vector<Compute>& dz_dx, Compute logsumexp,
                                 int64_t label_column, Compute weight, std::optional<Compute> z_loss_weight,
-                                T* grad_row, int64_t column_stride, const T* addend_row = nullptr,
-                                int64_t addend_stride = 0) {
+                                T* grad_row, int64_t column_stride,
+                                const std::vector<Compute>* extra_grad_z = nullptr) {
   for (size_t column = 0; column < z.size(); ++column) {
     const Compute softmax = std::exp(z[column] - logsumexp);
     Compute grad_z = weight * (softmax - (int64_t(column) == label_column ? Compute(1) : Compute(0)));
     if (z_loss_weight) grad_z += *z_loss_weight * Compute(2) * logsumexp * softmax;
-    Compute value = grad_z * dz_dx[column];
-    if (addend_row != nullptr) value += load_value(addend_row[int64_t(column) * addend_stride]);
-    grad_row[int64_t(column) * column_stride] = store_value<T>(value);
+    if (extra_grad_z != nullptr) grad_z += (*extra_grad_z)[column];
+    grad_row[int64_t(column) * column_stride] = store_value<T>(grad_z * dz_dx[column]);
   }
+}
+
+// values -> log_softmax(values), in place.
+template <class Compute>
+void log_softmax_in_place(std::vector<Compute>& values) {
+  const Compute values_logsumexp = logsumexp(values);
+  for (Compute& value : values) value -= values_logsumexp;
+}
+
+// One row of the distillation loss (kernels/distillation.h), from the model's z (scaled and softcapped) and the
+// teacher's t (its logits times s / temperature): returns the row's loss; with `grad_z`, writes d loss / dz_k times
+// `weight` into it. The teacher's row is taken by value: it becomes log p.
+template <class Compute>
+Compute distillation_row(const std::vector<Compute>& z, std::vector<Compute> log_p, DistillationLossType loss_type,
+                         Compute weight, std::vector<Compute>* grad_z) {
+  std::vector<Compute> log_q = z;
+  log_softmax_in_place(log_q);
+  log_softmax_in_place(log_p);
+  Compute loss = 0;
+  for (size_t k = 0; k < z.size(); ++k) {
+    switch (loss_type) {
+      case DistillationLossType::cross_entropy: loss -= std::exp(log_p[k]) * log_q[k]; break;
+      case DistillationLossType::forward_kl: loss += std::exp(log_p[k]) * (log_p[k] - log_q[k]); break;
+      case DistillationLossType::reverse_kl: loss += std::exp(log_q[k]) * (log_q[k] - log_p[k]); break;
+    }
+  }
+  if (grad_z == nullptr) return loss;
+  for (size_t k = 0; k < z.size(); ++k) {
+    const Compute q = std::exp(log_q[k]);
+    const Compute derivative = loss_type == DistillationLossType::reverse_kl ? q * (log_q[k] - log_p[k] - loss)
+                                                                              : q - std::exp(log_p[k]);
+    (*grad_z)[k] = weight * derivative;
+  }
+  return loss;
 }
 
 // All elements of a floating tensor (any rank and strides) in row-major order, converted to Compute.

@@ -153,17 +153,12 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
   const bool row_weighted = training && (policy_loss_ || reference_losses_.has_dpo());
   FLM_ASSERT((reference_losses_.empty() && !policy_loss_) || !vocab_parallel_,
              "the policy and reference losses are refused with tensor parallelism");
-  const bool cross_entropy_pass = label_losses || row_weighted;
+  // The distillation loss is the cross-entropy pass's distillation term (the teacher's rows read beside the logits),
+  // with label weight 0 when no label loss is configured.
+  const bool cross_entropy_pass = label_losses || row_weighted || reference_losses_.has_distillation();
   Tensor row_weights_buffer;  // (chunk)
   if (row_weighted) row_weights_buffer = Tensor::empty(Shape{chunk_size}, statistics_dtype, device, stream);
-  // The distillation loss reads the logits before the cross-entropy pass overwrites them with its gradient: its own
-  // gradient (not of the row-weighted form) goes to one more (chunk, vocab) buffer, which the cross-entropy pass adds
-  // as it writes (gradient_addend), unless it is the only loss writing one (then in place).
   ReferenceLosses::Sums reference_sums = reference_losses_.zero_sums(device, stream);
-  Tensor distillation_grad_buffer;
-  const bool distillation_writes = training && reference_losses_.has_distillation();
-  if (distillation_writes && cross_entropy_pass)
-    distillation_grad_buffer = Tensor::empty(logits_buffer.shape(), logits_buffer.dtype(), device, stream);
   if (policy_loss_) policy_loss_->begin(context);
 
   for (int64_t begin = 0; begin < tokens; begin += chunk_size) {
@@ -176,12 +171,9 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
       row_weights = row_weights_buffer.slice(0, 0, end - begin);
       kernels::fill({.tensor = row_weights, .value = 0.0, .stream = stream});
     }
-    Tensor distillation_grad =
-        distillation_grad_buffer.defined() ? distillation_grad_buffer.slice(0, 0, end - begin) : logits;
-    if (!reference_losses_.empty())
-      reference_losses_.forward_backward(context, logits, begin, end,
-                                         distillation_writes ? &distillation_grad : nullptr, reference_sums,
-                                         logits_scale_factor_, softcap_, row_weighted ? &row_weights : nullptr);
+    if (reference_losses_.has_dpo())
+      reference_losses_.forward_backward(context, logits, begin, end, reference_sums, logits_scale_factor_,
+                                         row_weighted ? &row_weights : nullptr);
     if (policy_loss_)
       policy_loss_->forward_chunk(context, logits, begin, end, logits_scale_factor_, softcap_,
                                   row_weighted ? &row_weights : nullptr);
@@ -208,8 +200,12 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
                                              .label_weight = label_weight,
                                              .z_loss_weight = z_loss_weight,
                                              .stream = stream});
-    } else if (cross_entropy_pass)
-      // Without a label loss (only row-weighted losses) the label sum it adds to is never logged.
+    } else if (cross_entropy_pass) {
+      Tensor teacher;  // the distillation term's teacher rows
+      std::optional<kernels::CrossEntropyDistillation> distillation;
+      if (reference_losses_.has_distillation())
+        distillation.emplace(reference_losses_.distillation_term(context, begin, end, teacher, reference_sums));
+      // Without a label loss (only row-weighted losses or the distillation) the label sum it adds to is never logged.
       kernels::cross_entropy_forward_backward({.logits = logits,
                                                .labels = batch.labels.slice(0, begin, end),
                                                .label_loss_sum = label_sum,
@@ -217,12 +213,12 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
                                                .grad_logits = training ? &logits : nullptr,
                                                .label_weight = label_weight,
                                                .row_gradient_weights = row_weighted ? &row_weights : nullptr,
-                                               .gradient_addend =
-                                                   distillation_grad_buffer.defined() ? &distillation_grad : nullptr,
+                                               .distillation = distillation ? &*distillation : nullptr,
                                                .z_loss_weight = z_loss_weight,
                                                .logits_scale_factor = logits_scale_factor_,
                                                .softcap = softcap_,
                                                .stream = stream});
+    }
     if (!training) continue;
     Tensor grad_hidden = saved.grad_normalized.slice(0, begin, end);
     // grad_h = grad_logits W;  grad W += grad_logits^T h

@@ -14,14 +14,14 @@
 // `cross_entropy`, `z_loss`), and the head adds sum(weight * loss) under `lm_head_loss` (Fast-LLM's head total); the
 // engine divides by the labels in the step. Supported: one `label` loss, one `z_loss`, one policy-gradient loss
 // (`grpo` or `gspo`, policy_gradient_loss.h), one `distillation` and one `dpo` loss (reference_losses.h: they read
-// reference models' logits), all with the same logits_scale_factor. On each chunk the reference losses run first, then
+// reference models' logits), all with the same logits_scale_factor. On each chunk dpo runs first, then
 // the policy loss, then one cross-entropy pass (kernels/cross_entropy.h), which overwrites the logits with the gradient
 // in place. dpo, grpo and gspo read the logits for their statistics only: their gradient is c_r (softmax - onehot)
 // dz/dlogits per row, so in training they add their coefficients c_r to a (chunk) buffer of row weights and the
 // cross-entropy pass (with label weight 0 when no label loss is configured) writes their gradient together with the
-// label and z-losses': no (chunk, vocab) buffer and no extra pass over the logits. The distillation loss's gradient
-// is not of that form: when a cross-entropy pass follows it goes to one more (chunk, vocab) buffer, which that pass
-// adds to the gradient as it writes it (gradient_addend), with no pass of its own.
+// label and z-losses': no (chunk, vocab) buffer and no extra pass over the logits. The distillation loss is that
+// pass's distillation term (kernels/cross_entropy.h: the teacher's rows are read beside the logits, its loss and
+// gradient come out of the same pass), so it has neither a pass nor a buffer of its own either.
 // Tensor parallelism, with `vocab_parallel`: each rank holds rows [rank * vocab / size, (rank + 1) * vocab / size) of
 // the output weights (or of the tied word embeddings) and computes the logits of its slice of the vocabulary; the label
 // and z-losses come from the vocabulary-parallel passes (kernels/vocab_parallel_cross_entropy.h: row maxima

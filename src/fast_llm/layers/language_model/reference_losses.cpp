@@ -76,27 +76,22 @@ Tensor ReferenceLosses::reference_rows(const LayerContext& context, const std::s
   return found->second.slice(0, begin, end);
 }
 
+kernels::CrossEntropyDistillation ReferenceLosses::distillation_term(const LayerContext& context, int64_t begin,
+                                                                     int64_t end, Tensor& teacher, Sums& sums) const {
+  FLM_ASSERT(distillation_.has_value(), "distillation_term without a distillation loss");
+  teacher = reference_rows(context, distillation_->name, distillation_->reference_model, begin, end);
+  return {.target_logits = teacher,
+          .loss_sum = sums.distillation,
+          .loss_type = distillation_->loss_type,
+          .temperature = distillation_->temperature,
+          .weight = distillation_->weight * context.loss_gradient_scale};
+}
+
 void ReferenceLosses::forward_backward(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end,
-                                       Tensor* grad, Sums& sums, double logits_scale_factor,
-                                       std::optional<double> softcap, Tensor* row_coefficients) const {
+                                       Sums& sums, double logits_scale_factor, Tensor* row_coefficients) const {
   FLM_ASSERT(!dpo_ || !context.training || row_coefficients != nullptr,
              "in training the dpo loss hands its gradient to the cross-entropy pass through row_coefficients");
   const Tensor labels = context.batch.labels.slice(0, begin, end);
-  if (distillation_) {
-    const Tensor teacher = reference_rows(context, distillation_->name, distillation_->reference_model, begin, end);
-    kernels::distillation_forward_backward({.logits = logits,
-                                            .target_logits = teacher,
-                                            .labels = labels,
-                                            .loss_sum = sums.distillation,
-                                            .grad_logits = grad,
-                                            .loss_type = distillation_->loss_type,
-                                            .temperature = distillation_->temperature,
-                                            .weight = distillation_->weight * context.loss_gradient_scale,
-                                            .logits_scale_factor = logits_scale_factor,
-                                            .softcap = softcap,
-                                            .accumulate_gradient = false,
-                                            .stream = context.stream});
-  }
   if (dpo_) {
     FLM_ASSERT(begin == 0 && end == context.batch.num_tokens(), "the dpo loss runs on whole micro-batches");
     const int64_t pairs = context.batch.preference_pairs_in_step;

@@ -1,7 +1,8 @@
 // The head's losses that read a reference model's logits (Fast-LLM's `distillation` and `dpo` loss types, reference/
 // fast-llm.md §4), kept apart from the label losses so the head runs them with a few calls:
-//   distillation  kernels/distillation.h on each chunk of logits against the teacher's logits of the same rows
-//                 (MicroBatch::reference_logits[reference_model]), masked by the labels; logged under its name as
+//   distillation  kernels/distillation.h's loss on each chunk of logits against the teacher's logits of the same rows
+//                 (MicroBatch::reference_logits[reference_model]), masked by the labels, computed by the head's
+//                 cross-entropy pass as its distillation term (distillation_term); logged under its name as
 //                 sum / labels in the step (a per-label loss, as the label loss)
 //   dpo           kernels/dpo.h on the micro-batch's logits (one chunk: cross_entropy_splits must be 1) and the
 //                 preference pairs of the micro-batch (MicroBatch::preference_pairs); logged under its name as
@@ -16,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "fast_llm/kernels/cross_entropy.h"
 #include "fast_llm/kernels/distillation.h"
 #include "fast_llm/layers/context.h"
 #include "fast_llm/layers/language_model/config.h"
@@ -37,13 +39,17 @@ class ReferenceLosses {
   };
   Sums zero_sums(Device device, Stream stream) const;
 
-  // Rows [begin, end) of the micro-batch, whose logits (rows, vocab) are read only. `grad` (rows, vocab), when given,
-  // receives (=) the distillation's gradient (it may be `logits` itself). dpo writes no gradient: it adds its per-row
-  // gradient coefficients (kernels/dpo.h) to `row_coefficients` (rows), for the head's cross-entropy pass; in
-  // training they must be given when dpo is configured.
-  void forward_backward(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end, Tensor* grad,
-                        Sums& sums, double logits_scale_factor, std::optional<double> softcap,
-                        Tensor* row_coefficients) const;
+  // dpo on rows [begin, end) of the micro-batch, whose logits (rows, vocab) are read only: it writes no gradient but
+  // adds its per-row gradient coefficients (kernels/dpo.h) to `row_coefficients` (rows), for the head's cross-entropy
+  // pass; in training they must be given. Nothing without dpo (the distillation is distillation_term's).
+  void forward_backward(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end, Sums& sums,
+                        double logits_scale_factor, Tensor* row_coefficients) const;
+
+  // The distillation term of the head's cross-entropy pass over rows [begin, end) (kernels/cross_entropy.h): the
+  // teacher's logits of those rows are put in `teacher`, which must outlive the term, and its loss goes to
+  // sums.distillation. Only with has_distillation().
+  kernels::CrossEntropyDistillation distillation_term(const LayerContext& context, int64_t begin, int64_t end,
+                                                      Tensor& teacher, Sums& sums) const;
 
   // Adds the sums into context.losses under the losses' names and, weighted, under the head's total `total_name`.
   void add_losses(const LayerContext& context, const Sums& sums, const std::string& total_name) const;
