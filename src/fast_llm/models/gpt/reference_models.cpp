@@ -12,6 +12,7 @@ namespace fast_llm::models::gpt {
 struct ReferenceModels::Model {
   std::string name;
   const ReferenceModelConfig& config;
+  engine::MultiStageConfig multi_stage_config;  // the config's, its weights kept in the compute dtype only
   GPTModel model;
   std::unique_ptr<engine::MultiStage> multi_stage;
   bool keeps_mixer_outputs = false;  // a block of the trained model distills its mixer outputs
@@ -39,6 +40,21 @@ engine::DistributedConfig one_process(const engine::DistributedConfig& distribut
   return result;
 }
 
+// A reference model is never optimized, so its weights are all frozen and need only the copy its forward reads (the
+// compute dtype): a bf16 run keeps 2 bytes per weight instead of 6 (the fp32 copy of
+// store_frozen_weights_in_optimization_precision is for weights that may be unfrozen or exported, which these never
+// are). fp32 and fp64 runs keep their one copy as before.
+engine::MultiStageConfig weights_in_compute_dtype(const engine::MultiStageConfig& multi_stage) {
+  engine::MultiStageConfig result = multi_stage;
+  result.store_frozen_weights_in_optimization_precision = false;
+  return result;
+}
+
+void freeze_every_parameter(GPTModel& model) {
+  for (layers::Layer* layer : model.layers())
+    for (layers::Parameter* parameter : layer->parameters()) parameter->meta.frozen = true;
+}
+
 }  // namespace
 
 ReferenceModels::ReferenceModels(const GPTTrainerConfig& config, Device device)
@@ -48,12 +64,16 @@ ReferenceModels::ReferenceModels(const GPTTrainerConfig& config, Device device)
     throw NotSupportedError("training", fmt::format("reference models need model.distributed.sequence_data_parallel 1 "
                                                     "(as Fast-LLM), got {}",
                                                     config.model.distributed.sequence_data_parallel));
-  for (const auto& [name, reference] : config.reference_models)
-    models_.push_back(std::unique_ptr<Model>(new Model{.name = name,
-                                                       .config = reference,
-                                                       .model = GPTModel(reference.model.base_model),
-                                                       .multi_stage = nullptr,
-                                                       .keeps_mixer_outputs = distilled_by_blocks(config, name)}));
+  for (const auto& [name, reference] : config.reference_models) {
+    models_.push_back(std::unique_ptr<Model>(
+        new Model{.name = name,
+                  .config = reference,
+                  .multi_stage_config = weights_in_compute_dtype(reference.model.multi_stage),
+                  .model = GPTModel(reference.model.base_model),
+                  .multi_stage = nullptr,
+                  .keeps_mixer_outputs = distilled_by_blocks(config, name)}));
+    freeze_every_parameter(models_.back()->model);
+  }
 }
 
 ReferenceModels::~ReferenceModels() = default;
@@ -64,7 +84,7 @@ std::vector<engine::MemoryEstimate::Part> ReferenceModels::memory_parts() const 
   const int64_t logits_bytes = distributed.compute_dtype == DType::float64 ? 8 : 4;
   const int64_t micro_batches = config_.schedule.sequential_micro_batches();
   for (const auto& model : models_) {
-    const engine::MultiStageConfig& multi_stage = model->config.model.multi_stage;
+    const engine::MultiStageConfig& multi_stage = model->multi_stage_config;
     const auto stages = engine::split_into_stages(model->model.layers(), multi_stage.layers_per_stage);
     parts.push_back({fmt::format("weights of reference model {}", model->name),
                      engine::multi_stage_buffer_bytes(
@@ -85,7 +105,7 @@ std::vector<engine::MemoryEstimate::Part> ReferenceModels::memory_parts() const 
 
 void ReferenceModels::load() {
   for (auto& model : models_) {
-    model->multi_stage = std::make_unique<engine::MultiStage>(model->model, model->config.model.multi_stage,
+    model->multi_stage = std::make_unique<engine::MultiStage>(model->model, model->multi_stage_config,
                                                               distributed_, device_, /*training=*/false);
     if (model->config.pretrained.path) {
       engine::load_pretrained(model->config.pretrained, model->config.model, *model->multi_stage,

@@ -1,18 +1,19 @@
 // The frozen reference models of a training run (`reference_models: {name: {model, pretrained}}`, Fast-LLM's
 // distillation teachers and DPO references): each is a GPT model of its own architecture, built on the trained model's
-// device with its distributed settings (compute dtype, seed), with weights only (no gradient buffers, no optimizer
-// state), loaded from `pretrained` in any format (distributed, fast_llm, Hugging Face) or, without a path, initialised
-// as a fresh model with the run's seed. Before the trained model sees a micro-batch (training or evaluation), every
-// reference model runs forward on it (no dropout, nothing saved) and its logits, (tokens, vocab) fp32 (fp64 in fp64
-// runs), are stored in the micro-batch under the model's name for the head's losses (distillation, dpo); when blocks
-// of the trained model distill a reference model's activations (block `distillation_model`), its blocks' mixer
-// outputs are stored too (MicroBatch::reference_mixer_outputs).
+// device with its distributed settings (compute dtype, seed), with weights only (every parameter frozen and kept in the
+// compute dtype alone: no fp32 copy, no gradient buffers, no optimizer state), loaded from `pretrained` in any format
+// (distributed, fast_llm, Hugging Face) or, without a path, initialised as a fresh model with the run's seed. Before
+// the trained model sees a micro-batch (training or evaluation), every reference model runs forward on it (no dropout,
+// nothing saved) and its logits, (tokens, vocab) fp32 (fp64 in fp64 runs), are stored in the micro-batch under the
+// model's name for the head's losses (distillation, dpo); when blocks of the trained model distill a reference model's
+// activations (block `distillation_model`), its blocks' mixer outputs are stored too
+// (MicroBatch::reference_mixer_outputs).
 //
-// All micro-batches of a step are run before the step, so the step holds one (tokens, vocab) buffer per micro-batch
-// and reference model: memory_parts() counts them with the weights. With data parallelism every process holds the
-// whole reference model (no ZeRO sharding: it has no optimizer state to shard) and runs it on its own micro-batches.
-// As Fast-LLM, reference models need pipeline and sequence-data parallelism off (refused). With micro_batch_splits
-// they run on the whole micro-batch and each split reads its rows of their outputs.
+// All micro-batches of a step are run before the step, so the step holds one (tokens, vocab) buffer per micro-batch and
+// reference model: memory_parts() counts them with the weights. With data parallelism every process holds the whole
+// reference model (no ZeRO sharding: it has no optimizer state to shard) and runs it on its own micro-batches. As
+// Fast-LLM, reference models need pipeline and sequence-data parallelism off (refused). With micro_batch_splits they
+// run on the whole micro-batch and each split reads its rows of their outputs.
 #pragma once
 
 #include <map>
