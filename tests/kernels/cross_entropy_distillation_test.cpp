@@ -9,6 +9,7 @@
 // of blocks (the TMA path) and 200003 / 500000 (the direct path), each loss type; and two runs bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -321,8 +322,10 @@ TEST(CrossEntropyDistillationConsistency, CudaTermMatchesTheReference) {
                             c.row_weights, c.gradient),
         .dtype = c.dtype, .tolerance = std::nullopt, .exact = false, .tensors = {}, .call = {}};
     // fp32 rows of tens of thousands of logits: the reference's sums run one after the other in fp32, whose rounding
-    // grows with the length (distillation_consistency_test.cpp), so the tolerance is that of a long sum.
-    if (c.dtype == DType::float32 && c.vocab > 10000) problem.tolerance = 1e-4;
+    // grows with the length (distillation_consistency_test.cpp), so the tolerance is that of a long sum, in proportion
+    // to it: on the H200 the reverse-KL loss sum of 2 rows of 200003 differed from the reference by 3.0e-4, while the
+    // same kernel agrees with PyTorch's fp64 formula to 3.6e-8 at 500009 (tools/loss_torch_check.py).
+    if (c.dtype == DType::float32 && c.vocab > 10000) problem.tolerance = std::max(1e-4, 2e-9 * double(c.vocab));
     const Tensor logits = random_tensor(Shape{c.tokens, c.vocab}, c.dtype, ++seed, -8, 8);
     const bool in_place = c.gradient && c.in_place;
     problem.tensors["logits"] = in_place ? accumulated_output(logits) : input(logits);
