@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -96,6 +97,17 @@ inline bool report_ran(const ConsistencyReport& report, std::string_view id) {
   for (const VariantOutcome& outcome : report)
     if (outcome.id == id) return !outcome.unsupported;
   return false;
+}
+
+// The bytes of each tensor, brought to the host: what a bitwise reproducibility test compares between two runs.
+inline std::vector<std::vector<char>> host_bytes(std::initializer_list<const Tensor*> tensors) {
+  std::vector<std::vector<char>> bytes;
+  for (const Tensor* tensor : tensors) {
+    const Tensor host = tensor->to(Device::cpu());
+    const char* data = static_cast<const char*>(host.data());
+    bytes.emplace_back(data, data + host.nbytes());
+  }
+  return bytes;
 }
 
 namespace detail {

@@ -176,13 +176,7 @@ std::vector<std::vector<char>> dpo_outputs(const KernelVariant<DpoArgs>& variant
       return {};
     }
   variant.run(args);
-  std::vector<std::vector<char>> bytes;
-  for (const Tensor* output : {&loss, &row_coefficients, &grad}) {
-    const Tensor host = output->to(Device::cpu());
-    const char* data = static_cast<const char*>(host.data());
-    bytes.emplace_back(data, data + host.nbytes());
-  }
-  return bytes;
+  return host_bytes({&loss, &row_coefficients, &grad});
 }
 
 TEST(DpoConsistency, CudaVariantsAreBitwiseReproducible) {

@@ -170,13 +170,7 @@ std::vector<std::vector<char>> policy_outputs(const KernelVariant<PolicyGradient
       return {};
     }
   variant.run(args);
-  std::vector<std::vector<char>> bytes;
-  for (const Tensor* output : {&loss, &metrics, &largest, &smallest, &row_coefficients, &grad}) {
-    const Tensor host = output->to(Device::cpu());
-    const char* data = static_cast<const char*>(host.data());
-    bytes.emplace_back(data, data + host.nbytes());
-  }
-  return bytes;
+  return host_bytes({&loss, &metrics, &largest, &smallest, &row_coefficients, &grad});
 }
 
 TEST(PolicyGradientConsistency, CudaVariantsAreBitwiseReproducible) {

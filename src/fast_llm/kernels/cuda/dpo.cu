@@ -58,6 +58,8 @@ struct RowParams {
   float* policy;      // (rows) log pi(label)
   float* reference_log_probability;  // (rows)
   int* valid;         // (rows) 1 where a covered row has a label
+  // Variant "parallel": 16-byte loads where the rows of the logits / of the reference start aligned.
+  bool logits_vectorized = false, reference_vectorized = false;
 };
 
 template <class T>
@@ -150,27 +152,10 @@ __global__ void dpo_row_weights(const float* row_coefficient, const int* valid, 
 // ---------------------------------------------------------------------------------------------------------------------
 // Variant "parallel": pass 1 reads each row once, pass 2 runs over every pair and every covered row at once.
 
-struct OneReadParams {
-  const void* logits;
-  int64_t logits_stride;
-  bool logits_vectorized;  // 16-byte loads: the rows of the logits start aligned
-  const float* reference;  // (rows, vocab)
-  bool reference_vectorized;
-  const int64_t* labels;
-  int64_t label_stride;
-  const int64_t* covered;  // (covered rows)
-  int64_t covered_rows, vocab;
-  float scale;
-  float* logsumexp;   // (rows)
-  float* policy;      // (rows) log pi(label)
-  float* reference_log_probability;  // (rows)
-  int* valid;         // (rows) 1 where a covered row has a label
-};
-
 // One block per covered row with a label: each thread's states over its columns of the scaled logits and of the
 // reference (both rows' loads issued before either merge), then the two block merges. Outputs as dpo_rows.
 template <class T>
-__global__ void dpo_softmax_rows(OneReadParams p) {
+__global__ void dpo_softmax_rows(RowParams p) {
   __shared__ SoftmaxState scratch[kThreads / 32];
   const auto scaled = [&](float x) { return x * p.scale; };
   const auto unscaled = [](float x) { return x; };
@@ -427,21 +412,21 @@ void dpo_parallel_launch(const DpoArgs& args) {
       const Tensor indices = Tensor::from_indices(layout.indices, DType::int64, scope.device(), stream);
       const int64_t* index_data = indices.data_as<int64_t>();
       if (layout.covered_rows > 0) {
-        const OneReadParams params{.logits = args.logits.data(),
-                                   .logits_stride = row_stride(args.logits),
-                                   .logits_vectorized = rows_aligned<T>(args.logits),
-                                   .reference = args.reference_logits.data_as<float>(),
-                                   .reference_vectorized = rows_aligned<float>(args.reference_logits),
-                                   .labels = args.labels.data_as<int64_t>(),
-                                   .label_stride = args.labels.stride(0),
-                                   .covered = index_data + layout.covered_at(),
-                                   .covered_rows = layout.covered_rows,
-                                   .vocab = vocab,
-                                   .scale = float(args.logits_scale_factor),
-                                   .logsumexp = logsumexp,
-                                   .policy = policy,
-                                   .reference_log_probability = reference,
-                                   .valid = valid.data_as<int>()};
+        const RowParams params{.logits = args.logits.data(),
+                               .logits_stride = row_stride(args.logits),
+                               .reference = args.reference_logits.data_as<float>(),
+                               .labels = args.labels.data_as<int64_t>(),
+                               .label_stride = args.labels.stride(0),
+                               .covered = index_data + layout.covered_at(),
+                               .covered_rows = layout.covered_rows,
+                               .vocab = vocab,
+                               .scale = float(args.logits_scale_factor),
+                               .logsumexp = logsumexp,
+                               .policy = policy,
+                               .reference_log_probability = reference,
+                               .valid = valid.data_as<int>(),
+                               .logits_vectorized = rows_aligned<T>(args.logits),
+                               .reference_vectorized = rows_aligned<float>(args.reference_logits)};
         dpo_softmax_rows<T><<<grid_for(layout.covered_rows, 1, scope), kThreads, 0, scope.stream()>>>(params);
         scope.check_launch();
       }
