@@ -77,13 +77,10 @@ void cross_entropy_reference(const CrossEntropyArgs& args) {
           Compute(row_weights.empty() ? args.label_weight : args.label_weight + row_weights[size_t(token)]);
       std::vector<Compute> distillation_grad_z;  // (vocab) when training with the distillation term
       if (distillation != nullptr) {
-        std::vector<Compute> t(static_cast<size_t>(vocab));  // target * s / temperature
-        for (int64_t column = 0; column < vocab; ++column)
-          t[size_t(column)] = Compute(targets[size_t(token * vocab + column)]) * target_scale;
         if (grad_logits != nullptr) distillation_grad_z.resize(static_cast<size_t>(vocab));
         distillation_losses[size_t(token)] =
-            double(distillation_row(z, t, distillation->loss_type, distillation_weight,
-                                    grad_logits != nullptr ? &distillation_grad_z : nullptr));
+            double(distillation_row(z, targets.data() + token * vocab, target_scale, distillation->loss_type,
+                                    distillation_weight, grad_logits != nullptr ? &distillation_grad_z : nullptr));
       }
       if (grad_logits != nullptr)
         cross_entropy_gradient_row(z, dz_dx, row_logsumexp, label, label_weight, z_loss_weight,

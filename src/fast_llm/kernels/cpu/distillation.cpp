@@ -42,15 +42,12 @@ void distillation_reference(const DistillationArgs& args) {
             grad_logits[token * grad_row + column * grad_column] = store_value<T>(0);
         continue;
       }
-      // z and dz/dx (s, or s (1 - tanh^2) with a softcap); t = target * s / temperature.
-      std::vector<Compute> z(static_cast<size_t>(vocab)), t(static_cast<size_t>(vocab)),
-          dz_dx(static_cast<size_t>(vocab));  // (vocab)
+      // z and dz/dx (s, or s (1 - tanh^2) with a softcap); the teacher's row is scaled by s / temperature.
+      std::vector<Compute> z(static_cast<size_t>(vocab)), dz_dx(static_cast<size_t>(vocab));  // (vocab)
       scaled_logits_row(logits + token * logits_row, logits_column, scale_factor, args.softcap, z, dz_dx);
-      for (int64_t column = 0; column < vocab; ++column)
-        t[size_t(column)] = Compute(targets[size_t(token * vocab + column)]) * target_scale;
       std::vector<Compute> grad_z(grad_logits != nullptr ? static_cast<size_t>(vocab) : 0);  // (vocab), weighted
-      losses[size_t(token)] = double(distillation_row(z, t, args.loss_type, weight,
-                                                      grad_logits != nullptr ? &grad_z : nullptr));
+      losses[size_t(token)] = double(distillation_row(z, targets.data() + token * vocab, target_scale, args.loss_type,
+                                                      weight, grad_logits != nullptr ? &grad_z : nullptr));
       if (grad_logits == nullptr) continue;
       for (int64_t column = 0; column < vocab; ++column) {
         T& element = grad_logits[token * grad_row + column * grad_column];
