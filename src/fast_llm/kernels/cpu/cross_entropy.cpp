@@ -9,8 +9,9 @@
 // The z-loss is on exactly when z_loss_sum is given (its gradient weight without a sum to add to is an error).
 // Per-row gradient weights (row_gradient_weights) are read in fp64 and added to label_weight in fp64 before the
 // row's weight is rounded to the compute type. The distillation term is the distillation reference's row math
-// (reference_helpers.h distillation_row, as kernels/cpu/distillation.cpp) on the same row: its weighted d/dz is added
-// to the label losses' before the product with dz/dx and the store (one rounding), its loss to its own sum.
+// (reference_helpers.h distillation_row, as kernels/cpu/distillation.cpp, in fp64 whatever the dtype) on the same row:
+// its weighted d/dz is added to the label losses' before the product with dz/dx and the store (one rounding), its loss
+// to its own sum.
 #include "fast_llm/kernels/cross_entropy.h"
 
 #include <algorithm>
@@ -99,6 +100,6 @@ void cross_entropy_reference(const CrossEntropyArgs& args) {
 FLM_REGISTER_KERNEL(CrossEntropyForwardBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
                     nullptr, &cross_entropy_reference,
                     "one row at a time: stable logsumexp, label and z-loss, distillation, gradient in the same pass; "
-                    "fp32 math (fp64 for fp64)");
+                    "fp32 math (fp64 for fp64), the distillation row's in fp64");
 
 }  // namespace fast_llm::kernels::cpu
