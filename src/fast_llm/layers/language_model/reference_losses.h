@@ -41,9 +41,9 @@ class ReferenceLosses {
 
   // dpo on rows [begin, end) of the micro-batch, whose logits (rows, vocab) are read only: it writes no gradient but
   // adds its per-row gradient coefficients (kernels/dpo.h) to `row_coefficients` (rows), for the head's cross-entropy
-  // pass; in training they must be given. Nothing without dpo (the distillation is distillation_term's).
-  void forward_backward(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end, Sums& sums,
-                        double logits_scale_factor, Tensor* row_coefficients) const;
+  // pass; in training they must be given. Only with has_dpo() (the distillation is distillation_term's).
+  void dpo_forward_backward(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end, Sums& sums,
+                            double logits_scale_factor, Tensor* row_coefficients) const;
 
   // The distillation term of the head's cross-entropy pass over rows [begin, end) (kernels/cross_entropy.h): the
   // teacher's logits of those rows are put in `teacher`, which must outlive the term, and its loss goes to
