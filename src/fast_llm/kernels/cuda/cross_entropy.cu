@@ -1,24 +1,10 @@
 // Fused CUDA cross_entropy_forward_backward (kernels/cross_entropy.h), variant "fused": logits of float32, bfloat16 or
-// float16 with the last dimension contiguous and free row strides; the gradient may be the logits tensor itself.
-//
-// Every logit is read once from device memory into shared memory by a bulk copy (cp.async.bulk, the Tensor Memory
-// Accelerator), reduced there and its gradient written once, while the copy of the block's next row is in flight. A
-// row is split into slices, one per block of a thread block cluster (the fewest blocks whose stages of shared memory
-// hold it). Each thread keeps an online (max, sum of 2^(y - max)), combined across the warp, the block and the cluster
-// in a fixed order, so every block holds the same bits; per-row losses are then summed by one block in a fixed order
-// (fp64): results are bitwise reproducible. Rows too long for kMaxClusterBlocks stages are read twice from device
-// memory ("direct"). Rows with a negative label are masked (loss 0, zero gradient), neither copied nor read; a label
-// not below vocab (an error the CPU reference reports; checking it here would need the labels on the host) is treated
-// as masked rather than read out of bounds. Per-row gradient weights (fp32, the other head losses' coefficients) are
-// read once per row and added to the label weight: the head's dpo / grpo / gspo gradients cost no pass of their
-// own. The distillation term (fp32 teacher logits) is computed in the same pass: the teacher's part of each slice is
-// copied beside the logits' into the same stage (the cluster is sized for both), each thread keeps the teacher's
-// (max, sum) and one weighted sum beside the model's pair (DistillationStats), combined in the same fixed order, so
-// every block of the cluster holds the row's distillation loss before the gradient, which reverse KL needs, is
-// written once with both losses' terms. The direct path reads the teacher's row beside the logits, twice as well:
-// the term works on both paths, so the op never declines it for a row's length. Math in fp32, exp2 on the
-// special-function unit. The layout and the numerics are described at the kernel; why it runs at the memory's rate,
-// in docs/benchmarks.md.
+// float16 (last dimension contiguous, free row strides); the gradient may be the logits tensor itself. Each row is
+// brought once into the shared memory of a thread block cluster by bulk copies (TMA), reduced there with an online
+// (max, sum) combined in a fixed order, and its gradient of every loss (label, z-loss, the other losses' row weights,
+// the distillation term over the teacher's fp32 slice staged beside it) written once; rows too long for the cluster are
+// read twice ("direct"). Masked rows (label < 0 or >= vocab) are neither read nor counted. Math in fp32; bitwise
+// reproducible. Layout and numerics: at the kernel and in docs/architecture.md ("Head loss data path").
 #include "fast_llm/kernels/cuda/common.cuh"
 #include "fast_llm/kernels/cuda/row_loss_sums.cuh"
 

@@ -1,24 +1,9 @@
-// CUDA variants of dpo_forward_backward (kernels/dpo.h): logits of float32, bfloat16 or float16 with the last
-// dimension contiguous, the reference model's of float32 (contiguous), fp32 math per element, fp64 per pair.
-//
-// The pairs come from the host: the rows their spans cover (each once) and the pairs' bounds are uploaded, then
-// "rows":
-//   1. one block per covered row: the logsumexp of the scaled logits, log pi(label) and log pi_ref(label), or nothing
-//      for a masked label (the row then counts in no sum), reading each row of the logits and of the reference twice
-//      (maximum, then sum of exponentials);
-//   2. one thread, in pair order (fp64): each pair's margin, its loss into loss_sum, and its gradient coefficient added
-//      to each row of its spans;
-//   3. one block per row: the gradient, coefficient * (onehot - softmax) * s * weight, or 0 (or nothing when
-//      accumulating) for the other rows.
-// "parallel" (the same 3): 1. reads each covered row of the logits and of the reference once (softmax_state.cuh, the
-// online softmax state shared with policy_gradient.cu: 16-byte loads where the rows are aligned); 2. one warp per pair
-// for its four span sums (fp64, a butterfly), one block adding the pairs' losses into loss_sum, and one thread per
-// covered row adding, in pair order, the coefficients of the spans it belongs to (the host uploads each covered row's
-// list of (pair, side)). It agrees with "rows" to rounding (another order of the sums); "rows" stays as the baseline.
-// With row_coefficients (fp32), pass 3 is replaced or joined by adding -weight * coefficient to them for the valid
-// rows (the head's cross-entropy pass then writes the gradient).
-// Every reduction runs in an order fixed by the shapes and the device: results are bitwise reproducible. The gradient
-// may be the logits themselves: pass 3 reads each element before writing it, and passes 1-2 write no logits.
+// CUDA variants of dpo_forward_backward (kernels/dpo.h): logits of float32, bfloat16 or float16 (last dimension
+// contiguous), the reference's of float32; fp32 math per element, fp64 per pair. Both variants: (1) per covered row,
+// its logsumexp, log pi(label) and log pi_ref(label); (2) per pair, the margin, loss and span coefficients; (3) the
+// gradient, or the coefficients added to row_coefficients for the head's cross-entropy pass. "rows" (the baseline)
+// reads each row twice in (1) and runs (2) on one thread; "parallel" reads each row once (softmax_state.cuh) and runs
+// (2) one warp per pair. Every sum has a fixed order: bitwise reproducible. docs/architecture.md has the details.
 #include "fast_llm/kernels/cuda/common.cuh"
 #include "fast_llm/kernels/cuda/softmax_state.cuh"
 
