@@ -1,22 +1,10 @@
-// CUDA variants of policy_gradient_forward_backward (kernels/policy_gradient.h): the CPU reference's three passes on
-// the device, fp32 math on float32, bfloat16 or float16 logits with the last dimension contiguous.
-//
-// "rows":
-// (1) one block per row: the row's logsumexp, the label's new log-prob and (for the metrics) the entropy, in three
-//     reads of the row (maximum, sum of exponentials, entropy);
-// (2) one thread, in token order and in fp64: per-document counts and means, each token's ratio, advantage and
-//     gradient coefficient, the loss sum, the metric sums and the advantage extremes (the CPU reference's order);
-// (3) one block per row: the gradient grad_weight c_t (softmax - onehot) dz/dx from the saved logsumexp, each element
-//     read by the thread that writes it, so grad_logits may be the logits themselves.
-// "parallel" (the same (3)): (1) reads each row once, each thread keeping an online (max, sum exp(z - max),
-// sum exp(z - max) z) merged over the block in a fixed order (softmax_state.cuh, shared with dpo.cu); (2) runs over
-// every token at once: each document's token range (integer atomics), one warp per document for its sums, one thread
-// per token for its coefficient and terms, reduced per block and then by one block, in fp64 and a fixed order. On
-// the H200 at 8192 rows x 49152 bf16, "rows" spent ~3.3 ms in (1) + (2), the one-thread pass most of it. It agrees
-// with "rows" to rounding (another order of the sums) and is the default; "rows" stays as the baseline the
-// consistency test compares against.
-// With row_coefficients (fp32), grad_weight c_t is added to them (pass 3 runs only when grad_logits is given).
-// Every sum is taken in a fixed order (fixed by the shape and the device), so the results are bitwise reproducible.
+// CUDA variants of policy_gradient_forward_backward (kernels/policy_gradient.h), fp32 math on float32, bfloat16 or
+// float16 logits (last dimension contiguous): (1) per row, its logsumexp, the label's log-prob and the entropy; (2) per
+// token, in fp64, the documents' means, each ratio, advantage and gradient coefficient, the loss, metric sums and
+// advantage extremes; (3) the gradient c_t (softmax - onehot) dz/dx (in place allowed), or c_t added to
+// row_coefficients. "rows" (the baseline) reads each row three times and runs (2) on one thread in the reference's
+// order; "parallel" (the default) reads each row once (softmax_state.cuh) and runs (2) over every token at once. Every
+// sum has a fixed order: bitwise reproducible. docs/architecture.md and docs/benchmarks.md have the details.
 #include "fast_llm/kernels/cuda/common.cuh"
 #include "fast_llm/kernels/cuda/softmax_state.cuh"
 
