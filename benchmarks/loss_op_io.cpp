@@ -191,14 +191,28 @@ int run(const std::string& op, const std::filesystem::path& input, const std::fi
   };
 
   std::string ran;
-  if (op == "cross_entropy") {
+  if (op == "cross_entropy" || op == "distillation_term") {
+    // distillation_term: the cross-entropy op with its distillation term, whose loss is the loss_sum output (the label
+    // loss then goes to a sum that is not written).
+    const bool term = op == "distillation_term";
     Tensor z_loss_sum = zeros(1, device);
+    Tensor label_loss_sum = term ? zeros(1, device) : loss_sum;
+    const Tensor target_logits = term ? inputs.read("target_logits", kFloating, {tokens, vocab}) : Tensor();
+    std::optional<kernels::CrossEntropyDistillation> distillation;
+    if (term)
+      distillation.emplace(kernels::CrossEntropyDistillation{
+          .target_logits = target_logits,
+          .loss_sum = loss_sum,
+          .loss_type = loss_type_of(parameters.text("loss_type", "cross_entropy")),
+          .temperature = parameters.number("temperature", 1.0),
+          .weight = parameters.number("weight", 1.0)});
     const kernels::CrossEntropyArgs args{.logits = logits,
                                          .labels = labels,
-                                         .label_loss_sum = loss_sum,
+                                         .label_loss_sum = label_loss_sum,
                                          .z_loss_sum = &z_loss_sum,
                                          .grad_logits = &grad_logits,
-                                         .label_weight = parameters.number("label_weight", 1.0),
+                                         .label_weight = parameters.number("label_weight", term ? 0.0 : 1.0),
+                                         .distillation = distillation ? &*distillation : nullptr,
                                          .z_loss_weight = parameters.number("z_loss_weight", 0.0),
                                          .logits_scale_factor = scale,
                                          .softcap = softcap_of(parameters)};
@@ -221,29 +235,6 @@ int run(const std::string& op, const std::filesystem::path& input, const std::fi
     parameters.check_all_used(op);
     ran = run_op<kernels::DistillationForwardBackward>(args, &kernels::check_distillation_forward_backward, device,
                                                        variant);
-  } else if (op == "distillation_term") {
-    const Tensor target_logits = inputs.read("target_logits", kFloating, {tokens, vocab});
-    Tensor label_loss_sum = zeros(1, device), z_loss_sum = zeros(1, device);
-    const kernels::CrossEntropyDistillation distillation{
-        .target_logits = target_logits,
-        .loss_sum = loss_sum,
-        .loss_type = loss_type_of(parameters.text("loss_type", "cross_entropy")),
-        .temperature = parameters.number("temperature", 1.0),
-        .weight = parameters.number("weight", 1.0)};
-    const kernels::CrossEntropyArgs args{.logits = logits,
-                                         .labels = labels,
-                                         .label_loss_sum = label_loss_sum,
-                                         .z_loss_sum = &z_loss_sum,
-                                         .grad_logits = &grad_logits,
-                                         .label_weight = parameters.number("label_weight", 0.0),
-                                         .distillation = &distillation,
-                                         .z_loss_weight = parameters.number("z_loss_weight", 0.0),
-                                         .logits_scale_factor = scale,
-                                         .softcap = softcap_of(parameters)};
-    parameters.check_all_used(op);
-    ran = run_op<kernels::CrossEntropyForwardBackward>(args, &kernels::check_cross_entropy_forward_backward, device,
-                                                       variant);
-    add_output("z_loss_sum", z_loss_sum);
   } else if (op == "dpo") {
     const Tensor reference_logits = inputs.read("reference_logits", kFloating, {tokens, vocab});
     const Tensor pairs_tensor = inputs.read("pairs", {DType::int64}, {-1, 4}).to(Device::cpu());
