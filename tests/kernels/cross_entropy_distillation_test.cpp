@@ -62,10 +62,6 @@ std::vector<int64_t> problem_labels(int64_t tokens, int64_t vocab) {
   return labels;
 }
 
-Tensor labels_tensor(const std::vector<int64_t>& labels) {
-  return make_tensor(std::vector<double>(labels.begin(), labels.end()), Shape{int64_t(labels.size())}, DType::int64);
-}
-
 struct Sums {
   double label = 0, z = 0, distillation = 0;
 };

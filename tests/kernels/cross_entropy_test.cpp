@@ -60,11 +60,6 @@ Losses naive_losses(const std::vector<double>& logits, const std::vector<int64_t
 // ---------------------------------------------------------------------------------------------------------------------
 // Calls of the op (on the CPU: its contract, then the reference variant).
 
-Tensor labels_tensor(const std::vector<int64_t>& labels) {
-  std::vector<double> values(labels.begin(), labels.end());
-  return make_tensor(values, Shape{int64_t(labels.size())}, DType::int64);
-}
-
 struct Result {
   double label_loss = 0, z_loss = 0;
 };

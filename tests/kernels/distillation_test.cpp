@@ -55,11 +55,6 @@ double naive_loss(const std::vector<double>& logits, const std::vector<double>& 
   return total;
 }
 
-Tensor labels_tensor(const std::vector<int64_t>& labels) {
-  std::vector<double> values(labels.begin(), labels.end());
-  return make_tensor(values, Shape{int64_t(labels.size())}, DType::int64);
-}
-
 double run(const Tensor& logits, const Tensor& teacher, const std::vector<int64_t>& labels, Tensor* grad,
            const Options& options, double weight = 1.0, bool accumulate = false) {
   Tensor loss_sum = filled(Shape{1}, DType::float64, 0.0);

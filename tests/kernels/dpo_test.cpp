@@ -42,11 +42,6 @@ double naive_loss(const std::vector<double>& logits, const std::vector<double>& 
   return total;
 }
 
-Tensor labels_tensor(const std::vector<int64_t>& labels) {
-  std::vector<double> values(labels.begin(), labels.end());
-  return make_tensor(values, Shape{int64_t(labels.size())}, DType::int64);
-}
-
 double run(const Tensor& logits, const Tensor& reference, const std::vector<int64_t>& labels,
            const std::vector<PreferencePair>& pairs, Tensor* grad, double beta, double weight = 1.0,
            double scale = 1.0, bool accumulate = false) {

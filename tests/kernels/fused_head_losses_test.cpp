@@ -51,10 +51,6 @@ std::string describe(const Options& o) {
                      o.softcap.value_or(0));
 }
 
-Tensor labels_tensor(const std::vector<int64_t>& labels) {
-  return make_tensor(std::vector<double>(labels.begin(), labels.end()), Shape{int64_t(labels.size())}, DType::int64);
-}
-
 // The objective whose gradient the op writes: label_weight sum_r (lse_r - z_r[label]) + z_loss_weight sum_r lse_r^2
 // + sum_r c_r (lse_r - z_r[label]), over unmasked rows, in fp64 straight from the definitions.
 double naive_objective(const std::vector<double>& logits, const std::vector<int64_t>& labels, int64_t vocab,

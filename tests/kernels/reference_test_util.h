@@ -71,6 +71,12 @@ inline Tensor make_tensor(std::initializer_list<double> values, const Shape& sha
   return make_tensor(std::span<const double>(values.begin(), values.size()), shape, dtype);
 }
 
+// A (tokens) int64 tensor of labels (-100: masked), as the loss ops take them.
+inline Tensor labels_tensor(const std::vector<int64_t>& labels) {
+  const std::vector<double> values(labels.begin(), labels.end());
+  return make_tensor(values, Shape{int64_t(labels.size())}, DType::int64);
+}
+
 inline Tensor filled(const Shape& shape, DType dtype, double value) {
   return make_tensor(std::vector<double>(size_t(shape.numel()), value), shape, dtype);
 }
