@@ -358,13 +358,15 @@ int run_benchmark(int64_t rows, int64_t vocab, int iterations) {
                                     .z_loss_sum = nullptr, .grad_logits = &target, .label_weight = 0.0,
                                     .row_gradient_weights = &row_weights});
   };
-  const double alone_error = compare(alone_separate, alone_fused);
-  agree = agree && alone_error < 1e-2;
-  const double alone_separate_ms = time_ms(alone_separate);
-  const double alone_fused_ms = time_ms(alone_fused);
-  std::printf("  grpo alone           own pass %8.3f ms   cross-entropy pass %8.3f ms   %.2fx   (relative error "
-              "%.2e)\n",
-              alone_separate_ms, alone_fused_ms, alone_separate_ms / alone_fused_ms, alone_error);
+  // A loss without the label loss: its own pass against the head's pass, compared, timed and printed.
+  const auto time_alone = [&](const char* name, const Path& own, const Path& head) {
+    const double error = compare(own, head);
+    agree = agree && error < 1e-2;
+    const double own_ms = time_ms(own), head_ms = time_ms(head);
+    std::printf("  %-20s own pass %8.3f ms   cross-entropy pass %8.3f ms   %.2fx   (relative error %.2e)\n", name,
+                own_ms, head_ms, own_ms / head_ms, error);
+  };
+  time_alone("grpo alone", alone_separate, alone_fused);
   // distillation alone: its op's own pass (in place), or the head's cross-entropy pass of label weight 0.
   const Path distillation_separate = [&](Tensor& target) {
     run_other(Other::distillation, batch, target, sums, &target, nullptr);
@@ -375,14 +377,7 @@ int run_benchmark(int64_t rows, int64_t vocab, int iterations) {
                                     .z_loss_sum = nullptr, .grad_logits = &target, .label_weight = 0.0,
                                     .distillation = &distillation});
   };
-  const double distillation_error = compare(distillation_separate, distillation_fused);
-  agree = agree && distillation_error < 1e-2;
-  const double distillation_separate_ms = time_ms(distillation_separate);
-  const double distillation_fused_ms = time_ms(distillation_fused);
-  std::printf("  distillation alone   own pass %8.3f ms   cross-entropy pass %8.3f ms   %.2fx   (relative error "
-              "%.2e)\n",
-              distillation_separate_ms, distillation_fused_ms, distillation_separate_ms / distillation_fused_ms,
-              distillation_error);
+  time_alone("distillation alone", distillation_separate, distillation_fused);
   restore(logits);
   agree = compare_policy_variants(batch, logits, iterations) && agree;
   agree = compare_dpo_variants(batch, logits, iterations) && agree;
