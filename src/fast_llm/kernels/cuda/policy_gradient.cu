@@ -35,17 +35,21 @@ struct RowParams {
   float scale, softcap, grad_weight;
 };
 
+// A masked row's (label < 0, or not below vocab) pass-1 outputs: zeros, written by thread 0.
+__device__ void zero_masked_row_statistics(const RowParams& p, int64_t row) {
+  if (threadIdx.x != 0) return;
+  p.logsumexp[row] = 0.0f;
+  p.new_log_probs[row] = 0.0f;
+  if (p.entropies != nullptr) p.entropies[row] = 0.0f;
+}
+
 template <class T>
 __global__ void log_probability_rows(RowParams p) {
   __shared__ float scratch[kThreads];
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const int64_t label = p.labels[row * p.label_stride];
     if (label < 0 || label >= p.vocab) {
-      if (threadIdx.x == 0) {
-        p.logsumexp[row] = 0.0f;
-        p.new_log_probs[row] = 0.0f;
-        if (p.entropies != nullptr) p.entropies[row] = 0.0f;
-      }
+      zero_masked_row_statistics(p, row);
       continue;
     }
     const T* logits = static_cast<const T*>(p.logits) + row * p.logits_stride;
@@ -251,11 +255,7 @@ __global__ void softmax_statistics_rows(RowParams p, bool vectorized) {
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const int64_t label = p.labels[row * p.label_stride];
     if (label < 0 || label >= p.vocab) {
-      if (threadIdx.x == 0) {
-        p.logsumexp[row] = 0.0f;
-        p.new_log_probs[row] = 0.0f;
-        if (p.entropies != nullptr) p.entropies[row] = 0.0f;
-      }
+      zero_masked_row_statistics(p, row);
       continue;
     }
     const T* logits = static_cast<const T*>(p.logits) + row * p.logits_stride;
