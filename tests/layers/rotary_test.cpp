@@ -75,7 +75,7 @@ TEST(RotaryTables, CosSinOfPositionTimesFrequencyScaledByAttentionFactor) {
       "rotary: {type: yarn, theta: 10000, scale_factor: 4, beta_fast: 32, beta_slow: 1, original_context_length: "
       "8192}");
   Rotary rotary(holder.rotary.get(), 16);
-  Rotary::Tables tables = rotary.tables(6, Device::cpu(), {});
+  Rotary::Tables tables = rotary.tables(6, Device::cpu(), {}, DType::float32);
   ASSERT_EQ(tables.cos.shape(), (Shape{6, 8}));
   ASSERT_EQ(tables.cos.dtype(), DType::float32);
   // Row 5, from the formula in a separate script.
@@ -92,15 +92,20 @@ TEST(RotaryTables, CosSinOfPositionTimesFrequencyScaledByAttentionFactor) {
     EXPECT_EQ(tables.sin.item_as_double(first), 0.0);
   }
   // A shorter micro-batch gets the first rows of the same table; a longer one a new table.
-  Rotary::Tables shorter = rotary.tables(3, Device::cpu(), {});
+  Rotary::Tables shorter = rotary.tables(3, Device::cpu(), {}, DType::float32);
   EXPECT_EQ(shorter.cos.shape(), (Shape{3, 8}));
   EXPECT_EQ(shorter.cos.data(), tables.cos.data());
-  Rotary::Tables longer = rotary.tables(10, Device::cpu(), {});
+  Rotary::Tables longer = rotary.tables(10, Device::cpu(), {}, DType::float32);
   EXPECT_EQ(longer.cos.shape(), (Shape{10, 8}));
   const int64_t index[2] = {5, 3};
   EXPECT_NEAR(longer.cos.item_as_double(index), cos5[3], 2e-7);
   const int64_t last[2] = {9, 0};
   EXPECT_NEAR(longer.sin.item_as_double(last), std::sin(9.0) * 1.1386294361119891, 2e-7);
+  // fp64 compute gets fp64 tables (fp32 ones held fp64 runs to fp32 accuracy); bf16 compute the fp32 ones.
+  Rotary::Tables exact = rotary.tables(10, Device::cpu(), {}, DType::float64);
+  ASSERT_EQ(exact.cos.dtype(), DType::float64);
+  EXPECT_NEAR(exact.sin.item_as_double(last), std::sin(9.0) * 1.1386294361119891, 1e-14);
+  EXPECT_EQ(rotary.tables(4, Device::cpu(), {}, DType::bfloat16).cos.dtype(), DType::float32);
 }
 
 // Layers with equal frequencies get one Rotary (one table); other frequencies, or another head size, another.

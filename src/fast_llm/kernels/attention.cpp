@@ -50,7 +50,8 @@ void check_like(const OpContract& contract, std::string_view reference_name, con
   }
 }
 
-// The rotary tables: both absent, or both (key_tokens, rotary_dims / 2) float32 with 0 < rotary_dims <= head_size.
+// The rotary tables: both absent, or both (key_tokens, rotary_dims / 2) float32 (float64 allowed for a float64 query:
+// layers/attention/rotary.h) with 0 < rotary_dims <= head_size.
 void check_rotary(const OpContract& contract, const AttentionBackwardArgs& args) {
   FLM_CHECK((args.rotary_cos == nullptr) == (args.rotary_sin == nullptr), contract.op(),
             "rotary_cos and rotary_sin come together; only {} is given",
@@ -60,7 +61,8 @@ void check_rotary(const OpContract& contract, const AttentionBackwardArgs& args)
   for (const auto& [name, table] :
        {std::pair{"rotary_cos", args.rotary_cos}, std::pair{"rotary_sin", args.rotary_sin}}) {
     contract.on_device(name, *table);
-    FLM_CHECK(table->dtype() == DType::float32, contract.op(), "{} has dtype {}, expected float32", name,
+    const bool float64_tables = table->dtype() == DType::float64 && args.query.dtype() == DType::float64;
+    FLM_CHECK(table->dtype() == DType::float32 || float64_tables, contract.op(), "{} has dtype {}, expected float32 (or float64 with a float64 query)", name,
               dtype_name(table->dtype()));
     FLM_CHECK(table->rank() == 2 && table->size(0) == tokens && table->size(1) > 0 && 2 * table->size(1) <= head_size,
               contract.op(),

@@ -82,7 +82,7 @@ void cross_entropy_reference(const CrossEntropyArgs& args) {
           t[size_t(column)] = Compute(targets[size_t(token * vocab + column)]) * target_scale;
         if (grad_logits != nullptr) distillation_grad_z.resize(static_cast<size_t>(vocab));
         distillation_losses[size_t(token)] =
-            double(distillation_row(z, std::move(t), distillation->loss_type, distillation_weight,
+            double(distillation_row(z, t, distillation->loss_type, distillation_weight,
                                     grad_logits != nullptr ? &distillation_grad_z : nullptr));
       }
       if (grad_logits != nullptr)

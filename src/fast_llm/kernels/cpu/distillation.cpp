@@ -49,7 +49,7 @@ void distillation_reference(const DistillationArgs& args) {
       for (int64_t column = 0; column < vocab; ++column)
         t[size_t(column)] = Compute(targets[size_t(token * vocab + column)]) * target_scale;
       std::vector<Compute> grad_z(grad_logits != nullptr ? static_cast<size_t>(vocab) : 0);  // (vocab), weighted
-      losses[size_t(token)] = double(distillation_row(z, std::move(t), args.loss_type, weight,
+      losses[size_t(token)] = double(distillation_row(z, t, args.loss_type, weight,
                                                       grad_logits != nullptr ? &grad_z : nullptr));
       if (grad_logits == nullptr) continue;
       for (int64_t column = 0; column < vocab; ++column) {

@@ -298,7 +298,7 @@ Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* s
   if (rotary_->enabled()) {
     // The tables' rows of the tokens' rows in the sequence.
     const int64_t begin = piece ? piece->begin : 0;
-    const Rotary::Tables tables = rotary_->tables(begin + tokens, input.device(), stream);
+    const Rotary::Tables tables = rotary_->tables(begin + tokens, input.device(), stream, input.dtype());
     const Tensor cos = tables.cos.slice(0, begin, begin + tokens), sin = tables.sin.slice(0, begin, begin + tokens);
     for (Tensor* tensor : {&projections.query, &projections.key})
       kernels::rotary_apply({.tensor = *tensor, .cos = cos, .sin = sin, .inverse = false, .stream = stream});
@@ -339,10 +339,11 @@ Tensor Attention::forward_cached(const Tensor& input, const MicroBatch& batch, K
     // The rows of the tables at each token's position in its own sequence (gathered once per step).
     const KeyValueCache::PositionTables* tables = cache.step_rotary(rotary_.get());
     if (tables == nullptr) {
-      const Rotary::Tables full = rotary_->tables(cache.capacity(), device, stream);
+      const Rotary::Tables full = rotary_->tables(cache.capacity(), device, stream, input.dtype());
       const int64_t half = full.cos.size(1);
-      KeyValueCache::PositionTables gathered{.cos = Tensor::empty(Shape{tokens, half}, DType::float32, device, stream),
-                                             .sin = Tensor::empty(Shape{tokens, half}, DType::float32, device, stream)};
+      const DType table_dtype = full.cos.dtype();
+      KeyValueCache::PositionTables gathered{.cos = Tensor::empty(Shape{tokens, half}, table_dtype, device, stream),
+                                             .sin = Tensor::empty(Shape{tokens, half}, table_dtype, device, stream)};
       kernels::embedding_forward({.indices = batch.positions, .weight = full.cos, .output = gathered.cos,
                                   .stream = stream});
       kernels::embedding_forward({.indices = batch.positions, .weight = full.sin, .output = gathered.sin,
@@ -397,7 +398,7 @@ Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream
   Tensor grad_value = Tensor::empty(saved.value.shape(), dtype, device, stream);
   // With rotary, the kernel returns the gradients of the query and key before their rotation (tables of the key rows).
   Rotary::Tables rotary_tables;
-  if (rotary_->enabled()) rotary_tables = rotary_->tables(saved.key.size(0), device, stream);
+  if (rotary_->enabled()) rotary_tables = rotary_->tables(saved.key.size(0), device, stream, dtype);
   {
     Tensor flat_output = saved.output.reshape(Shape{tokens, int64_t(heads_) * head_size_});
     Tensor grad_attention = dense_.backward(grad_output, flat_output, stream, std::nullopt, saved.dropout_seed)
