@@ -133,9 +133,9 @@ def architecture_from_fast_llm_config(config):
     if peft.get("type") == "lora":
         post_training["lora"] = {"rank": int(peft["rank"])}
     losses = (base.get("head") or {}).get("losses") or {}
-    if config.get("reference_models") and any((loss or {}).get("type") == "dpo" for loss in losses.values()):
-        post_training["dpo"] = {"beta": float(next(loss.get("beta", 0.1) for loss in losses.values()
-                                                  if (loss or {}).get("type") == "dpo"))}
+    dpo_losses = [loss for loss in losses.values() if (loss or {}).get("type") == "dpo"]
+    if config.get("reference_models") and dpo_losses:
+        post_training["dpo"] = {"beta": float(dpo_losses[0].get("beta", 0.1))}
     return dict(**moe, **post_training, hidden_size=int(base["hidden_size"]), num_layers=int(decoder["num_blocks"]),
                 heads=int(mixer["heads"]), head_groups=int(mixer["head_groups"]), head_size=int(mixer["head_size"]),
                 intermediate_size=int(mlp["intermediate_size"]), gated=bool(mlp.get("gated", False)),

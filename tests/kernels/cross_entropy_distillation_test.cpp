@@ -230,9 +230,14 @@ TEST(CrossEntropyDistillationReference, CombinedGradientMatchesFiniteDifferences
     SCOPED_TRACE(describe(options));
     const Tensor logits = random_tensor(Shape{tokens, vocab}, DType::float64, 323, -3, 3);
     Tensor grad = filled(Shape{tokens, vocab}, DType::float64, kNaN);
-    run_fused(logits, teacher, labels, &grad, options);
+    const Sums sums = run_fused(logits, teacher, labels, &grad, options);
     const auto objective = [&] { return naive_objective(values_of(logits), teacher_values, labels, vocab, options); };
     expect_near(grad, finite_difference_gradient(logits, objective), 1e-9, 1e-7, "grad");
+    // The loss sums too, against the same definitions (the term's distillation sum is otherwise compared only with
+    // distillation_forward_backward's, which shares its row math, reference_helpers.h distillation_row).
+    const double weighted = options.label_weight * sums.label + (options.z_loss ? kZLossWeight * sums.z : 0.0) +
+                            kWeight * sums.distillation;
+    EXPECT_NEAR(weighted, objective(), 1e-12 * (1 + std::abs(weighted)));
   }
 }
 

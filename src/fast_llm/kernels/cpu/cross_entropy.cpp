@@ -9,8 +9,9 @@
 // The z-loss is on exactly when z_loss_sum is given (its gradient weight without a sum to add to is an error).
 // Per-row gradient weights (row_gradient_weights) are read in fp64 and added to label_weight in fp64 before the
 // row's weight is rounded to the compute type. The distillation term is the distillation reference's row math
-// (reference_helpers.h distillation_row, as kernels/cpu/distillation.cpp) on the same row: its weighted d/dz is added
-// to the label losses' before the product with dz/dx and the store (one rounding), its loss to its own sum.
+// (reference_helpers.h distillation_row, as kernels/cpu/distillation.cpp, in fp64 whatever the dtype) on the same row:
+// its weighted d/dz is added to the label losses' before the product with dz/dx and the store (one rounding), its loss
+// to its own sum.
 #include "fast_llm/kernels/cross_entropy.h"
 
 #include <algorithm>
@@ -77,13 +78,10 @@ void cross_entropy_reference(const CrossEntropyArgs& args) {
           Compute(row_weights.empty() ? args.label_weight : args.label_weight + row_weights[size_t(token)]);
       std::vector<Compute> distillation_grad_z;  // (vocab) when training with the distillation term
       if (distillation != nullptr) {
-        std::vector<Compute> t(static_cast<size_t>(vocab));  // target * s / temperature
-        for (int64_t column = 0; column < vocab; ++column)
-          t[size_t(column)] = Compute(targets[size_t(token * vocab + column)]) * target_scale;
         if (grad_logits != nullptr) distillation_grad_z.resize(static_cast<size_t>(vocab));
         distillation_losses[size_t(token)] =
-            double(distillation_row(z, t, distillation->loss_type, distillation_weight,
-                                    grad_logits != nullptr ? &distillation_grad_z : nullptr));
+            double(distillation_row(z, targets.data() + token * vocab, target_scale, distillation->loss_type,
+                                    distillation_weight, grad_logits != nullptr ? &distillation_grad_z : nullptr));
       }
       if (grad_logits != nullptr)
         cross_entropy_gradient_row(z, dz_dx, row_logsumexp, label, label_weight, z_loss_weight,
@@ -102,6 +100,6 @@ void cross_entropy_reference(const CrossEntropyArgs& args) {
 FLM_REGISTER_KERNEL(CrossEntropyForwardBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
                     nullptr, &cross_entropy_reference,
                     "one row at a time: stable logsumexp, label and z-loss, distillation, gradient in the same pass; "
-                    "fp32 math (fp64 for fp64)");
+                    "fp32 math (fp64 for fp64), the distillation row's in fp64");
 
 }  // namespace fast_llm::kernels::cpu

@@ -1,9 +1,10 @@
 // CPU reference of distillation_forward_backward (kernels/distillation.h).
 //
-// One row (token) at a time, as the cross-entropy reference: the row of logits and the teacher's row are read into
-// (vocab) buffers of the compute type before anything is written, so grad_logits may be the logits tensor itself. Math
-// in fp32 for fp32 / bf16 / fp16 logits and fp64 for fp64 logits; log-softmax by the stable max + log(sum(exp)).
-// Per-row losses are summed in fp64 in token order (deterministic).
+// One row (token) at a time, as the cross-entropy reference: the row of logits is read into (vocab) buffers of the
+// compute type (fp32 for fp32 / bf16 / fp16 logits, fp64 for fp64) before anything is written, so grad_logits may be
+// the logits tensor itself. The row's loss and d/dz (reference_helpers.h distillation_row, which the cross-entropy
+// reference's distillation term shares) run in fp64 whatever the dtype; log-softmax by the stable max +
+// log(sum(exp)). Per-row losses are summed in fp64 in token order (deterministic).
 #include "fast_llm/kernels/distillation.h"
 
 #include <algorithm>
@@ -42,15 +43,12 @@ void distillation_reference(const DistillationArgs& args) {
             grad_logits[token * grad_row + column * grad_column] = store_value<T>(0);
         continue;
       }
-      // z and dz/dx (s, or s (1 - tanh^2) with a softcap); t = target * s / temperature.
-      std::vector<Compute> z(static_cast<size_t>(vocab)), t(static_cast<size_t>(vocab)),
-          dz_dx(static_cast<size_t>(vocab));  // (vocab)
+      // z and dz/dx (s, or s (1 - tanh^2) with a softcap); the teacher's row is scaled by s / temperature.
+      std::vector<Compute> z(static_cast<size_t>(vocab)), dz_dx(static_cast<size_t>(vocab));  // (vocab)
       scaled_logits_row(logits + token * logits_row, logits_column, scale_factor, args.softcap, z, dz_dx);
-      for (int64_t column = 0; column < vocab; ++column)
-        t[size_t(column)] = Compute(targets[size_t(token * vocab + column)]) * target_scale;
       std::vector<Compute> grad_z(grad_logits != nullptr ? static_cast<size_t>(vocab) : 0);  // (vocab), weighted
-      losses[size_t(token)] = double(distillation_row(z, t, args.loss_type, weight,
-                                                      grad_logits != nullptr ? &grad_z : nullptr));
+      losses[size_t(token)] = double(distillation_row(z, targets.data() + token * vocab, target_scale, args.loss_type,
+                                                      weight, grad_logits != nullptr ? &grad_z : nullptr));
       if (grad_logits == nullptr) continue;
       for (int64_t column = 0; column < vocab; ++column) {
         T& element = grad_logits[token * grad_row + column * grad_column];
@@ -69,6 +67,6 @@ void distillation_reference(const DistillationArgs& args) {
 FLM_REGISTER_KERNEL(DistillationForwardBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline,
                     nullptr, &distillation_reference,
                     "one row at a time: the model's and the teacher's log-softmax, cross-entropy / forward or reverse "
-                    "KL and the gradient in the same pass; fp32 math (fp64 for fp64)");
+                    "KL and the gradient in the same pass; the row's loss math in fp64");
 
 }  // namespace fast_llm::kernels::cpu

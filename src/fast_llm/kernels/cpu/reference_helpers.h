@@ -81,14 +81,15 @@ void log_softmax_in_place(std::vector<Compute>& values) {
 }
 
 // One row of the distillation loss (kernels/distillation.h), from the model's z (scaled and softcapped) and the
-// teacher's t (its logits times s / temperature): returns the row's loss; with `grad_z`, writes d loss / dz_k times
-// `weight` into it. The math runs in fp64 whatever Compute is: the row's sums taken one after another in fp32 round by
+// teacher's row of logits `target_row` (z.size() values): t_k = target_k * `target_scale` (s / temperature, rounded to
+// Compute as z is); returns the row's loss; with `grad_z`, writes d loss / dz_k times `weight` into it. The math runs in fp64 whatever Compute is: the row's sums taken one after another in fp32 round by
 // up to ~length x epsilon, which at 200,003 logits moved the reverse-KL loss by 3e-4, far from the GPU's tree sums (the
 // reference must be the accurate side of a comparison).
 template <class Compute>
-Compute distillation_row(const std::vector<Compute>& z, const std::vector<Compute>& t, DistillationLossType loss_type,
-                         Compute weight, std::vector<Compute>* grad_z) {
-  std::vector<double> log_q(z.begin(), z.end()), log_p(t.begin(), t.end());
+Compute distillation_row(const std::vector<Compute>& z, const double* target_row, Compute target_scale,
+                         DistillationLossType loss_type, Compute weight, std::vector<Compute>* grad_z) {
+  std::vector<double> log_q(z.begin(), z.end()), log_p(z.size());
+  for (size_t k = 0; k < z.size(); ++k) log_p[k] = double(Compute(target_row[k]) * target_scale);
   log_softmax_in_place(log_q);
   log_softmax_in_place(log_p);
   double loss = 0;

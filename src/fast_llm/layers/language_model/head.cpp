@@ -195,8 +195,8 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
       kernels::fill({.tensor = row_weights, .value = 0.0, .stream = stream});
     }
     if (reference_losses_.has_dpo())
-      reference_losses_.forward_backward(context, logits, labels, pairs, rows, reference_sums, logits_scale_factor_,
-                                         row_weighted ? &row_weights : nullptr);
+      reference_losses_.dpo_forward_backward(context, logits, labels, pairs, rows, reference_sums,
+                                             logits_scale_factor_, row_weighted ? &row_weights : nullptr);
     if (policy_loss_)
       policy_loss_->forward_chunk(context, logits, begin, end, logits_scale_factor_, softcap_,
                                   row_weighted ? &row_weights : nullptr);

@@ -92,31 +92,30 @@ kernels::CrossEntropyDistillation ReferenceLosses::distillation_term(const Layer
           .weight = distillation_->weight * context.loss_gradient_scale};
 }
 
-void ReferenceLosses::forward_backward(const LayerContext& context, const Tensor& logits, const Tensor& labels,
-                                       std::span<const kernels::PreferencePair> row_pairs, int64_t rows,
-                                       Sums& sums, double logits_scale_factor, Tensor* row_coefficients) const {
-  FLM_ASSERT(!dpo_ || !context.training || row_coefficients != nullptr,
+void ReferenceLosses::dpo_forward_backward(const LayerContext& context, const Tensor& logits, const Tensor& labels,
+                                           std::span<const kernels::PreferencePair> row_pairs, int64_t rows,
+                                           Sums& sums, double logits_scale_factor, Tensor* row_coefficients) const {
+  FLM_ASSERT(dpo_.has_value(), "dpo_forward_backward without a dpo loss");
+  FLM_ASSERT(!context.training || row_coefficients != nullptr,
              "in training the dpo loss hands its gradient to the cross-entropy pass through row_coefficients");
-  if (dpo_) {
-    FLM_ASSERT(logits.size(0) == rows && labels.numel() == rows, "the dpo loss runs on whole micro-batches");
-    const int64_t pairs = context.batch.preference_pairs_in_step;
-    FLM_CHECK(pairs > 0 || !context.training, "head",
-              "the dpo loss '{}' needs preference pairs (the chosen_spans and rejected_spans of the dataset), and the "
-              "step has none: prepare the data with source_schema.chosen_span and rejected_span",
-              dpo_->name);
-    const Tensor reference = reference_rows(context, dpo_->name, dpo_->reference_model, 0, rows, rows);
-    kernels::dpo_forward_backward({.logits = logits,
-                                   .reference_logits = reference,
-                                   .labels = labels,
-                                   .pairs = row_pairs,
-                                   .loss_sum = sums.dpo,
-                                   .grad_logits = nullptr,
-                                   .row_coefficients = row_coefficients,
-                                   .beta = dpo_->beta,
-                                   .weight = pairs > 0 ? dpo_->weight * context.loss_scale / double(pairs) : 0.0,
-                                   .logits_scale_factor = logits_scale_factor,
-                                   .stream = context.stream});
-  }
+  FLM_ASSERT(logits.size(0) == rows && labels.numel() == rows, "the dpo loss runs on whole micro-batches");
+  const int64_t pairs = context.batch.preference_pairs_in_step;
+  FLM_CHECK(pairs > 0 || !context.training, "head",
+            "the dpo loss '{}' needs preference pairs (the chosen_spans and rejected_spans of the dataset), and the "
+            "step has none: prepare the data with source_schema.chosen_span and rejected_span",
+            dpo_->name);
+  const Tensor reference = reference_rows(context, dpo_->name, dpo_->reference_model, 0, rows, rows);
+  kernels::dpo_forward_backward({.logits = logits,
+                                 .reference_logits = reference,
+                                 .labels = labels,
+                                 .pairs = row_pairs,
+                                 .loss_sum = sums.dpo,
+                                 .grad_logits = nullptr,
+                                 .row_coefficients = row_coefficients,
+                                 .beta = dpo_->beta,
+                                 .weight = pairs > 0 ? dpo_->weight * context.loss_scale / double(pairs) : 0.0,
+                                 .logits_scale_factor = logits_scale_factor,
+                                 .stream = context.stream});
 }
 
 void ReferenceLosses::add_losses(const LayerContext& context, const Sums& sums, const std::string& total_name) const {

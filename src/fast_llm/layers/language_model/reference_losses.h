@@ -45,11 +45,11 @@ class ReferenceLosses {
   // computes_loss_rows_only); the reference models' logits have the same rows.
   // dpo on all `rows` rows, whose logits (rows, vocab) are read only, with their `labels` and the preference pairs
   // `row_pairs` in their numbering: it writes no gradient but adds its per-row gradient coefficients (kernels/dpo.h) to
-  // `row_coefficients` (rows), for the head's cross-entropy pass; in training they must be given. Nothing without dpo
+  // `row_coefficients` (rows), for the head's cross-entropy pass; in training they must be given. Only with has_dpo()
   // (the distillation is distillation_term's).
-  void forward_backward(const LayerContext& context, const Tensor& logits, const Tensor& labels,
-                        std::span<const kernels::PreferencePair> row_pairs, int64_t rows, Sums& sums,
-                        double logits_scale_factor, Tensor* row_coefficients) const;
+  void dpo_forward_backward(const LayerContext& context, const Tensor& logits, const Tensor& labels,
+                            std::span<const kernels::PreferencePair> row_pairs, int64_t rows, Sums& sums,
+                            double logits_scale_factor, Tensor* row_coefficients) const;
 
   // The distillation term of the head's cross-entropy pass over rows [begin, end) of its `rows` rows
   // (kernels/cross_entropy.h): the teacher's logits of those rows are put in `teacher`, which must outlive the term,
