@@ -187,6 +187,11 @@ TEST(EngineCuda, MicroBatchesReachTheDevice) {
   EXPECT_EQ(micro_batch.cu_seqlens.dtype(), DType::int32);
   EXPECT_EQ(as_vector(second.labels), batch->labels);
   EXPECT_EQ(as_vector(second.cu_seqlens), (std::vector<int64_t>{0, 2, 6}));
+  // The rows that carry a loss, packed with the rest (layers/language_model/loss_rows.h).
+  EXPECT_EQ(as_vector(micro_batch.loss_rows), (std::vector<int64_t>{0, 1, 3, 4, 5}));
+  EXPECT_EQ(as_vector(micro_batch.loss_labels), (std::vector<int64_t>{6, 7, 9, 10, 11}));
+  EXPECT_EQ(as_vector(micro_batch.loss_row_positions), (std::vector<int64_t>{0, 1, 5, 2, 3, 4}));
+  EXPECT_EQ(as_vector(second.loss_rows), (std::vector<int64_t>{0, 1, 3, 4, 5}));
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Language-model head: names, tied weights, the loss against a direct computation, backward of the (normalised) loss
 // against finite differences with splits / z-loss / softcap / logits scales / tied weights / the policy-gradient losses
 // (alone and beside the label loss), splits that do not change anything, loss names (the policy metrics), the policy
-// advantage extremes over chunks and micro-batches, refused losses.
+// advantage extremes over chunks and micro-batches, refused losses; the head on the loss rows only (prompt masking,
+// dpo, distillation) against the head on every row.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "fast_llm/core/error.h"
 #include "fast_llm/layers/language_model/embedding.h"
 #include "fast_llm/layers/language_model/head.h"
+#include "fast_llm/layers/language_model/loss_rows.h"
 #include "layer_test_util.h"
 
 namespace fast_llm::layers {
@@ -435,6 +437,139 @@ TEST(Head, ReferenceLossNames) {
   LossSums again;
   LayerContext missing = make_context(data.batch, false, &again);
   EXPECT_THROW(head.forward(missing, random_tensor(Shape{12, kHidden}, 28)), Error);
+}
+
+// Loss rows: the rows with a label, each row's index among them (the count for a masked one), the pairs' spans counted
+// in loss rows (a span [b, e) -> [loss rows before b, loss rows before e)).
+TEST(Head, FindLossRows) {
+  const std::vector<int64_t> labels{-100, 4, 5, -100, -100, 7, 2, -100};
+  const std::vector<kernels::PreferencePair> pairs{
+      {.chosen_begin = 0, .chosen_end = 3, .rejected_begin = 3, .rejected_end = 8}};
+  const LossRows rows = find_loss_rows(labels, pairs);
+  EXPECT_EQ(rows.rows, (std::vector<int64_t>{1, 2, 5, 6}));
+  EXPECT_EQ(rows.labels, (std::vector<int64_t>{4, 5, 7, 2}));
+  EXPECT_EQ(rows.positions, (std::vector<int64_t>{4, 0, 1, 4, 4, 2, 3, 4}));
+  ASSERT_EQ(rows.preference_pairs.size(), 1u);
+  EXPECT_EQ(rows.preference_pairs[0].chosen_begin, 0);
+  EXPECT_EQ(rows.preference_pairs[0].chosen_end, 2);
+  EXPECT_EQ(rows.preference_pairs[0].rejected_begin, 2);
+  EXPECT_EQ(rows.preference_pairs[0].rejected_end, 4);
+}
+
+// A batch of documents {3, 5, 4} whose first rows are masked as prompts would be (7 labels of 12 rows), with two
+// preference pairs over label rows and a teacher's logits, its loss rows attached.
+struct MaskedBatch {
+  BatchData data;
+  Tensor teacher;          // (12, vocab)
+  Tensor compact_teacher;  // the teacher's loss rows
+};
+
+MaskedBatch masked_batch(DType dtype) {
+  MaskedBatch result{.data = make_batch({3, 5, 4}, kVocab, 16, /*index=*/1), .teacher = {}, .compact_teacher = {}};
+  BatchData& data = result.data;
+  for (int64_t row : {3, 4}) data.labels[size_t(row)] = -100;
+  std::copy(data.labels.begin(), data.labels.end(), data.batch.labels.data_as<int64_t>());
+  data.batch.labels_in_step = 7;
+  data.batch.preference_pairs = {{.chosen_begin = 0, .chosen_end = 2, .rejected_begin = 3, .rejected_end = 7},
+                                 {.chosen_begin = 8, .chosen_end = 10, .rejected_begin = 10, .rejected_end = 11}};
+  data.batch.preference_pairs_in_step = 3;
+  const LossRows rows = find_loss_rows(data.labels, data.batch.preference_pairs);
+  EXPECT_EQ(rows.rows.size(), 7u);
+  attach_loss_rows(data.batch, rows);
+  result.teacher = random_tensor(Shape{12, kVocab}, 17, 2.0, dtype);
+  result.compact_teacher = Tensor::empty(Shape{int64_t(rows.rows.size()), kVocab}, dtype);
+  for (size_t index = 0; index < rows.rows.size(); ++index)
+    result.compact_teacher.slice(0, int64_t(index), int64_t(index) + 1)
+        .copy_bytes_from(result.teacher.slice(0, rows.rows[index], rows.rows[index] + 1), Stream{});
+  return result;
+}
+
+// The losses, the gradient of the input and of every parameter of one training step of a fresh head built from `yaml`
+// on `batch`, on its loss rows only or on every row.
+std::vector<double> head_step(const std::string& yaml, MaskedBatch& masked, bool loss_rows_only, DType dtype) {
+  LanguageModelHead head("head", head_config(yaml), kHidden, kVocab, 1.0);
+  bind_parameters(head, 15, dtype);
+  head.enable_loss_rows_only(loss_rows_only);
+  MicroBatch& batch = masked.data.batch;
+  EXPECT_EQ(head.computes_loss_rows_only(batch), loss_rows_only);
+  batch.reference_logits["teacher"] = loss_rows_only ? masked.compact_teacher : masked.teacher;
+  const double weights = double(kVocab * kHidden);
+  EXPECT_EQ(head.flops(batch), 6.0 * (loss_rows_only ? 7.0 : 12.0) * weights);
+  Tensor input = random_tensor(Shape{12, kHidden}, 18, 1.5, dtype);
+  LossSums losses;
+  LayerContext context = make_context(batch, true, &losses, 1.0 / 7.0, 0, dtype);
+  head.forward(context, input);
+  std::vector<double> result = values_of(head.backward(context, Tensor()));
+  for (Parameter* parameter : head.parameters()) {
+    const std::vector<double> grad = values_of(parameter->grad);
+    result.insert(result.end(), grad.begin(), grad.end());
+  }
+  for (const auto& [name, sum] : losses.all()) result.push_back(sum.item());
+  return result;
+}
+
+struct LossRowsCase {
+  std::string name;
+  std::string yaml;
+};
+
+void PrintTo(const LossRowsCase& test_case, std::ostream* stream) { *stream << test_case.yaml; }
+
+class LossRowsHeadTest : public ::testing::TestWithParam<LossRowsCase> {};
+
+// The head on its loss rows only gives every row's losses and gradients: exactly in fp64 up to the order of sums,
+// within fp32 rounding in fp32. The masked rows' input gradient is zero (checked by the comparison).
+TEST_P(LossRowsHeadTest, SameAsEveryRow) {
+  for (DType dtype : {DType::float64, DType::float32}) {
+    MaskedBatch masked = masked_batch(dtype);
+    const std::vector<double> every_row = head_step(GetParam().yaml, masked, false, dtype);
+    const std::vector<double> loss_rows = head_step(GetParam().yaml, masked, true, dtype);
+    ASSERT_EQ(every_row.size(), loss_rows.size());
+    EXPECT_GT(max_abs(every_row), 0.0);
+    const double tolerance = dtype == DType::float64 ? 1e-12 : 2e-5;
+    for (size_t index = 0; index < every_row.size(); ++index)
+      EXPECT_NEAR(every_row[index], loss_rows[index], tolerance * std::max(1.0, std::abs(every_row[index])))
+          << dtype_name(dtype) << " value " << index;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, LossRowsHeadTest,
+    ::testing::Values(
+        LossRowsCase{"label", "{normalization: {type: rms_norm}}"},
+        LossRowsCase{"label_z_splits", "{normalization: {type: layer_norm}, cross_entropy_splits: 3, losses: {ce: "
+                                       "{type: label, weight: 0.7}, z: {type: z_loss, weight: 0.1}}}"},
+        LossRowsCase{"dpo", "{normalization: {type: rms_norm}, losses: {dpo: {type: dpo, reference_model: teacher, "
+                            "beta: 0.7}}}"},
+        LossRowsCase{"distillation", "{normalization: {type: rms_norm}, cross_entropy_splits: 2, final_logit_softcap: "
+                                     "3.0, losses: {ce: {type: label, weight: 0.7}, d: {type: distillation, "
+                                     "reference_model: teacher, loss_type: forward_kl, temperature: 0.5}}}"},
+        LossRowsCase{"all", "{normalization: {type: rms_norm}, losses: {ce: {type: label, weight: 0.5}, z: {type: "
+                            "z_loss, weight: 0.1}, dpo: {type: dpo, reference_model: teacher, beta: 0.3}, d: {type: "
+                            "distillation, reference_model: teacher, loss_type: reverse_kl}}}"}),
+    [](const auto& info) { return info.param.name; });
+
+// Every row is computed when compacting would not be exact or the batch does not allow it: a policy-gradient loss, no
+// loss rows attached (hand-built batches, sequence pieces), every row or none carrying a label.
+TEST(Head, LossRowsOnlyWhenAllowed) {
+  MaskedBatch masked = masked_batch(DType::float64);
+  LanguageModelHead label("head", head_config("{normalization: {type: rms_norm}}"), kHidden, kVocab, 1.0);
+  EXPECT_TRUE(label.computes_loss_rows_only(masked.data.batch));
+  LanguageModelHead policy("head", head_config("{losses: {ce: {type: label}, g: {type: grpo}}}"), kHidden, kVocab,
+                           1.0);
+  EXPECT_FALSE(policy.computes_loss_rows_only(masked.data.batch));
+  MicroBatch piece = masked.data.batch;
+  piece.sequence_piece.emplace();
+  EXPECT_FALSE(label.computes_loss_rows_only(piece));
+  BatchData plain = make_batch({3, 5, 4}, kVocab, 16);
+  EXPECT_FALSE(label.computes_loss_rows_only(plain.batch));
+  attach_loss_rows(plain.batch, find_loss_rows(plain.labels, {}));  // 9 of 12 rows: compacted
+  EXPECT_TRUE(label.computes_loss_rows_only(plain.batch));
+  const std::vector<int64_t> all_labelled(12, 1), none_labelled(12, -100);
+  attach_loss_rows(plain.batch, find_loss_rows(all_labelled, {}));
+  EXPECT_FALSE(label.computes_loss_rows_only(plain.batch));
+  attach_loss_rows(plain.batch, find_loss_rows(none_labelled, {}));
+  EXPECT_FALSE(label.computes_loss_rows_only(plain.batch));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // `train gpt` with reference models (models/gpt/reference_models.h) and the head's distillation and dpo losses, on the
 // CPU: a model whose reference is itself (both freshly initialised with the run's seed) has a distillation KL of 0 and
-// a DPO loss of log(2) at its first step, and then learns; the reference's weights never change; the head's total is
+// a DPO loss of log(2) at its first step, and then learns (also on prompt-masked SFT data, computing the loss rows
+// only); the reference's weights never change; the head's total is
 // the weighted sum of its losses; activation distillation of a model by itself starts at 0; a reference model loaded
 // from a checkpoint takes its architecture from it; and the config errors (unknown reference model, a reference model
 // no loss reads, dpo with truncated documents, vocabularies that differ).
@@ -131,6 +132,35 @@ distillation: {type: distillation, reference_model: reference, loss_type: forwar
   ReferenceModels fresh(config, Device::cpu());
   fresh.load();
   EXPECT_EQ(after, weights(fresh.multi_stage("reference")));
+}
+
+// SFT data: each document's prompt (its first 5 tokens) under a loss-masking span, so the head and the reference model
+// compute only the answers' rows (LanguageModelHead::computes_loss_rows_only); the teacher's rows are the head's, so
+// the self-distillation is still exactly 0 at the first step.
+TEST_F(ReferenceModelsTest, SelfDistillationOnPromptMaskedDataStartsAtZero) {
+  const fs::path dataset = directory_ / "sft.fast_llm_dataset";
+  std::vector<data::Document> documents(12);
+  for (size_t index = 0; index < documents.size(); ++index) {
+    for (int64_t position = 0; position < 11; ++position)
+      documents[index].tokens.push_back((int64_t(index) * 5 + position * 3) % 40);
+    documents[index].loss_masking_spans = {{0, 5}};
+  }
+  data::testing::write_dataset(dataset, documents,
+                               {.data_type = data::TokenDataType::uint16, .loss_masking_spans = true});
+  const YAML::Node tree = trainer_tree(R"(
+cross_entropy: {type: label}
+distillation: {type: distillation, reference_model: reference, loss_type: reverse_kl, weight: 0.5}
+)",
+                                       "{data: {datasets: {training: {type: memmap, path: '" + dataset.string() +
+                                           "'}}}}");
+  const auto records = train_records(tree, "run");
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_NEAR(records[0]["distillation"].get<double>(), 0.0, 1e-12);
+  EXPECT_GT(records[0]["cross_entropy"].get<double>(), 1.0);
+  EXPECT_GT(records[3]["distillation"].get<double>(), 1e-8);
+  for (const auto& record : records)
+    EXPECT_NEAR(record["lm_head_loss"].get<double>(),
+                record["cross_entropy"].get<double>() + 0.5 * record["distillation"].get<double>(), 1e-12);
 }
 
 TEST_F(ReferenceModelsTest, SelfActivationDistillationStartsAtZero) {

@@ -60,8 +60,16 @@ struct MicroBatch {
   // whole step (as labels_in_step).
   std::vector<kernels::PreferencePair> preference_pairs;
   int64_t preference_pairs_in_step = 0;
+  // The rows that carry a loss (label >= 0; language_model/loss_rows.h), set by the batch uploader, undefined
+  // elsewhere (sequence pieces, generation, hand-built batches): the head may compute only these rows
+  // (LanguageModelHead::computes_loss_rows_only). Their count is loss_rows.numel(), known on the host.
+  Tensor loss_rows;           // (loss rows) int64, ascending
+  Tensor loss_labels;         // (loss rows) int64: the labels of those rows
+  Tensor loss_row_positions;  // (tokens) int64: each row's index among the loss rows, the loss row count if masked
+  std::vector<kernels::PreferencePair> loss_preference_pairs;  // preference_pairs in the loss rows' numbering
   // The logits of each reference model on this micro-batch, by its name in `reference_models` (models/gpt/
-  // reference_models.h): (tokens, vocab), fp32 (fp64 for fp64 compute). Empty without reference models.
+  // reference_models.h): (tokens, vocab), fp32 (fp64 for fp64 compute), or (loss rows, vocab) when the trained head
+  // computes the loss rows only. Empty without reference models.
   std::map<std::string, Tensor> reference_logits;
   // The mixer output of each block of each reference model that blocks distill (block `distillation_model`), by model
   // name then block name (e.g. `decoder.3`): (tokens, hidden) in the compute dtype.

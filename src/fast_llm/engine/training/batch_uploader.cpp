@@ -4,19 +4,25 @@
 #include <cstring>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/layers/language_model/loss_rows.h"
 
 namespace fast_llm::engine {
 namespace {
 
-// Byte layout of a packed batch: tokens, labels, positions (int64), then cu_seqlens (int32), then when the batch has
-// token data advantages, old log-probabilities (float32) and label documents (int32); every part is aligned to its
-// type because the int64 parts come first.
+// Byte layout of a packed batch: tokens, labels, positions, the loss rows' positions (tokens each), the loss rows and
+// their labels (loss rows each; int64), then cu_seqlens (int32), then when the batch has token data advantages, old
+// log-probabilities (float32) and label documents (int32); every part is aligned to its type because the int64 parts
+// come first.
 struct Layout {
   int64_t tokens = 0, segments = 0;  // segments + 1 cu_seqlens entries
+  int64_t loss_rows = 0;
   bool token_data = false;
   size_t labels() const { return size_t(tokens) * 8; }
   size_t positions() const { return 2 * size_t(tokens) * 8; }
-  size_t cu_seqlens() const { return 3 * size_t(tokens) * 8; }
+  size_t loss_row_positions() const { return 3 * size_t(tokens) * 8; }
+  size_t loss_rows_offset() const { return 4 * size_t(tokens) * 8; }
+  size_t loss_labels() const { return loss_rows_offset() + size_t(loss_rows) * 8; }
+  size_t cu_seqlens() const { return loss_labels() + size_t(loss_rows) * 8; }
   size_t advantages() const { return cu_seqlens() + size_t(segments + 1) * 4; }
   size_t old_log_probabilities() const { return advantages() + size_t(tokens) * 4; }
   size_t label_documents() const { return old_log_probabilities() + size_t(tokens) * 4; }
@@ -56,9 +62,20 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
                                        .chosen_end = pair.chosen_end,
                                        .rejected_begin = pair.rejected_begin,
                                        .rejected_end = pair.rejected_end});
+  // The rows the head may compute alone (layers/language_model/loss_rows.h), found here where the labels are on the
+  // host; the pairs in their numbering.
+  auto loss_rows = std::make_shared<layers::LossRows>(layers::find_loss_rows(labels, result.preference_pairs));
+  result.loss_preference_pairs = loss_rows->preference_pairs;
+  const int64_t loss_row_count = int64_t(loss_rows->rows.size());
 
   if (device_.is_cpu()) {
     std::shared_ptr<void> owner = std::const_pointer_cast<data::Batch>(batch);
+    result.loss_rows = Tensor::from_blob(loss_rows->rows.data(), Shape{loss_row_count}, DType::int64, Device::cpu(),
+                                         loss_rows);
+    result.loss_labels = Tensor::from_blob(loss_rows->labels.data(), Shape{loss_row_count}, DType::int64,
+                                           Device::cpu(), loss_rows);
+    result.loss_row_positions = Tensor::from_blob(loss_rows->positions.data(), Shape{tokens}, DType::int64,
+                                                  Device::cpu(), loss_rows);
     auto wrap = [&](const void* values, int64_t count, DType dtype) {
       return Tensor::from_blob(const_cast<void*>(values), Shape{count}, dtype, Device::cpu(), owner);
     };
@@ -74,7 +91,8 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
     return result;
   }
 
-  const Layout layout{.tokens = tokens, .segments = segments, .token_data = token_data};
+  const Layout layout{
+      .tokens = tokens, .segments = segments, .loss_rows = loss_row_count, .token_data = token_data};
   Slot& slot = slots_[next_slot_];
   next_slot_ = (next_slot_ + 1) % slots_.size();
   // The slot's previous copy must have read the buffer before it is overwritten.
@@ -85,6 +103,9 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
   std::memcpy(host, batch->tokens.data(), size_t(tokens) * 8);
   std::memcpy(host + layout.labels(), labels.data(), size_t(tokens) * 8);
   std::memcpy(host + layout.positions(), batch->positions.data(), size_t(tokens) * 8);
+  std::memcpy(host + layout.loss_row_positions(), loss_rows->positions.data(), size_t(tokens) * 8);
+  std::memcpy(host + layout.loss_rows_offset(), loss_rows->rows.data(), size_t(loss_row_count) * 8);
+  std::memcpy(host + layout.loss_labels(), loss_rows->labels.data(), size_t(loss_row_count) * 8);
   std::memcpy(host + layout.cu_seqlens(), batch->cu_seqlens.data(), size_t(segments + 1) * 4);
   if (token_data) {
     std::memcpy(host + layout.advantages(), batch->advantages.data(), size_t(tokens) * 4);
@@ -109,6 +130,9 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
   result.tokens = view(0, tokens, DType::int64);
   result.labels = view(layout.labels(), tokens, DType::int64);
   result.positions = view(layout.positions(), tokens, DType::int64);
+  result.loss_row_positions = view(layout.loss_row_positions(), tokens, DType::int64);
+  result.loss_rows = view(layout.loss_rows_offset(), loss_row_count, DType::int64);
+  result.loss_labels = view(layout.loss_labels(), loss_row_count, DType::int64);
   result.cu_seqlens = view(layout.cu_seqlens(), segments + 1, DType::int32);
   if (token_data) {
     result.advantages = view(layout.advantages(), tokens, DType::float32);

@@ -1,5 +1,6 @@
 // Host batches from the data library as the layers see them (layers::MicroBatch): tokens, labels at distance 1 and
-// positions int64, cu_seqlens int32, and the segment lengths on the host.
+// positions int64, cu_seqlens int32, the segment lengths on the host, and the rows that carry a loss
+// (layers/language_model/loss_rows.h: the head's compacted rows, found here on the host).
 //
 // On the CPU the tensors wrap the batch's own vectors (no copy; the batch is kept alive by them). On a GPU each batch is
 // packed into a page-locked host buffer and copied to the device with one cudaMemcpyAsync on the uploader's own stream,

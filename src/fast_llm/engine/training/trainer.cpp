@@ -448,6 +448,9 @@ void Trainer::train_step() {
     // The optimizer's host bookkeeping runs every step; a graph replays the rest. `step` only seeds dropout, which a
     // graphed run has none of, so the graph may bake in the step it was captured at.
     optimizer_->prepare_step(stream_);
+    // A graph is keyed by the documents, not by which rows carry a loss: its head computes every row (the graph's
+    // input buffers carry no loss rows), so the eager steps and the FLOP count below do too.
+    for (layers::MicroBatch& micro_batch : micro_batches) micro_batch.loss_rows = Tensor();
     const StepGraphKey key = step_graph_key(keep_alive, num_labels, optimizer_->loss_scale(),
                                             {optimizer_->step_state().data(), optimizer_->learning_rates().data()});
     losses = &graphed_step_->run(

@@ -7,6 +7,7 @@
 #include "fast_llm/core/error.h"
 #include "fast_llm/kernels/copy.h"
 #include "fast_llm/kernels/cross_entropy.h"
+#include "fast_llm/kernels/embedding.h"
 #include "fast_llm/kernels/gemm.h"
 #include "fast_llm/kernels/pointwise.h"
 #include "fast_llm/kernels/vocab_parallel_cross_entropy.h"
@@ -126,13 +127,35 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
             "the micro-batch has {} labels for {} tokens", batch.labels.defined() ? batch.labels.numel() : 0, tokens);
 
   Saved saved;
-  Tensor normalized = final_norm_.forward(input, training ? &saved.final_norm : nullptr, stream);  // (tokens, hidden)
+  // (tokens, hidden)
+  const Tensor all_normalized = final_norm_.forward(input, training ? &saved.final_norm : nullptr, stream);
+  // The rows the losses are computed on: all of them, or only those that carry a loss (gathered), with their labels and
+  // the preference pairs in their numbering; the reference models' logits have the same rows.
+  saved.loss_rows_only = computes_loss_rows_only(batch);
+  const int64_t rows = saved.loss_rows_only ? batch.loss_rows.numel() : tokens;
+  Tensor normalized = all_normalized;  // (rows, hidden)
+  if (saved.loss_rows_only) {
+    normalized = Tensor::empty(Shape{rows, hidden_size_}, all_normalized.dtype(), device, stream);
+    kernels::embedding_forward(
+        {.indices = batch.loss_rows, .weight = all_normalized, .output = normalized, .stream = stream});
+  }
+  const Tensor& labels = saved.loss_rows_only ? batch.loss_labels : batch.labels;
+  const std::vector<kernels::PreferencePair>& pairs =
+      saved.loss_rows_only ? batch.loss_preference_pairs : batch.preference_pairs;
   const Tensor& weight = output_weights_->weight;  // (vocab, hidden)
   Tensor* weight_grad = training && output_weights_->grad.defined() ? &output_weights_->grad : nullptr;
-  if (training) saved.grad_normalized = Tensor::empty(normalized.shape(), normalized.dtype(), device, stream);
+  if (training) {
+    // Compacted, one more row of zeros: the gradient of a row without a loss, which backward gathers for it.
+    saved.grad_normalized = Tensor::empty(Shape{saved.loss_rows_only ? rows + 1 : rows, hidden_size_},
+                                          normalized.dtype(), device, stream);
+    if (saved.loss_rows_only) {
+      Tensor zero_row = saved.grad_normalized.slice(0, rows, rows + 1);
+      kernels::fill({.tensor = zero_row, .value = 0.0, .stream = stream});
+    }
+  }
 
-  const int64_t splits = std::max<int64_t>(1, std::min<int64_t>(cross_entropy_splits_, tokens));
-  const int64_t chunk_size = (tokens + splits - 1) / splits;
+  const int64_t splits = std::max<int64_t>(1, std::min<int64_t>(cross_entropy_splits_, rows));
+  const int64_t chunk_size = (rows + splits - 1) / splits;
   // (chunk, vocab): logits, overwritten in place by their gradient.
   Tensor logits_buffer = Tensor::empty(Shape{chunk_size, local_vocab_size_}, normalized.dtype(), device, stream);
   // Vocabulary parallelism: per-token statistics of each chunk, summed over the tensor group between the passes.
@@ -161,8 +184,8 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
   ReferenceLosses::Sums reference_sums = reference_losses_.zero_sums(device, stream);
   if (policy_loss_) policy_loss_->begin(context);
 
-  for (int64_t begin = 0; begin < tokens; begin += chunk_size) {
-    const int64_t end = std::min(tokens, begin + chunk_size);
+  for (int64_t begin = 0; begin < rows; begin += chunk_size) {
+    const int64_t end = std::min(rows, begin + chunk_size);
     Tensor hidden = normalized.slice(0, begin, end);          // (chunk, hidden)
     Tensor logits = logits_buffer.slice(0, 0, end - begin);   // (chunk, vocab)
     kernels::gemm({.a = hidden, .b = weight, .out = logits, .transpose_b = true, .stream = stream});
@@ -172,15 +195,15 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
       kernels::fill({.tensor = row_weights, .value = 0.0, .stream = stream});
     }
     if (reference_losses_.has_dpo())
-      reference_losses_.dpo_forward_backward(context, logits, begin, end, reference_sums, logits_scale_factor_,
-                                             row_weighted ? &row_weights : nullptr);
+      reference_losses_.dpo_forward_backward(context, logits, labels, pairs, rows, reference_sums,
+                                             logits_scale_factor_, row_weighted ? &row_weights : nullptr);
     if (policy_loss_)
       policy_loss_->forward_chunk(context, logits, begin, end, logits_scale_factor_, softcap_,
                                   row_weighted ? &row_weights : nullptr);
     if (label_losses && vocab_parallel_) {
-      const Tensor labels = batch.labels.slice(0, begin, end);
+      const Tensor chunk_labels = labels.slice(0, begin, end);
       const kernels::VocabParallelLogits slice{.logits = logits,
-                                               .labels = labels,
+                                               .labels = chunk_labels,
                                                .vocab_begin = vocab_begin_,
                                                .logits_scale_factor = logits_scale_factor_,
                                                .softcap = softcap_};
@@ -204,10 +227,11 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
       Tensor teacher;  // the distillation term's teacher rows
       std::optional<kernels::CrossEntropyDistillation> distillation;
       if (reference_losses_.has_distillation())
-        distillation.emplace(reference_losses_.distillation_term(context, begin, end, teacher, reference_sums));
+        distillation.emplace(
+            reference_losses_.distillation_term(context, begin, end, rows, teacher, reference_sums));
       // Without a label loss (only row-weighted losses or the distillation) the label sum it adds to is never logged.
       kernels::cross_entropy_forward_backward({.logits = logits,
-                                               .labels = batch.labels.slice(0, begin, end),
+                                               .labels = labels.slice(0, begin, end),
                                                .label_loss_sum = label_sum,
                                                .z_loss_sum = z_loss_ ? &z_loss_sum : nullptr,
                                                .grad_logits = training ? &logits : nullptr,
@@ -252,11 +276,28 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
 
 Tensor LanguageModelHead::backward(LayerContext& context, const Tensor& grad_output) {
   Saved saved = saved_.take(context.batch.index, name());
-  return tensor_parallel_.sequence_shard(final_norm_.backward(saved.grad_normalized, saved.final_norm, context.stream));
+  Tensor grad_normalized = saved.grad_normalized;
+  if (saved.loss_rows_only) {
+    // Each row's gradient from its loss row, or the zero row after them (MicroBatch::loss_row_positions).
+    grad_normalized = Tensor::empty(Shape{context.batch.num_tokens(), hidden_size_}, saved.grad_normalized.dtype(),
+                                    saved.grad_normalized.device(), context.stream);
+    kernels::embedding_forward({.indices = context.batch.loss_row_positions,
+                                .weight = saved.grad_normalized,
+                                .output = grad_normalized,
+                                .stream = context.stream});
+  }
+  return tensor_parallel_.sequence_shard(final_norm_.backward(grad_normalized, saved.final_norm, context.stream));
+}
+
+bool LanguageModelHead::computes_loss_rows_only(const MicroBatch& batch) const {
+  return loss_rows_only_enabled_ && !tensor_parallel_.enabled() && !policy_loss_ && !batch.sequence_piece &&
+         batch.loss_rows.defined() && batch.loss_row_positions.defined() && batch.loss_labels.defined() &&
+         batch.loss_rows.numel() > 0 && batch.loss_rows.numel() < batch.num_tokens();
 }
 
 double LanguageModelHead::flops(const MicroBatch& batch) const {
-  return 6.0 * double(batch.num_tokens()) * double(matmul_weight_count());
+  const int64_t rows = computes_loss_rows_only(batch) ? batch.loss_rows.numel() : batch.num_tokens();
+  return 6.0 * double(rows) * double(matmul_weight_count());
 }
 
 }  // namespace fast_llm::layers

@@ -30,6 +30,9 @@
 // norm's backward. Without it the output weights are whole on every rank, which computes the whole head. With
 // sequence-tensor parallelism forward first gathers every rank's rows of the input and backward returns this rank's
 // rows of the input gradient. The losses that read reference models or policy data are refused.
+// Loss rows: when computes_loss_rows_only (below), the chunks cover only the rows whose label is >= 0 (gathered from h
+// by MicroBatch::loss_rows, with their labels and preference pairs), and backward scatters their gradient back (a row
+// without a loss gets zero); every loss and gradient is the same as on every row.
 #pragma once
 
 #include <memory>
@@ -62,7 +65,18 @@ class LanguageModelHead : public Layer {
     if (output_weights_tied_) return {output_weights_};
     return {};
   }
+  // Counts the output projection's gemms on the rows the head computes (computes_loss_rows_only).
   double flops(const MicroBatch& batch) const override;
+
+  // Whether the head computes its logits, losses and gradients on the loss rows of `batch` only (MicroBatch::
+  // loss_rows: the rows whose label is >= 0), gathered from the normalised input, rather than on every row. Each of its
+  // losses but the policy-gradient ones is masked by the labels, so the result is the same. Yes when the batch carries
+  // its loss rows (the batch uploader sets them; sequence pieces do not), some but not all rows carry a loss, and the
+  // head has no tensor parallelism and no policy-gradient loss (grpo / gspo read per-token data and documents that
+  // would need the same re-indexing). The reference models ask it too, so their logits have the same rows.
+  bool computes_loss_rows_only(const MicroBatch& batch) const;
+  // Off: every row is computed always (tests compare both ways).
+  void enable_loss_rows_only(bool enabled) { loss_rows_only_enabled_ = enabled; }
 
   // Generation: the logits of rows of the residual stream, (rows, hidden) -> (rows, vocab) in fp32 (fp64 for fp64
   // compute): final norm, output projection, times logits_scale_factor; the final softcap (final_logit_softcap) is the
@@ -81,7 +95,10 @@ class LanguageModelHead : public Layer {
   };
   struct Saved {
     Normalization::Saved final_norm;
-    Tensor grad_normalized;  // (tokens, hidden): gradient of the final norm output
+    // Gradient of the final norm output: (tokens, hidden), or with loss_rows_only (loss rows + 1, hidden), the loss
+    // rows' then a row of zeros.
+    Tensor grad_normalized;
+    bool loss_rows_only = false;
   };
 
   int64_t hidden_size_;
@@ -100,6 +117,7 @@ class LanguageModelHead : public Layer {
   bool vocab_parallel_ = false;
   int64_t vocab_begin_ = 0;   // the first row of this rank's slice of the output weights
   int64_t local_vocab_size_;  // rows of the output weights this rank holds
+  bool loss_rows_only_enabled_ = true;
   SavedPerMicroBatch<Saved> saved_;
 };
 

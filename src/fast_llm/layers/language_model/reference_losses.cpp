@@ -67,19 +67,24 @@ ReferenceLosses::Sums ReferenceLosses::zero_sums(Device device, Stream stream) c
 }
 
 Tensor ReferenceLosses::reference_rows(const LayerContext& context, const std::string& loss, const std::string& model,
-                                       int64_t begin, int64_t end) {
+                                       int64_t begin, int64_t end, int64_t rows) {
   const auto found = context.batch.reference_logits.find(model);
   FLM_CHECK(found != context.batch.reference_logits.end(), "head",
             "loss '{}' reads the logits of reference model '{}', which the micro-batch does not have (is it in "
             "`reference_models`?)",
             loss, model);
+  FLM_ASSERT(found->second.size(0) == rows,
+             "the logits of reference model '{}' have {} rows and the head computes {} (both must follow "
+             "LanguageModelHead::computes_loss_rows_only)",
+             model, found->second.size(0), rows);
   return found->second.slice(0, begin, end);
 }
 
 kernels::CrossEntropyDistillation ReferenceLosses::distillation_term(const LayerContext& context, int64_t begin,
-                                                                     int64_t end, Tensor& teacher, Sums& sums) const {
+                                                                     int64_t end, int64_t rows, Tensor& teacher,
+                                                                     Sums& sums) const {
   FLM_ASSERT(distillation_.has_value(), "distillation_term without a distillation loss");
-  teacher = reference_rows(context, distillation_->name, distillation_->reference_model, begin, end);
+  teacher = reference_rows(context, distillation_->name, distillation_->reference_model, begin, end, rows);
   return {.target_logits = teacher,
           .loss_sum = sums.distillation,
           .loss_type = distillation_->loss_type,
@@ -87,23 +92,23 @@ kernels::CrossEntropyDistillation ReferenceLosses::distillation_term(const Layer
           .weight = distillation_->weight * context.loss_gradient_scale};
 }
 
-void ReferenceLosses::dpo_forward_backward(const LayerContext& context, const Tensor& logits, int64_t begin,
-                                           int64_t end, Sums& sums, double logits_scale_factor,
-                                           Tensor* row_coefficients) const {
+void ReferenceLosses::dpo_forward_backward(const LayerContext& context, const Tensor& logits, const Tensor& labels,
+                                           std::span<const kernels::PreferencePair> row_pairs, int64_t rows,
+                                           Sums& sums, double logits_scale_factor, Tensor* row_coefficients) const {
   FLM_ASSERT(dpo_.has_value(), "dpo_forward_backward without a dpo loss");
   FLM_ASSERT(!context.training || row_coefficients != nullptr,
              "in training the dpo loss hands its gradient to the cross-entropy pass through row_coefficients");
-  FLM_ASSERT(begin == 0 && end == context.batch.num_tokens(), "the dpo loss runs on whole micro-batches");
+  FLM_ASSERT(logits.size(0) == rows && labels.numel() == rows, "the dpo loss runs on whole micro-batches");
   const int64_t pairs = context.batch.preference_pairs_in_step;
   FLM_CHECK(pairs > 0 || !context.training, "head",
             "the dpo loss '{}' needs preference pairs (the chosen_spans and rejected_spans of the dataset), and the "
             "step has none: prepare the data with source_schema.chosen_span and rejected_span",
             dpo_->name);
-  const Tensor reference = reference_rows(context, dpo_->name, dpo_->reference_model, begin, end);
+  const Tensor reference = reference_rows(context, dpo_->name, dpo_->reference_model, 0, rows, rows);
   kernels::dpo_forward_backward({.logits = logits,
                                  .reference_logits = reference,
-                                 .labels = context.batch.labels.slice(0, begin, end),
-                                 .pairs = context.batch.preference_pairs,
+                                 .labels = labels,
+                                 .pairs = row_pairs,
                                  .loss_sum = sums.dpo,
                                  .grad_logits = nullptr,
                                  .row_coefficients = row_coefficients,

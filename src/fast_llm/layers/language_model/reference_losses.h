@@ -15,10 +15,12 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 
 #include "fast_llm/kernels/cross_entropy.h"
 #include "fast_llm/kernels/distillation.h"
+#include "fast_llm/kernels/dpo.h"
 #include "fast_llm/layers/context.h"
 #include "fast_llm/layers/language_model/config.h"
 
@@ -39,17 +41,21 @@ class ReferenceLosses {
   };
   Sums zero_sums(Device device, Stream stream) const;
 
-  // dpo on rows [begin, end) of the micro-batch, whose logits (rows, vocab) are read only: it writes no gradient but
-  // adds its per-row gradient coefficients (kernels/dpo.h) to `row_coefficients` (rows), for the head's cross-entropy
-  // pass; in training they must be given. Only with has_dpo() (the distillation is distillation_term's).
-  void dpo_forward_backward(const LayerContext& context, const Tensor& logits, int64_t begin, int64_t end, Sums& sums,
+  // The head computes `rows` rows: every row of the micro-batch, or its loss rows only (LanguageModelHead::
+  // computes_loss_rows_only); the reference models' logits have the same rows.
+  // dpo on all `rows` rows, whose logits (rows, vocab) are read only, with their `labels` and the preference pairs
+  // `row_pairs` in their numbering: it writes no gradient but adds its per-row gradient coefficients (kernels/dpo.h) to
+  // `row_coefficients` (rows), for the head's cross-entropy pass; in training they must be given. Only with has_dpo()
+  // (the distillation is distillation_term's).
+  void dpo_forward_backward(const LayerContext& context, const Tensor& logits, const Tensor& labels,
+                            std::span<const kernels::PreferencePair> row_pairs, int64_t rows, Sums& sums,
                             double logits_scale_factor, Tensor* row_coefficients) const;
 
-  // The distillation term of the head's cross-entropy pass over rows [begin, end) (kernels/cross_entropy.h): the
-  // teacher's logits of those rows are put in `teacher`, which must outlive the term, and its loss goes to
-  // sums.distillation. Only with has_distillation().
+  // The distillation term of the head's cross-entropy pass over rows [begin, end) of its `rows` rows
+  // (kernels/cross_entropy.h): the teacher's logits of those rows are put in `teacher`, which must outlive the term,
+  // and its loss goes to sums.distillation. Only with has_distillation().
   kernels::CrossEntropyDistillation distillation_term(const LayerContext& context, int64_t begin, int64_t end,
-                                                      Tensor& teacher, Sums& sums) const;
+                                                      int64_t rows, Tensor& teacher, Sums& sums) const;
 
   // Adds the sums into context.losses under the losses' names and, weighted, under the head's total `total_name`.
   void add_losses(const LayerContext& context, const Sums& sums, const std::string& total_name) const;
@@ -64,9 +70,9 @@ class ReferenceLosses {
     std::string name, reference_model;
     double weight = 1.0, beta = 1.0;
   };
-  // The reference model's logits of rows [begin, end) of the micro-batch.
+  // The reference model's logits of rows [begin, end) of the head's `rows` rows.
   static Tensor reference_rows(const LayerContext& context, const std::string& loss, const std::string& model,
-                               int64_t begin, int64_t end);
+                               int64_t begin, int64_t end, int64_t rows);
 
   std::optional<Distillation> distillation_;
   std::optional<Dpo> dpo_;

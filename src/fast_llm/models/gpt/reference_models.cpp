@@ -5,6 +5,7 @@
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
 #include "fast_llm/engine/checkpoint/loading.h"
+#include "fast_llm/kernels/embedding.h"
 #include "fast_llm/layers/block/config.h"
 
 namespace fast_llm::models::gpt {
@@ -118,7 +119,7 @@ void ReferenceModels::load() {
   }
 }
 
-void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches) {
+void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches, const layers::LanguageModelHead& trained_head) {
   const Stream stream = compute_stream(device_);
   for (auto& model : models_) {
     FLM_ASSERT(model->multi_stage != nullptr, "reference model {} run before it was loaded", model->name);
@@ -133,13 +134,28 @@ void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches) {
                                    .mixer_outputs = model->keeps_mixer_outputs
                                                         ? &micro_batch.reference_mixer_outputs[model->name]
                                                         : nullptr};
+      // The trained head computes the loss rows only (the whole micro-batch, not its sequence pieces): so does this.
+      const bool loss_rows_only =
+          config_.schedule.micro_batch_splits == 1 && trained_head.computes_loss_rows_only(micro_batch);
       Tensor hidden;
       for (size_t stage = 0; stage < stages.size(); ++stage) {
         model->multi_stage->before_forward(stage, stream, /*training=*/false);
-        for (layers::Layer* layer : stages[stage]->layers())
-          hidden = layer == &head ? head.logits(hidden, stream) : layer->forward(context, hidden);
+        for (layers::Layer* layer : stages[stage]->layers()) {
+          if (layer != &head) {
+            hidden = layer->forward(context, hidden);
+            continue;
+          }
+          if (loss_rows_only) {
+            Tensor rows = Tensor::empty(Shape{micro_batch.loss_rows.numel(), hidden.size(1)}, hidden.dtype(),
+                                        hidden.device(), stream);
+            kernels::embedding_forward(
+                {.indices = micro_batch.loss_rows, .weight = hidden, .output = rows, .stream = stream});
+            hidden = std::move(rows);
+          }
+          hidden = head.logits(hidden, stream);
+        }
       }
-      micro_batch.reference_logits[model->name] = std::move(hidden);  // (tokens, vocab)
+      micro_batch.reference_logits[model->name] = std::move(hidden);  // (tokens or loss rows, vocab)
     }
   }
 }

@@ -5,9 +5,10 @@
 // (distributed, fast_llm, Hugging Face) or, without a path, initialised as a fresh model with the run's seed. Before
 // the trained model sees a micro-batch (training or evaluation), every reference model runs forward on it (no dropout,
 // nothing saved) and its logits, (tokens, vocab) fp32 (fp64 in fp64 runs), are stored in the micro-batch under the
-// model's name for the head's losses (distillation, dpo); when blocks of the trained model distill a reference model's
-// activations (block `distillation_model`), its blocks' mixer outputs are stored too
-// (MicroBatch::reference_mixer_outputs).
+// model's name for the head's losses (distillation, dpo): only the rows that carry a loss, (loss rows, vocab), gathered
+// before the head, when the trained head computes those only (memory_parts() counts the worst case, every row). When
+// blocks of the trained model distill a reference model's activations (block `distillation_model`), its blocks' mixer
+// outputs are stored too (MicroBatch::reference_mixer_outputs).
 //
 // All micro-batches of a step are run before the step, so the step holds one (tokens, vocab) buffer per micro-batch and
 // reference model: memory_parts() counts them with the weights. With data parallelism every process holds the whole
@@ -41,8 +42,10 @@ class ReferenceModels {
   std::vector<engine::MemoryEstimate::Part> memory_parts() const;
   // Builds the weight buffers and loads or initialises them.
   void load();
-  // Stores each model's logits on each micro-batch in micro_batch.reference_logits[name].
-  void run(std::span<layers::MicroBatch> micro_batches);
+  // Stores each model's logits on each micro-batch in micro_batch.reference_logits[name]: of every row, or of its loss
+  // rows only when `trained_head` computes those only (LanguageModelHead::computes_loss_rows_only, on the whole
+  // micro-batch: not with micro_batch_splits, whose pieces the head computes whole).
+  void run(std::span<layers::MicroBatch> micro_batches, const layers::LanguageModelHead& trained_head);
 
   // The weights of model `name` (tests check they never change).
   engine::MultiStage& multi_stage(const std::string& name);

@@ -159,8 +159,8 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
                            .activations = model_activations(config),
                            .prepare_micro_batches =
                                references.empty() ? std::function<void(std::span<layers::MicroBatch>)>()
-                                                  : [&references](std::span<layers::MicroBatch> micro_batches) {
-                                                      references.run(micro_batches);
+                                                  : [&references, &model](std::span<layers::MicroBatch> micro_batches) {
+                                                      references.run(micro_batches, model.head());
                                                     },
                            .extra_device_memory = references.memory_parts()},
                           model, data, config.to_yaml_string());

@@ -1,0 +1,33 @@
+// The rows of a micro-batch that carry a loss: those whose label (distance 1) is >= 0. Every loss of the head that
+// compacts (label cross-entropy, z-loss, distillation, dpo) is masked by the labels, so a row with label < 0 adds
+// nothing to any loss or gradient; the head then computes its logits on these rows only (LanguageModelHead::
+// computes_loss_rows_only), and the reference models their logits too. Found on the host, where the labels are built,
+// so the count is known without reading the device; the batch uploader sends them with the micro-batch
+// (MicroBatch::loss_rows, loss_labels, loss_row_positions, loss_preference_pairs).
+// The preference pairs are re-expressed in the compacted numbering: a span [b, e) of rows becomes [loss rows before b,
+// loss rows before e). The masked rows inside a span count in no sum of dpo, so its sums are unchanged.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "fast_llm/kernels/dpo.h"
+#include "fast_llm/layers/context.h"
+
+namespace fast_llm::layers {
+
+struct LossRows {
+  std::vector<int64_t> rows;       // ascending
+  std::vector<int64_t> labels;     // labels[i] = the label of rows[i]
+  std::vector<int64_t> positions;  // (tokens): row t's index among the loss rows, rows.size() for a masked row
+  std::vector<kernels::PreferencePair> preference_pairs;  // in the compacted numbering
+};
+
+LossRows find_loss_rows(std::span<const int64_t> labels, std::span<const kernels::PreferencePair> preference_pairs);
+
+// Sets the loss-row fields of `batch` from `rows`, copied to `device` (tests and host-built micro-batches; the batch
+// uploader packs them with the rest of the micro-batch instead).
+void attach_loss_rows(MicroBatch& batch, const LossRows& rows, Device device = Device::cpu(), Stream stream = {});
+
+}  // namespace fast_llm::layers
