@@ -15,7 +15,8 @@ std::vector<int64_t> values(const Tensor& tensor) {
   return std::vector<int64_t>(tensor.data_as<int64_t>(), tensor.data_as<int64_t>() + tensor.numel());
 }
 
-TEST(BatchUploader, CpuMicroBatchCarriesItsLossRows) {
+// Documents of 2 and 4 tokens (4 labels) with one preference pair.
+std::shared_ptr<data::Batch> two_documents(data::PreferenceRows pair) {
   auto batch = std::make_shared<data::Batch>();
   batch->micro_batch_size = 6;
   batch->tokens = {5, 6, 7, 8, 9, 10};
@@ -25,7 +26,12 @@ TEST(BatchUploader, CpuMicroBatchCarriesItsLossRows) {
   batch->cu_seqlens = {0, 2, 6};
   batch->max_seqlen = 4;
   batch->lengths = {2, 4};
-  batch->preference_pairs = {{.chosen_begin = 0, .chosen_end = 3, .rejected_begin = 3, .rejected_end = 6}};
+  batch->preference_pairs = {pair};
+  return batch;
+}
+
+TEST(BatchUploader, CpuMicroBatchCarriesItsLossRows) {
+  auto batch = two_documents({.chosen_begin = 0, .chosen_end = 3, .rejected_begin = 3, .rejected_end = 6});
   BatchUploader uploader(Device::cpu(), Stream{}, 1);
   const layers::MicroBatch micro_batch = uploader.upload(batch);
   EXPECT_EQ(values(micro_batch.labels), batch->labels);
@@ -40,6 +46,19 @@ TEST(BatchUploader, CpuMicroBatchCarriesItsLossRows) {
   // The pairs in the micro-batch's own numbering are unchanged.
   ASSERT_EQ(micro_batch.preference_pairs.size(), 1u);
   EXPECT_EQ(micro_batch.preference_pairs[0].rejected_end, 6);
+}
+
+// The uploader finds the loss rows by the rule it was given: inside the preference spans, row 3 (before the rejected
+// span) is left out.
+TEST(BatchUploader, FindsLossRowsByItsRule) {
+  auto batch = two_documents({.chosen_begin = 0, .chosen_end = 3, .rejected_begin = 4, .rejected_end = 6});
+  BatchUploader uploader(Device::cpu(), Stream{}, 1, layers::LossRowRule::preference_spans);
+  const layers::MicroBatch micro_batch = uploader.upload(batch);
+  EXPECT_EQ(values(micro_batch.loss_rows), (std::vector<int64_t>{0, 1, 4}));
+  EXPECT_EQ(values(micro_batch.loss_row_positions), (std::vector<int64_t>{0, 1, 3, 3, 2, 3}));
+  ASSERT_EQ(micro_batch.loss_preference_pairs.size(), 1u);
+  EXPECT_EQ(micro_batch.loss_preference_pairs[0].rejected_begin, 2);
+  EXPECT_EQ(micro_batch.loss_preference_pairs[0].rejected_end, 3);
 }
 
 }  // namespace

@@ -456,16 +456,46 @@ TEST(Head, FindLossRows) {
   EXPECT_EQ(rows.preference_pairs[0].rejected_end, 4);
 }
 
+// With dpo alone the loss rows are the labelled rows inside a chosen or rejected span: the prompt rows before and
+// between the spans are left out, and the spans count the kept rows.
+TEST(Head, FindLossRowsInPreferenceSpans) {
+  const std::vector<int64_t> labels{3, 4, 5, -100, 6, 7, 2, -100, 9, 1};
+  const std::vector<kernels::PreferencePair> pairs{
+      {.chosen_begin = 1, .chosen_end = 4, .rejected_begin = 5, .rejected_end = 8}};
+  const LossRows rows = find_loss_rows(labels, pairs, LossRowRule::preference_spans);
+  EXPECT_EQ(rows.rows, (std::vector<int64_t>{1, 2, 5, 6}));
+  EXPECT_EQ(rows.labels, (std::vector<int64_t>{4, 5, 7, 2}));
+  EXPECT_EQ(rows.positions, (std::vector<int64_t>{4, 0, 1, 4, 4, 2, 3, 4, 4, 4}));
+  ASSERT_EQ(rows.preference_pairs.size(), 1u);
+  EXPECT_EQ(rows.preference_pairs[0].chosen_begin, 0);
+  EXPECT_EQ(rows.preference_pairs[0].chosen_end, 2);
+  EXPECT_EQ(rows.preference_pairs[0].rejected_begin, 2);
+  EXPECT_EQ(rows.preference_pairs[0].rejected_end, 4);
+  // The head asks for this rule when dpo is its only loss.
+  EXPECT_EQ(LanguageModelHead("head", head_config("{losses: {dpo: {type: dpo, reference_model: r}}}"), kHidden, kVocab,
+                              1.0)
+                .loss_row_rule(),
+            LossRowRule::preference_spans);
+  EXPECT_EQ(LanguageModelHead("head",
+                              head_config("{losses: {dpo: {type: dpo, reference_model: r}, ce: {type: label}}}"),
+                              kHidden, kVocab, 1.0)
+                .loss_row_rule(),
+            LossRowRule::labelled);
+}
+
 // A batch of documents {3, 5, 4} whose first rows are masked as prompts would be (7 labels of 12 rows), with two
-// preference pairs over label rows and a teacher's logits, its loss rows attached.
+// preference pairs over label rows and a teacher's logits, its loss rows under `rule` attached (the span rule leaves
+// out row 0, labelled but before the first chosen span).
 struct MaskedBatch {
   BatchData data;
   Tensor teacher;          // (12, vocab)
   Tensor compact_teacher;  // the teacher's loss rows
+  LossRowRule rule = LossRowRule::labelled;
 };
 
-MaskedBatch masked_batch(DType dtype) {
-  MaskedBatch result{.data = make_batch({3, 5, 4}, kVocab, 16, /*index=*/1), .teacher = {}, .compact_teacher = {}};
+MaskedBatch masked_batch(DType dtype, LossRowRule rule = LossRowRule::labelled) {
+  MaskedBatch result{
+      .data = make_batch({3, 5, 4}, kVocab, 16, /*index=*/1), .teacher = {}, .compact_teacher = {}, .rule = rule};
   BatchData& data = result.data;
   for (int64_t row : {3, 4}) data.labels[size_t(row)] = -100;
   std::copy(data.labels.begin(), data.labels.end(), data.batch.labels.data_as<int64_t>());
@@ -473,8 +503,10 @@ MaskedBatch masked_batch(DType dtype) {
   data.batch.preference_pairs = {{.chosen_begin = 0, .chosen_end = 2, .rejected_begin = 3, .rejected_end = 7},
                                  {.chosen_begin = 8, .chosen_end = 10, .rejected_begin = 10, .rejected_end = 11}};
   data.batch.preference_pairs_in_step = 3;
-  const LossRows rows = find_loss_rows(data.labels, data.batch.preference_pairs);
-  EXPECT_EQ(rows.rows.size(), 7u);
+  // Under the span rule the chosen span of the first pair starts a row later: row 0 is a prompt row.
+  if (rule == LossRowRule::preference_spans) data.batch.preference_pairs[0].chosen_begin = 1;
+  const LossRows rows = find_loss_rows(data.labels, data.batch.preference_pairs, rule);
+  EXPECT_EQ(rows.rows.size(), rule == LossRowRule::labelled ? 7u : 6u);
   attach_loss_rows(data.batch, rows);
   result.teacher = random_tensor(Shape{12, kVocab}, 17, 2.0, dtype);
   result.compact_teacher = Tensor::empty(Shape{int64_t(rows.rows.size()), kVocab}, dtype);
@@ -488,13 +520,14 @@ MaskedBatch masked_batch(DType dtype) {
 // on `batch`, on its loss rows only or on every row.
 std::vector<double> head_step(const std::string& yaml, MaskedBatch& masked, bool loss_rows_only, DType dtype) {
   LanguageModelHead head("head", head_config(yaml), kHidden, kVocab, 1.0);
+  EXPECT_EQ(head.loss_row_rule(), masked.rule);
   bind_parameters(head, 15, dtype);
   head.enable_loss_rows_only(loss_rows_only);
   MicroBatch& batch = masked.data.batch;
   EXPECT_EQ(head.computes_loss_rows_only(batch), loss_rows_only);
   batch.reference_logits["teacher"] = loss_rows_only ? masked.compact_teacher : masked.teacher;
   const double weights = double(kVocab * kHidden);
-  EXPECT_EQ(head.flops(batch), 6.0 * (loss_rows_only ? 7.0 : 12.0) * weights);
+  EXPECT_EQ(head.flops(batch), 6.0 * double(loss_rows_only ? batch.loss_rows.numel() : 12) * weights);
   Tensor input = random_tensor(Shape{12, kHidden}, 18, 1.5, dtype);
   LossSums losses;
   LayerContext context = make_context(batch, true, &losses, 1.0 / 7.0, 0, dtype);
@@ -511,6 +544,7 @@ std::vector<double> head_step(const std::string& yaml, MaskedBatch& masked, bool
 struct LossRowsCase {
   std::string name;
   std::string yaml;
+  LossRowRule rule = LossRowRule::labelled;
 };
 
 void PrintTo(const LossRowsCase& test_case, std::ostream* stream) { *stream << test_case.yaml; }
@@ -521,7 +555,7 @@ class LossRowsHeadTest : public ::testing::TestWithParam<LossRowsCase> {};
 // within fp32 rounding in fp32. The masked rows' input gradient is zero (checked by the comparison).
 TEST_P(LossRowsHeadTest, SameAsEveryRow) {
   for (DType dtype : {DType::float64, DType::float32}) {
-    MaskedBatch masked = masked_batch(dtype);
+    MaskedBatch masked = masked_batch(dtype, GetParam().rule);
     const std::vector<double> every_row = head_step(GetParam().yaml, masked, false, dtype);
     const std::vector<double> loss_rows = head_step(GetParam().yaml, masked, true, dtype);
     ASSERT_EQ(every_row.size(), loss_rows.size());
@@ -540,7 +574,8 @@ INSTANTIATE_TEST_SUITE_P(
         LossRowsCase{"label_z_splits", "{normalization: {type: layer_norm}, cross_entropy_splits: 3, losses: {ce: "
                                        "{type: label, weight: 0.7}, z: {type: z_loss, weight: 0.1}}}"},
         LossRowsCase{"dpo", "{normalization: {type: rms_norm}, losses: {dpo: {type: dpo, reference_model: teacher, "
-                            "beta: 0.7}}}"},
+                            "beta: 0.7}}}",
+                     LossRowRule::preference_spans},
         LossRowsCase{"distillation", "{normalization: {type: rms_norm}, cross_entropy_splits: 2, final_logit_softcap: "
                                      "3.0, losses: {ce: {type: label, weight: 0.7}, d: {type: distillation, "
                                      "reference_model: teacher, loss_type: forward_kl, temperature: 0.5}}}"},

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "fast_llm/layers/language_model/loss_rows.h"
 #include "fast_llm/layers/layer.h"
 
 namespace fast_llm::engine {
@@ -14,6 +15,8 @@ class BaseModel {
   // Layers in forward order (for GPT: embeddings, decoder blocks, head). A parameter used by two layers (tied
   // embeddings) is declared by the first one only; the later one refers to it, so it is bound and updated once.
   virtual std::vector<layers::Layer*> layers() = 0;
+  // Which rows of a micro-batch carry a loss (layers/language_model/loss_rows.h): the batch uploader finds them by it.
+  virtual layers::LossRowRule loss_row_rule() const { return layers::LossRowRule::labelled; }
 };
 
 }  // namespace fast_llm::engine

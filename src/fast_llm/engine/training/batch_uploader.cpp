@@ -31,8 +31,8 @@ struct Layout {
 
 }  // namespace
 
-BatchUploader::BatchUploader(Device device, Stream compute_stream, int slots)
-    : device_(device), compute_stream_(compute_stream) {
+BatchUploader::BatchUploader(Device device, Stream compute_stream, int slots, layers::LossRowRule loss_row_rule)
+    : device_(device), compute_stream_(compute_stream), loss_row_rule_(loss_row_rule) {
   FLM_CHECK(slots >= 1, "training", "the batch uploader needs at least one slot, got {}", slots);
   if (device_.is_cpu()) return;
   upload_stream_ = create_stream(device_);
@@ -64,7 +64,7 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
                                        .rejected_end = pair.rejected_end});
   // The rows the head may compute alone (layers/language_model/loss_rows.h), found here where the labels are on the
   // host; the pairs in their numbering.
-  auto loss_rows = std::make_shared<layers::LossRows>(layers::find_loss_rows(labels, result.preference_pairs));
+  auto loss_rows = std::make_shared<layers::LossRows>(layers::find_loss_rows(labels, result.preference_pairs, loss_row_rule_));
   result.loss_preference_pairs = loss_rows->preference_pairs;
   const int64_t loss_row_count = int64_t(loss_rows->rows.size());
 

@@ -22,6 +22,7 @@
 #include "fast_llm/core/device.h"
 #include "fast_llm/data/batch.h"
 #include "fast_llm/layers/context.h"
+#include "fast_llm/layers/language_model/loss_rows.h"
 #include "fast_llm/tensor/stream.h"
 #include "fast_llm/tensor/tensor.h"
 
@@ -29,8 +30,10 @@ namespace fast_llm::engine {
 
 class BatchUploader {
  public:
-  // `compute_stream`: the stream the layers will read the batches on.
-  BatchUploader(Device device, Stream compute_stream, int slots);
+  // `compute_stream`: the stream the layers will read the batches on; `loss_row_rule`: the model's
+  // (BaseModel::loss_row_rule), by which the loss rows are found.
+  BatchUploader(Device device, Stream compute_stream, int slots,
+                layers::LossRowRule loss_row_rule = layers::LossRowRule::labelled);
   BatchUploader(const BatchUploader&) = delete;
   BatchUploader& operator=(const BatchUploader&) = delete;
 
@@ -47,6 +50,7 @@ class BatchUploader {
 
   Device device_;
   Stream compute_stream_;
+  layers::LossRowRule loss_row_rule_;
   Stream upload_stream_;
   std::vector<Slot> slots_;
   size_t next_slot_ = 0;

@@ -157,7 +157,8 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
       LayerLogSettings{.outputs = stage_config.debug_layer_outputs, .gradients = stage_config.debug_layer_gradients},
       stage_config.debug_global_tensors, groups_->sequence_data());
   // Two steps of micro-batches: the step the device runs and the one the host prepares.
-  uploader_ = std::make_unique<BatchUploader>(device_, stream_, int(2 * rank_samples_per_step_));
+  uploader_ =
+      std::make_unique<BatchUploader>(device_, stream_, int(2 * rank_samples_per_step_), model_.loss_row_rule());
   if (training_) {
     optimizer_ = std::make_unique<Optimizer>(sections_.optimizer, *multi_stage_);
     optimizer_->reserve_steps(training.train_iters, stream_);

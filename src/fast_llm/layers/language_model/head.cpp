@@ -295,6 +295,12 @@ bool LanguageModelHead::computes_loss_rows_only(const MicroBatch& batch) const {
          batch.loss_rows.numel() > 0 && batch.loss_rows.numel() < batch.num_tokens();
 }
 
+LossRowRule LanguageModelHead::loss_row_rule() const {
+  const bool dpo_only = reference_losses_.has_dpo() && !reference_losses_.has_distillation() && !label_loss_ &&
+                        !z_loss_ && !policy_loss_;
+  return dpo_only ? LossRowRule::preference_spans : LossRowRule::labelled;
+}
+
 double LanguageModelHead::flops(const MicroBatch& batch) const {
   const int64_t rows = computes_loss_rows_only(batch) ? batch.loss_rows.numel() : batch.num_tokens();
   return 6.0 * double(rows) * double(matmul_weight_count());

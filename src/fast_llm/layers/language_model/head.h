@@ -30,7 +30,7 @@
 // norm's backward. Without it the output weights are whole on every rank, which computes the whole head. With
 // sequence-tensor parallelism forward first gathers every rank's rows of the input and backward returns this rank's
 // rows of the input gradient. The losses that read reference models or policy data are refused.
-// Loss rows: when computes_loss_rows_only (below), the chunks cover only the rows whose label is >= 0 (gathered from h
+// Loss rows: when computes_loss_rows_only (below), the chunks cover only the loss rows (loss_row_rule; gathered from h
 // by MicroBatch::loss_rows, with their labels and preference pairs), and backward scatters their gradient back (a row
 // without a loss gets zero); every loss and gradient is the same as on every row.
 #pragma once
@@ -42,6 +42,7 @@
 #include "fast_llm/layers/common/normalization.h"
 #include "fast_llm/layers/common/tensor_parallel.h"
 #include "fast_llm/layers/language_model/config.h"
+#include "fast_llm/layers/language_model/loss_rows.h"
 #include "fast_llm/tensor/tensor.h"
 #include "fast_llm/layers/language_model/policy_gradient_loss.h"
 #include "fast_llm/layers/language_model/reference_losses.h"
@@ -75,6 +76,9 @@ class LanguageModelHead : public Layer {
   // head has no tensor parallelism and no policy-gradient loss (grpo / gspo read per-token data and documents that
   // would need the same re-indexing). The reference models ask it too, so their logits have the same rows.
   bool computes_loss_rows_only(const MicroBatch& batch) const;
+  // Which rows carry a loss of this head: the labelled rows inside a preference span when dpo is its only loss (the
+  // prompts add nothing to it), else every labelled row. The batch uploader finds the loss rows by it.
+  LossRowRule loss_row_rule() const;
   // Off: every row is computed always (tests compare both ways).
   void enable_loss_rows_only(bool enabled) { loss_rows_only_enabled_ = enabled; }
 

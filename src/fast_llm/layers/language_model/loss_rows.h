@@ -1,7 +1,8 @@
 // The rows of a micro-batch that carry a loss: those whose label (distance 1) is >= 0. Every loss of the head that
 // compacts (label cross-entropy, z-loss, distillation, dpo) is masked by the labels, so a row with label < 0 adds
 // nothing to any loss or gradient; the head then computes its logits on these rows only (LanguageModelHead::
-// computes_loss_rows_only), and the reference models their logits too. Found on the host, where the labels are built,
+// computes_loss_rows_only), and the reference models their logits too. When dpo is the head's only loss
+// (LossRowRule::preference_spans) a row outside every chosen and rejected span adds nothing either (the prompts). Found on the host, where the labels are built,
 // so the count is known without reading the device; the batch uploader sends them with the micro-batch
 // (MicroBatch::loss_rows, loss_labels, loss_row_positions, loss_preference_pairs).
 // The preference pairs are re-expressed in the compacted numbering: a span [b, e) of rows becomes [loss rows before b,
@@ -17,6 +18,11 @@
 
 namespace fast_llm::layers {
 
+enum class LossRowRule {
+  labelled,          // every row whose label is >= 0
+  preference_spans,  // the labelled rows inside a preference pair's chosen or rejected span
+};
+
 struct LossRows {
   std::vector<int64_t> rows;       // ascending
   std::vector<int64_t> labels;     // labels[i] = the label of rows[i]
@@ -24,7 +30,8 @@ struct LossRows {
   std::vector<kernels::PreferencePair> preference_pairs;  // in the compacted numbering
 };
 
-LossRows find_loss_rows(std::span<const int64_t> labels, std::span<const kernels::PreferencePair> preference_pairs);
+LossRows find_loss_rows(std::span<const int64_t> labels, std::span<const kernels::PreferencePair> preference_pairs,
+                        LossRowRule rule = LossRowRule::labelled);
 
 // Sets the loss-row fields of `batch` from `rows`, copied to `device` (tests and host-built micro-batches; the batch
 // uploader packs them with the rest of the micro-batch instead).

@@ -36,6 +36,7 @@ class GPTModel : public engine::BaseModel {
   explicit GPTModel(const GPTBaseModelConfig& config, layers::TensorParallelism tensor_parallel = {});
 
   std::vector<layers::Layer*> layers() override;
+  layers::LossRowRule loss_row_rule() const override { return head_->loss_row_rule(); }
 
   layers::LanguageModelEmbedding& embeddings() { return *embeddings_; }
   layers::DecoderBlock& block(int index) { return *blocks_.at(size_t(index)); }
