@@ -127,9 +127,14 @@ def dpo_step_loss(torch, post, policy, reference, beta):
     return step_loss
 
 
-def span_sums_of(post, model):
+def span_sums_of(post, model, keep=None):
+    """(tokens, mask) -> the rows' span sums; with `keep` the model computes the logits of the last `keep` positions
+    only (transformers' logits_to_keep, TRL's use_logits_to_keep), which must cover every span (post.logits_to_keep)."""
     def span_sums(tokens, mask):
-        return post.span_log_probability_sums(model(input_ids=tokens).logits, tokens, mask)
+        if keep is None:
+            return post.span_log_probability_sums(model(input_ids=tokens).logits, tokens, mask)
+        logits = model(input_ids=tokens, logits_to_keep=keep).logits
+        return post.span_log_probability_sums(logits, tokens[:, -keep:], mask[:, -keep:])
     return span_sums
 
 
@@ -153,7 +158,10 @@ def run_mode(torch, model, mode, args, shape, batches, flops_per_token, referenc
         # compile: the whole model (with DPO: each model with its span sums, one graph each).
         if reference is not None:
             import torch_post_training as post
-            policy_sums, reference_sums = span_sums_of(post, model), span_sums_of(post, reference)
+            # One count for every batch (a constant for torch.compile): the largest any batch needs.
+            keep = max(post.logits_to_keep(mask) for _, mask in batches) if args.logits_to_keep else None
+            record["logits_to_keep"] = keep
+            policy_sums, reference_sums = span_sums_of(post, model, keep), span_sums_of(post, reference, keep)
             if mode == "compile":
                 policy_sums, reference_sums = torch.compile(policy_sums), torch.compile(reference_sums)
             step_loss = dpo_step_loss(torch, post, policy_sums, reference_sums, args.dpo)
@@ -258,6 +266,9 @@ def main():
                         help="hand-written LoRA on q_proj and v_proj, the rest frozen (default: the shape's `lora`)")
     parser.add_argument("--dpo", metavar="BETA", type=float,
                         help="DPO step against a frozen reference copy (default: the shape's `dpo` beta)")
+    parser.add_argument("--logits-to-keep", action="store_true",
+                        help="DPO: both models compute the logits of the positions the spans read only, from the "
+                             "batch's first span on (TRL's use_logits_to_keep; off by default, as in TRL)")
     parser.add_argument("--experts-implementation",
                         help="MoE shapes: transformers' experts backend (eager, batched_mm, grouped_mm; transformers 5), "
                              "default: transformers' own choice")

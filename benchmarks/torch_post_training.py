@@ -11,7 +11,9 @@ in plain torch so that they are tested on the CPU without transformers (benchmar
   a pair and as fast-llm's batch cuts the document into two attention segments where the chosen span ends. A row's
   log-probability of its answer is the sum over the span's tokens t of log p(token t | tokens before t), read from
   the logits of position t - 1; the loss is the mean over the pairs of -log sigmoid(beta ((pi_c - ref_c) -
-  (pi_r - ref_r))).
+  (pi_r - ref_r))). With TRL's `use_logits_to_keep` (off by default there; --logits-to-keep here) the models compute
+  the logits of the last `logits_to_keep(mask)` positions only, those from the position before the batch's first
+  span token on.
 """
 import torch
 
@@ -90,6 +92,13 @@ def span_log_probability_sums(logits, tokens, mask):
     targets = torch.cat([tokens[:, 1:], tokens[:, :1]], dim=1)
     per_token = -torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1), reduction="none")
     return (per_token.view(rows, length)[:, :-1] * mask[:, 1:]).sum(-1)
+
+
+def logits_to_keep(mask):
+    """TRL's count of last positions whose logits the span sums read: from the position before the batch's first span
+    token to the end. mask [rows, length] bool, as span_mask's."""
+    first = int(mask.nonzero(as_tuple=True)[1].min())
+    return mask.shape[1] - first + 1
 
 
 def dpo_sigmoid_loss(policy_sums, reference_sums, beta):

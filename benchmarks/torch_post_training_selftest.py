@@ -63,10 +63,11 @@ class TinyLlama(torch.nn.Module):
             layer.self_attn = Attention(hidden)
             self.model.layers.append(layer)
 
-    def forward(self, input_ids):
+    def forward(self, input_ids, logits_to_keep=0):
         x = self.model.embed_tokens(input_ids)
         for layer in self.model.layers:
             x = x + layer.self_attn(x)
+        x = x[:, -logits_to_keep:]  # transformers' rule: 0 keeps every position
         return types.SimpleNamespace(logits=x @ self.model.embed_tokens.weight.t())
 
 
@@ -159,6 +160,14 @@ def test_dpo():
     error = abs(float(loss) - expected) / expected
     check("dpo loss = TRL's formula, pair by pair from the documents", error < 1e-12,
           f"{float(loss):.12f} / {expected:.12f}")
+    keep = post.logits_to_keep(mask)
+    kept = dpo_step_loss(torch, post, span_sums_of(post, policy, keep), span_sums_of(post, reference, keep), beta)
+    check("dpo with logits_to_keep: fewer positions, the same loss", keep < mask.shape[1] and
+          abs(float(kept(batches[1])) - float(loss)) < 1e-12 * float(loss), f"keep {keep} of {mask.shape[1]}")
+    too_few = dpo_step_loss(torch, post, span_sums_of(post, policy, keep - 1), span_sums_of(post, reference, keep - 1),
+                            beta)
+    check("dpo: logits_to_keep is the fewest positions that give the loss",
+          abs(float(too_few(batches[1])) - float(loss)) > 1e-6 * float(loss))
     loss.backward()
     check("dpo: the gradient reaches the policy, not the reference",
           all(p.grad is not None for p in policy.parameters()) and all(p.grad is None for p in reference.parameters()))
