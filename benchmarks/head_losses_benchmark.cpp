@@ -10,10 +10,13 @@
 // And grpo alone and distillation alone (no label loss): the op's own gradient pass over the logits (in place)
 // against what the head runs, a cross-entropy pass of label weight 0 without z-loss with the coefficients or the
 // distillation term. Last, the policy op's statistics alone (passes 1 and 2 with the metric sums and advantage
-// extremes, row coefficients out, no gradient pass), then the dpo op's (the log-probabilities of the logits and the
-// reference's, the pairs, row coefficients out, no gradient pass), each under every CUDA variant of its op called by
-// name, against the first one's outputs (relative error of the norm of the row coefficients and of the loss / metric
-// sums / extremes; above 1e-4 the program exits with status 1).
+// extremes, row coefficients out, no gradient pass), then the dpo op's (the log-probabilities of the logits, the
+// pairs with the reference's given log-probabilities, row coefficients out, no gradient pass), each under every CUDA
+// variant of its op called by name, against the first one's outputs (relative error of the norm of the row
+// coefficients and of the loss / metric sums / extremes; above 1e-4 the program exits with status 1). The dpo op
+// reads the reference's per-row log-probabilities of the labels, computed once on the host from the fp32 reference
+// logits; kernels/label_log_probabilities.h computing them on the GPU is timed beside the dpo op (when it has a CUDA
+// variant), as the part of the work the dpo op did itself when it read the reference's logits.
 //
 //   head_losses_benchmark [rows [vocab [iterations]]]
 //
@@ -40,6 +43,7 @@
 #include "fast_llm/kernels/cross_entropy.h"
 #include "fast_llm/kernels/distillation.h"
 #include "fast_llm/kernels/dpo.h"
+#include "fast_llm/kernels/label_log_probabilities.h"
 #include "fast_llm/kernels/pointwise.h"
 #include "fast_llm/kernels/policy_gradient.h"
 #include "fast_llm/tensor/stream.h"
@@ -77,16 +81,17 @@ Tensor zeros_device(const Shape& shape, DType dtype) {
 }
 
 // The micro-batch around the chunk: labels (every 20th masked), grpo token data over 16 documents, dpo pairs of
-// 128-row spans covering the rows, teacher / reference logits.
+// 128-row spans covering the rows, teacher / reference logits and the reference's log-probabilities of the labels.
 struct Batch {
   int64_t rows, vocab;
   Tensor labels, advantages, old_log_probabilities, documents, reference_logits;
+  Tensor reference_log_probabilities;  // (rows) fp32, what the dpo op reads
   std::vector<PreferencePair> pairs;
 };
 
 Batch make_batch(int64_t rows, int64_t vocab) {
   Batch batch{.rows = rows, .vocab = vocab, .labels = {}, .advantages = {}, .old_log_probabilities = {},
-              .documents = {}, .reference_logits = {}, .pairs = {}};
+              .documents = {}, .reference_logits = {}, .reference_log_probabilities = {}, .pairs = {}};
   Tensor labels = Tensor::empty(Shape{rows}, DType::int64), advantages = Tensor::empty(Shape{rows}, DType::float32);
   Tensor old = Tensor::empty(Shape{rows}, DType::float32), documents = Tensor::empty(Shape{rows}, DType::int32);
   const int64_t document_rows = std::max<int64_t>(1, rows / 16);
@@ -102,6 +107,11 @@ Batch make_batch(int64_t rows, int64_t vocab) {
   batch.old_log_probabilities = old.to(kCuda);
   batch.documents = documents.to(kCuda);
   batch.reference_logits = random_device(Shape{rows, vocab}, DType::float32, 3, -8, 8);
+  // On the host (the CPU reference): the GPU variant of label_log_probabilities is optional here, timed apart.
+  Tensor reference_log_probabilities = Tensor::empty(Shape{rows}, DType::float32);
+  label_log_probabilities({.logits = batch.reference_logits.to(Device::cpu()), .labels = labels,
+                           .output = reference_log_probabilities});
+  batch.reference_log_probabilities = reference_log_probabilities.to(kCuda);
   for (int64_t begin = 0; begin + 256 <= rows; begin += 256)
     batch.pairs.push_back({.chosen_begin = begin, .chosen_end = begin + 128, .rejected_begin = begin + 128,
                            .rejected_end = begin + 256});
@@ -136,8 +146,8 @@ void run_other(Other other, const Batch& batch, const Tensor& logits, Sums& sums
                                         .grad_logits = grad, .grad_weight = scale, .row_coefficients = row_weights});
       return;
     case Other::dpo:
-      dpo_forward_backward({.logits = logits, .reference_logits = batch.reference_logits, .labels = batch.labels,
-                            .pairs = batch.pairs, .loss_sum = sums.other, .grad_logits = grad,
+      dpo_forward_backward({.logits = logits, .reference_log_probabilities = batch.reference_log_probabilities,
+                            .labels = batch.labels, .pairs = batch.pairs, .loss_sum = sums.other, .grad_logits = grad,
                             .row_coefficients = row_weights, .beta = 0.1,
                             .weight = 1.0 / double(batch.pairs.size())});
       return;
@@ -266,17 +276,53 @@ bool compare_policy_variants(const Batch& batch, const Tensor& logits, int itera
       [&] { return read_outputs(row_weights, {&loss, &metrics, &largest, &smallest}); }, iterations);
 }
 
+// label_log_probabilities on the fp32 reference logits under its highest-priority CUDA variant: its median time
+// and the relative error of its output against the host's (batch.reference_log_probabilities); whether they agree
+// (true without a CUDA variant, which is then said).
+bool time_reference_log_probabilities(const Batch& batch, int iterations) {
+  const KernelVariant<LabelLogProbabilitiesArgs>* chosen = nullptr;
+  for (const auto& variant : OpRegistry<LabelLogProbabilities>::instance().variants())
+    if (variant.info.device == DeviceType::cuda && (chosen == nullptr || variant.info.priority > chosen->info.priority))
+      chosen = &variant;
+  if (chosen == nullptr) {
+    std::printf("  reference log-probabilities (label_log_probabilities): no CUDA variant to time\n");
+    return true;
+  }
+  Tensor output = Tensor::empty(Shape{batch.rows}, DType::float32, kCuda);
+  const LabelLogProbabilitiesArgs args{.logits = batch.reference_logits, .labels = batch.labels, .output = output};
+  check_label_log_probabilities(args);
+  if (chosen->supports != nullptr)
+    if (const auto reason = chosen->supports(args)) {
+      std::printf("  reference log-probabilities: %s declines: %s\n", chosen->info.variant.c_str(), reason->c_str());
+      return true;
+    }
+  const double ms = benchmarks::median_ms([&] { chosen->run(args); }, 3, iterations);
+  synchronize_device(kCuda);
+  std::vector<double> actual, expected;
+  const Tensor host = output.to(Device::cpu()), host_expected = batch.reference_log_probabilities.to(Device::cpu());
+  for (int64_t row = 0; row < host.numel(); ++row) {
+    actual.push_back(double(host.data_as<float>()[row]));
+    expected.push_back(double(host_expected.data_as<float>()[row]));
+  }
+  const double error = relative_error(actual, expected);
+  std::printf("  reference log-probabilities (label_log_probabilities \"%s\" on the fp32 reference logits, the work "
+              "the dpo op did itself before): %.3f ms (against the host's: %.2e)\n",
+              chosen->info.variant.c_str(), ms, error);
+  return error <= 1e-4;
+}
+
 // The dpo op's statistics under each CUDA variant: the batch's pairs (128-row spans over every row), row coefficients
 // and the loss sum out, no gradient pass (the head's fused path); whether they agree.
 bool compare_dpo_variants(const Batch& batch, const Tensor& logits, int iterations) {
   Tensor row_weights = Tensor::empty(Shape{batch.rows}, DType::float32, kCuda);
   Tensor loss = Tensor::empty(Shape{1}, DType::float64, kCuda);
-  const DpoArgs args{.logits = logits, .reference_logits = batch.reference_logits, .labels = batch.labels,
-                     .pairs = batch.pairs, .loss_sum = loss, .grad_logits = nullptr, .row_coefficients = &row_weights,
-                     .beta = 0.1, .weight = 1.0 / double(std::max<size_t>(1, batch.pairs.size()))};
+  const DpoArgs args{.logits = logits, .reference_log_probabilities = batch.reference_log_probabilities,
+                     .labels = batch.labels, .pairs = batch.pairs, .loss_sum = loss, .grad_logits = nullptr,
+                     .row_coefficients = &row_weights, .beta = 0.1,
+                     .weight = 1.0 / double(std::max<size_t>(1, batch.pairs.size()))};
   check_dpo_forward_backward(args);
-  std::printf("  dpo statistics (%zu pairs, fp32 reference logits, row coefficients; no gradient pass) by CUDA "
-              "variant, each run after 2 fills of its outputs (a few us):\n",
+  std::printf("  dpo statistics (%zu pairs, fp32 reference log-probabilities, row coefficients; no gradient pass) by "
+              "CUDA variant, each run after 2 fills of its outputs (a few us):\n",
               batch.pairs.size());
   return compare_variants<DpoForwardBackward>(
       args,
@@ -381,6 +427,7 @@ int run_benchmark(int64_t rows, int64_t vocab, int iterations) {
   restore(logits);
   agree = compare_policy_variants(batch, logits, iterations) && agree;
   agree = compare_dpo_variants(batch, logits, iterations) && agree;
+  agree = time_reference_log_probabilities(batch, iterations) && agree;
   std::fflush(stdout);
   return agree ? 0 : 1;
 }

@@ -1,7 +1,8 @@
 // loss_op_io: runs ONE head-loss op of the kernel registry on inputs read from a safetensors file and writes what it
 // computes (loss sums, metric sums, the logits gradient) to another, so that tools/loss_torch_check.py can compare
 // every variant (the CPU reference, the CUDA ones) with the loss written independently in PyTorch (issue 23, Checks).
-// The ops are called through their public headers exactly as the head calls them; the tool adds no math of its own.
+// The ops are called through their public headers exactly as the head calls them; the tool adds no math of its own
+// (dpo's reference log-probabilities come from the registry's label_log_probabilities, as the head computes them).
 //
 //   loss_op_io --list-variants                       prints "op device variant" per registered variant of the ops
 //   loss_op_io OP INPUT OUTPUT [key=value ...]       OP: cross_entropy | distillation | distillation_term | dpo |
@@ -17,10 +18,13 @@
 //   dpo            beta, weight
 //   grpo, gspo     epsilon_low, epsilon_high, grad_weight, softcap, num_documents (required)
 // Input tensors: logits (tokens, vocab) floating, computed in the dtype stored; labels (tokens) I64; distillation and
-// distillation_term: target_logits (tokens, vocab) floating; dpo: reference_logits (tokens, vocab) floating and pairs (pairs, 4) I64
-// [chosen_begin, chosen_end, rejected_begin, rejected_end]; grpo / gspo: advantages and old_log_probabilities (tokens)
-// F32 and label_documents (tokens) I32. Output: loss_sum (1) F64, z_loss_sum (1) F64 (cross_entropy, distillation_term), metric_sums
-// (metrics) F64 (grpo / gspo, names in the metadata "metric_names"), grad_logits in the logits' dtype; metadata
+// distillation_term: target_logits (tokens, vocab) floating; dpo: reference_logits (tokens, vocab) floating and pairs
+// (pairs, 4) I64 [chosen_begin, chosen_end, rejected_begin, rejected_end] (the op reads the reference's per-row
+// log-probabilities of the labels, which the tool computes from reference_logits with label_log_probabilities's CPU
+// reference in fp64, F64 for F64 reference logits and F32 otherwise, then moves to the device: the dpo variant is
+// checked on its own); grpo / gspo: advantages and old_log_probabilities (tokens) F32 and label_documents (tokens)
+// I32. Output: loss_sum (1) F64, z_loss_sum (1) F64 (cross_entropy, distillation_term), metric_sums (metrics) F64
+// (grpo / gspo, names in the metadata "metric_names"), grad_logits in the logits' dtype; metadata
 // "variant" names the variant that ran. Bad input (missing tensor, wrong dtype or shape, unknown key or value) is an
 // error naming the file or key: exit status 1 (2 for a usage error).
 #include <fmt/format.h>
@@ -43,6 +47,7 @@
 #include "fast_llm/kernels/cross_entropy.h"
 #include "fast_llm/kernels/distillation.h"
 #include "fast_llm/kernels/dpo.h"
+#include "fast_llm/kernels/label_log_probabilities.h"
 #include "fast_llm/kernels/policy_gradient.h"
 #include "fast_llm/kernels/registry.h"
 #include "fast_llm/layers/language_model/policy_gradient_loss.h"
@@ -236,14 +241,20 @@ int run(const std::string& op, const std::filesystem::path& input, const std::fi
     ran = run_op<kernels::DistillationForwardBackward>(args, &kernels::check_distillation_forward_backward, device,
                                                        variant);
   } else if (op == "dpo") {
-    const Tensor reference_logits = inputs.read("reference_logits", kFloating, {tokens, vocab});
+    const Tensor reference_logits = inputs.read("reference_logits", kFloating, {tokens, vocab}).to(Device::cpu());
+    Tensor host_log_probabilities =
+        Tensor::empty(Shape{tokens}, reference_logits.dtype() == DType::float64 ? DType::float64 : DType::float32);
+    kernels::label_log_probabilities(
+        {.logits = reference_logits, .labels = labels.to(Device::cpu()), .output = host_log_probabilities});
+    const Tensor reference_log_probabilities =
+        device.is_cpu() ? host_log_probabilities : host_log_probabilities.to(device);
     const Tensor pairs_tensor = inputs.read("pairs", {DType::int64}, {-1, 4}).to(Device::cpu());
     std::vector<kernels::PreferencePair> pairs;
     const int64_t* bounds = pairs_tensor.data_as<int64_t>();
     for (int64_t pair = 0; pair < pairs_tensor.size(0); ++pair)
       pairs.push_back({bounds[4 * pair], bounds[4 * pair + 1], bounds[4 * pair + 2], bounds[4 * pair + 3]});
     const kernels::DpoArgs args{.logits = logits,
-                                .reference_logits = reference_logits,
+                                .reference_log_probabilities = reference_log_probabilities,
                                 .labels = labels,
                                 .pairs = pairs,
                                 .loss_sum = loss_sum,

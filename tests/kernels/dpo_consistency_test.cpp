@@ -1,11 +1,13 @@
 // Consistency of every dpo_forward_backward variant with the CPU reference: pairs with overlapping spans, masked rows
-// inside spans, rows in no span; fp32 / bf16 / fp16 (and fp64 on the CPU) logits with fp32 reference logits;
-// logits_scale_factor; the gradient out of place, over the logits, added to an existing one, or not at all; the row
-// coefficients added to; logits as column slices of wider rows; the loss sum starts non-zero. And 8192 tokens in 64
-// pairs of ragged spans (one empty, some overlapping), a ragged vocabulary over 16-byte aligned rows (vectors and a
-// tail) and, on the GPU, vocabulary 49152 (the parallel CUDA variant's one-read rows and per-pair warps). The
-// reference is checked against TRL's formula and finite differences in dpo_test.cpp. Each CUDA variant run twice on
-// 8192 tokens x 49152 gives the same bytes in every output (the variants promise fixed-order sums).
+// inside spans, rows in no span; fp32 / bf16 / fp16 (and fp64 on the CPU) logits with the reference's per-row
+// log-probabilities in fp32 (fp64 with fp64 logits, as the head hands them; random values in a large vocabulary's
+// range, as the op only adds them); logits_scale_factor; the gradient out of place, over the logits, added to an
+// existing one, or not at all; the row coefficients added to; logits as column slices of wider rows; the loss sum
+// starts non-zero. And 8192 tokens in 64 pairs of ragged spans (one empty, some overlapping), a ragged vocabulary
+// over 16-byte aligned rows (vectors and a tail) and, on the GPU, vocabulary 49152 (the parallel CUDA variant's
+// one-read rows and per-pair warps). The reference is checked against TRL's formula and finite differences in
+// dpo_test.cpp. Each CUDA variant run twice on 8192 tokens x 49152 gives the same bytes in every output (the variants
+// promise fixed-order sums).
 #include "fast_llm/kernels/dpo.h"
 
 #include <gtest/gtest.h>
@@ -65,8 +67,8 @@ void check_dpo(DeviceType device_type) {
                          .row_coefficients = gradient == GradientMode::none && vocab == 1000,
                          .stored_vocab = vocab == 1000 ? vocab + 3 : vocab, .strided = vocab == 1000});
   // 8192 tokens in 64 pairs. A ragged vocabulary (rows of 1008 columns, 16-byte aligned, viewed as 1003: vectors and
-  // a tail) everywhere; SmolLM2's 49152 (whole vectors, also for the reference's rows) on the GPU only, where the CPU
-  // reference's time and memory are the host's (the gradient in bf16 only).
+  // a tail) everywhere; SmolLM2's 49152 (whole vectors) on the GPU only, where the CPU reference's time and memory are
+  // the host's (the gradient in bf16 only).
   for (DType dtype : {DType::bfloat16, DType::float32}) {
     for (const auto& [gradient, coefficients] : std::vector<std::pair<GradientMode, bool>>{
              {GradientMode::out_of_place, true}, {GradientMode::in_place, false}, {GradientMode::none, true}})
@@ -106,8 +108,8 @@ void check_dpo(DeviceType device_type) {
     const Tensor logits = random_tensor(stored, c.dtype, ++seed, -4, 4);
     problem.tensors["logits"] =
         c.gradient == GradientMode::in_place ? accumulated_output(logits, view) : input(logits, view);
-    problem.tensors["reference_logits"] =
-        input(random_tensor(Shape{c.tokens, c.vocab}, DType::float32, ++seed, -4, 4));
+    problem.tensors["reference_log_probabilities"] =
+        input(random_tensor(Shape{c.tokens}, sum_dtype, ++seed, -12, -0.5));
     problem.tensors["labels"] = input(make_tensor(labels, Shape{c.tokens}, DType::int64));
     problem.tensors["loss_sum"] = accumulated_output(filled(Shape{1}, sum_dtype, 0.75));
     if (c.gradient == GradientMode::out_of_place)
@@ -121,7 +123,8 @@ void check_dpo(DeviceType device_type) {
       Tensor* grad = c.gradient == GradientMode::in_place ? &t.at("logits")
                      : c.gradient == GradientMode::none   ? nullptr
                                                           : &t.at("grad_logits");
-      run({.logits = t.at("logits"), .reference_logits = t.at("reference_logits"), .labels = t.at("labels"),
+      run({.logits = t.at("logits"), .reference_log_probabilities = t.at("reference_log_probabilities"),
+           .labels = t.at("labels"),
            .pairs = pairs, .loss_sum = t.at("loss_sum"), .grad_logits = grad,
            .row_coefficients = c.row_coefficients ? &t.at("row_coefficients") : nullptr, .beta = c.beta,
            .weight = 0.5, .logits_scale_factor = 0.8, .accumulate_gradient = c.gradient == GradientMode::accumulated});
@@ -139,8 +142,8 @@ TEST(DpoConsistency, CudaVariantsMatchTheReference) {
   check_dpo(DeviceType::cuda);
 }
 
-// The inputs of the reproducibility test, on the GPU: 8192 tokens x 49152 bf16 logits, fp32 reference logits, every
-// eleventh label masked, 64 pairs.
+// The inputs of the reproducibility test, on the GPU: 8192 tokens x 49152 bf16 logits, fp32 reference
+// log-probabilities, every eleventh label masked, 64 pairs.
 struct DpoInputs {
   Tensor logits, reference, labels;
   std::vector<PreferencePair> pairs;
@@ -153,7 +156,7 @@ DpoInputs dpo_inputs() {
   for (int64_t token = 0; token < tokens; ++token)
     labels.push_back(token % 11 == 3 ? -100.0 : double((token * 37 + 5) % vocab));
   return {.logits = random_tensor(Shape{tokens, vocab}, DType::bfloat16, 74101, -4, 4).to(cuda),
-          .reference = random_tensor(Shape{tokens, vocab}, DType::float32, 74102, -4, 4).to(cuda),
+          .reference = random_tensor(Shape{tokens}, DType::float32, 74102, -12, -0.5).to(cuda),
           .labels = make_tensor(labels, Shape{tokens}, DType::int64).to(cuda),
           .pairs = many_pairs(tokens)};
 }
@@ -166,8 +169,8 @@ std::vector<std::vector<char>> dpo_outputs(const KernelVariant<DpoArgs>& variant
   Tensor loss = filled(Shape{1}, DType::float32, 0.0).to(cuda);
   Tensor row_coefficients = filled(Shape{tokens}, DType::float32, 0.0).to(cuda);
   Tensor grad = Tensor::empty(inputs.logits.shape(), DType::bfloat16, cuda);
-  const DpoArgs args{.logits = inputs.logits, .reference_logits = inputs.reference, .labels = inputs.labels,
-                     .pairs = inputs.pairs, .loss_sum = loss, .grad_logits = &grad,
+  const DpoArgs args{.logits = inputs.logits, .reference_log_probabilities = inputs.reference,
+                     .labels = inputs.labels, .pairs = inputs.pairs, .loss_sum = loss, .grad_logits = &grad,
                      .row_coefficients = &row_coefficients, .beta = 0.05, .weight = 1.0 / 64.0};
   check_dpo_forward_backward(args);
   if (variant.supports != nullptr)

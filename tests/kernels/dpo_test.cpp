@@ -1,13 +1,16 @@
 // Tests of the CPU reference dpo_forward_backward (kernels/cpu/dpo.cpp): the loss against TRL's sigmoid formula
-// written here (plain loops, fp64) on several pairs with overlapping and masked rows; the gradient against central
-// finite differences in fp64; a model equal to its reference gives log(2) per pair and a gradient that follows only the
-// policy; accumulating; in place == out of place; errors.
+// written here (plain loops, fp64, from the reference's logits) on several pairs with overlapping and masked rows, the
+// op reading the reference's log-probabilities that label_log_probabilities computes from those logits; the gradient
+// against central finite differences in fp64; a model equal to its reference gives log(2) per pair and a gradient
+// that follows only the policy; the reference's values on masked rows and rows of no span are not read; accumulating;
+// in place == out of place; errors.
 #include "fast_llm/kernels/dpo.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "fast_llm/kernels/label_log_probabilities.h"
 #include "kernels/reference_test_util.h"
 
 namespace fast_llm::kernels {
@@ -42,13 +45,21 @@ double naive_loss(const std::vector<double>& logits, const std::vector<double>& 
   return total;
 }
 
-double run(const Tensor& logits, const Tensor& reference, const std::vector<int64_t>& labels,
-           const std::vector<PreferencePair>& pairs, Tensor* grad, double beta, double weight = 1.0,
-           double scale = 1.0, bool accumulate = false) {
+// (tokens) fp64: log_softmax(reference_logits)[label] per row, 0 where the label is masked.
+Tensor reference_log_probabilities(const Tensor& reference_logits, const std::vector<int64_t>& labels) {
+  Tensor output = filled(Shape{reference_logits.size(0)}, DType::float64, 0.0);
+  label_log_probabilities({.logits = reference_logits, .labels = labels_tensor(labels), .output = output});
+  return output;
+}
+
+// The op on the reference log-probabilities `reference` (tokens); returns the loss sum.
+double run_on_log_probabilities(const Tensor& logits, const Tensor& reference, const std::vector<int64_t>& labels,
+                                const std::vector<PreferencePair>& pairs, Tensor* grad, double beta,
+                                double weight = 1.0, double scale = 1.0, bool accumulate = false) {
   Tensor loss_sum = filled(Shape{1}, DType::float64, 0.0);
   const Tensor labels_values = labels_tensor(labels);
   dpo_forward_backward({.logits = logits,
-                        .reference_logits = reference,
+                        .reference_log_probabilities = reference,
                         .labels = labels_values,
                         .pairs = pairs,
                         .loss_sum = loss_sum,
@@ -58,6 +69,14 @@ double run(const Tensor& logits, const Tensor& reference, const std::vector<int6
                         .logits_scale_factor = scale,
                         .accumulate_gradient = accumulate});
   return values_of(loss_sum)[0];
+}
+
+// The op with the reference given by its logits (tokens, vocab).
+double run(const Tensor& logits, const Tensor& reference_logits, const std::vector<int64_t>& labels,
+           const std::vector<PreferencePair>& pairs, Tensor* grad, double beta, double weight = 1.0,
+           double scale = 1.0, bool accumulate = false) {
+  return run_on_log_probabilities(logits, reference_log_probabilities(reference_logits, labels), labels, pairs, grad,
+                                  beta, weight, scale, accumulate);
 }
 
 const std::vector<int64_t> kLabels{-100, 3, 1, 4, -100, 0, 2, 5, 1, 3, 0, 2};
@@ -97,6 +116,23 @@ TEST(DpoReference, ModelEqualToReferenceGivesLogTwo) {
   EXPECT_GT(norm, 1e-6);
 }
 
+TEST(DpoReference, ReadsTheReferenceOnlyOnLabelledRowsOfSpans) {
+  const int64_t tokens = int64_t(kLabels.size()), vocab = 6;
+  const Tensor logits = random_tensor(Shape{tokens, vocab}, DType::float64, 81);
+  std::vector<double> reference = values_of(reference_log_probabilities(
+      random_tensor(Shape{tokens, vocab}, DType::float64, 82), kLabels));
+  Tensor grad = filled(Shape{tokens, vocab}, DType::float64, 0.0);
+  const double expected = run_on_log_probabilities(logits, make_tensor(reference, Shape{tokens}, DType::float64),
+                                                   kLabels, kPairs, &grad, 0.7);
+  // Row 0 is masked and in no span, row 4 masked in two spans, row 6 labelled in no span.
+  for (const int64_t row : {0, 4, 6}) reference[size_t(row)] = NAN;
+  Tensor poisoned_grad = filled(Shape{tokens, vocab}, DType::float64, 0.0);
+  const double loss = run_on_log_probabilities(logits, make_tensor(reference, Shape{tokens}, DType::float64), kLabels,
+                                               kPairs, &poisoned_grad, 0.7);
+  EXPECT_EQ(loss, expected);
+  expect_near(poisoned_grad, values_of(grad), 0, 0, "grad");
+}
+
 TEST(DpoReference, AccumulatesAndWorksInPlace) {
   const int64_t tokens = int64_t(kLabels.size()), vocab = 6;
   const Tensor logits = random_tensor(Shape{tokens, vocab}, DType::float64, 71);
@@ -118,8 +154,12 @@ TEST(DpoReference, Errors) {
   const std::vector<int64_t> labels{0, 1, 2, 0};
   expect_error([&] { run(logits, logits, labels, {{.chosen_begin = 0, .chosen_end = 5}}, nullptr, 1.0); },
                "outside the 4 rows");
-  const Tensor other = random_tensor(Shape{4, 2}, DType::float64, 2);
-  expect_error([&] { run(logits, other, labels, {}, nullptr, 1.0); }, "reference_logits");
+  const Tensor short_reference = filled(Shape{3}, DType::float64, 0.0);
+  expect_error([&] { run_on_log_probabilities(logits, short_reference, labels, {}, nullptr, 1.0); },
+               "reference_log_probabilities");
+  const Tensor half_reference = filled(Shape{4}, DType::float16, 0.0);
+  expect_error([&] { run_on_log_probabilities(logits, half_reference, labels, {}, nullptr, 1.0); },
+               "reference_log_probabilities");
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "fast_llm/kernels/cross_entropy.h"
 #include "fast_llm/kernels/distillation.h"
 #include "fast_llm/kernels/dpo.h"
+#include "fast_llm/kernels/label_log_probabilities.h"
 #include "fast_llm/kernels/pointwise.h"
 #include "fast_llm/kernels/policy_gradient.h"
 #include "kernels/consistency.h"
@@ -170,12 +171,14 @@ struct HeadProblem {
   int64_t tokens, vocab;
   std::vector<int64_t> labels;
   Tensor label_tensor, advantages, old_log_probabilities, documents, reference_logits;
+  Tensor reference_log_probabilities;  // (tokens) fp32: the reference's per row, what dpo reads
   std::vector<PreferencePair> pairs;
 };
 
 HeadProblem head_problem(int64_t tokens, int64_t vocab, uint64_t seed) {
   HeadProblem problem{.tokens = tokens, .vocab = vocab, .labels = {}, .label_tensor = {}, .advantages = {},
-                      .old_log_probabilities = {}, .documents = {}, .reference_logits = {}, .pairs = {}};
+                      .old_log_probabilities = {}, .documents = {}, .reference_logits = {},
+                      .reference_log_probabilities = {}, .pairs = {}};
   std::vector<double> advantages, old_log_probs, documents;
   const double uniform = -std::log(double(vocab));
   for (int64_t token = 0; token < tokens; ++token) {
@@ -190,6 +193,10 @@ HeadProblem head_problem(int64_t tokens, int64_t vocab, uint64_t seed) {
   problem.old_log_probabilities = make_tensor(old_log_probs, Shape{tokens}, DType::float32);
   problem.documents = make_tensor(documents, Shape{tokens}, DType::int32);
   problem.reference_logits = random_tensor(Shape{tokens, vocab}, DType::float32, seed + 1, -3, 3);
+  problem.reference_log_probabilities = filled(Shape{tokens}, DType::float32, 0.0);
+  label_log_probabilities({.logits = problem.reference_logits,
+                           .labels = problem.label_tensor,
+                           .output = problem.reference_log_probabilities});
   problem.pairs = {{.chosen_begin = 0, .chosen_end = tokens / 3, .rejected_begin = tokens / 3,
                     .rejected_end = 2 * tokens / 3},
                    {.chosen_begin = 1, .chosen_end = tokens / 2, .rejected_begin = tokens / 2, .rejected_end = tokens}};
@@ -267,9 +274,9 @@ void run_distillation(const HeadProblem& p, const Tensor& logits, Tensor& loss_s
 
 void run_dpo(const HeadProblem& p, const Tensor& logits, Tensor& loss_sum, Tensor* grad, Tensor* row_coefficients,
              double scale, Device device) {
-  const Tensor labels = p.label_tensor.to(device), reference = p.reference_logits.to(device);
+  const Tensor labels = p.label_tensor.to(device), reference = p.reference_log_probabilities.to(device);
   dpo_forward_backward({.logits = logits,
-                        .reference_logits = reference,
+                        .reference_log_probabilities = reference,
                         .labels = labels,
                         .pairs = p.pairs,
                         .loss_sum = loss_sum,

@@ -8,9 +8,9 @@ namespace fast_llm::kernels {
 void check_dpo_forward_backward(const DpoArgs& args) {
   const OpContract contract("dpo_forward_backward", args.logits.device());
   check_head_loss_operands(contract, args.logits, args.labels, args.loss_sum, args.grad_logits);
-  contract.on_device("reference_logits", args.reference_logits);
-  contract.shape("reference_logits", args.reference_logits, args.logits.shape());
-  contract.floating("reference_logits", args.reference_logits);
+  contract.on_device("reference_log_probabilities", args.reference_log_probabilities);
+  contract.shape("reference_log_probabilities", args.reference_log_probabilities, Shape{args.logits.size(0)});
+  contract.dtype("reference_log_probabilities", args.reference_log_probabilities, {DType::float32, DType::float64});
   FLM_CHECK(args.grad_logits == nullptr || !args.accumulate_gradient || args.grad_logits->data() != args.logits.data(),
             contract.op(), "accumulate_gradient needs a gradient buffer other than the logits");
   const int64_t rows = args.logits.size(0);

@@ -1,7 +1,9 @@
 // Op: dpo_forward_backward. Direct preference optimisation (TRL's sigmoid loss, Fast-LLM's `dpo` loss type) on the
 // logits of a micro-batch, with the gradient of the logits computed in the same call:
 //   log pi(t)      = log_softmax(logits_t * s)[label_t]           (the trained model; s: logits_scale_factor)
-//   log pi_ref(t)  = log_softmax(reference_logits_t)[label_t]     (the frozen reference model, no gradient)
+//   log pi_ref(t)  = reference_log_probabilities_t                (the frozen reference model, no gradient)
+// The reference enters through its per-row log-probabilities of the labels (kernels/label_log_probabilities.h), not
+// its logits: one number per row, so the reference's (rows, vocab) logits need not be kept for the step.
 //   for each pair:  m = (sum_{t in chosen} log pi(t) - sum_{t in rejected} log pi(t))
 //                     - (the same sums of log pi_ref)
 //                   loss = -log sigmoid(beta * m)
@@ -31,9 +33,11 @@ struct PreferencePair {
 };
 
 struct DpoArgs {
-  const Tensor& logits;            // (tokens, vocab)
-  const Tensor& reference_logits;  // (tokens, vocab) the reference model's, any floating dtype
-  const Tensor& labels;            // (tokens) int64; < 0 masked
+  const Tensor& logits;  // (tokens, vocab)
+  // (tokens) float32 or float64: log pi_ref(t), the reference model's log_softmax at label_t
+  // (kernels/label_log_probabilities.h); read on the spans' rows whose label is >= 0.
+  const Tensor& reference_log_probabilities;
+  const Tensor& labels;  // (tokens) int64; < 0 masked
   std::span<const PreferencePair> pairs;
   Tensor& loss_sum;     // (1) fp32 or fp64, +=
   Tensor* grad_logits;  // (tokens, vocab), or nullptr (forward only)

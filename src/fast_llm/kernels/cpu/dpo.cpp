@@ -1,9 +1,10 @@
 // CPU reference of dpo_forward_backward (kernels/dpo.h).
 //
 // Two passes over the rows the spans cover: the first computes each row's log-probability of its label under the
-// model and the reference (stable logsumexp, fp32 math for fp32 / 16-bit logits, fp64 for fp64), from which each pair's
-// margin, loss and gradient coefficient follow (sums in fp64, in pair order: deterministic); the second writes the
-// rows' gradients. Nothing is written before the first pass is done, so grad_logits may be the logits tensor itself.
+// model (stable logsumexp, fp32 math for fp32 / 16-bit logits, fp64 for fp64) and reads the reference's given one,
+// from which each pair's margin, loss and gradient coefficient follow (sums in fp64, in pair order: deterministic);
+// the second writes the rows' gradients. Nothing is written before the first pass is done, so grad_logits may be the
+// logits tensor itself.
 #include "fast_llm/kernels/dpo.h"
 
 #include <algorithm>
@@ -26,7 +27,8 @@ void dpo_reference(const DpoArgs& args) {
   const int64_t tokens = args.logits.size(0), vocab = args.logits.size(1);
   const int64_t* labels = args.labels.data_as<int64_t>();  // (tokens)
   const int64_t label_stride = args.labels.stride(0);
-  const std::vector<double> reference = read_values<double>(args.reference_logits);  // (tokens, vocab), contiguous
+  // (tokens) log pi_ref(label), read on covered rows only.
+  const std::vector<double> reference_log_probability = read_values<double>(args.reference_log_probabilities);
 
   // Rows covered by a span with a label, and each pair's gradient coefficient per row (chosen +, rejected -).
   std::vector<uint8_t> covered(size_t(tokens), 0);
@@ -47,9 +49,9 @@ void dpo_reference(const DpoArgs& args) {
     const T* logits = args.logits.data_as<T>();  // (tokens, vocab)
     const int64_t logits_row = args.logits.stride(0), logits_column = args.logits.stride(1);
     const Compute scale = Compute(args.logits_scale_factor);
-    // Pass 1, per covered row: logsumexp of the scaled logits, log pi(label) and log pi_ref(label).
+    // Pass 1, per covered row: logsumexp of the scaled logits and log pi(label).
     std::vector<Compute> logsumexp(size_t(tokens), 0);
-    std::vector<double> policy(size_t(tokens), 0.0), reference_log_probability(size_t(tokens), 0.0);
+    std::vector<double> policy(size_t(tokens), 0.0);
 #pragma omp parallel for
     for (int64_t row = 0; row < tokens; ++row) {
       if (!covered[size_t(row)]) continue;
@@ -63,12 +65,6 @@ void dpo_reference(const DpoArgs& args) {
       logsumexp[size_t(row)] = max_z + std::log(sum);
       policy[size_t(row)] =
           double(load_value(logits[row * logits_row + label * logits_column]) * scale - logsumexp[size_t(row)]);
-      const double* reference_row = reference.data() + row * vocab;
-      const double reference_max = *std::max_element(reference_row, reference_row + vocab);
-      double reference_sum = 0;
-      for (int64_t column = 0; column < vocab; ++column)
-        reference_sum += std::exp(reference_row[column] - reference_max);
-      reference_log_probability[size_t(row)] = reference_row[label] - reference_max - std::log(reference_sum);
     }
 
     // Per pair: the margin, the loss, and d loss / d log pi(t) = -beta sigmoid(-beta m) for chosen rows (+ for
@@ -135,7 +131,8 @@ void dpo_reference(const DpoArgs& args) {
 
 FLM_REGISTER_KERNEL(DpoForwardBackward, DeviceType::cpu, "reference", /*priority=*/0, KernelKind::baseline, nullptr,
                     &dpo_reference,
-                    "two passes over the spans' rows: log-probabilities of the labels, then each pair's sigmoid "
-                    "loss and the gradient; fp32 math (fp64 for fp64)");
+                    "two passes over the spans' rows: the model's log-probabilities of the labels, then each pair's "
+                    "sigmoid loss (with the given reference log-probabilities) and the gradient; fp32 math (fp64 for "
+                    "fp64)");
 
 }  // namespace fast_llm::kernels::cpu

@@ -1,6 +1,7 @@
 // CUDA variants of dpo_forward_backward (kernels/dpo.h): logits of float32, bfloat16 or float16 (last dimension
-// contiguous), the reference's of float32; fp32 math per element, fp64 per pair. Both variants: (1) per covered row,
-// its logsumexp, log pi(label) and log pi_ref(label); (2) per pair, the margin, loss and span coefficients; (3) the
+// contiguous), the reference's log-probabilities of float32, contiguous (float64 ones come with float64 logits, which
+// these variants refuse too); fp32 math per element, fp64 per pair. Both variants: (1) per covered row, its logsumexp
+// and log pi(label); (2) per pair, the margin (with the given log pi_ref), loss and span coefficients; (3) the
 // gradient, or the coefficients added to row_coefficients for the head's cross-entropy pass. "rows" (the baseline)
 // reads each row twice in (1) and runs (2) on one thread; "parallel" reads each row once (softmax_state.cuh) and runs
 // (2) one warp per pair. Every sum has a fixed order: bitwise reproducible. docs/architecture.md has the details.
@@ -33,18 +34,16 @@ __device__ float row_logsumexp(const T* row, int64_t count, float scale, float* 
 struct RowParams {
   const void* logits;
   int64_t logits_stride;
-  const float* reference;  // (rows, vocab)
   const int64_t* labels;
   int64_t label_stride;
   const int64_t* covered;  // (covered rows)
   int64_t covered_rows, vocab;
   float scale;
-  float* logsumexp;   // (rows)
-  float* policy;      // (rows) log pi(label)
-  float* reference_log_probability;  // (rows)
-  int* valid;         // (rows) 1 where a covered row has a label
-  // Variant "parallel": 16-byte loads where the rows of the logits / of the reference start aligned.
-  bool logits_vectorized = false, reference_vectorized = false;
+  float* logsumexp;  // (rows)
+  float* policy;     // (rows) log pi(label)
+  int* valid;        // (rows) 1 where a covered row has a label
+  // Variant "parallel": 16-byte loads where the rows of the logits start aligned.
+  bool logits_vectorized = false;
 };
 
 template <class T>
@@ -55,13 +54,10 @@ __global__ void dpo_rows(RowParams p) {
     const int64_t label = p.labels[row * p.label_stride];
     if (label < 0 || label >= p.vocab) continue;
     const T* logits = static_cast<const T*>(p.logits) + row * p.logits_stride;
-    const float* reference = p.reference + row * p.vocab;
     const float lse = row_logsumexp(logits, p.vocab, p.scale, scratch);
-    const float reference_lse = row_logsumexp(reference, p.vocab, 1.0f, scratch);
     if (threadIdx.x == 0) {
       p.logsumexp[row] = lse;
       p.policy[row] = load(logits[label]) * p.scale - lse;
-      p.reference_log_probability[row] = reference[label] - reference_lse;
       p.valid[row] = 1;
     }
   }
@@ -137,29 +133,23 @@ __global__ void dpo_row_weights(const float* row_coefficient, const int* valid, 
 // ---------------------------------------------------------------------------------------------------------------------
 // Variant "parallel": pass 1 reads each row once, pass 2 runs over every pair and every covered row at once.
 
-// One block per covered row with a label: each thread's states over its columns of the scaled logits and of the
-// reference (both rows' loads issued before either merge), then the two block merges. Outputs as dpo_rows.
+// One block per covered row with a label: each thread's state over its columns of the scaled logits, then the block
+// merge. Outputs as dpo_rows.
 template <class T>
 __global__ void dpo_softmax_rows(RowParams p) {
   __shared__ SoftmaxState scratch[kThreads / 32];
   const auto scaled = [&](float x) { return x * p.scale; };
-  const auto unscaled = [](float x) { return x; };
   for (int64_t index = blockIdx.x; index < p.covered_rows; index += gridDim.x) {
     const int64_t row = p.covered[index];
     const int64_t label = p.labels[row * p.label_stride];
     if (label < 0 || label >= p.vocab) continue;
     const T* logits = static_cast<const T*>(p.logits) + row * p.logits_stride;
-    const float* reference = p.reference + row * p.vocab;
     const SoftmaxState policy_state = thread_softmax_state<kThreads>(logits, p.vocab, p.logits_vectorized, scaled);
-    const SoftmaxState reference_state =
-        thread_softmax_state<kThreads>(reference, p.vocab, p.reference_vectorized, unscaled);
     const SoftmaxState policy_row = block_softmax_state<kThreads>(policy_state, scratch);
-    const SoftmaxState reference_row = block_softmax_state<kThreads>(reference_state, scratch);
     if (threadIdx.x == 0) {
       const float lse = policy_row.max + logf(policy_row.sum);
       p.logsumexp[row] = lse;
       p.policy[row] = load(logits[label]) * p.scale - lse;
-      p.reference_log_probability[row] = reference[label] - (reference_row.max + logf(reference_row.sum));
       p.valid[row] = 1;
     }
   }
@@ -226,8 +216,8 @@ __global__ void dpo_covered_row_coefficients(const int64_t* covered, const int64
 std::optional<std::string> supports_dpo(const DpoArgs& args) {
   if (auto reason = cuda_floating_reason("logits", args.logits)) return reason;
   if (auto reason = inner_contiguous_reason("logits", args.logits)) return reason;
-  if (auto reason = float32_reason("reference_logits", args.reference_logits)) return reason;
-  if (auto reason = contiguous_reason("reference_logits", args.reference_logits)) return reason;
+  if (auto reason = float32_reason("reference_log_probabilities", args.reference_log_probabilities)) return reason;
+  if (auto reason = contiguous_reason("reference_log_probabilities", args.reference_log_probabilities)) return reason;
   if (args.row_coefficients != nullptr)
     if (auto reason = float32_reason("row_coefficients", *args.row_coefficients)) return reason;
   if (args.grad_logits != nullptr) return inner_contiguous_reason("grad_logits", *args.grad_logits);
@@ -277,21 +267,20 @@ void dpo_rows_launch(const DpoArgs& args) {
         }
   }
   // (rows) per-row values, zeroed: rows outside the spans or masked stay invalid.
-  Tensor floats = Tensor::empty(Shape{4, rows}, DType::float32, scope.device(), stream);
+  Tensor floats = Tensor::empty(Shape{3, rows}, DType::float32, scope.device(), stream);
   Tensor valid = Tensor::empty(Shape{rows}, DType::int32, scope.device(), stream);
   FLM_CUDA_CHECK(cudaMemsetAsync(floats.data(), 0, size_t(floats.nbytes()), scope.stream()));
   FLM_CUDA_CHECK(cudaMemsetAsync(valid.data(), 0, size_t(valid.nbytes()), scope.stream()));
   float* logsumexp = floats.data_as<float>();
   float* policy = logsumexp + rows;
-  float* reference = policy + rows;
-  float* row_coefficient = reference + rows;
+  float* row_coefficient = policy + rows;
+  const float* reference = args.reference_log_probabilities.data_as<float>();  // (rows) log pi_ref(label)
   const unsigned blocks_cap = unsigned(scope.multiprocessors()) * 8;
   visit_floating(args.logits.dtype(), [&]<class T>(std::type_identity<T>) {
     if (!covered.empty()) {
       const Tensor covered_rows = Tensor::from_indices(covered, DType::int64, scope.device(), stream);
       const RowParams params{.logits = args.logits.data(),
                              .logits_stride = row_stride(args.logits),
-                             .reference = args.reference_logits.data_as<float>(),
                              .labels = args.labels.data_as<int64_t>(),
                              .label_stride = args.labels.stride(0),
                              .covered = covered_rows.data_as<int64_t>(),
@@ -300,7 +289,6 @@ void dpo_rows_launch(const DpoArgs& args) {
                              .scale = float(args.logits_scale_factor),
                              .logsumexp = logsumexp,
                              .policy = policy,
-                             .reference_log_probability = reference,
                              .valid = valid.data_as<int>()};
       dpo_rows<T><<<std::min<unsigned>(blocks_cap, unsigned(covered.size())), kThreads, 0, scope.stream()>>>(params);
       scope.check_launch();
@@ -385,13 +373,13 @@ void dpo_parallel_launch(const DpoArgs& args) {
   const Stream stream = scope.tensor_stream();
   const PairLayout layout = pair_layout(args.pairs, rows);
   // (rows) per-row values; only `valid` is zeroed: the others are read on valid rows only.
-  Tensor floats = Tensor::empty(Shape{4, rows}, DType::float32, scope.device(), stream);
+  Tensor floats = Tensor::empty(Shape{3, rows}, DType::float32, scope.device(), stream);
   Tensor valid = Tensor::empty(Shape{rows}, DType::int32, scope.device(), stream);
   FLM_CUDA_CHECK(cudaMemsetAsync(valid.data(), 0, size_t(valid.nbytes()), scope.stream()));
   float* logsumexp = floats.data_as<float>();
   float* policy = logsumexp + rows;
-  float* reference = policy + rows;
-  float* row_coefficient = reference + rows;
+  float* row_coefficient = policy + rows;
+  const float* reference = args.reference_log_probabilities.data_as<float>();  // (rows) log pi_ref(label)
   visit_floating(args.logits.dtype(), [&]<class T>(std::type_identity<T>) {
     if (layout.pairs > 0) {
       const Tensor indices = Tensor::from_indices(layout.indices, DType::int64, scope.device(), stream);
@@ -399,7 +387,6 @@ void dpo_parallel_launch(const DpoArgs& args) {
       if (layout.covered_rows > 0) {
         const RowParams params{.logits = args.logits.data(),
                                .logits_stride = row_stride(args.logits),
-                               .reference = args.reference_logits.data_as<float>(),
                                .labels = args.labels.data_as<int64_t>(),
                                .label_stride = args.labels.stride(0),
                                .covered = index_data + layout.covered_at(),
@@ -408,10 +395,8 @@ void dpo_parallel_launch(const DpoArgs& args) {
                                .scale = float(args.logits_scale_factor),
                                .logsumexp = logsumexp,
                                .policy = policy,
-                               .reference_log_probability = reference,
                                .valid = valid.data_as<int>(),
-                               .logits_vectorized = rows_aligned<T>(args.logits),
-                               .reference_vectorized = rows_aligned<float>(args.reference_logits)};
+                               .logits_vectorized = rows_aligned<T>(args.logits)};
         dpo_softmax_rows<T><<<grid_for(layout.covered_rows, 1, scope), kThreads, 0, scope.stream()>>>(params);
         scope.check_launch();
       }
@@ -448,13 +433,14 @@ void dpo_parallel_launch(const DpoArgs& args) {
 FLM_REGISTER_KERNEL(DpoForwardBackward, DeviceType::cuda, "rows", /*priority=*/100, KernelKind::baseline,
                     &supports_dpo, &dpo_rows_launch,
                     "one block per spanned row, the pairs on one thread in order, one block per row for the gradient; "
-                    "fp32 math, float32 reference logits");
+                    "fp32 math, float32 reference log-probabilities");
 
 // Above "rows": the same results to rounding, with one read of each spanned row and no one-thread pass
 // (tests/kernels/dpo_consistency_test.cpp runs every variant; benchmarks/head_losses_benchmark.cpp times both).
 FLM_REGISTER_KERNEL(DpoForwardBackward, DeviceType::cuda, "parallel", /*priority=*/200, KernelKind::optimized,
                     &supports_dpo, &dpo_parallel_launch,
-                    "one read of each spanned row of the logits and of the reference (online softmax statistics), one "
-                    "warp per pair and one thread per spanned row for the coefficients, fp64 fixed-order sums");
+                    "one read of each spanned row of the logits (online softmax statistics), one warp per pair and one "
+                    "thread per spanned row for the coefficients, fp64 fixed-order sums; float32 reference "
+                    "log-probabilities");
 
 }  // namespace fast_llm::kernels::cuda

@@ -5,6 +5,7 @@
 #include "fast_llm/core/error.h"
 #include "fast_llm/kernels/copy.h"
 #include "fast_llm/kernels/dpo.h"
+#include "fast_llm/kernels/label_log_probabilities.h"
 #include "fast_llm/kernels/pointwise.h"
 #include "fast_llm/layers/language_model/loss_config.h"
 
@@ -104,9 +105,15 @@ void ReferenceLosses::dpo_forward_backward(const LayerContext& context, const Te
             "the dpo loss '{}' needs preference pairs (the chosen_spans and rejected_spans of the dataset), and the "
             "step has none: prepare the data with source_schema.chosen_span and rejected_span",
             dpo_->name);
-  const Tensor reference = reference_rows(context, dpo_->name, dpo_->reference_model, 0, rows, rows);
+  // The op reads the reference's log-probability of each row's label, computed here from its logits.
+  const Tensor reference_logits = reference_rows(context, dpo_->name, dpo_->reference_model, 0, rows, rows);
+  Tensor reference = Tensor::empty(Shape{rows},
+                                   reference_logits.dtype() == DType::float64 ? DType::float64 : DType::float32,
+                                   reference_logits.device(), context.stream);
+  kernels::label_log_probabilities(
+      {.logits = reference_logits, .labels = labels, .output = reference, .stream = context.stream});
   kernels::dpo_forward_backward({.logits = logits,
-                                 .reference_logits = reference,
+                                 .reference_log_probabilities = reference,
                                  .labels = labels,
                                  .pairs = row_pairs,
                                  .loss_sum = sums.dpo,

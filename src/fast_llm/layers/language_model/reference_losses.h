@@ -4,8 +4,10 @@
 //                 (MicroBatch::reference_logits[reference_model]), masked by the labels, computed by the head's
 //                 cross-entropy pass as its distillation term (distillation_term); logged under its name as
 //                 sum / labels in the step (a per-label loss, as the label loss)
-//   dpo           kernels/dpo.h on the micro-batch's logits (one chunk: cross_entropy_splits must be 1) and the
-//                 preference pairs of the micro-batch (MicroBatch::preference_pairs); logged under its name as
+//   dpo           kernels/dpo.h on the micro-batch's logits (one chunk: cross_entropy_splits must be 1), the
+//                 preference pairs of the micro-batch (MicroBatch::preference_pairs) and the reference's
+//                 log-probabilities of the labels (kernels/label_log_probabilities.h, computed in
+//                 dpo_forward_backward from MicroBatch::reference_logits[reference_model]); logged under its name as
 //                 the mean over the preference pairs of the step (LossNormalization::normalized), and added to the
 //                 head's total as that mean times the labels in the step, so that the total divided by the labels is
 //                 sum(weight * each loss's logged value), Fast-LLM's lm_head_loss
