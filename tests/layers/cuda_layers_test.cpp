@@ -180,7 +180,8 @@ StepResult head_losses_step(Device device, DType dtype, const std::string& losse
   batch.preference_pairs = {{.chosen_begin = 0, .chosen_end = 16, .rejected_begin = 17, .rejected_end = 40},
                             {.chosen_begin = 40, .chosen_end = 56, .rejected_begin = 57, .rejected_end = 63}};
   batch.preference_pairs_in_step = 2;
-  batch.reference_logits["teacher"] = random_tensor(Shape{tokens, kVocab}, 83, 2.0, DType::float32).to(device);
+  attach_reference_outputs(batch, "teacher", random_tensor(Shape{tokens, kVocab}, 83, 2.0, DType::float32).to(device),
+                           batch.labels);
   LossSums losses;
   LayerContext context = make_context(batch, true, &losses, 1.0 / 61.0, 0, dtype);
   context.device = device;

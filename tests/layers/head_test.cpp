@@ -379,7 +379,7 @@ TEST_P(ReferenceLossHeadTest, BackwardMatchesFiniteDifferences) {
   data.batch.preference_pairs = {{.chosen_begin = 0, .chosen_end = 2, .rejected_begin = 3, .rejected_end = 5},
                                  {.chosen_begin = 8, .chosen_end = 9, .rejected_begin = 9, .rejected_end = 11}};
   data.batch.preference_pairs_in_step = 3;
-  data.batch.reference_logits["teacher"] = random_tensor(Shape{12, kVocab}, 17, 2.0);
+  attach_reference_outputs(data.batch, "teacher", random_tensor(Shape{12, kVocab}, 17, 2.0), data.batch.labels);
   add_token_data(data, {3, 5, 4}, 19);  // read by the cases with a policy-gradient loss only
   Tensor input = random_tensor(Shape{12, kHidden}, 18, 1.5);
 
@@ -423,7 +423,7 @@ TEST(Head, ReferenceLossNames) {
   data.batch.labels_in_step = 10;
   data.batch.preference_pairs = {{.chosen_begin = 1, .chosen_end = 3, .rejected_begin = 7, .rejected_end = 9}};
   data.batch.preference_pairs_in_step = 4;
-  data.batch.reference_logits["t"] = random_tensor(Shape{12, kVocab}, 27);
+  attach_reference_outputs(data.batch, "t", random_tensor(Shape{12, kVocab}, 27), data.batch.labels);
   LossSums losses;
   LayerContext context = make_context(data.batch, false, &losses);
   head.forward(context, random_tensor(Shape{12, kHidden}, 28));
@@ -432,11 +432,20 @@ TEST(Head, ReferenceLossNames) {
   EXPECT_GT(loss_value(losses, "dpo"), 0.0);
   EXPECT_NEAR(loss_value(losses, "lm_head_loss"),
               loss_value(losses, "ce") + loss_value(losses, "kd") + 2.0 * loss_value(losses, "dpo") * 10, 1e-12);
-  // A missing reference model's logits are an error naming it.
-  data.batch.reference_logits.clear();
-  LossSums again;
-  LayerContext missing = make_context(data.batch, false, &again);
-  EXPECT_THROW(head.forward(missing, random_tensor(Shape{12, kHidden}, 28)), Error);
+  // A missing reference model's logits or label log-probabilities are an error naming it.
+  MicroBatch without_logits = data.batch, without_log_probabilities = data.batch;
+  without_logits.reference_logits.clear();
+  without_log_probabilities.reference_label_log_probabilities.clear();
+  for (const MicroBatch* batch : {&without_logits, &without_log_probabilities}) {
+    LossSums again;
+    LayerContext missing = make_context(*batch, false, &again);
+    try {
+      head.forward(missing, random_tensor(Shape{12, kHidden}, 28));
+      ADD_FAILURE() << "a head ran without its reference model's outputs";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("reference model 't'"), std::string::npos) << error.what();
+    }
+  }
 }
 
 // Loss rows: the rows with a label, each row's index among them (the count for a masked one), the pairs' spans counted
@@ -525,7 +534,8 @@ std::vector<double> head_step(const std::string& yaml, MaskedBatch& masked, bool
   head.enable_loss_rows_only(loss_rows_only);
   MicroBatch& batch = masked.data.batch;
   EXPECT_EQ(head.computes_loss_rows_only(batch), loss_rows_only);
-  batch.reference_logits["teacher"] = loss_rows_only ? masked.compact_teacher : masked.teacher;
+  attach_reference_outputs(batch, "teacher", loss_rows_only ? masked.compact_teacher : masked.teacher,
+                           loss_rows_only ? batch.loss_labels : batch.labels);
   const double weights = double(kVocab * kHidden);
   EXPECT_EQ(head.flops(batch), 6.0 * double(loss_rows_only ? batch.loss_rows.numel() : 12) * weights);
   Tensor input = random_tensor(Shape{12, kHidden}, 18, 1.5, dtype);

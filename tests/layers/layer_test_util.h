@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fast_llm/core/random.h"
+#include "fast_llm/kernels/label_log_probabilities.h"
 #include "fast_llm/layers/context.h"
 #include "fast_llm/layers/layer.h"
 #include "fast_llm/tensor/tensor.h"
@@ -173,6 +174,18 @@ inline BatchData make_batch(const std::vector<int64_t>& document_lengths, int64_
   std::copy(boundaries.begin(), boundaries.end(), data.batch.cu_seqlens.data_as<int32_t>());
   data.batch.max_seqlen = *std::max_element(document_lengths.begin(), document_lengths.end());
   return data;
+}
+
+// Gives `batch` what the reference models would hand the head of reference model `name` (models/gpt/
+// reference_models.h): its `logits` (rows, vocab) and their log-probabilities of `labels` (rows; the batch's labels, or
+// its loss rows' labels when the head computes those only), on the logits' device.
+inline void attach_reference_outputs(MicroBatch& batch, const std::string& name, const Tensor& logits,
+                                     const Tensor& labels) {
+  batch.reference_logits[name] = logits;
+  const DType dtype = logits.dtype() == DType::float64 ? DType::float64 : DType::float32;
+  Tensor log_probabilities = Tensor::empty(Shape{logits.size(0)}, dtype, logits.device());
+  kernels::label_log_probabilities({.logits = logits, .labels = labels.to(logits.device()), .output = log_probabilities});
+  batch.reference_label_log_probabilities[name] = log_probabilities;
 }
 
 inline LayerContext make_context(const MicroBatch& batch, bool training, LossSums* losses = nullptr,

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "fast_llm/models/gpt/model_type.h"
 #include "fast_llm/models/gpt/reference_models.h"
 #include "fast_llm/models/gpt/training.h"
+#include "layers/layer_test_util.h"
 #include "models/config_test_util.h"
 
 namespace fast_llm::models::gpt {
@@ -227,6 +229,48 @@ TEST_F(ReferenceModelsTest, SelfDpoStartsAtLogTwoAndLearns) {
     ADD_FAILURE() << "dpo trained on data without preference spans";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("needs preference pairs"), std::string::npos) << error.what();
+  }
+}
+
+// A reference model only dpo reads hands the log-probabilities of the labels alone, its logits made a few rows at a
+// time: the same values as from its whole logits (kept when a distillation loss reads them too), 0 on masked rows; the
+// memory estimate lists what is kept.
+TEST(ReferenceModelsOutputs, LabelLogProbabilitiesAloneAndInChunks) {
+  const GPTTrainerConfig dpo_only = load(trainer_tree("{dpo: {type: dpo, reference_model: reference}}"));
+  const GPTTrainerConfig with_distillation = load(
+      trainer_tree("{dpo: {type: dpo, reference_model: reference}, d: {type: distillation, reference_model: reference}}"));
+  std::vector<layers::MicroBatch> batches;
+  for (const GPTTrainerConfig* config : {&dpo_only, &with_distillation}) {
+    ReferenceModels references(*config, Device::cpu());
+    references.load();  // both fresh with the run's seed: the same weights
+    if (config == &dpo_only) references.limit_logits_chunk_rows(5);
+    const layers::LanguageModelHead trained_head("head", config->model.base_model.head, 16, 40, 1.0);
+    batches.push_back(layers::testing::make_batch({10, 14, 8}, 40, 7).batch);
+    references.run(std::span(&batches.back(), 1), trained_head);
+    const auto parts = references.memory_parts();
+    const bool lists_logits = std::any_of(parts.begin(), parts.end(), [](const auto& part) {
+      return part.what.starts_with("logits of reference model reference");
+    });
+    EXPECT_EQ(lists_logits, config == &with_distillation);
+  }
+  EXPECT_FALSE(batches[0].reference_logits.contains("reference"));
+  const std::vector<double> chunked = layers::testing::values_of(batches[0].reference_label_log_probabilities.at("reference"));
+  const std::vector<double> whole = layers::testing::values_of(batches[1].reference_label_log_probabilities.at("reference"));
+  const Tensor& logits = batches[1].reference_logits.at("reference");
+  ASSERT_EQ(chunked.size(), 32u);
+  ASSERT_EQ(logits.size(0), 32);
+  const int64_t* labels = batches[0].labels.data_as<int64_t>();
+  for (size_t row = 0; row < chunked.size(); ++row) {
+    EXPECT_NEAR(chunked[row], whole[row], 1e-12) << "row " << row;
+    if (labels[row] < 0) {
+      EXPECT_EQ(chunked[row], 0.0) << "masked row " << row;
+      continue;
+    }
+    // log_softmax of the kept logits at the label, written here.
+    const double* values = logits.data_as<double>() + int64_t(row) * 40;
+    double sum = 0;
+    for (int64_t column = 0; column < 40; ++column) sum += std::exp(values[column]);
+    EXPECT_NEAR(chunked[row], values[labels[row]] - std::log(sum), 1e-12) << "row " << row;
   }
 }
 

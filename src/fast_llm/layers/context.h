@@ -72,6 +72,10 @@ struct MicroBatch {
   // reference_models.h): (tokens, vocab), fp32 (fp64 for fp64 compute), or (loss rows, vocab) when the trained head
   // computes the loss rows only. Empty without reference models.
   std::map<std::string, Tensor> reference_logits;
+  // Each reference model's log-probability of each row's label (kernels/label_log_probabilities.h), by its name, for
+  // the models the dpo loss reads: (tokens) or (loss rows), fp32 (fp64 for fp64 compute), 0 on masked rows. A model
+  // only dpo reads hands these alone, its logits never existing whole.
+  std::map<std::string, Tensor> reference_label_log_probabilities;
   // The mixer output of each block of each reference model that blocks distill (block `distillation_model`), by model
   // name then block name (e.g. `decoder.3`): (tokens, hidden) in the compute dtype.
   std::map<std::string, std::map<std::string, Tensor>> reference_mixer_outputs;

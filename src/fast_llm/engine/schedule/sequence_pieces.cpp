@@ -82,6 +82,8 @@ std::vector<layers::MicroBatch> sequence_pieces(const layers::MicroBatch& batch,
                              .documents_in_step = batch.documents_in_step};
     piece.preference_pairs_in_step = batch.preference_pairs_in_step;
     for (const auto& [name, logits] : batch.reference_logits) piece.reference_logits[name] = rows(logits);
+    for (const auto& [name, values] : batch.reference_label_log_probabilities)
+      piece.reference_label_log_probabilities[name] = rows(values);
     for (const auto& [model, outputs] : batch.reference_mixer_outputs)
       for (const auto& [block, output] : outputs) piece.reference_mixer_outputs[model][block] = rows(output);
     piece.sequence_lengths = lengths_within(lengths, begin, end);

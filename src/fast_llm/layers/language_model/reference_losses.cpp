@@ -5,7 +5,6 @@
 #include "fast_llm/core/error.h"
 #include "fast_llm/kernels/copy.h"
 #include "fast_llm/kernels/dpo.h"
-#include "fast_llm/kernels/label_log_probabilities.h"
 #include "fast_llm/kernels/pointwise.h"
 #include "fast_llm/layers/language_model/loss_config.h"
 
@@ -67,17 +66,18 @@ ReferenceLosses::Sums ReferenceLosses::zero_sums(Device device, Stream stream) c
   return sums;
 }
 
-Tensor ReferenceLosses::reference_rows(const LayerContext& context, const std::string& loss, const std::string& model,
-                                       int64_t begin, int64_t end, int64_t rows) {
-  const auto found = context.batch.reference_logits.find(model);
-  FLM_CHECK(found != context.batch.reference_logits.end(), "head",
-            "loss '{}' reads the logits of reference model '{}', which the micro-batch does not have (is it in "
+Tensor ReferenceLosses::reference_rows(const std::map<std::string, Tensor>& outputs, std::string_view what,
+                                       const std::string& loss, const std::string& model, int64_t begin, int64_t end,
+                                       int64_t rows) {
+  const auto found = outputs.find(model);
+  FLM_CHECK(found != outputs.end(), "head",
+            "loss '{}' reads the {} of reference model '{}', which the micro-batch does not have (is it in "
             "`reference_models`?)",
-            loss, model);
+            loss, what, model);
   FLM_ASSERT(found->second.size(0) == rows,
-             "the logits of reference model '{}' have {} rows and the head computes {} (both must follow "
+             "the {} of reference model '{}' have {} rows and the head computes {} (both must follow "
              "LanguageModelHead::computes_loss_rows_only)",
-             model, found->second.size(0), rows);
+             what, model, found->second.size(0), rows);
   return found->second.slice(0, begin, end);
 }
 
@@ -85,7 +85,8 @@ kernels::CrossEntropyDistillation ReferenceLosses::distillation_term(const Layer
                                                                      int64_t end, int64_t rows, Tensor& teacher,
                                                                      Sums& sums) const {
   FLM_ASSERT(distillation_.has_value(), "distillation_term without a distillation loss");
-  teacher = reference_rows(context, distillation_->name, distillation_->reference_model, begin, end, rows);
+  teacher = reference_rows(context.batch.reference_logits, "logits", distillation_->name,
+                           distillation_->reference_model, begin, end, rows);
   return {.target_logits = teacher,
           .loss_sum = sums.distillation,
           .loss_type = distillation_->loss_type,
@@ -105,13 +106,8 @@ void ReferenceLosses::dpo_forward_backward(const LayerContext& context, const Te
             "the dpo loss '{}' needs preference pairs (the chosen_spans and rejected_spans of the dataset), and the "
             "step has none: prepare the data with source_schema.chosen_span and rejected_span",
             dpo_->name);
-  // The op reads the reference's log-probability of each row's label, computed here from its logits.
-  const Tensor reference_logits = reference_rows(context, dpo_->name, dpo_->reference_model, 0, rows, rows);
-  Tensor reference = Tensor::empty(Shape{rows},
-                                   reference_logits.dtype() == DType::float64 ? DType::float64 : DType::float32,
-                                   reference_logits.device(), context.stream);
-  kernels::label_log_probabilities(
-      {.logits = reference_logits, .labels = labels, .output = reference, .stream = context.stream});
+  const Tensor reference = reference_rows(context.batch.reference_label_log_probabilities, "label log-probabilities",
+                                         dpo_->name, dpo_->reference_model, 0, rows, rows);
   kernels::dpo_forward_backward({.logits = logits,
                                  .reference_log_probabilities = reference,
                                  .labels = labels,

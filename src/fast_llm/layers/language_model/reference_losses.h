@@ -5,9 +5,8 @@
 //                 cross-entropy pass as its distillation term (distillation_term); logged under its name as
 //                 sum / labels in the step (a per-label loss, as the label loss)
 //   dpo           kernels/dpo.h on the micro-batch's logits (one chunk: cross_entropy_splits must be 1), the
-//                 preference pairs of the micro-batch (MicroBatch::preference_pairs) and the reference's
-//                 log-probabilities of the labels (kernels/label_log_probabilities.h, computed in
-//                 dpo_forward_backward from MicroBatch::reference_logits[reference_model]); logged under its name as
+//                 reference's log-probabilities of the labels (MicroBatch::reference_label_log_probabilities
+//                 [reference_model]) and the preference pairs of the micro-batch; logged under its name as
 //                 the mean over the preference pairs of the step (LossNormalization::normalized), and added to the
 //                 head's total as that mean times the labels in the step, so that the total divided by the labels is
 //                 sum(weight * each loss's logged value), Fast-LLM's lm_head_loss
@@ -16,9 +15,11 @@
 // weight and the fp16 loss scale).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "fast_llm/kernels/cross_entropy.h"
 #include "fast_llm/kernels/distillation.h"
@@ -72,9 +73,11 @@ class ReferenceLosses {
     std::string name, reference_model;
     double weight = 1.0, beta = 1.0;
   };
-  // The reference model's logits of rows [begin, end) of the head's `rows` rows.
-  static Tensor reference_rows(const LayerContext& context, const std::string& loss, const std::string& model,
-                               int64_t begin, int64_t end, int64_t rows);
+  // Rows [begin, end) of the head's `rows` rows of a reference model's output (`outputs`: one of MicroBatch's maps of
+  // them, `what` naming it in errors).
+  static Tensor reference_rows(const std::map<std::string, Tensor>& outputs, std::string_view what,
+                               const std::string& loss, const std::string& model, int64_t begin, int64_t end,
+                               int64_t rows);
 
   std::optional<Distillation> distillation_;
   std::optional<Dpo> dpo_;

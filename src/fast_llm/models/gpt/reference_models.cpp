@@ -1,12 +1,16 @@
 #include "fast_llm/models/gpt/reference_models.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/core/logging.h"
 #include "fast_llm/engine/checkpoint/loading.h"
 #include "fast_llm/kernels/embedding.h"
+#include "fast_llm/kernels/label_log_probabilities.h"
 #include "fast_llm/layers/block/config.h"
+#include "fast_llm/layers/language_model/loss_config.h"
 
 namespace fast_llm::models::gpt {
 
@@ -28,6 +32,23 @@ bool distilled_by_blocks(const GPTTrainerConfig& config, const std::string& refe
     const auto* block = dynamic_cast<const layers::DecoderBlockConfig*>(&decoder.block_at(index));
     if (block != nullptr && block->distillation_model == reference) return true;
   }
+  return false;
+}
+
+// What the trained head's losses read of reference model `reference`: its logits (a distillation loss), the
+// log-probabilities of the labels (a dpo loss: kernels/dpo.h needs no more).
+bool head_reads_logits(const GPTTrainerConfig& config, const std::string& reference) {
+  for (const auto& [name, loss] : config.model.base_model.head.losses)
+    if (const auto* distillation = loss.as<layers::DistillationLossConfig>();
+        distillation != nullptr && distillation->reference_model == reference)
+      return true;
+  return false;
+}
+
+bool head_reads_label_log_probabilities(const GPTTrainerConfig& config, const std::string& reference) {
+  for (const auto& [name, loss] : config.model.base_model.head.losses)
+    if (const auto* dpo = loss.as<layers::DpoLossConfig>(); dpo != nullptr && dpo->reference_model == reference)
+      return true;
   return false;
 }
 
@@ -91,9 +112,14 @@ std::vector<engine::MemoryEstimate::Part> ReferenceModels::memory_parts() const 
                      engine::multi_stage_buffer_bytes(
                          stages, multi_stage, engine::stage_settings(multi_stage, distributed, device_, false))});
     const int64_t vocab = model->config.model.base_model.embeddings.vocab_size;
-    parts.push_back({fmt::format("logits of reference model {} on {} micro-batch{} of {} tokens", model->name,
-                                 micro_batches, micro_batches == 1 ? "" : "es", config_.data.micro_batch_size),
-                     logits_bytes * vocab * config_.data.micro_batch_size * micro_batches});
+    const std::string batches = fmt::format("{} micro-batch{} of {} tokens", micro_batches,
+                                            micro_batches == 1 ? "" : "es", config_.data.micro_batch_size);
+    if (head_reads_logits(config_, model->name))
+      parts.push_back({fmt::format("logits of reference model {} on {}", model->name, batches),
+                       logits_bytes * vocab * config_.data.micro_batch_size * micro_batches});
+    else if (head_reads_label_log_probabilities(config_, model->name))
+      parts.push_back({fmt::format("label log-probabilities of reference model {} on {}", model->name, batches),
+                       logits_bytes * config_.data.micro_batch_size * micro_batches});
     if (model->keeps_mixer_outputs) {
       const int64_t blocks = model->model.block_count();
       parts.push_back({fmt::format("mixer outputs of the {} blocks of reference model {}", blocks, model->name),
@@ -125,6 +151,8 @@ void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches, const lay
     FLM_ASSERT(model->multi_stage != nullptr, "reference model {} run before it was loaded", model->name);
     const auto& stages = model->multi_stage->stages();
     layers::LanguageModelHead& head = model->model.head();
+    const bool reads_logits = head_reads_logits(config_, model->name);
+    const bool reads_log_probabilities = head_reads_label_log_probabilities(config_, model->name);
     for (layers::MicroBatch& micro_batch : micro_batches) {
       layers::LayerContext context{.batch = micro_batch,
                                    .device = device_,
@@ -141,23 +169,53 @@ void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches, const lay
       for (size_t stage = 0; stage < stages.size(); ++stage) {
         model->multi_stage->before_forward(stage, stream, /*training=*/false);
         for (layers::Layer* layer : stages[stage]->layers()) {
-          if (layer != &head) {
-            hidden = layer->forward(context, hidden);
-            continue;
-          }
-          if (loss_rows_only) {
-            Tensor rows = Tensor::empty(Shape{micro_batch.loss_rows.numel(), hidden.size(1)}, hidden.dtype(),
-                                        hidden.device(), stream);
-            kernels::embedding_forward(
-                {.indices = micro_batch.loss_rows, .weight = hidden, .output = rows, .stream = stream});
-            hidden = std::move(rows);
-          }
-          hidden = head.logits(hidden, stream);
+          if (layer == &head) break;  // the last layer: its outputs are made below
+          hidden = layer->forward(context, hidden);
         }
       }
-      micro_batch.reference_logits[model->name] = std::move(hidden);  // (tokens or loss rows, vocab)
+      if (!reads_logits && !reads_log_probabilities) continue;  // only its blocks' mixer outputs are read
+      Tensor labels = micro_batch.labels;
+      if (loss_rows_only) {
+        Tensor rows = Tensor::empty(Shape{micro_batch.loss_rows.numel(), hidden.size(1)}, hidden.dtype(),
+                                    hidden.device(), stream);
+        kernels::embedding_forward({.indices = micro_batch.loss_rows, .weight = hidden, .output = rows, .stream = stream});
+        hidden = std::move(rows);
+        labels = micro_batch.loss_labels;
+      }
+      if (reads_logits) {
+        Tensor logits = head.logits(hidden, stream);  // (tokens or loss rows, vocab)
+        if (reads_log_probabilities)
+          micro_batch.reference_label_log_probabilities[model->name] = label_log_probabilities(logits, labels, stream);
+        micro_batch.reference_logits[model->name] = std::move(logits);
+      } else {
+        micro_batch.reference_label_log_probabilities[model->name] =
+            chunked_label_log_probabilities(head, hidden, labels, stream);
+      }
     }
   }
+}
+
+Tensor ReferenceModels::label_log_probabilities(const Tensor& logits, const Tensor& labels, Stream stream) {
+  Tensor result = Tensor::empty(Shape{logits.size(0)}, logits.dtype(), logits.device(), stream);
+  kernels::label_log_probabilities({.logits = logits, .labels = labels, .output = result, .stream = stream});
+  return result;
+}
+
+Tensor ReferenceModels::chunked_label_log_probabilities(layers::LanguageModelHead& head, const Tensor& hidden,
+                                                        const Tensor& labels, Stream stream) const {
+  const int64_t rows = hidden.size(0);
+  const DType dtype = distributed_.compute_dtype == DType::float64 ? DType::float64 : DType::float32;
+  const int64_t row_bytes = int64_t(dtype_size(dtype)) * head.output_weights().weight.size(0);
+  const int64_t chunk_rows = std::max<int64_t>(1, std::min(logits_chunk_rows_, kLogitsChunkBytes / row_bytes));
+  Tensor result = Tensor::empty(Shape{rows}, dtype, hidden.device(), stream);
+  for (int64_t begin = 0; begin < rows; begin += chunk_rows) {
+    const int64_t end = std::min(rows, begin + chunk_rows);
+    const Tensor logits = head.logits(hidden.slice(0, begin, end), stream);
+    Tensor output = result.slice(0, begin, end);
+    kernels::label_log_probabilities(
+        {.logits = logits, .labels = labels.slice(0, begin, end), .output = output, .stream = stream});
+  }
+  return result;
 }
 
 engine::MultiStage& ReferenceModels::multi_stage(const std::string& name) {
