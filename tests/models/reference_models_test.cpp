@@ -236,9 +236,12 @@ TEST_F(ReferenceModelsTest, SelfDpoStartsAtLogTwoAndLearns) {
 // time: the same values as from its whole logits (kept when a distillation loss reads them too), 0 on masked rows; the
 // memory estimate lists what is kept.
 TEST(ReferenceModelsOutputs, LabelLogProbabilitiesAloneAndInChunks) {
-  const GPTTrainerConfig dpo_only = load(trainer_tree("{dpo: {type: dpo, reference_model: reference}}"));
-  const GPTTrainerConfig with_distillation = load(
-      trainer_tree("{dpo: {type: dpo, reference_model: reference}, d: {type: distillation, reference_model: reference}}"));
+  const std::string whole_documents = "{data: {truncate_documents: false}}";
+  const GPTTrainerConfig dpo_only =
+      load(trainer_tree("{dpo: {type: dpo, reference_model: reference}}", whole_documents));
+  const GPTTrainerConfig with_distillation = load(trainer_tree(
+      "{dpo: {type: dpo, reference_model: reference}, d: {type: distillation, reference_model: reference}}",
+      whole_documents));
   std::vector<layers::MicroBatch> batches;
   for (const GPTTrainerConfig* config : {&dpo_only, &with_distillation}) {
     ReferenceModels references(*config, Device::cpu());
