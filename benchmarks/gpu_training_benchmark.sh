@@ -20,7 +20,8 @@
 #   TORCH_WARMUP     untimed PyTorch steps per mode, compile incl. (2) TORCH_MODES  eager,compile (or compile_layers)
 #   OURS_TIMEOUT     seconds per fast-llm run (150)                    TORCH_TIMEOUT seconds per PyTorch process (200)
 #   OURS_OVERRIDES   extra `a.b=value` overrides for every fast-llm run (e.g. kernels.exclude=[...])
-#   TORCH_ARGS       extra arguments of every PyTorch run (e.g. --experts-implementation grouped_mm)
+#   TORCH_ARGS       extra arguments of every PyTorch run (e.g. --experts-implementation grouped_mm, or
+#                    --logits-to-keep for the DPO shape: TRL's use_logits_to_keep)
 #   OURS_PROFILE     1: after each timed fast-llm run, a short profiled run prints the time per kernel variant
 #   BUDGET_S         wall-clock budget of the whole script (450): each run's timeout is cut to a fair share of what
 #                    is left, so one hang or one slow compile cannot take the device call or the other shapes with
