@@ -1,6 +1,6 @@
 // CPU reference of label_log_probabilities (kernels/label_log_probabilities.h): per row a stable logsumexp (the
-// maximum, then the sum of exponentials) in fp64 whatever the logits' dtype, rows in parallel. The dpo op's reference
-// log-probabilities were computed this way when it read the reference's logits itself.
+// maximum, then the sum of exponentials) in fp64 whatever the logits' dtype, rows in parallel. A label >= vocab is an
+// error here (the labels are on the host); the CUDA variant gives 0 for it.
 #include "fast_llm/kernels/label_log_probabilities.h"
 
 #include <algorithm>

@@ -178,7 +178,8 @@ void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches, const lay
       if (loss_rows_only) {
         Tensor rows = Tensor::empty(Shape{micro_batch.loss_rows.numel(), hidden.size(1)}, hidden.dtype(),
                                     hidden.device(), stream);
-        kernels::embedding_forward({.indices = micro_batch.loss_rows, .weight = hidden, .output = rows, .stream = stream});
+        kernels::embedding_forward(
+            {.indices = micro_batch.loss_rows, .weight = hidden, .output = rows, .stream = stream});
         hidden = std::move(rows);
         labels = micro_batch.loss_labels;
       }
