@@ -1,6 +1,6 @@
-// Tests of the CPU reference label_log_probabilities (kernels/cpu/label_log_probabilities.cpp): each row's value against
-// log(softmax) written here as log(exp(z_label) / sum exp(z)) in fp64, for every logits dtype, strided logits (rows of a
-// wider tensor), masked rows 0, large logits that would overflow a naive sum; and the contract's errors.
+// Tests of the CPU reference label_log_probabilities (kernels/cpu/label_log_probabilities.cpp): each row's value
+// against log(softmax) written here as log(exp(z_label) / sum exp(z)) in fp64, for every logits dtype, strided logits
+// (rows of a wider tensor), masked rows 0, large logits that would overflow a naive sum; and the contract's errors.
 #include "fast_llm/kernels/label_log_probabilities.h"
 
 #include <gtest/gtest.h>
@@ -57,8 +57,9 @@ TEST(LabelLogProbabilities, StridedRowsAndLargeLogits) {
 TEST(LabelLogProbabilities, RefusesBadOperands) {
   const Tensor logits = random_tensor(Shape{3, 5}, DType::float32, 13);
   Tensor output = filled(Shape{3}, DType::float32, 0.0);
-  expect_error([&] { label_log_probabilities({.logits = logits, .labels = labels_tensor({0, 5, 1}), .output = output}); },
-               "outside the vocabulary");
+  expect_error(
+      [&] { label_log_probabilities({.logits = logits, .labels = labels_tensor({0, 5, 1}), .output = output}); },
+      "outside the vocabulary");
   Tensor short_output = filled(Shape{2}, DType::float32, 0.0);
   expect_error(
       [&] { label_log_probabilities({.logits = logits, .labels = labels_tensor({0, 1, 2}), .output = short_output}); },

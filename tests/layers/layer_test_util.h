@@ -184,7 +184,8 @@ inline void attach_reference_outputs(MicroBatch& batch, const std::string& name,
   batch.reference_logits[name] = logits;
   const DType dtype = logits.dtype() == DType::float64 ? DType::float64 : DType::float32;
   Tensor log_probabilities = Tensor::empty(Shape{logits.size(0)}, dtype, logits.device());
-  kernels::label_log_probabilities({.logits = logits, .labels = labels.to(logits.device()), .output = log_probabilities});
+  kernels::label_log_probabilities(
+      {.logits = logits, .labels = labels.to(logits.device()), .output = log_probabilities});
   batch.reference_label_log_probabilities[name] = log_probabilities;
 }
 

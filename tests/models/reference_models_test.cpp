@@ -257,8 +257,10 @@ TEST(ReferenceModelsOutputs, LabelLogProbabilitiesAloneAndInChunks) {
     EXPECT_EQ(lists_logits, config == &with_distillation);
   }
   EXPECT_FALSE(batches[0].reference_logits.contains("reference"));
-  const std::vector<double> chunked = layers::testing::values_of(batches[0].reference_label_log_probabilities.at("reference"));
-  const std::vector<double> whole = layers::testing::values_of(batches[1].reference_label_log_probabilities.at("reference"));
+  const std::vector<double> chunked =
+      layers::testing::values_of(batches[0].reference_label_log_probabilities.at("reference"));
+  const std::vector<double> whole =
+      layers::testing::values_of(batches[1].reference_label_log_probabilities.at("reference"));
   const Tensor& logits = batches[1].reference_logits.at("reference");
   ASSERT_EQ(chunked.size(), 32u);
   ASSERT_EQ(logits.size(0), 32);

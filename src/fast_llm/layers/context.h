@@ -61,9 +61,9 @@ struct MicroBatch {
   std::vector<kernels::PreferencePair> preference_pairs;
   int64_t preference_pairs_in_step = 0;
   // The rows that carry a loss (label >= 0, or inside a preference span when dpo is the only loss; language_model/
-  // loss_rows.h), set by the batch uploader, undefined
-  // elsewhere (sequence pieces, generation, hand-built batches): the head may compute only these rows
-  // (LanguageModelHead::computes_loss_rows_only). Their count is loss_rows.numel(), known on the host.
+  // loss_rows.h), set by the batch uploader, undefined elsewhere (sequence pieces, generation, hand-built batches): the
+  // head may compute only these rows (LanguageModelHead::computes_loss_rows_only). Their count is loss_rows.numel(),
+  // known on the host.
   Tensor loss_rows;           // (loss rows) int64, ascending
   Tensor loss_labels;         // (loss rows) int64: the labels of those rows
   Tensor loss_row_positions;  // (tokens) int64: each row's index among the loss rows, the loss row count if masked

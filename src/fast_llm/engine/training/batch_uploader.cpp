@@ -64,7 +64,8 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
                                        .rejected_end = pair.rejected_end});
   // The rows the head may compute alone (layers/language_model/loss_rows.h), found here where the labels are on the
   // host; the pairs in their numbering.
-  auto loss_rows = std::make_shared<layers::LossRows>(layers::find_loss_rows(labels, result.preference_pairs, loss_row_rule_));
+  auto loss_rows =
+      std::make_shared<layers::LossRows>(layers::find_loss_rows(labels, result.preference_pairs, loss_row_rule_));
   result.loss_preference_pairs = loss_rows->preference_pairs;
   const int64_t loss_row_count = int64_t(loss_rows->rows.size());
 
@@ -91,8 +92,7 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
     return result;
   }
 
-  const Layout layout{
-      .tokens = tokens, .segments = segments, .loss_rows = loss_row_count, .token_data = token_data};
+  const Layout layout{.tokens = tokens, .segments = segments, .loss_rows = loss_row_count, .token_data = token_data};
   Slot& slot = slots_[next_slot_];
   next_slot_ = (next_slot_ + 1) % slots_.size();
   // The slot's previous copy must have read the buffer before it is overwritten.

@@ -1,10 +1,9 @@
-// CPU reference of label_log_probabilities (kernels/label_log_probabilities.h): per row a stable logsumexp (the
-// maximum, then the sum of exponentials) in fp64 whatever the logits' dtype, rows in parallel. The dpo op's reference
-// log-probabilities were computed this way when it read the reference's logits itself.
+// CPU reference of label_log_probabilities (kernels/label_log_probabilities.h): per row the stable logsumexp the
+// reference heads share (cpu/reference_helpers.h) in fp64 whatever the logits' dtype, rows in parallel. A label
+// >= vocab is an error here (the labels are on the host); the CUDA variant gives 0 for it.
 #include "fast_llm/kernels/label_log_probabilities.h"
 
-#include <algorithm>
-#include <cmath>
+#include <vector>
 
 #include "fast_llm/kernels/cpu/dtype_dispatch.h"
 #include "fast_llm/kernels/cpu/reference_helpers.h"
@@ -28,13 +27,10 @@ void label_log_probabilities_reference(const LabelLogProbabilitiesArgs& args) {
       const int64_t label = labels[row * label_stride];
       if (label < 0) continue;
       const T* values = logits + row * row_stride;
-      double max = -INFINITY;
+      std::vector<double> z(static_cast<size_t>(vocab));
       for (int64_t column = 0; column < vocab; ++column)
-        max = std::max(max, double(load_value(values[column * column_stride])));
-      double sum = 0;
-      for (int64_t column = 0; column < vocab; ++column)
-        sum += std::exp(double(load_value(values[column * column_stride])) - max);
-      output[size_t(row)] = double(load_value(values[label * column_stride])) - max - std::log(sum);
+        z[size_t(column)] = double(load_value(values[column * column_stride]));
+      output[size_t(row)] = z[size_t(label)] - logsumexp(z);
     }
   });
   write_values<double>(args.output, output, /*accumulate=*/false);

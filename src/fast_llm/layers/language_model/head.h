@@ -70,11 +70,11 @@ class LanguageModelHead : public Layer {
   double flops(const MicroBatch& batch) const override;
 
   // Whether the head computes its logits, losses and gradients on the loss rows of `batch` only (MicroBatch::
-  // loss_rows: the rows whose label is >= 0), gathered from the normalised input, rather than on every row. Each of its
-  // losses but the policy-gradient ones is masked by the labels, so the result is the same. Yes when the batch carries
-  // its loss rows (the batch uploader sets them; sequence pieces do not), some but not all rows carry a loss, and the
-  // head has no tensor parallelism and no policy-gradient loss (grpo / gspo read per-token data and documents that
-  // would need the same re-indexing). The reference models ask it too, so their logits have the same rows.
+  // loss_rows, found by loss_row_rule), gathered from the normalised input, rather than on every row. The other rows
+  // add nothing to any of its losses but the policy-gradient ones, so the result is the same. Yes when the batch
+  // carries its loss rows (the batch uploader sets them; sequence pieces do not), some but not all rows carry a loss,
+  // and the head has no tensor parallelism and no policy-gradient loss (grpo / gspo read per-token data and documents
+  // that would need the same re-indexing). The reference models ask it too, so their logits have the same rows.
   bool computes_loss_rows_only(const MicroBatch& batch) const;
   // Which rows carry a loss of this head: the labelled rows inside a preference span when dpo is its only loss (the
   // prompts add nothing to it), else every labelled row. The batch uploader finds the loss rows by it.

@@ -1,12 +1,11 @@
-// The rows of a micro-batch that carry a loss: those whose label (distance 1) is >= 0. Every loss of the head that
-// compacts (label cross-entropy, z-loss, distillation, dpo) is masked by the labels, so a row with label < 0 adds
-// nothing to any loss or gradient; the head then computes its logits on these rows only (LanguageModelHead::
-// computes_loss_rows_only), and the reference models their logits too. When dpo is the head's only loss
-// (LossRowRule::preference_spans) a row outside every chosen and rejected span adds nothing either (the prompts). Found on the host, where the labels are built,
-// so the count is known without reading the device; the batch uploader sends them with the micro-batch
-// (MicroBatch::loss_rows, loss_labels, loss_row_positions, loss_preference_pairs).
-// The preference pairs are re-expressed in the compacted numbering: a span [b, e) of rows becomes [loss rows before b,
-// loss rows before e). The masked rows inside a span count in no sum of dpo, so its sums are unchanged.
+// The rows of a micro-batch that carry a loss, by the head's rule (LossRowRule): every row whose label (distance 1) is
+// >= 0, since every loss of the head that compacts (label cross-entropy, z-loss, distillation, dpo) is masked by the
+// labels; when dpo is the head's only loss, only those inside a chosen or rejected span (a pair's prompt adds nothing).
+// The head then computes its logits on these rows only (LanguageModelHead::computes_loss_rows_only), and the reference
+// models theirs too. Found on the host, where the labels are built, so the count is known without reading the device;
+// the batch uploader sends them with the micro-batch (MicroBatch::loss_rows, loss_labels, loss_row_positions,
+// loss_preference_pairs). The preference pairs are re-expressed in the compacted numbering: a span [b, e) of rows
+// becomes [loss rows before b, loss rows before e); the masked rows inside a span count in no sum of dpo.
 #pragma once
 
 #include <cstdint>

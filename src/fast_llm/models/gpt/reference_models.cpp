@@ -35,21 +35,23 @@ bool distilled_by_blocks(const GPTTrainerConfig& config, const std::string& refe
   return false;
 }
 
-// What the trained head's losses read of reference model `reference`: its logits (a distillation loss), the
-// log-probabilities of the labels (a dpo loss: kernels/dpo.h needs no more).
-bool head_reads_logits(const GPTTrainerConfig& config, const std::string& reference) {
+// Whether a loss of type `LossConfig` of the trained head reads reference model `reference`.
+template <class LossConfig>
+bool head_has_loss_of(const GPTTrainerConfig& config, const std::string& reference) {
   for (const auto& [name, loss] : config.model.base_model.head.losses)
-    if (const auto* distillation = loss.as<layers::DistillationLossConfig>();
-        distillation != nullptr && distillation->reference_model == reference)
+    if (const auto* typed = loss.template as<LossConfig>(); typed != nullptr && typed->reference_model == reference)
       return true;
   return false;
 }
 
+// What the trained head's losses read of reference model `reference`: its logits (a distillation loss), the
+// log-probabilities of the labels (a dpo loss: kernels/dpo.h needs no more).
+bool head_reads_logits(const GPTTrainerConfig& config, const std::string& reference) {
+  return head_has_loss_of<layers::DistillationLossConfig>(config, reference);
+}
+
 bool head_reads_label_log_probabilities(const GPTTrainerConfig& config, const std::string& reference) {
-  for (const auto& [name, loss] : config.model.base_model.head.losses)
-    if (const auto* dpo = loss.as<layers::DpoLossConfig>(); dpo != nullptr && dpo->reference_model == reference)
-      return true;
-  return false;
+  return head_has_loss_of<layers::DpoLossConfig>(config, reference);
 }
 
 // The run's distributed settings as one process sees them alone: a reference model is whole on every process (each
@@ -178,7 +180,8 @@ void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches, const lay
       if (loss_rows_only) {
         Tensor rows = Tensor::empty(Shape{micro_batch.loss_rows.numel(), hidden.size(1)}, hidden.dtype(),
                                     hidden.device(), stream);
-        kernels::embedding_forward({.indices = micro_batch.loss_rows, .weight = hidden, .output = rows, .stream = stream});
+        kernels::embedding_forward(
+            {.indices = micro_batch.loss_rows, .weight = hidden, .output = rows, .stream = stream});
         hidden = std::move(rows);
         labels = micro_batch.loss_labels;
       }

@@ -15,10 +15,10 @@
 // reference_mixer_outputs), and a model only blocks read runs no head.
 //
 // All micro-batches of a step are run before the step, so the step holds one (tokens, vocab) buffer per micro-batch and
-// reference model a distillation loss reads: memory_parts() counts them with the weights. With data parallelism every process holds the whole
-// reference model (no ZeRO sharding: it has no optimizer state to shard) and runs it on its own micro-batches. As
-// Fast-LLM, reference models need pipeline and sequence-data parallelism off (refused). With micro_batch_splits they
-// run on the whole micro-batch and each split reads its rows of their outputs.
+// reference model a distillation loss reads: memory_parts() counts them with the weights. With data parallelism every
+// process holds the whole reference model (no ZeRO sharding: it has no optimizer state to shard) and runs it on its own
+// micro-batches. As Fast-LLM, reference models need pipeline and sequence-data parallelism off (refused). With
+// micro_batch_splits they run on every row of the whole micro-batch and each split reads its rows of their outputs.
 #pragma once
 
 #include <limits>
