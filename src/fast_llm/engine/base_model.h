@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "fast_llm/layers/language_model/loss_rows.h"
+#include "fast_llm/layers/loss_row_rule.h"
 #include "fast_llm/layers/layer.h"
 
 namespace fast_llm::engine {

@@ -22,7 +22,7 @@
 #include "fast_llm/core/device.h"
 #include "fast_llm/data/batch.h"
 #include "fast_llm/layers/context.h"
-#include "fast_llm/layers/language_model/loss_rows.h"
+#include "fast_llm/layers/loss_row_rule.h"
 #include "fast_llm/tensor/stream.h"
 #include "fast_llm/tensor/tensor.h"
 

@@ -42,7 +42,7 @@
 #include "fast_llm/layers/common/normalization.h"
 #include "fast_llm/layers/common/tensor_parallel.h"
 #include "fast_llm/layers/language_model/config.h"
-#include "fast_llm/layers/language_model/loss_rows.h"
+#include "fast_llm/layers/loss_row_rule.h"
 #include "fast_llm/tensor/tensor.h"
 #include "fast_llm/layers/language_model/policy_gradient_loss.h"
 #include "fast_llm/layers/language_model/reference_losses.h"

@@ -14,13 +14,9 @@
 
 #include "fast_llm/kernels/dpo.h"
 #include "fast_llm/layers/context.h"
+#include "fast_llm/layers/loss_row_rule.h"
 
 namespace fast_llm::layers {
-
-enum class LossRowRule {
-  labelled,          // every row whose label is >= 0
-  preference_spans,  // the labelled rows inside a preference pair's chosen or rejected span
-};
 
 struct LossRows {
   std::vector<int64_t> rows;       // ascending
