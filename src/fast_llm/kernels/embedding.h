@@ -56,4 +56,12 @@ inline void embedding_backward(const EmbeddingBackwardArgs& args) {
   dispatch<EmbeddingBackward>(args, args.grad_weight.device());
 }
 
+// Rows `indices` of `table` (rows, width) as a new (indices, width) tensor on the table's device: embedding_forward
+// used as a row gather (a head's loss rows, the last row of each prompt).
+inline Tensor gather_rows(const Tensor& table, const Tensor& indices, Stream stream) {
+  Tensor result = Tensor::empty(Shape{indices.numel(), table.size(1)}, table.dtype(), table.device(), stream);
+  embedding_forward({.indices = indices, .weight = table, .output = result, .stream = stream});
+  return result;
+}
+
 }  // namespace fast_llm::kernels

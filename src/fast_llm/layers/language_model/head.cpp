@@ -133,12 +133,9 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
   // the preference pairs in their numbering; the reference models' logits have the same rows.
   saved.loss_rows_only = computes_loss_rows_only(batch);
   const int64_t rows = saved.loss_rows_only ? batch.loss_rows.numel() : tokens;
-  Tensor normalized = all_normalized;  // (rows, hidden)
-  if (saved.loss_rows_only) {
-    normalized = Tensor::empty(Shape{rows, hidden_size_}, all_normalized.dtype(), device, stream);
-    kernels::embedding_forward(
-        {.indices = batch.loss_rows, .weight = all_normalized, .output = normalized, .stream = stream});
-  }
+  // (rows, hidden)
+  const Tensor normalized =
+      saved.loss_rows_only ? kernels::gather_rows(all_normalized, batch.loss_rows, stream) : all_normalized;
   const Tensor& labels = saved.loss_rows_only ? batch.loss_labels : batch.labels;
   const std::vector<kernels::PreferencePair>& pairs =
       saved.loss_rows_only ? batch.loss_preference_pairs : batch.preference_pairs;
@@ -276,16 +273,11 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
 
 Tensor LanguageModelHead::backward(LayerContext& context, const Tensor& grad_output) {
   Saved saved = saved_.take(context.batch.index, name());
-  Tensor grad_normalized = saved.grad_normalized;
-  if (saved.loss_rows_only) {
-    // Each row's gradient from its loss row, or the zero row after them (MicroBatch::loss_row_positions).
-    grad_normalized = Tensor::empty(Shape{context.batch.num_tokens(), hidden_size_}, saved.grad_normalized.dtype(),
-                                    saved.grad_normalized.device(), context.stream);
-    kernels::embedding_forward({.indices = context.batch.loss_row_positions,
-                                .weight = saved.grad_normalized,
-                                .output = grad_normalized,
-                                .stream = context.stream});
-  }
+  // Each row's gradient from its loss row, or the zero row after them (MicroBatch::loss_row_positions).
+  const Tensor grad_normalized =
+      saved.loss_rows_only
+          ? kernels::gather_rows(saved.grad_normalized, context.batch.loss_row_positions, context.stream)
+          : saved.grad_normalized;
   return tensor_parallel_.sequence_shard(final_norm_.backward(grad_normalized, saved.final_norm, context.stream));
 }
 

@@ -116,9 +116,8 @@ std::vector<std::vector<int64_t>> Generator::generate(const std::vector<std::vec
                                        .training = false,
                                        .key_value_cache = &cache};
   Tensor hidden = forward(prefill_context);  // (prompt tokens, hidden)
-  Tensor last = Tensor::empty(Shape{batch, hidden.size(1)}, hidden.dtype(), device_, stream_);
-  const Tensor last_indices = Tensor::from_indices(last_rows, DType::int64, device_, stream_);
-  kernels::embedding_forward({.indices = last_indices, .weight = hidden, .output = last, .stream = stream_});
+  const Tensor last =
+      kernels::gather_rows(hidden, Tensor::from_indices(last_rows, DType::int64, device_, stream_), stream_);
   cache.advance();
   bool running = choose(host_logits(last));
 

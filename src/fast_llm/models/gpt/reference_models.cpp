@@ -178,11 +178,7 @@ void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches, const lay
       if (!reads_logits && !reads_log_probabilities) continue;  // only its blocks' mixer outputs are read
       Tensor labels = micro_batch.labels;
       if (loss_rows_only) {
-        Tensor rows = Tensor::empty(Shape{micro_batch.loss_rows.numel(), hidden.size(1)}, hidden.dtype(),
-                                    hidden.device(), stream);
-        kernels::embedding_forward(
-            {.indices = micro_batch.loss_rows, .weight = hidden, .output = rows, .stream = stream});
-        hidden = std::move(rows);
+        hidden = kernels::gather_rows(hidden, micro_batch.loss_rows, stream);
         labels = micro_batch.loss_labels;
       }
       if (reads_logits) {
