@@ -181,38 +181,30 @@ void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches, const lay
         hidden = kernels::gather_rows(hidden, micro_batch.loss_rows, stream);
         labels = micro_batch.loss_labels;
       }
-      if (reads_logits) {
-        Tensor logits = head.logits(hidden, stream);  // (tokens or loss rows, vocab)
-        if (reads_log_probabilities)
-          micro_batch.reference_label_log_probabilities[model->name] = label_log_probabilities(logits, labels, stream);
-        micro_batch.reference_logits[model->name] = std::move(logits);
-      } else {
+      const Tensor* logits = nullptr;  // (tokens or loss rows, vocab), kept for a distillation loss
+      if (reads_logits) logits = &(micro_batch.reference_logits[model->name] = head.logits(hidden, stream));
+      if (reads_log_probabilities)
         micro_batch.reference_label_log_probabilities[model->name] =
-            chunked_label_log_probabilities(head, hidden, labels, stream);
-      }
+            label_log_probabilities(head, hidden, labels, logits, stream);
     }
   }
 }
 
-Tensor ReferenceModels::label_log_probabilities(const Tensor& logits, const Tensor& labels, Stream stream) {
-  Tensor result = Tensor::empty(Shape{logits.size(0)}, logits.dtype(), logits.device(), stream);
-  kernels::label_log_probabilities({.logits = logits, .labels = labels, .output = result, .stream = stream});
-  return result;
-}
-
-Tensor ReferenceModels::chunked_label_log_probabilities(layers::LanguageModelHead& head, const Tensor& hidden,
-                                                        const Tensor& labels, Stream stream) const {
+Tensor ReferenceModels::label_log_probabilities(layers::LanguageModelHead& head, const Tensor& hidden,
+                                                const Tensor& labels, const Tensor* logits, Stream stream) const {
   const int64_t rows = hidden.size(0);
   const DType dtype = distributed_.compute_dtype == DType::float64 ? DType::float64 : DType::float32;
   const int64_t row_bytes = int64_t(dtype_size(dtype)) * head.output_weights().weight.size(0);
-  const int64_t chunk_rows = std::max<int64_t>(1, std::min(logits_chunk_rows_, kLogitsChunkBytes / row_bytes));
+  const int64_t chunk_rows =
+      logits != nullptr ? rows : std::max<int64_t>(1, std::min(logits_chunk_rows_, kLogitsChunkBytes / row_bytes));
   Tensor result = Tensor::empty(Shape{rows}, dtype, hidden.device(), stream);
   for (int64_t begin = 0; begin < rows; begin += chunk_rows) {
     const int64_t end = std::min(rows, begin + chunk_rows);
-    const Tensor logits = head.logits(hidden.slice(0, begin, end), stream);
+    const Tensor chunk =
+        logits != nullptr ? logits->slice(0, begin, end) : head.logits(hidden.slice(0, begin, end), stream);
     Tensor output = result.slice(0, begin, end);
     kernels::label_log_probabilities(
-        {.logits = logits, .labels = labels.slice(0, begin, end), .output = output, .stream = stream});
+        {.logits = chunk, .labels = labels.slice(0, begin, end), .output = output, .stream = stream});
   }
   return result;
 }

@@ -62,10 +62,10 @@ class ReferenceModels {
   // The logits of one chunk of rows behind the label log-probabilities: 1 GiB, a few thousand rows at 128k words.
   static constexpr int64_t kLogitsChunkBytes = int64_t(1) << 30;
 
-  static Tensor label_log_probabilities(const Tensor& logits, const Tensor& labels, Stream stream);
-  // The label log-probabilities of the rows of `hidden` (the head's input), their logits made one chunk at a time.
-  Tensor chunked_label_log_probabilities(layers::LanguageModelHead& head, const Tensor& hidden, const Tensor& labels,
-                                         Stream stream) const;
+  // The label log-probabilities of the rows of `hidden` (the head's input): from `logits` when they are kept, else
+  // from logits made one chunk at a time.
+  Tensor label_log_probabilities(layers::LanguageModelHead& head, const Tensor& hidden, const Tensor& labels,
+                                 const Tensor* logits, Stream stream) const;
 
   const GPTTrainerConfig& config_;
   engine::DistributedConfig distributed_;  // the run's, as one process
