@@ -276,27 +276,15 @@ bool compare_policy_variants(const Batch& batch, const Tensor& logits, int itera
       [&] { return read_outputs(row_weights, {&loss, &metrics, &largest, &smallest}); }, iterations);
 }
 
-// label_log_probabilities on the fp32 reference logits under its highest-priority CUDA variant: its median time
-// and the relative error of its output against the host's (batch.reference_log_probabilities); whether they agree
-// (true without a CUDA variant, which is then said).
+// label_log_probabilities on the fp32 reference logits under the variant the registry selects on the GPU (as training
+// does): its median time and the relative error of its output against the host's (batch.reference_log_probabilities);
+// whether they agree.
 bool time_reference_log_probabilities(const Batch& batch, int iterations) {
-  const KernelVariant<LabelLogProbabilitiesArgs>* chosen = nullptr;
-  for (const auto& variant : OpRegistry<LabelLogProbabilities>::instance().variants())
-    if (variant.info.device == DeviceType::cuda && (chosen == nullptr || variant.info.priority > chosen->info.priority))
-      chosen = &variant;
-  if (chosen == nullptr) {
-    std::printf("  reference log-probabilities (label_log_probabilities): no CUDA variant to time\n");
-    return true;
-  }
   Tensor output = Tensor::empty(Shape{batch.rows}, DType::float32, kCuda);
   const LabelLogProbabilitiesArgs args{.logits = batch.reference_logits, .labels = batch.labels, .output = output};
   check_label_log_probabilities(args);
-  if (chosen->supports != nullptr)
-    if (const auto reason = chosen->supports(args)) {
-      std::printf("  reference log-probabilities: %s declines: %s\n", chosen->info.variant.c_str(), reason->c_str());
-      return true;
-    }
-  const double ms = benchmarks::median_ms([&] { chosen->run(args); }, 3, iterations);
+  const auto& chosen = OpRegistry<LabelLogProbabilities>::instance().select(args, kCuda);
+  const double ms = benchmarks::median_ms([&] { chosen.run(args); }, 3, iterations);
   synchronize_device(kCuda);
   std::vector<double> actual, expected;
   const Tensor host = output.to(Device::cpu()), host_expected = batch.reference_log_probabilities.to(Device::cpu());
@@ -307,7 +295,7 @@ bool time_reference_log_probabilities(const Batch& batch, int iterations) {
   const double error = relative_error(actual, expected);
   std::printf("  reference log-probabilities (label_log_probabilities \"%s\" on the fp32 reference logits, the work "
               "the dpo op did itself before): %.3f ms (against the host's: %.2e)\n",
-              chosen->info.variant.c_str(), ms, error);
+              chosen.info.variant.c_str(), ms, error);
   return error <= 1e-4;
 }
 
