@@ -340,14 +340,8 @@ Tensor Attention::forward_cached(const Tensor& input, const MicroBatch& batch, K
     const KeyValueCache::PositionTables* tables = cache.step_rotary(rotary_.get());
     if (tables == nullptr) {
       const Rotary::Tables full = rotary_->tables(cache.capacity(), device, stream, input.dtype());
-      const int64_t half = full.cos.size(1);
-      const DType table_dtype = full.cos.dtype();
-      KeyValueCache::PositionTables gathered{.cos = Tensor::empty(Shape{tokens, half}, table_dtype, device, stream),
-                                             .sin = Tensor::empty(Shape{tokens, half}, table_dtype, device, stream)};
-      kernels::embedding_forward({.indices = batch.positions, .weight = full.cos, .output = gathered.cos,
-                                  .stream = stream});
-      kernels::embedding_forward({.indices = batch.positions, .weight = full.sin, .output = gathered.sin,
-                                  .stream = stream});
+      KeyValueCache::PositionTables gathered{.cos = kernels::gather_rows(full.cos, batch.positions, stream),
+                                             .sin = kernels::gather_rows(full.sin, batch.positions, stream)};
       tables = &cache.keep_step_rotary(rotary_.get(), std::move(gathered));
     }
     for (Tensor* tensor : {&projections.query, &projections.key})
