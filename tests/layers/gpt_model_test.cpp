@@ -1,12 +1,14 @@
 // The GPT model assembled from a config: layer list and Fast-LLM parameter names, shared (tied) weights, FLOPs, a
-// whole tiny model (2 blocks) checked against finite differences of the loss for a sample of every parameter, and
-// refused configs.
+// whole tiny model (2 blocks) checked against finite differences of the loss for a sample of every parameter, the last
+// block on the loss rows only against every row, and refused configs.
 #include <gtest/gtest.h>
 
 #include <set>
 
 #include "fast_llm/core/error.h"
 #include "fast_llm/layers/attention/attention.h"
+#include "fast_llm/layers/language_model/loss_rows.h"
+#include "fast_llm/layers/mlp/mlp.h"
 #include "fast_llm/models/gpt/model.h"
 #include "layer_test_util.h"
 
@@ -202,6 +204,60 @@ TEST(GPTModel, ComputeDtypesAgreeWithFloat64) {
     EXPECT_NEAR(result[0], reference[0], test_case.loss_tolerance * reference[0]);
     EXPECT_LT(relative_error(result, reference, 1), test_case.gradient_tolerance);
   }
+}
+
+// One training step of the tiny model on documents {6, 10} whose first rows are masked as prompts would be, with the
+// last block computing its output on the loss rows only (as the head computes its losses) or on every row: the
+// losses, then every parameter gradient.
+std::vector<double> step_on_prompt_masked_batch(bool last_block_on_loss_rows) {
+  GPTModel model(model_config(tiny_model(
+      "{vocab_size: 13}", "{normalization: {type: rms_norm}, cross_entropy_splits: 2, "
+                          "losses: {cross_entropy: {type: label}, z_loss: {type: z_loss, weight: 0.01}}}")));
+  if (!last_block_on_loss_rows) model.compute_last_block_on_loss_rows_when({});
+  uint64_t seed = 300;
+  for (Layer* layer : model.layers()) bind_parameters(*layer, seed++);
+  BatchData data = make_batch({6, 10}, 13, 4);
+  for (int64_t row : {0, 1, 2, 6, 7, 8, 9}) data.labels[size_t(row)] = -100;
+  std::copy(data.labels.begin(), data.labels.end(), data.batch.labels.data_as<int64_t>());
+  layers::attach_loss_rows(data.batch, layers::find_loss_rows(data.labels, {}));
+  const int64_t loss_rows = data.batch.loss_rows.numel();
+  EXPECT_EQ(loss_rows, 7);
+  EXPECT_EQ(model.block(1).computes_output_on_loss_rows(data.batch), last_block_on_loss_rows);
+  EXPECT_FALSE(model.block(0).computes_output_on_loss_rows(data.batch));
+  // The last block's MLP FLOPs follow its rows.
+  const auto& mlp = dynamic_cast<const layers::Mlp&>(model.block(1).mlp());
+  EXPECT_DOUBLE_EQ(model.block(1).flops(data.batch),
+                   model.block(1).mixer().flops(data.batch) + mlp.flops(last_block_on_loss_rows ? loss_rows : 16));
+
+  LossSums losses;
+  LayerContext context = make_context(data.batch, true, &losses, 1.0 / 7.0);
+  std::vector<Layer*> layers = model.layers();
+  Tensor activation;
+  for (Layer* layer : layers) {
+    if (layer == &model.head()) {
+      EXPECT_EQ(activation.size(0), last_block_on_loss_rows ? loss_rows : 16);
+    }
+    activation = layer->forward(context, activation);
+  }
+  Tensor grad;
+  for (auto layer = layers.rbegin(); layer != layers.rend(); ++layer) grad = (*layer)->backward(context, grad);
+  std::vector<double> result;
+  for (const auto& [name, sum] : losses.all()) result.push_back(sum.item());
+  for (Layer* layer : layers)
+    for (Parameter* parameter : layer->parameters()) {
+      auto values = values_of(parameter->grad);
+      result.insert(result.end(), values.begin(), values.end());
+    }
+  return result;
+}
+
+TEST(GPTModel, LastBlockOnLossRowsMatchesEveryRow) {
+  const std::vector<double> every_row = step_on_prompt_masked_batch(false);
+  const std::vector<double> loss_rows = step_on_prompt_masked_batch(true);
+  ASSERT_EQ(loss_rows.size(), every_row.size());
+  EXPECT_GT(max_abs(every_row), 0.0);
+  for (size_t index = 0; index < every_row.size(); ++index)
+    EXPECT_NEAR(loss_rows[index], every_row[index], 1e-12 * (1.0 + std::abs(every_row[index]))) << "value " << index;
 }
 
 TEST(GPTModel, RefusesUnsupportedConfigs) {

@@ -16,6 +16,7 @@
 #include "data/data_test_util.h"
 #include "fast_llm/config/merge.h"
 #include "fast_llm/engine/checkpoint/loading.h"
+#include "fast_llm/layers/language_model/loss_rows.h"
 #include "fast_llm/models/gpt/model_type.h"
 #include "fast_llm/models/gpt/reference_models.h"
 #include "fast_llm/models/gpt/training.h"
@@ -277,6 +278,31 @@ TEST(ReferenceModelsOutputs, LabelLogProbabilitiesAloneAndInChunks) {
     for (int64_t column = 0; column < 40; ++column) sum += std::exp(values[column]);
     EXPECT_NEAR(chunked[row], values[labels[row]] - std::log(sum), 1e-12) << "row " << row;
   }
+}
+
+// When the trained head computes the loss rows only, so does the reference, its last block on those rows alone
+// (GPTModel::compute_last_block_on_loss_rows_when): its label log-probabilities are those of every row, at those rows.
+TEST(ReferenceModelsOutputs, LossRowsAreEveryRowsAtThoseRows) {
+  const GPTTrainerConfig config =
+      load(trainer_tree("{dpo: {type: dpo, reference_model: reference}}", "{data: {truncate_documents: false}}"));
+  ReferenceModels references(config, Device::cpu());
+  references.load();
+  const layers::LanguageModelHead trained_head("head", config.model.base_model.head, 16, 40, 1.0);
+  layers::testing::BatchData every_row = layers::testing::make_batch({10, 14, 8}, 40, 7);
+  layers::testing::BatchData loss_rows = layers::testing::make_batch({10, 14, 8}, 40, 7);
+  const layers::LossRows rows = layers::find_loss_rows(loss_rows.labels, {});
+  layers::attach_loss_rows(loss_rows.batch, rows);
+  ASSERT_TRUE(trained_head.computes_loss_rows_only(loss_rows.batch));
+  references.run(std::span(&every_row.batch, 1), trained_head);
+  references.run(std::span(&loss_rows.batch, 1), trained_head);
+  const std::vector<double> whole =
+      layers::testing::values_of(every_row.batch.reference_label_log_probabilities.at("reference"));
+  const std::vector<double> compact =
+      layers::testing::values_of(loss_rows.batch.reference_label_log_probabilities.at("reference"));
+  ASSERT_EQ(whole.size(), 32u);
+  ASSERT_EQ(compact.size(), rows.rows.size());
+  for (size_t index = 0; index < rows.rows.size(); ++index)
+    EXPECT_NEAR(compact[index], whole[size_t(rows.rows[index])], 1e-12) << "loss row " << index;
 }
 
 TEST_F(ReferenceModelsTest, AReferenceFromACheckpointTakesItsArchitecture) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "fast_llm/kernels/copy.h"
 #include "fast_llm/kernels/registry.h"
 #include "fast_llm/tensor/tensor.h"
 
@@ -57,11 +58,22 @@ inline void embedding_backward(const EmbeddingBackwardArgs& args) {
 }
 
 // Rows `indices` of `table` (rows, width) as a new (indices, width) tensor on the table's device: embedding_forward
-// used as a row gather (a head's loss rows, the last row of each prompt).
+// used as a row gather (a head's or a block's loss rows, the last row of each prompt).
 inline Tensor gather_rows(const Tensor& table, const Tensor& indices, Stream stream) {
   Tensor result = Tensor::empty(Shape{indices.numel(), table.size(1)}, table.dtype(), table.device(), stream);
   embedding_forward({.indices = indices, .weight = table, .output = result, .stream = stream});
   return result;
+}
+
+// gather_rows undone, for distinct indices: `positions` (tokens) holds each row's index among `rows` (rows, width), or
+// rows.size(0) for a row not among them; the result (tokens, width) has those rows in place and zeros elsewhere.
+inline Tensor scatter_rows(const Tensor& rows, const Tensor& positions, Stream stream) {
+  const int64_t count = rows.size(0);
+  Tensor padded = Tensor::empty(Shape{count + 1, rows.size(1)}, rows.dtype(), rows.device(), stream);
+  padded.slice(0, 0, count).copy_bytes_from(rows, stream);
+  Tensor zero_row = padded.slice(0, count, count + 1);
+  fill({.tensor = zero_row, .value = 0.0, .stream = stream});
+  return gather_rows(padded, positions, stream);
 }
 
 }  // namespace fast_llm::kernels

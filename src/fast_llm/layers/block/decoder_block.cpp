@@ -5,6 +5,7 @@
 #include "fast_llm/core/error.h"
 #include "fast_llm/kernels/activation_distillation.h"
 #include "fast_llm/kernels/copy.h"
+#include "fast_llm/kernels/embedding.h"
 #include "fast_llm/kernels/pointwise.h"
 #include "fast_llm/layers/common/dropout.h"
 #include "fast_llm/layers/common/parameter_settings.h"
@@ -112,8 +113,15 @@ Tensor DecoderBlock::forward(LayerContext& context, const Tensor& input) {
   }
   if (distillation_model_ && context.training) saved.distillation_grad = distill_activations(context, hidden);
   apply_dropout(hidden, dropout, dropout_seed(saved.dropout_seed, name(), kMixerDropout), stream);
-  // hidden += input, in the same pass as norm_2.
-  normalized = norm_2_.add_and_forward(hidden, input, keep ? &saved.norm_2 : nullptr, stream);
+  // From here on, the loss rows only (see the header) or every row.
+  saved.output_on_loss_rows = computes_output_on_loss_rows(context.batch);
+  Tensor residual = input;
+  if (saved.output_on_loss_rows) {
+    hidden = kernels::gather_rows(hidden, context.batch.loss_rows, stream);
+    residual = kernels::gather_rows(input, context.batch.loss_rows, stream);
+  }
+  // hidden += residual, in the same pass as norm_2.
+  normalized = norm_2_.add_and_forward(hidden, residual, keep ? &saved.norm_2 : nullptr, stream);
   // (tokens, hidden): the MLP output, then the block output.
   Tensor output = mlp_->forward(context, normalized);
   apply_dropout(output, dropout, dropout_seed(saved.dropout_seed, name(), kMlpDropout), stream);
@@ -136,6 +144,8 @@ Tensor DecoderBlock::backward(LayerContext& context, const Tensor& grad_output) 
                                         /*grad_residual=*/&grad_output);
   grad_mlp = Tensor();
   saved.norm_2 = Normalization::Saved();
+  if (saved.output_on_loss_rows)
+    grad_hidden = kernels::scatter_rows(grad_hidden, context.batch.loss_row_positions, stream);
 
   // Mixer branch: grad_input = grad_hidden + norm_1'(mixer'(dropout'(grad_hidden))), in the same way.
   Tensor grad_mixer =
@@ -185,8 +195,21 @@ Tensor DecoderBlock::distill_activations(LayerContext& context, const Tensor& mi
   return grad;
 }
 
+void DecoderBlock::compute_output_on_loss_rows_when(BatchPredicate predicate) {
+  FLM_ASSERT(!predicate || mlp_->row_wise(), "{}: the output on the loss rows only needs a row-wise MLP", name());
+  output_on_loss_rows_ = std::move(predicate);
+}
+
+bool DecoderBlock::computes_output_on_loss_rows(const MicroBatch& batch) const {
+  return output_on_loss_rows_ && output_on_loss_rows_(batch);
+}
+
 double DecoderBlock::flops(const MicroBatch& batch) const {
-  return mixer_->flops(batch) + mlp_->flops(batch);
+  // A row-wise MLP's FLOPs are proportional to its rows.
+  const double mlp_rows = computes_output_on_loss_rows(batch)
+                              ? double(batch.loss_rows.numel()) / double(std::max<int64_t>(batch.num_tokens(), 1))
+                              : 1.0;
+  return mixer_->flops(batch) + mlp_rows * mlp_->flops(batch);
 }
 
 }  // namespace fast_llm::layers

@@ -16,8 +16,14 @@
 // micro-batches in the step, as the MoE router losses) to the normalised loss `activation_distillation_loss`; its
 // gradient, times distillation_loss_weight, is kept from forward and added to the mixer output's gradient in backward.
 // With LayerContext::mixer_outputs set (a reference model's forward), the block stores a copy of its mixer output.
+// Output on the loss rows (the last block, when the head computes its losses on MicroBatch::loss_rows only): the mixer
+// runs on every row (a loss row attends to the keys and values of every row before it), then the mixer output and x
+// are gathered at the loss rows and norm_2, the MLP and both additions run on those rows alone; the block returns
+// (loss rows, hidden). Backward takes the gradient of those rows and spreads it back to every row (zero on the
+// others) before the mixer's backward. With a row-wise MLP the result is the same as on every row.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +58,12 @@ class DecoderBlock : public Layer {
     return mixer_->reads_device_values_on_host() || mlp_->reads_device_values_on_host();
   }
 
+  // When `predicate(batch)` holds, forward computes the output on the loss rows of `batch` only (above). Needs a
+  // row-wise MLP (MlpBase::row_wise); an empty predicate (the default) computes every row always.
+  using BatchPredicate = std::function<bool(const MicroBatch&)>;
+  void compute_output_on_loss_rows_when(BatchPredicate predicate);
+  bool computes_output_on_loss_rows(const MicroBatch& batch) const;
+
   Mixer& mixer() { return *mixer_; }
   const Mixer& mixer() const { return *mixer_; }
   MlpBase& mlp() { return *mlp_; }
@@ -63,6 +75,7 @@ class DecoderBlock : public Layer {
     Normalization::Saved norm_2;
     uint64_t dropout_seed = 0;
     Tensor distillation_grad;  // (tokens, hidden): the activation distillation's gradient of the mixer output
+    bool output_on_loss_rows = false;
   };
 
   // The activation distillation's loss (into context.losses) and its gradient of the mixer output (see above).
@@ -75,6 +88,7 @@ class DecoderBlock : public Layer {
   std::unique_ptr<Mixer> mixer_;
   Normalization norm_2_;
   std::unique_ptr<MlpBase> mlp_;
+  BatchPredicate output_on_loss_rows_;
   SavedPerMicroBatch<Saved> saved_;
 };
 

@@ -122,30 +122,36 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
   const Stream stream = context.stream;
   const bool training = context.training;
   const Device device = input.device();
-  const int64_t tokens = input.size(0);
-  FLM_CHECK(batch.labels.defined() && batch.labels.numel() == tokens, "head",
-            "the micro-batch has {} labels for {} tokens", batch.labels.defined() ? batch.labels.numel() : 0, tokens);
-
   Saved saved;
-  // (tokens, hidden)
-  const Tensor all_normalized = final_norm_.forward(input, training ? &saved.final_norm : nullptr, stream);
-  // The rows the losses are computed on: all of them, or only those that carry a loss (gathered), with their labels and
-  // the preference pairs in their numbering; the reference models' logits have the same rows.
+  // The rows the losses are computed on: all of them, or only those that carry a loss (gathered, or all the input has
+  // when the block before computed those only), with their labels and the preference pairs in their numbering; the
+  // reference models' logits have the same rows.
   saved.loss_rows_only = computes_loss_rows_only(batch);
+  saved.input_on_loss_rows = saved.loss_rows_only && input.size(0) == batch.loss_rows.numel();
+  const int64_t tokens = input.size(0);
+  FLM_CHECK(batch.labels.defined() && (batch.labels.numel() == tokens || saved.input_on_loss_rows), "head",
+            "the micro-batch has {} labels for {} input rows", batch.labels.defined() ? batch.labels.numel() : 0,
+            tokens);
   const int64_t rows = saved.loss_rows_only ? batch.loss_rows.numel() : tokens;
+
+  // (input rows, hidden)
+  const Tensor all_normalized = final_norm_.forward(input, training ? &saved.final_norm : nullptr, stream);
   // (rows, hidden)
-  const Tensor normalized =
-      saved.loss_rows_only ? kernels::gather_rows(all_normalized, batch.loss_rows, stream) : all_normalized;
+  const Tensor normalized = saved.loss_rows_only && !saved.input_on_loss_rows
+                                ? kernels::gather_rows(all_normalized, batch.loss_rows, stream)
+                                : all_normalized;
   const Tensor& labels = saved.loss_rows_only ? batch.loss_labels : batch.labels;
   const std::vector<kernels::PreferencePair>& pairs =
       saved.loss_rows_only ? batch.loss_preference_pairs : batch.preference_pairs;
   const Tensor& weight = output_weights_->weight;  // (vocab, hidden)
   Tensor* weight_grad = training && output_weights_->grad.defined() ? &output_weights_->grad : nullptr;
   if (training) {
-    // Compacted, one more row of zeros: the gradient of a row without a loss, which backward gathers for it.
-    saved.grad_normalized = Tensor::empty(Shape{saved.loss_rows_only ? rows + 1 : rows, hidden_size_},
-                                          normalized.dtype(), device, stream);
-    if (saved.loss_rows_only) {
+    // Compacted from every row, one more row of zeros: the gradient of a row without a loss, which backward gathers
+    // for it.
+    const bool zero_row = saved.loss_rows_only && !saved.input_on_loss_rows;
+    saved.grad_normalized =
+        Tensor::empty(Shape{zero_row ? rows + 1 : rows, hidden_size_}, normalized.dtype(), device, stream);
+    if (zero_row) {
       Tensor zero_row = saved.grad_normalized.slice(0, rows, rows + 1);
       kernels::fill({.tensor = zero_row, .value = 0.0, .stream = stream});
     }
@@ -273,9 +279,10 @@ Tensor LanguageModelHead::forward(LayerContext& context, const Tensor& sequence_
 
 Tensor LanguageModelHead::backward(LayerContext& context, const Tensor& grad_output) {
   Saved saved = saved_.take(context.batch.index, name());
-  // Each row's gradient from its loss row, or the zero row after them (MicroBatch::loss_row_positions).
+  // Each row's gradient from its loss row, or the zero row after them (MicroBatch::loss_row_positions); the loss rows'
+  // only when the input had those only.
   const Tensor grad_normalized =
-      saved.loss_rows_only
+      saved.loss_rows_only && !saved.input_on_loss_rows
           ? kernels::gather_rows(saved.grad_normalized, context.batch.loss_row_positions, context.stream)
           : saved.grad_normalized;
   return tensor_parallel_.sequence_shard(final_norm_.backward(grad_normalized, saved.final_norm, context.stream));

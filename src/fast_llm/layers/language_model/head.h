@@ -32,7 +32,9 @@
 // rows of the input gradient. The losses that read reference models or policy data are refused.
 // Loss rows: when computes_loss_rows_only (below), the chunks cover only the loss rows (loss_row_rule; gathered from h
 // by MicroBatch::loss_rows, with their labels and preference pairs), and backward scatters their gradient back (a row
-// without a loss gets zero); every loss and gradient is the same as on every row.
+// without a loss gets zero); every loss and gradient is the same as on every row. When the block before computed its
+// output on the loss rows only (DecoderBlock::computes_output_on_loss_rows), the input is (loss rows, hidden) and
+// backward returns the gradient of those rows.
 #pragma once
 
 #include <memory>
@@ -100,9 +102,10 @@ class LanguageModelHead : public Layer {
   struct Saved {
     Normalization::Saved final_norm;
     // Gradient of the final norm output: (tokens, hidden), or with loss_rows_only (loss rows + 1, hidden), the loss
-    // rows' then a row of zeros.
+    // rows' then a row of zeros (without it with input_on_loss_rows).
     Tensor grad_normalized;
     bool loss_rows_only = false;
+    bool input_on_loss_rows = false;  // the input was (loss rows, hidden)
   };
 
   int64_t hidden_size_;

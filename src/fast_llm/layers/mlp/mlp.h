@@ -47,6 +47,7 @@ class Mlp : public MlpBase {
   Tensor forward(LayerContext& context, const Tensor& input) override;
   Tensor backward(LayerContext& context, const Tensor& grad_output) override;
   bool supports_tensor_parallelism() const override { return true; }
+  bool row_wise() const override { return true; }
   // (tokens, hidden) -> (tokens, hidden); `saved` may be null (validation: nothing kept). `dropout_seed`: the
   // micro-batch's in a training forward (LoRA dropout), unset otherwise.
   Tensor forward(const Tensor& input, Saved* saved, Stream stream,

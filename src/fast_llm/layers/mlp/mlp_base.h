@@ -24,6 +24,9 @@ class MlpBase : public Layer {
   virtual bool supports_tensor_parallelism() const { return false; }
   // Weights that take part in matmuls (for a mixture of experts: those a token uses), for the model's FLOPs per token.
   virtual int64_t matmul_weight_count() const = 0;
+  // Whether each output row depends on its input row alone and the layer adds no loss (the dense MLP; not a mixture
+  // of experts, whose router losses are over every row): a block may then run it on some rows only.
+  virtual bool row_wise() const { return false; }
 };
 
 }  // namespace fast_llm::layers

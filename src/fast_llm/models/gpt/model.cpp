@@ -47,6 +47,9 @@ GPTModel::GPTModel(const GPTBaseModelConfig& config, layers::TensorParallelism t
       config.tied_embedding_weight ? &embeddings_->word_embeddings() : nullptr, tensor_parallel,
       config.embeddings.vocab_parallel);
 
+  compute_last_block_on_loss_rows_when(
+      [head = head_.get()](const layers::MicroBatch& batch) { return head->computes_loss_rows_only(batch); });
+
   // LoRA's freeze_others (Fast-LLM's apply_weight): every weight but the adapters' is frozen, so the engine gives it no
   // gradient, no optimizer state and no place in the gradient norm (engine/multi_stage/stage.h).
   if (lora != nullptr && lora->freeze_others)
@@ -61,6 +64,11 @@ std::vector<layers::Layer*> GPTModel::layers() {
   for (auto& block : blocks_) result.push_back(block.get());
   result.push_back(head_.get());
   return result;
+}
+
+void GPTModel::compute_last_block_on_loss_rows_when(layers::DecoderBlock::BatchPredicate predicate) {
+  if (blocks_.empty() || !blocks_.back()->mlp().row_wise()) return;
+  blocks_.back()->compute_output_on_loss_rows_when(std::move(predicate));
 }
 
 std::vector<layers::Linear*> GPTModel::lora_linears() {

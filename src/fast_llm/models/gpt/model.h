@@ -37,6 +37,11 @@ class GPTModel : public engine::BaseModel {
 
   std::vector<layers::Layer*> layers() override;
   layers::LossRowRule loss_row_rule() const override { return head_->loss_row_rule(); }
+  // On which micro-batches the last block computes its output on the loss rows only (DecoderBlock::
+  // compute_output_on_loss_rows_when): by default those the head computes the loss rows of alone, when the last
+  // block's MLP is row-wise. An empty predicate turns it off (the last block and the head in different pipeline
+  // stages, which pass every row between them); the reference models set the trained head's.
+  void compute_last_block_on_loss_rows_when(layers::DecoderBlock::BatchPredicate predicate);
 
   layers::LanguageModelEmbedding& embeddings() { return *embeddings_; }
   layers::DecoderBlock& block(int index) { return *blocks_.at(size_t(index)); }

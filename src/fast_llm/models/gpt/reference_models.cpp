@@ -151,6 +151,8 @@ void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches, const lay
   const Stream stream = compute_stream(device_);
   for (auto& model : models_) {
     FLM_ASSERT(model->multi_stage != nullptr, "reference model {} run before it was loaded", model->name);
+    model->model.compute_last_block_on_loss_rows_when(
+        [&](const layers::MicroBatch& batch) { return computes_loss_rows_only(batch, trained_head); });
     const auto& stages = model->multi_stage->stages();
     layers::LanguageModelHead& head = model->model.head();
     const bool reads_logits = head_reads_logits(config_, model->name);
@@ -165,8 +167,7 @@ void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches, const lay
                                                         ? &micro_batch.reference_mixer_outputs[model->name]
                                                         : nullptr};
       // The trained head computes the loss rows only (the whole micro-batch, not its sequence pieces): so does this.
-      const bool loss_rows_only =
-          config_.schedule.micro_batch_splits == 1 && trained_head.computes_loss_rows_only(micro_batch);
+      const bool loss_rows_only = computes_loss_rows_only(micro_batch, trained_head);
       Tensor hidden;
       for (size_t stage = 0; stage < stages.size(); ++stage) {
         model->multi_stage->before_forward(stage, stream, /*training=*/false);
@@ -178,7 +179,9 @@ void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches, const lay
       if (!reads_logits && !reads_log_probabilities) continue;  // only its blocks' mixer outputs are read
       Tensor labels = micro_batch.labels;
       if (loss_rows_only) {
-        hidden = kernels::gather_rows(hidden, micro_batch.loss_rows, stream);
+        // The last block computed the loss rows alone, unless its MLP is not row-wise.
+        if (hidden.size(0) != micro_batch.loss_rows.numel())
+          hidden = kernels::gather_rows(hidden, micro_batch.loss_rows, stream);
         labels = micro_batch.loss_labels;
       }
       const Tensor* logits = nullptr;  // (tokens or loss rows, vocab), kept for a distillation loss
@@ -187,7 +190,13 @@ void ReferenceModels::run(std::span<layers::MicroBatch> micro_batches, const lay
         micro_batch.reference_label_log_probabilities[model->name] =
             label_log_probabilities(head, hidden, labels, logits, stream);
     }
+    model->model.compute_last_block_on_loss_rows_when({});  // the predicate refers to `trained_head`
   }
+}
+
+bool ReferenceModels::computes_loss_rows_only(const layers::MicroBatch& batch,
+                                              const layers::LanguageModelHead& trained_head) const {
+  return config_.schedule.micro_batch_splits == 1 && trained_head.computes_loss_rows_only(batch);
 }
 
 Tensor ReferenceModels::label_log_probabilities(layers::LanguageModelHead& head, const Tensor& hidden,

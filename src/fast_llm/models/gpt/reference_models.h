@@ -62,6 +62,9 @@ class ReferenceModels {
   // The logits of one chunk of rows behind the label log-probabilities: 1 GiB, a few thousand rows at 128k words.
   static constexpr int64_t kLogitsChunkBytes = int64_t(1) << 30;
 
+  // Whether the outputs on `batch` are of its loss rows only (run's comment); the last block of each model then computes
+  // those rows alone too (GPTModel::compute_last_block_on_loss_rows_when).
+  bool computes_loss_rows_only(const layers::MicroBatch& batch, const layers::LanguageModelHead& trained_head) const;
   // The label log-probabilities of the rows of `hidden` (the head's input): from `logits` when they are kept, else
   // from logits made one chunk at a time.
   Tensor label_log_probabilities(layers::LanguageModelHead& head, const Tensor& hidden, const Tensor& labels,

@@ -144,6 +144,8 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
   engine::warn_pretrained_architecture(config.model, config.pretrained, config.run.experiment_dir);
   // Declares the parameters only; the trainer checks the run can start and fit before it allocates them.
   GPTModel model(config.model.base_model, tensor_parallelism(config.model.distributed));
+  // Pipeline stages pass every row of a micro-batch between them: the last block may sit in another stage than the head.
+  if (config.model.distributed.pipeline_parallel > 1) model.compute_last_block_on_loss_rows_when({});
   const Device device = engine::resolve_device(config.model.distributed);
   ReferenceModels references(config, device);
   data::GPTData data(config.data,
