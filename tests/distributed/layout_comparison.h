@@ -38,13 +38,16 @@ namespace fs = std::filesystem;
 // A small model that trains in about a second per process; every run gets 16-token micro-batches of the same
 // random dataset, so a layout only changes which process reads which sample. The attention has no biases, as Llama:
 // the key bias has a gradient of zero up to rounding (softmax ignores what it adds), and Adam's first steps turn that
-// rounding noise into updates of the order of the learning rate, different in every summation order.
+// rounding noise into updates of the order of the learning rate, different in every summation order. For the same
+// reason Adam's epsilon is 1e-5 rather than 1e-8: a weight whose gradient is ~1e-8 by cancellation moves by
+// learning rate x noise / epsilon per step, which at 1e-8 took single weights 2-3e-5 apart between layouts (beyond the
+// 2e-5 tolerance) once the summation order changed with the machine's BLAS kernels; typical gradients here are ~1e-3.
 inline constexpr const char* kConfig = R"(
 training: {train_iters: 3, logs: {interval: 1}, checkpoint: {interval: 1, keep: 10}}
 data:
   datasets: {training: {type: random}}
   micro_batch_size: 16
-optimizer: {learning_rate: {base: 1.0e-2}, gradient_norm_clipping: 0.5}
+optimizer: {learning_rate: {base: 1.0e-2}, gradient_norm_clipping: 0.5, epsilon: 1.0e-5}
 model:
   base_model:
     embeddings: {vocab_size: 64}
@@ -67,7 +70,7 @@ training: {train_iters: 3, logs: {interval: 1}, checkpoint: {interval: 1, keep: 
 data:
   datasets: {training: {type: random}}
   micro_batch_size: 16
-optimizer: {learning_rate: {base: 1.0e-2}, gradient_norm_clipping: 0.5}
+optimizer: {learning_rate: {base: 1.0e-2}, gradient_norm_clipping: 0.5, epsilon: 1.0e-5}
 model:
   base_model:
     embeddings: {vocab_size: 64}
