@@ -2,9 +2,9 @@
 llama-3.2-1b-dpo): fast-llm trains on the file written here, PyTorch (benchmarks/torch_gpu_llama_step.py) on the same
 documents made again by `preference_pairs` with the same arguments, so both score the same answers.
 
-Each document is one preference pair laid out as Fast-LLM's preparation does (prompt + chosen + EOS, then BOS + prompt
-+ rejected + EOS; chosen span = chosen + EOS, rejected span = rejected + EOS), with fixed lengths so that both
-sequences of a pair are exactly `sequence_length` tokens: a document is 2 x sequence_length tokens, and a micro-batch
+Each document is one preference pair laid out as `fast-llm prepare` writes it with its default `add_bos` (BOS + prompt +
+chosen + EOS, then BOS + prompt + rejected + EOS; chosen span = chosen + EOS, rejected span = rejected + EOS), with
+fixed lengths so that both sequences of a pair are exactly `sequence_length` tokens: a document is 2 x sequence_length tokens, and a micro-batch
 of batch x sequence_length tokens holds batch / 2 whole documents (fast-llm's sample is micro_batch_size + 1 tokens:
 the documents fill it but one padding label). The tokens follow tools/post_training_torch_check.py's random bigram
 language (chosen answers continue the prompt in it, rejected ones are uniform tokens; for speed any tokens would do),
@@ -32,18 +32,17 @@ def preference_pairs(vocab_size, count, sequence_length, seed=SEED):
     """`count` preference documents of 2 x sequence_length tokens and their (begin, end) chosen and rejected spans."""
     if sequence_length < 8:
         raise ValueError(f"sequence_length {sequence_length} is too short for a prompt and an answer")
-    prompt_length = int(sequence_length * PROMPT_FRACTION)
-    chosen_length = sequence_length - 1 - prompt_length  # prompt + chosen + EOS = sequence_length
-    rejected_length = chosen_length - 1  # BOS + prompt + rejected + EOS = sequence_length
+    prompt_length = int(sequence_length * PROMPT_FRACTION) - 1  # BOS + prompt: the fraction
+    answer_length = sequence_length - 2 - prompt_length  # BOS + prompt + answer + EOS = sequence_length
     language = Language(vocab_size, min(512, vocab_size - 3), seed)
     documents, chosen, rejected = [], [], []
     for _ in range(count):
-        text, _ = language.chain(prompt_length + chosen_length)
+        text, _ = language.chain(prompt_length + answer_length)
         prompt, answer = text[:prompt_length], text[prompt_length:]
-        document = prompt + answer + [EOS] + [BOS] + prompt + language.uniform(rejected_length) + [EOS]
+        document = [BOS] + prompt + answer + [EOS] + [BOS] + prompt + language.uniform(answer_length) + [EOS]
         assert len(document) == 2 * sequence_length
         documents.append(document)
-        chosen.append((prompt_length, sequence_length))
+        chosen.append((1 + prompt_length, sequence_length))
         rejected.append((sequence_length + 1 + prompt_length, 2 * sequence_length))
     return documents, chosen, rejected
 

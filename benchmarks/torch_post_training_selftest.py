@@ -127,12 +127,12 @@ def test_dpo():
     check("dpo shape: batch / 2 documents of 2 x sequence_length tokens fill the micro-batch",
           shape["batch"] * shape["sequence_length"] == 16384 and shape["batch"] % 2 == 0)
     documents, chosen, rejected = preference_pairs(128256, 3, 2048)
-    # prompt (P) + chosen + EOS | BOS + prompt + rejected + EOS; the rejected span starts after the repeated prompt.
-    layout = all(len(d) == 4096 and c[1] == 2048 and d[2047] == EOS and d[2048] == BOS and d[-1] == EOS and
-                 r == (2048 + 1 + c[0], 4096) and d[:c[0]] == d[2049:2049 + c[0]]
+    # BOS + prompt + chosen + EOS | BOS + prompt + rejected + EOS: both sequences start with the same c[0] tokens.
+    layout = all(len(d) == 4096 and c[1] == 2048 and d[0] == BOS and d[2047] == EOS and d[2048] == BOS and
+                 d[-1] == EOS and r == (2048 + c[0], 4096) and d[:c[0]] == d[2048:2048 + c[0]]
                  for d, c, r in zip(documents, chosen, rejected))
     rows, spans = post.preference_rows(documents, chosen, rejected)
-    check("dpo data: pairs laid out as Fast-LLM's preparation (prompt repeated after BOS), spans end at EOS",
+    check("dpo data: pairs laid out as `prepare` writes them with add_bos (BOS + prompt twice), spans end at EOS",
           layout and len(rows) == 6 and all(len(row) == 2048 for row in rows), f"spans {spans[:1]}, {spans[3:4]}")
     again, _, _ = preference_pairs(128256, 3, 2048)
     longer, _, _ = preference_pairs(128256, 5, 2048)

@@ -224,19 +224,20 @@ def step_documents(lengths, sample_size, per_step, steps):
 
 
 def dpo_data(language, count, rng):
-    """Preference documents as Fast-LLM's preparation lays them out: prompt + chosen + EOS, then BOS + prompt +
-    rejected + EOS; chosen span = chosen + EOS, rejected span = rejected + EOS. The chosen answer continues the
-    prompt in the language, the rejected one is uniform tokens. Lengths vary: 579 to 963 tokens, so one document per
-    1025-token sample."""
+    """Preference documents as `fast-llm prepare` lays them out with its default add_bos: BOS + prompt + chosen + EOS,
+    then BOS + prompt + rejected + EOS; chosen span = chosen + EOS, rejected span = rejected + EOS (both sequences of
+    a pair start with the same BOS + prompt, which fast-llm computes once). The chosen answer continues the prompt in
+    the language, the rejected one is uniform tokens. Lengths vary: 580 to 964 tokens, so one document per 1025-token
+    sample."""
     documents, chosen, rejected = [], [], []
     for _ in range(count):
         prompt_length, chosen_length, rejected_length = rng.randint(192, 320), rng.randint(96, 160), rng.randint(96, 160)
         text, _ = language.chain(prompt_length + chosen_length)
         prompt, answer = text[:prompt_length], text[prompt_length:]
         bad = language.uniform(rejected_length)
-        document = prompt + answer + [EOS] + [BOS] + prompt + bad + [EOS]
-        chosen_begin = prompt_length
-        chosen_end = prompt_length + chosen_length + 1
+        document = [BOS] + prompt + answer + [EOS] + [BOS] + prompt + bad + [EOS]
+        chosen_begin = 1 + prompt_length
+        chosen_end = chosen_begin + chosen_length + 1
         rejected_begin = chosen_end + 1 + prompt_length
         rejected_end = rejected_begin + rejected_length + 1
         assert rejected_end == len(document)
@@ -584,8 +585,8 @@ def span_log_probabilities(torch, logits, batch, spans):
 
 
 def torch_dpo(model, documents, chosen, rejected, step_docs, p):
-    """TRL's sigmoid DPO loss on the pairs of each step, each pair scored as two sequences (prompt + chosen + EOS;
-    BOS + prompt + rejected + EOS), the mean over the pairs of the step."""
+    """TRL's sigmoid DPO loss on the pairs of each step, each pair scored as two sequences (BOS + prompt + chosen +
+    EOS; BOS + prompt + rejected + EOS), the mean over the pairs of the step."""
     import copy
     torch, _, _ = torch_modules()
     reference = copy.deepcopy(model).eval()

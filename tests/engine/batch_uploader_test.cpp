@@ -1,6 +1,7 @@
 // The batch uploader on the CPU: the micro-batch wraps the batch's vectors, and carries the rows that carry a loss
 // (layers/language_model/loss_rows.h) with their labels, each row's index among them and the preference pairs in their
-// numbering. (The GPU packing is checked by engine_cuda_test.)
+// numbering, and a preference batch's computed rows with attention's maps when its pairs share their prompt rows. (The
+// GPU packing is checked by engine_cuda_test.)
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -59,6 +60,48 @@ TEST(BatchUploader, FindsLossRowsByItsRule) {
   ASSERT_EQ(micro_batch.loss_preference_pairs.size(), 1u);
   EXPECT_EQ(micro_batch.loss_preference_pairs[0].rejected_begin, 2);
   EXPECT_EQ(micro_batch.loss_preference_pairs[0].rejected_end, 3);
+}
+
+// Sequences 1 5 7 and 1 5 8 (BOS, prompt 5, answers 7 and 8): the pair's chosen row 1, rejected row 4. Row 3 (BOS)
+// repeats row 0; row 4 (5, whose label is the rejected answer) is computed in both sequences.
+std::shared_ptr<data::Batch> preference_pair() {
+  auto batch = std::make_shared<data::Batch>();
+  batch->micro_batch_size = 6;
+  batch->tokens = {1, 5, 7, 1, 5, 8};
+  batch->labels = {5, 7, -100, 5, 8, -100};
+  batch->label_counts = {4};
+  batch->positions = {0, 1, 2, 0, 1, 2};
+  batch->cu_seqlens = {0, 3, 6};
+  batch->max_seqlen = 3;
+  batch->lengths = {3, 3};
+  batch->preference_pairs = {{.chosen_begin = 1, .chosen_end = 2, .rejected_begin = 4, .rejected_end = 5}};
+  return batch;
+}
+
+TEST(BatchUploader, SharesPromptRowsWhenAskedForDpoBatches) {
+  const auto batch = preference_pair();
+  BatchUploader sharing(Device::cpu(), Stream{}, 1, layers::LossRowRule::preference_spans, true);
+  const layers::MicroBatch micro_batch = sharing.upload(batch);
+  EXPECT_EQ(values(micro_batch.tokens), (std::vector<int64_t>{1, 5, 7, 5, 8}));
+  EXPECT_EQ(values(micro_batch.labels), (std::vector<int64_t>{5, 7, -100, 8, -100}));
+  EXPECT_EQ(values(micro_batch.loss_rows), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(micro_batch.cu_seqlens.numel(), 3);
+  EXPECT_EQ(micro_batch.cu_seqlens.data_as<int32_t>()[2], 6);
+  ASSERT_TRUE(micro_batch.attention_rows.has_value());
+  EXPECT_EQ(micro_batch.attention_rows->count, 6);
+  EXPECT_EQ(values(micro_batch.attention_rows->sources), (std::vector<int64_t>{0, 1, 2, 0, 3, 4}));
+  EXPECT_EQ(values(micro_batch.attention_rows->positions), (std::vector<int64_t>{0, 1, 2, 5, 3, 4}));
+  EXPECT_EQ(values(micro_batch.attention_rows->kept), (std::vector<int64_t>{0, 1, 2, 4, 5}));
+  EXPECT_EQ(values(micro_batch.attention_rows->repeating), (std::vector<int64_t>{3, 6, 6, 6, 6}));
+
+  // Not asked, or losses on every labelled row (the prompts' labels count there): the batch as it is.
+  for (const auto& [rule, share] : {std::pair{layers::LossRowRule::preference_spans, false},
+                                    std::pair{layers::LossRowRule::labelled, true}}) {
+    BatchUploader uploader(Device::cpu(), Stream{}, 1, rule, share);
+    const layers::MicroBatch whole = uploader.upload(batch);
+    EXPECT_EQ(whole.num_tokens(), 6);
+    EXPECT_FALSE(whole.attention_rows.has_value());
+  }
 }
 
 }  // namespace

@@ -192,6 +192,32 @@ TEST(EngineCuda, MicroBatchesReachTheDevice) {
   EXPECT_EQ(as_vector(micro_batch.loss_labels), (std::vector<int64_t>{6, 7, 9, 10, 11}));
   EXPECT_EQ(as_vector(micro_batch.loss_row_positions), (std::vector<int64_t>{0, 1, 5, 2, 3, 4}));
   EXPECT_EQ(as_vector(second.loss_rows), (std::vector<int64_t>{0, 1, 3, 4, 5}));
+  EXPECT_FALSE(micro_batch.attention_rows.has_value());
+
+  // A dpo batch whose pair shares its first row (BOS, 1): the computed rows and attention's maps, packed with the
+  // rest, then a batch without shared rows in the same slot.
+  auto pair = std::make_shared<data::Batch>(*batch);
+  pair->tokens = {1, 5, 7, 1, 5, 8};
+  pair->labels = {5, 7, -100, 5, 8, -100};
+  pair->positions = {0, 1, 2, 0, 1, 2};
+  pair->cu_seqlens = {0, 3, 6};
+  pair->lengths = {3, 3};
+  pair->max_seqlen = 3;
+  pair->preference_pairs = {{.chosen_begin = 1, .chosen_end = 2, .rejected_begin = 4, .rejected_end = 5}};
+  BatchUploader sharing(Device::cuda(0), compute_stream(Device::cuda(0)), 1, layers::LossRowRule::preference_spans,
+                        /*share_prompt_rows=*/true);
+  const layers::MicroBatch shared = sharing.upload(pair);
+  const layers::MicroBatch unshared = sharing.upload(batch);
+  EXPECT_EQ(as_vector(shared.tokens), (std::vector<int64_t>{1, 5, 7, 5, 8}));
+  EXPECT_EQ(as_vector(shared.loss_rows), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(as_vector(shared.cu_seqlens), (std::vector<int64_t>{0, 3, 6}));
+  ASSERT_TRUE(shared.attention_rows.has_value());
+  EXPECT_EQ(as_vector(shared.attention_rows->sources), (std::vector<int64_t>{0, 1, 2, 0, 3, 4}));
+  EXPECT_EQ(as_vector(shared.attention_rows->positions), (std::vector<int64_t>{0, 1, 2, 5, 3, 4}));
+  EXPECT_EQ(as_vector(shared.attention_rows->kept), (std::vector<int64_t>{0, 1, 2, 4, 5}));
+  EXPECT_EQ(as_vector(shared.attention_rows->repeating), (std::vector<int64_t>{3, 6, 6, 6, 6}));
+  EXPECT_FALSE(unshared.attention_rows.has_value());
+  EXPECT_EQ(as_vector(unshared.tokens), batch->tokens);
 }
 
 }  // namespace

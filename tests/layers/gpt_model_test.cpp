@@ -1,11 +1,14 @@
 // The GPT model assembled from a config: layer list and Fast-LLM parameter names, shared (tied) weights, FLOPs, a
 // whole tiny model (2 blocks) checked against finite differences of the loss for a sample of every parameter, the last
-// block on the loss rows only against every row, and refused configs.
+// block on the loss rows only against every row, a dpo step with the pairs' shared prompt rows computed once against
+// the original batch, and refused configs.
 #include <gtest/gtest.h>
 
 #include <set>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/data/batch.h"
+#include "fast_llm/engine/training/batch_uploader.h"
 #include "fast_llm/layers/attention/attention.h"
 #include "fast_llm/layers/language_model/loss_rows.h"
 #include "fast_llm/layers/mlp/mlp.h"
@@ -206,6 +209,29 @@ TEST(GPTModel, ComputeDtypesAgreeWithFloat64) {
   }
 }
 
+// The backward of `layers` after their forward in `context`: the losses, then every parameter gradient.
+std::vector<double> backward_and_collect(const std::vector<Layer*>& layers, LayerContext& context,
+                                         const LossSums& losses) {
+  Tensor grad;
+  for (auto layer = layers.rbegin(); layer != layers.rend(); ++layer) grad = (*layer)->backward(context, grad);
+  std::vector<double> result;
+  for (const auto& [name, sum] : losses.all()) result.push_back(sum.item());
+  for (Layer* layer : layers)
+    for (Parameter* parameter : layer->parameters()) {
+      auto values = values_of(parameter->grad);
+      result.insert(result.end(), values.begin(), values.end());
+    }
+  return result;
+}
+
+// Two fp64 computations of the same step agree to rounding (and are not all zeros).
+void expect_same_step(const std::vector<double>& actual, const std::vector<double>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  EXPECT_GT(max_abs(expected), 0.0);
+  for (size_t index = 0; index < expected.size(); ++index)
+    EXPECT_NEAR(actual[index], expected[index], 1e-12 * (1.0 + std::abs(expected[index]))) << "value " << index;
+}
+
 // One training step of the tiny model on documents {6, 10} whose first rows are masked as prompts would be, with the
 // last block computing its output on the loss rows only (as the head computes its losses) or on every row: the
 // losses, then every parameter gradient.
@@ -239,26 +265,72 @@ std::vector<double> step_on_prompt_masked_batch(bool last_block_on_loss_rows) {
     }
     activation = layer->forward(context, activation);
   }
-  Tensor grad;
-  for (auto layer = layers.rbegin(); layer != layers.rend(); ++layer) grad = (*layer)->backward(context, grad);
-  std::vector<double> result;
-  for (const auto& [name, sum] : losses.all()) result.push_back(sum.item());
-  for (Layer* layer : layers)
-    for (Parameter* parameter : layer->parameters()) {
-      auto values = values_of(parameter->grad);
-      result.insert(result.end(), values.begin(), values.end());
-    }
-  return result;
+  return backward_and_collect(layers, context, losses);
 }
 
 TEST(GPTModel, LastBlockOnLossRowsMatchesEveryRow) {
-  const std::vector<double> every_row = step_on_prompt_masked_batch(false);
-  const std::vector<double> loss_rows = step_on_prompt_masked_batch(true);
-  ASSERT_EQ(loss_rows.size(), every_row.size());
-  EXPECT_GT(max_abs(every_row), 0.0);
-  for (size_t index = 0; index < every_row.size(); ++index)
-    EXPECT_NEAR(loss_rows[index], every_row[index], 1e-12 * (1.0 + std::abs(every_row[index]))) << "value " << index;
+  expect_same_step(step_on_prompt_masked_batch(true), step_on_prompt_masked_batch(false));
 }
+
+// A preference document as `prepare` writes it with add_bos: BOS(1) + prompt + chosen + EOS(2), then BOS + prompt +
+// rejected + EOS.
+data::Document preference_document(const std::vector<int64_t>& prompt, const std::vector<int64_t>& chosen,
+                                   const std::vector<int64_t>& rejected) {
+  data::Document result{.tokens = {1}};
+  const auto append = [&](const std::vector<int64_t>& tokens) {
+    result.tokens.insert(result.tokens.end(), tokens.begin(), tokens.end());
+  };
+  append(prompt);
+  const auto chosen_begin = int32_t(result.size());
+  append(chosen);
+  append({2});
+  result.chosen_spans = {{chosen_begin, int32_t(result.size())}};
+  append({1});
+  append(prompt);
+  const auto rejected_begin = int32_t(result.size());
+  append(rejected);
+  append({2});
+  result.rejected_spans = {{rejected_begin, int32_t(result.size())}};
+  return result;
+}
+
+// One dpo step (fp64) of the tiny model on two preference documents (prompts of 4 and 2 tokens after BOS) and a plain
+// one, uploaded with the pairs' shared prompt rows left out or not: the dpo loss and its metrics, then every
+// parameter gradient. The reference's label log-probabilities are made up, the same at the same loss rows.
+std::vector<double> dpo_step(bool share_prompt_rows) {
+  GPTModel model(model_config(tiny_model(
+      "{vocab_size: 13}",
+      "{normalization: {type: rms_norm}, losses: {dpo: {type: dpo, reference_model: reference, beta: 0.5}}}")));
+  EXPECT_TRUE(model.computes_shared_prompts_once());
+  uint64_t seed = 400;
+  for (Layer* layer : model.layers()) bind_parameters(*layer, seed++);
+  const auto batch = std::make_shared<const data::Batch>(data::make_batch(
+      {preference_document({5, 6, 7, 8}, {9, 10}, {11}), preference_document({3, 4}, {12}, {6, 7, 9}),
+       data::Document{.tokens = {4, 5, 6}}},
+      {.micro_batch_size = 30}));
+  engine::BatchUploader uploader(Device::cpu(), Stream{}, 1, layers::LossRowRule::preference_spans,
+                                 share_prompt_rows);
+  layers::MicroBatch micro_batch = uploader.upload(batch);
+  // BOS and the prompt but its last token: 4 + 2 rows.
+  EXPECT_EQ(micro_batch.num_tokens(), share_prompt_rows ? 24 : 30);
+  EXPECT_EQ(micro_batch.attention_rows.has_value(), share_prompt_rows);
+  const int64_t loss_rows = micro_batch.loss_rows.numel();
+  EXPECT_EQ(loss_rows, 3 + 2 + 2 + 4);
+  Tensor reference = Tensor::empty(Shape{loss_rows}, DType::float64, Device::cpu());
+  for (int64_t row = 0; row < loss_rows; ++row) reference.data_as<double>()[row] = -0.3 - 0.1 * double(row);
+  micro_batch.reference_label_log_probabilities["reference"] = reference;
+  micro_batch.labels_in_step = batch->num_labels(1);
+  micro_batch.preference_pairs_in_step = 2;
+
+  LossSums losses;
+  LayerContext context = make_context(micro_batch, true, &losses, 1.0 / double(micro_batch.labels_in_step));
+  std::vector<Layer*> layers = model.layers();
+  Tensor activation;
+  for (Layer* layer : layers) activation = layer->forward(context, activation);
+  return backward_and_collect(layers, context, losses);
+}
+
+TEST(GPTModel, SharedPromptRowsMatchTheOriginalBatch) { expect_same_step(dpo_step(true), dpo_step(false)); }
 
 TEST(GPTModel, RefusesUnsupportedConfigs) {
   // LoRA on the experts (grouped gemms) is not there.

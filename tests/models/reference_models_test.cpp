@@ -179,11 +179,14 @@ TEST_F(ReferenceModelsTest, SelfActivationDistillationStartsAtZero) {
     EXPECT_NEAR(record["lm_head_loss"].get<double>(), record["cross_entropy"].get<double>(), 1e-12);
 }
 
-// Preference documents: prompt, then chosen answer and EOS (0), then BOS (1), prompt and rejected answer and EOS.
-void write_preference_dataset(const fs::path& path) {
+// Preference documents: prompt, then chosen answer and EOS (0), then BOS (1), prompt and rejected answer and EOS;
+// with `add_bos` BOS first too, as `prepare` writes them by default: both sequences of a pair then start with the same
+// rows, which the trainer computes once (data/shared_prompts.h).
+void write_preference_dataset(const fs::path& path, bool add_bos = false) {
   std::vector<data::Document> documents;
   for (int64_t index = 0; index < 24; ++index) {
-    const std::vector<int64_t> prompt{2 + index % 5, 8 + index % 3, 12};
+    std::vector<int64_t> prompt{2 + index % 5, 8 + index % 3, 12};
+    if (add_bos) prompt.insert(prompt.begin(), 1);
     const std::vector<int64_t> chosen{20 + index % 4, 21, 22}, rejected{30, 31 + index % 6};
     data::Document document;
     document.tokens = prompt;
@@ -191,7 +194,7 @@ void write_preference_dataset(const fs::path& path) {
     document.tokens.push_back(0);
     const int32_t chosen_end = int32_t(document.tokens.size());
     document.chosen_spans = {{int32_t(prompt.size()), chosen_end}};
-    document.tokens.push_back(1);
+    if (!add_bos) document.tokens.push_back(1);
     document.tokens.insert(document.tokens.end(), prompt.begin(), prompt.end());
     const int32_t rejected_begin = int32_t(document.tokens.size());
     document.tokens.insert(document.tokens.end(), rejected.begin(), rejected.end());
@@ -205,16 +208,24 @@ void write_preference_dataset(const fs::path& path) {
 TEST_F(ReferenceModelsTest, SelfDpoStartsAtLogTwoAndLearns) {
   const fs::path dataset = directory_ / "preferences.fast_llm_dataset";
   write_preference_dataset(dataset);
-  const YAML::Node tree = trainer_tree("{dpo: {type: dpo, reference_model: reference, beta: 0.5}}",
-                                       "{data: {datasets: {training: {type: memmap, path: '" + dataset.string() +
-                                           "'}}, truncate_documents: false, micro_batch_size: 48}, "
-                                           "training: {train_iters: 8}}");
-  const auto records = train_records(tree, "run");
-  ASSERT_EQ(records.size(), 8u);
-  EXPECT_NEAR(records[0]["dpo"].get<double>(), std::log(2.0), 1e-12);
-  EXPECT_LT(records.back()["dpo"].get<double>(), std::log(2.0) - 0.05);
-  for (const auto& record : records)
-    EXPECT_NEAR(record["lm_head_loss"].get<double>(), record["dpo"].get<double>(), 1e-12);
+  const auto dpo_tree = [](const fs::path& path) {
+    return trainer_tree("{dpo: {type: dpo, reference_model: reference, beta: 0.5}}",
+                        "{data: {datasets: {training: {type: memmap, path: '" + path.string() +
+                            "'}}, truncate_documents: false, micro_batch_size: 48}, training: {train_iters: 8}}");
+  };
+  const YAML::Node tree = dpo_tree(dataset);
+  // The second run's pairs share their prompt rows (BOS first): the policy and the reference compute them once.
+  const fs::path with_bos = directory_ / "preferences_with_bos.fast_llm_dataset";
+  write_preference_dataset(with_bos, /*add_bos=*/true);
+  for (const auto& [run, path] : {std::pair{"run", dataset}, std::pair{"shared", with_bos}}) {
+    SCOPED_TRACE(run);
+    const auto records = train_records(dpo_tree(path), run);
+    ASSERT_EQ(records.size(), 8u);
+    EXPECT_NEAR(records[0]["dpo"].get<double>(), std::log(2.0), 1e-12);
+    EXPECT_LT(records.back()["dpo"].get<double>(), std::log(2.0) - 0.05);
+    for (const auto& record : records)
+      EXPECT_NEAR(record["lm_head_loss"].get<double>(), record["dpo"].get<double>(), 1e-12);
+  }
 
   // The same data without preference spans cannot train a dpo loss.
   const fs::path plain = directory_ / "plain.fast_llm_dataset";

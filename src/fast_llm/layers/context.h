@@ -45,6 +45,16 @@ struct SequencePiece {
   int64_t key_end() const { return int64_t(split + 1) * split_tokens; }
 };
 
+// A micro-batch whose preference pairs share their prompt rows (data/shared_prompts.h): its rows are the computed
+// ones, attention's rows the original ones, and these the maps between them, int64 on the compute device.
+struct AttentionRows {
+  int64_t count = 0;  // attention rows
+  Tensor sources;     // (attention rows) the computed row each attention row takes its values from
+  Tensor positions;   // (attention rows) index among the computed rows, or their count for a repeated row
+  Tensor kept;        // (rows) the attention row of each computed row
+  Tensor repeating;   // (rows) the attention row repeating each computed row, or `count` when none does
+};
+
 // One packed micro-batch, on the compute device.
 struct MicroBatch {
   int64_t index = 0;        // position in the step's schedule: keys the saved state of layers
@@ -91,6 +101,10 @@ struct MicroBatch {
   int64_t documents_in_step = 0;
   // Set when this micro-batch is a piece of a longer sequence (above); its own cu_seqlens then cover its rows only.
   std::optional<SequencePiece> sequence_piece;
+  // Set when its preference pairs share their prompt rows (above): cu_seqlens, max_seqlen and sequence_lengths then
+  // cover the attention rows, everything else per row the computed rows (set by the batch uploader when the model
+  // allows it: BaseModel::computes_shared_prompts_once).
+  std::optional<AttentionRows> attention_rows;
   int64_t num_tokens() const { return tokens.numel(); }
 };
 

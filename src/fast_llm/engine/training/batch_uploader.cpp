@@ -4,25 +4,32 @@
 #include <cstring>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/data/shared_prompts.h"
 #include "fast_llm/layers/language_model/loss_rows.h"
 
 namespace fast_llm::engine {
 namespace {
 
 // Byte layout of a packed batch: tokens, labels, positions, the loss rows' positions (tokens each), the loss rows and
-// their labels (loss rows each; int64), then cu_seqlens (int32), then when the batch has token data advantages, old
-// log-probabilities (float32) and label documents (int32); every part is aligned to its type because the int64 parts
-// come first.
+// their labels (loss rows each), when its pairs share their prompt rows the attention rows' sources and positions
+// (attention rows each) and the kept and repeating rows (tokens each; all int64), then cu_seqlens (int32), then when
+// the batch has token data advantages, old log-probabilities (float32) and label documents (int32); every part is
+// aligned to its type because the int64 parts come first.
 struct Layout {
   int64_t tokens = 0, segments = 0;  // segments + 1 cu_seqlens entries
   int64_t loss_rows = 0;
+  int64_t attention_rows = 0;  // 0: the batch's rows are attention's (no shared prompt rows)
   bool token_data = false;
   size_t labels() const { return size_t(tokens) * 8; }
   size_t positions() const { return 2 * size_t(tokens) * 8; }
   size_t loss_row_positions() const { return 3 * size_t(tokens) * 8; }
   size_t loss_rows_offset() const { return 4 * size_t(tokens) * 8; }
   size_t loss_labels() const { return loss_rows_offset() + size_t(loss_rows) * 8; }
-  size_t cu_seqlens() const { return loss_labels() + size_t(loss_rows) * 8; }
+  size_t attention_sources() const { return loss_labels() + size_t(loss_rows) * 8; }
+  size_t attention_positions() const { return attention_sources() + size_t(attention_rows) * 8; }
+  size_t kept_rows() const { return attention_positions() + size_t(attention_rows) * 8; }
+  size_t repeating_rows() const { return kept_rows() + (attention_rows > 0 ? size_t(tokens) * 8 : 0); }
+  size_t cu_seqlens() const { return repeating_rows() + (attention_rows > 0 ? size_t(tokens) * 8 : 0); }
   size_t advantages() const { return cu_seqlens() + size_t(segments + 1) * 4; }
   size_t old_log_probabilities() const { return advantages() + size_t(tokens) * 4; }
   size_t label_documents() const { return old_log_probabilities() + size_t(tokens) * 4; }
@@ -31,8 +38,12 @@ struct Layout {
 
 }  // namespace
 
-BatchUploader::BatchUploader(Device device, Stream compute_stream, int slots, layers::LossRowRule loss_row_rule)
-    : device_(device), compute_stream_(compute_stream), loss_row_rule_(loss_row_rule) {
+BatchUploader::BatchUploader(Device device, Stream compute_stream, int slots, layers::LossRowRule loss_row_rule,
+                             bool share_prompt_rows)
+    : device_(device),
+      compute_stream_(compute_stream),
+      loss_row_rule_(loss_row_rule),
+      share_prompt_rows_(share_prompt_rows && loss_row_rule == layers::LossRowRule::preference_spans) {
   FLM_CHECK(slots >= 1, "training", "the batch uploader needs at least one slot, got {}", slots);
   if (device_.is_cpu()) return;
   upload_stream_ = create_stream(device_);
@@ -40,9 +51,18 @@ BatchUploader::BatchUploader(Device device, Stream compute_stream, int slots, la
   for (Slot& slot : slots_) slot.copied = std::make_unique<Event>(device_);
 }
 
-layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch>& batch) {
-  FLM_CHECK(batch->predicted_tokens == 1, "training",
-            "batches with {} predicted tokens (multi-token prediction) are not supported", batch->predicted_tokens);
+layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch>& original) {
+  FLM_CHECK(original->predicted_tokens == 1, "training",
+            "batches with {} predicted tokens (multi-token prediction) are not supported", original->predicted_tokens);
+  // With shared prompt rows, the computed rows are uploaded as the batch (the maps' owner keeps them alive).
+  std::shared_ptr<const data::Batch> batch = original;
+  std::shared_ptr<const data::SharedPromptBatch> shared;
+  if (share_prompt_rows_)
+    if (std::optional<data::SharedPromptBatch> rows = data::share_prompt_rows(*original)) {
+      shared = std::make_shared<const data::SharedPromptBatch>(std::move(*rows));
+      batch = std::shared_ptr<const data::Batch>(shared, &shared->batch);
+    }
+  const int64_t attention_rows = shared ? int64_t(shared->attention_sources.size()) : 0;
   const int64_t tokens = batch->micro_batch_size;
   const int64_t segments = int64_t(batch->cu_seqlens.size()) - 1;
   FLM_ASSERT(int64_t(batch->tokens.size()) == tokens && int64_t(batch->positions.size()) == tokens &&
@@ -84,6 +104,17 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
     result.labels = wrap(labels.data(), tokens, DType::int64);
     result.positions = wrap(batch->positions.data(), tokens, DType::int64);
     result.cu_seqlens = wrap(batch->cu_seqlens.data(), segments + 1, DType::int32);
+    if (shared) {
+      auto rows = [&](const std::vector<int64_t>& values) {
+        return Tensor::from_blob(const_cast<int64_t*>(values.data()), Shape{int64_t(values.size())}, DType::int64,
+                                 Device::cpu(), std::const_pointer_cast<data::SharedPromptBatch>(shared));
+      };
+      result.attention_rows = layers::AttentionRows{.count = attention_rows,
+                                                    .sources = rows(shared->attention_sources),
+                                                    .positions = rows(shared->attention_positions),
+                                                    .kept = rows(shared->kept_rows),
+                                                    .repeating = rows(shared->repeating_rows)};
+    }
     if (token_data) {
       result.advantages = wrap(batch->advantages.data(), tokens, DType::float32);
       result.old_log_probabilities = wrap(batch->old_log_probabilities.data(), tokens, DType::float32);
@@ -92,7 +123,11 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
     return result;
   }
 
-  const Layout layout{.tokens = tokens, .segments = segments, .loss_rows = loss_row_count, .token_data = token_data};
+  const Layout layout{.tokens = tokens,
+                      .segments = segments,
+                      .loss_rows = loss_row_count,
+                      .attention_rows = attention_rows,
+                      .token_data = token_data};
   Slot& slot = slots_[next_slot_];
   next_slot_ = (next_slot_ + 1) % slots_.size();
   // The slot's previous copy must have read the buffer before it is overwritten.
@@ -106,6 +141,12 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
   std::memcpy(host + layout.loss_row_positions(), loss_rows->positions.data(), size_t(tokens) * 8);
   std::memcpy(host + layout.loss_rows_offset(), loss_rows->rows.data(), size_t(loss_row_count) * 8);
   std::memcpy(host + layout.loss_labels(), loss_rows->labels.data(), size_t(loss_row_count) * 8);
+  if (shared) {
+    std::memcpy(host + layout.attention_sources(), shared->attention_sources.data(), size_t(attention_rows) * 8);
+    std::memcpy(host + layout.attention_positions(), shared->attention_positions.data(), size_t(attention_rows) * 8);
+    std::memcpy(host + layout.kept_rows(), shared->kept_rows.data(), size_t(tokens) * 8);
+    std::memcpy(host + layout.repeating_rows(), shared->repeating_rows.data(), size_t(tokens) * 8);
+  }
   std::memcpy(host + layout.cu_seqlens(), batch->cu_seqlens.data(), size_t(segments + 1) * 4);
   if (token_data) {
     std::memcpy(host + layout.advantages(), batch->advantages.data(), size_t(tokens) * 4);
@@ -134,6 +175,14 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
   result.loss_rows = view(layout.loss_rows_offset(), loss_row_count, DType::int64);
   result.loss_labels = view(layout.loss_labels(), loss_row_count, DType::int64);
   result.cu_seqlens = view(layout.cu_seqlens(), segments + 1, DType::int32);
+  if (shared)
+    result.attention_rows = layers::AttentionRows{.count = attention_rows,
+                                                  .sources = view(layout.attention_sources(), attention_rows,
+                                                                  DType::int64),
+                                                  .positions = view(layout.attention_positions(), attention_rows,
+                                                                    DType::int64),
+                                                  .kept = view(layout.kept_rows(), tokens, DType::int64),
+                                                  .repeating = view(layout.repeating_rows(), tokens, DType::int64)};
   if (token_data) {
     result.advantages = view(layout.advantages(), tokens, DType::float32);
     result.old_log_probabilities = view(layout.old_log_probabilities(), tokens, DType::float32);

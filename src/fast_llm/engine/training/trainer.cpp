@@ -156,9 +156,15 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
       *multi_stage_, sections_.schedule, distributed,
       LayerLogSettings{.outputs = stage_config.debug_layer_outputs, .gradients = stage_config.debug_layer_gradients},
       stage_config.debug_global_tensors, groups_->sequence_data());
-  // Two steps of micro-batches: the step the device runs and the one the host prepares.
-  uploader_ =
-      std::make_unique<BatchUploader>(device_, stream_, int(2 * rank_samples_per_step_), model_.loss_row_rule());
+  // Two steps of micro-batches: the step the device runs and the one the host prepares. Shared prompt rows need the
+  // micro-batches whole (no sequence pieces, every row on every stage and tensor rank) and eager steps (a graph's
+  // input buffers are the attention rows' shapes of its capture).
+  const bool share_prompt_rows = model_.computes_shared_prompts_once() && sections_.prepares_shared_prompts &&
+                                 sections_.schedule.micro_batch_splits == 1 &&
+                                 distributed.sequence_data_parallel == 1 && distributed.pipeline_parallel == 1 &&
+                                 !distributed.sequence_tensor_parallel && !sections_.schedule.cuda_graphs;
+  uploader_ = std::make_unique<BatchUploader>(device_, stream_, int(2 * rank_samples_per_step_),
+                                              model_.loss_row_rule(), share_prompt_rows);
   if (training_) {
     optimizer_ = std::make_unique<Optimizer>(sections_.optimizer, *multi_stage_);
     optimizer_->reserve_steps(training.train_iters, stream_);

@@ -94,6 +94,9 @@ struct TrainerSections {
   // Device memory the model type needs besides the trained model and its activations (the reference models' weights
   // and outputs), listed by the memory check.
   std::vector<MemoryEstimate::Part> extra_device_memory;
+  // Whether prepare_micro_batches may be handed micro-batches whose preference pairs share their prompt rows
+  // (BaseModel::computes_shared_prompts_once; the GPT reference models' layers must allow it too).
+  bool prepares_shared_prompts = true;
 };
 
 class Trainer {

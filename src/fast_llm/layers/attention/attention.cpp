@@ -80,6 +80,22 @@ const AttentionConfig& checked(const AttentionConfig& config, const TensorParall
   return config;
 }
 
+// Queries, keys or values of the computed rows (rows, heads, head_size) at attention's rows: each takes its source's.
+Tensor to_attention_rows(const Tensor& values, const AttentionRows& rows, Stream stream) {
+  const int64_t heads = values.size(1), head_size = values.size(2);
+  return kernels::gather_rows(values.reshape(Shape{values.size(0), heads * head_size}), rows.sources, stream)
+      .reshape(Shape{rows.count, heads, head_size});
+}
+
+// The key or value gradients of attention's rows, followed by a row of zeros, (attention rows + 1, width), summed into
+// the computed rows: each computed row's own plus that of the row repeating it (the zero row when none does).
+Tensor fold_to_computed_rows(const Tensor& padded, const AttentionRows& rows, Stream stream) {
+  Tensor result = kernels::gather_rows(padded, rows.kept, stream);
+  const Tensor repeats = kernels::gather_rows(padded, rows.repeating, stream);
+  kernels::axpy({.input = repeats, .output = result, .alpha = 1.0, .stream = stream});
+  return result;
+}
+
 std::unique_ptr<Normalization> optional_norm(std::string name, const std::optional<config::Dynamic<NormalizationConfig>>& config,
                                              int64_t head_size, double lr_scale) {
   if (!config) return nullptr;
@@ -291,10 +307,15 @@ Attention::KeyValues Attention::piece_gradients(const Tensor& grad_key, const Te
 
 Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* saved, Stream stream,
                           std::optional<uint64_t> dropout_seed) {
-  const int64_t tokens = input.size(0);
   const std::optional<SequencePiece>& piece = batch.sequence_piece;
+  const std::optional<AttentionRows>& attention_rows = batch.attention_rows;
+  FLM_ASSERT(!piece || !attention_rows, "{}: a sequence piece with shared prompt rows", name());
   Normalization::Saved query_norm_saved, key_norm_saved;
   Projections projections = project(input, &query_norm_saved, &key_norm_saved, stream, dropout_seed);
+  if (attention_rows)
+    for (Tensor* tensor : {&projections.query, &projections.key, &projections.value})
+      *tensor = to_attention_rows(*tensor, *attention_rows, stream);
+  const int64_t tokens = projections.query.size(0);  // attention's rows
   if (rotary_->enabled()) {
     // The tables' rows of the tokens' rows in the sequence.
     const int64_t begin = piece ? piece->begin : 0;
@@ -313,6 +334,7 @@ Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* s
   Tensor logsumexp;
   Tensor output = attend(projections, cu_seqlens, max_seqlen, piece ? piece->begin : 0, &logsumexp, stream);
   Tensor flat_output = output.reshape(Shape{tokens, int64_t(heads_) * head_size_});
+  if (attention_rows) flat_output = kernels::gather_rows(flat_output, attention_rows->kept, stream);
   Tensor result = dense_.forward(flat_output, stream, std::nullopt, dropout_seed);
   if (saved != nullptr) {
     *saved = Saved{.input = input,
@@ -324,6 +346,7 @@ Tensor Attention::forward(const Tensor& input, const MicroBatch& batch, Saved* s
                    .cu_seqlens = cu_seqlens,
                    .max_seqlen = max_seqlen,
                    .piece = piece,
+                   .attention_rows = attention_rows,
                    .query_norm = std::move(query_norm_saved),
                    .key_norm = std::move(key_norm_saved),
                    .dropout_seed = dropout_seed};
@@ -387,16 +410,31 @@ Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream
   const int64_t tokens = saved.input.size(0);
   const Device device = saved.input.device();
   const DType dtype = saved.query.dtype();
+  const std::optional<AttentionRows> attention_rows = std::move(saved.attention_rows);
   Tensor grad_query = Tensor::empty(saved.query.shape(), dtype, device, stream);
-  Tensor grad_key = Tensor::empty(saved.key.shape(), dtype, device, stream);
-  Tensor grad_value = Tensor::empty(saved.value.shape(), dtype, device, stream);
+  // With shared prompt rows, the key and value gradients of the attention rows are followed by a row of zeros: what a
+  // computed row that no row repeats adds (fold_to_computed_rows).
+  const auto key_value_gradient = [&](const Tensor& like, Tensor& padded) {
+    if (!attention_rows) return Tensor::empty(like.shape(), dtype, device, stream);
+    const int64_t rows = like.size(0), width = like.numel() / rows;
+    padded = Tensor::empty(Shape{rows + 1, width}, dtype, device, stream);
+    Tensor zero_row = padded.slice(0, rows, rows + 1);
+    kernels::fill({.tensor = zero_row, .value = 0.0, .stream = stream});
+    return padded.slice(0, 0, rows).reshape(like.shape());
+  };
+  Tensor padded_grad_key, padded_grad_value;
+  Tensor grad_key = key_value_gradient(saved.key, padded_grad_key);
+  Tensor grad_value = key_value_gradient(saved.value, padded_grad_value);
   // With rotary, the kernel returns the gradients of the query and key before their rotation (tables of the key rows).
   Rotary::Tables rotary_tables;
   if (rotary_->enabled()) rotary_tables = rotary_->tables(saved.key.size(0), device, stream, dtype);
   {
-    Tensor flat_output = saved.output.reshape(Shape{tokens, int64_t(heads_) * head_size_});
-    Tensor grad_attention = dense_.backward(grad_output, flat_output, stream, std::nullopt, saved.dropout_seed)
-                                .reshape(saved.output.shape());
+    Tensor flat_output = saved.output.reshape(Shape{saved.output.size(0), int64_t(heads_) * head_size_});
+    if (attention_rows) flat_output = kernels::gather_rows(flat_output, attention_rows->kept, stream);
+    Tensor grad_attention = dense_.backward(grad_output, flat_output, stream, std::nullopt, saved.dropout_seed);
+    // A repeated row's output is not used: its gradient is zero.
+    if (attention_rows) grad_attention = kernels::scatter_rows(grad_attention, attention_rows->positions, stream);
+    grad_attention = grad_attention.reshape(saved.output.shape());
     kernels::attention_backward({.grad_output = grad_attention,
                                  .query = saved.query,
                                  .key = saved.key,
@@ -423,6 +461,17 @@ Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream
     KeyValues own = piece_gradients(grad_key, grad_value, *saved.piece, stream);
     grad_key = std::move(own.key);
     grad_value = std::move(own.value);
+  }
+  if (attention_rows) {
+    // A repeated row's query gradient is zero (so is its output's); its key and value gradients add to its source's.
+    grad_query = kernels::gather_rows(grad_query.reshape(Shape{grad_query.size(0), int64_t(heads_) * head_size_}),
+                                      attention_rows->kept, stream)
+                     .reshape(Shape{tokens, heads_, head_size_});
+    grad_key = fold_to_computed_rows(padded_grad_key, *attention_rows, stream)
+                   .reshape(Shape{tokens, head_groups_, head_size_});
+    grad_value = fold_to_computed_rows(padded_grad_value, *attention_rows, stream)
+                     .reshape(Shape{tokens, head_groups_, head_size_});
+    padded_grad_key = padded_grad_value = Tensor();
   }
   if (query_norm_) {
     grad_query =

@@ -23,6 +23,11 @@
 // the key / value gradients of a split's attention add into a gradient carry of the sequence, whose rows of the split
 // are then complete (the later splits came first) and go back to their rows (reduce-scattered over the sequence-data
 // ranks). The result equals the unsplit micro-batch's up to the order of the sums.
+// Shared prompt rows (MicroBatch::attention_rows, data/shared_prompts.h): the projections run on the micro-batch's
+// computed rows; the queries, keys and values are gathered to attention's rows (a rejected sequence's shared prompt
+// row takes its chosen sequence's), rotary and attention run on those as on the original batch, and the dense
+// projection on the output of the computed rows. Backward: the output gradient is zero at the repeated rows, and
+// their key and value gradients add to their sources'.
 // Generation (a context with a key_value_cache, inference only): rotary at the micro-batch's per-sequence positions;
 // a prefill step attends within each prompt as above and stores its keys and values in the cache, a decode step (one
 // token per sequence) goes through attention_decode against the cache.
@@ -69,6 +74,9 @@ class Attention : public Mixer {
     Tensor cu_seqlens;  // of the key rows
     int64_t max_seqlen = 0;
     std::optional<SequencePiece> piece;  // the micro-batch's, when it is a piece of a longer sequence
+    // The micro-batch's, when its preference pairs share their prompt rows: query, key, value, output and logsumexp
+    // are then of the attention rows.
+    std::optional<AttentionRows> attention_rows;
     Normalization::Saved query_norm;
     Normalization::Saved key_norm;
     std::optional<uint64_t> dropout_seed;  // the forward's (LoRA dropout), regenerated in backward

@@ -67,6 +67,8 @@ class DecoderBlock : public Layer {
   Mixer& mixer() { return *mixer_; }
   const Mixer& mixer() const { return *mixer_; }
   MlpBase& mlp() { return *mlp_; }
+  const MlpBase& mlp() const { return *mlp_; }
+  bool distills_activations() const { return distillation_model_.has_value(); }
   int64_t matmul_weight_count() const { return mixer_->matmul_weight_count() + mlp_->matmul_weight_count(); }
 
  private:

@@ -1,5 +1,7 @@
 #include "fast_llm/models/gpt/model.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -69,6 +71,14 @@ std::vector<layers::Layer*> GPTModel::layers() {
 void GPTModel::compute_last_block_on_loss_rows_when(layers::DecoderBlock::BatchPredicate predicate) {
   if (blocks_.empty() || !blocks_.back()->mlp().row_wise()) return;
   blocks_.back()->compute_output_on_loss_rows_when(std::move(predicate));
+}
+
+bool GPTModel::layers_compute_shared_prompts_once() const {
+  if (embeddings_->uses_dropout() || head_->uses_dropout()) return false;
+  return std::all_of(blocks_.begin(), blocks_.end(), [](const std::unique_ptr<layers::DecoderBlock>& block) {
+    return dynamic_cast<const layers::Attention*>(&block->mixer()) != nullptr && block->mlp().row_wise() &&
+           !block->uses_dropout() && !block->distills_activations();
+  });
 }
 
 std::vector<layers::Linear*> GPTModel::lora_linears() {

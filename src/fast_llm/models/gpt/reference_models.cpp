@@ -102,6 +102,11 @@ ReferenceModels::ReferenceModels(const GPTTrainerConfig& config, Device device)
 
 ReferenceModels::~ReferenceModels() = default;
 
+bool ReferenceModels::compute_shared_prompts_once() const {
+  return std::all_of(models_.begin(), models_.end(),
+                     [](const std::unique_ptr<Model>& model) { return model->model.layers_compute_shared_prompts_once(); });
+}
+
 std::vector<engine::MemoryEstimate::Part> ReferenceModels::memory_parts() const {
   std::vector<engine::MemoryEstimate::Part> parts;
   const engine::DistributedConfig& distributed = distributed_;

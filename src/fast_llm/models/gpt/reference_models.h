@@ -43,6 +43,9 @@ class ReferenceModels {
   ~ReferenceModels();
 
   bool empty() const { return models_.empty(); }
+  // Whether every model may run on a micro-batch whose preference pairs share their prompt rows
+  // (GPTModel::layers_compute_shared_prompts_once).
+  bool compute_shared_prompts_once() const;
   // The device memory of the weights and of the logits kept for one step, per model.
   std::vector<engine::MemoryEstimate::Part> memory_parts() const;
   // Builds the weight buffers and loads or initialises them.

@@ -164,7 +164,8 @@ void train(const GPTTrainerConfig& config, const std::function<void(engine::Trai
                                                   : [&references, &model](std::span<layers::MicroBatch> micro_batches) {
                                                       references.run(micro_batches, model.head());
                                                     },
-                           .extra_device_memory = references.memory_parts()},
+                           .extra_device_memory = references.memory_parts(),
+                           .prepares_shared_prompts = references.compute_shared_prompts_once()},
                           model, data, config.to_yaml_string());
   references.load();
   trainer.run();
