@@ -84,6 +84,30 @@ TEST(SharedPrompts, OnlyEqualTokensAtEqualPositionsAreShared) {
                    .has_value());
 }
 
+// Several pairs in one sample, then padding, or the last document's final EOS a label only (cut at the inputs' end).
+TEST(SharedPrompts, SeveralPairsAndTheSampleEnd) {
+  // Each document 1 5 7 2 | 1 5 8 2: its pair's chosen row 1, rejected rows 5 and 6 (of the document); the rejected
+  // sequence's BOS repeats the chosen one's (row 4 repeats row 0, row 12 row 8). Padding rows 16..19.
+  const std::vector<Document> documents{preference({5}, {7}, {8}), preference({5}, {7}, {8})};
+  const std::optional<SharedPromptBatch> padded = share_prompt_rows(make_batch(documents, {.micro_batch_size = 20}));
+  ASSERT_TRUE(padded.has_value());
+  EXPECT_EQ(padded->batch.micro_batch_size, 18);
+  EXPECT_EQ(padded->batch.cu_seqlens, (std::vector<int32_t>{0, 4, 8, 12, 16, 20}));
+  EXPECT_EQ(padded->attention_sources[4], 0);
+  EXPECT_EQ(padded->attention_sources[12], 7);
+  EXPECT_EQ(padded->repeating_rows[0], 4);
+  EXPECT_EQ(padded->repeating_rows[7], 12);
+  ASSERT_EQ(padded->batch.preference_pairs.size(), 2u);
+  const PreferenceRows& second = padded->batch.preference_pairs[1];
+  EXPECT_EQ(std::vector<int64_t>({second.chosen_begin, second.chosen_end, second.rejected_begin, second.rejected_end}),
+            (std::vector<int64_t>{8, 10, 11, 13}));
+  // 15 inputs: the second document's last token (EOS) is only a label; its pair's rows end at the inputs' end.
+  const std::optional<SharedPromptBatch> cut = share_prompt_rows(make_batch(documents, {.micro_batch_size = 15}));
+  ASSERT_TRUE(cut.has_value());
+  EXPECT_EQ(cut->batch.micro_batch_size, 13);
+  EXPECT_EQ(cut->batch.preference_pairs[1].rejected_end, 13);
+}
+
 // A document with two pairs is one attention segment (data/batch.h): its rejected answers see everything before them.
 TEST(SharedPrompts, DocumentsWithSeveralPairsAreNotShared) {
   Document two_pairs = preference({5}, {7}, {8});

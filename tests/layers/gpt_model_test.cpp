@@ -332,6 +332,28 @@ std::vector<double> dpo_step(bool share_prompt_rows) {
 
 TEST(GPTModel, SharedPromptRowsMatchTheOriginalBatch) { expect_same_step(dpo_step(true), dpo_step(false)); }
 
+// Shared prompt rows only where they are the same computation: dpo alone (other losses read the prompts' labels),
+// causal attention (a bidirectional prompt row sees its own sequence's answer), no expert routing, no dropout.
+TEST(GPTModel, SharesPromptRowsOnlyWhereExact) {
+  const std::string dpo = "{normalization: {type: rms_norm}, losses: {dpo: {type: dpo, reference_model: r}}}";
+  const auto model_with = [&](const std::string& mixer, const std::string& mlp, const std::string& head,
+                              const std::string& block = "") {
+    return GPTModel(model_config("hidden_size: 8\nembeddings: {vocab_size: 13}\nhead: " + head +
+                                 "\ndecoder: {block: {mixer: {heads: 2, head_size: 4, add_linear_biases: false" +
+                                 mixer + "}, mlp: {intermediate_size: 12, add_linear_biases: false" + mlp + "}" +
+                                 block + "}}\n"));
+  };
+  EXPECT_TRUE(model_with("", "", dpo).computes_shared_prompts_once());
+  EXPECT_TRUE(model_with(", window_size: 4", "", dpo).computes_shared_prompts_once());
+  EXPECT_FALSE(model_with(", causal: false", "", dpo).computes_shared_prompts_once());
+  EXPECT_FALSE(model_with("", ", type: moe, experts: 4", dpo).computes_shared_prompts_once());
+  EXPECT_FALSE(model_with("", "", dpo, ", dropout: 0.1").computes_shared_prompts_once());
+  // A reference model runs without dropout: it may share with dropout configured.
+  EXPECT_TRUE(model_with("", "", dpo, ", dropout: 0.1").layers_compute_shared_prompts_once(false));
+  EXPECT_FALSE(
+      model_with("", "", "{losses: {dpo: {type: dpo, reference_model: r}, ce: {type: label}}}").computes_shared_prompts_once());
+}
+
 TEST(GPTModel, RefusesUnsupportedConfigs) {
   // LoRA on the experts (grouped gemms) is not there.
   EXPECT_THROW(GPTModel(model_config(R"(

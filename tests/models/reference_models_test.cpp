@@ -219,7 +219,14 @@ TEST_F(ReferenceModelsTest, SelfDpoStartsAtLogTwoAndLearns) {
   write_preference_dataset(with_bos, /*add_bos=*/true);
   for (const auto& [run, path] : {std::pair{"run", dataset}, std::pair{"shared", with_bos}}) {
     SCOPED_TRACE(run);
+    ::testing::internal::CaptureStderr();
     const auto records = train_records(dpo_tree(path), run);
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    // Each micro-batch holds 3 documents of 15 tokens, whose rejected sequences repeat the first 3 rows of their
+    // 4-token prompts (BOS included; the last row is computed in both).
+    EXPECT_EQ(log.find("share their prompt rows: the layers compute them once (39 of the 48 rows") != std::string::npos,
+              std::string(run) == "shared")
+        << log;
     ASSERT_EQ(records.size(), 8u);
     EXPECT_NEAR(records[0]["dpo"].get<double>(), std::log(2.0), 1e-12);
     EXPECT_LT(records.back()["dpo"].get<double>(), std::log(2.0) - 0.05);

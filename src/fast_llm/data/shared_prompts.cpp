@@ -64,6 +64,7 @@ std::optional<SharedPromptBatch> share_prompt_rows(const Batch& batch) {
       result.attention_sources[size_t(row)] = result.attention_positions[size_t(row)] = computed_index[size_t(row)];
     } else {
       const int64_t source = computed_index[size_t(repeated)];
+      FLM_ASSERT(source >= 0, "shared prompt row {} repeats row {}, which is itself repeated", row, repeated);
       result.attention_sources[size_t(row)] = source;
       result.attention_positions[size_t(row)] = computed;
       result.repeating_rows[size_t(source)] = row;

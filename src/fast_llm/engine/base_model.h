@@ -19,7 +19,7 @@ class BaseModel {
   virtual layers::LossRowRule loss_row_rule() const { return layers::LossRowRule::labelled; }
   // Whether a micro-batch whose preference pairs share their prompt rows may go to it as its computed rows
   // (MicroBatch::attention_rows, data/shared_prompts.h): its losses are the preference spans' alone, no layer but
-  // attention looks across rows and none draws dropout.
+  // causal attention looks across rows and none draws dropout.
   virtual bool computes_shared_prompts_once() const { return false; }
 };
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "fast_llm/core/error.h"
+#include "fast_llm/core/logging.h"
 #include "fast_llm/data/shared_prompts.h"
 #include "fast_llm/layers/language_model/loss_rows.h"
 
@@ -61,6 +62,11 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
     if (std::optional<data::SharedPromptBatch> rows = data::share_prompt_rows(*original)) {
       shared = std::make_shared<const data::SharedPromptBatch>(std::move(*rows));
       batch = std::shared_ptr<const data::Batch>(shared, &shared->batch);
+      if (!logged_shared_prompt_rows_)
+        log_main("Preference pairs share their prompt rows: the layers compute them once ({} of the {} rows of the "
+                 "first such micro-batch)",
+                 batch->micro_batch_size, original->micro_batch_size);
+      logged_shared_prompt_rows_ = true;
     }
   const int64_t attention_rows = shared ? int64_t(shared->attention_sources.size()) : 0;
   const int64_t tokens = batch->micro_batch_size;

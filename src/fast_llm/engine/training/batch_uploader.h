@@ -55,6 +55,7 @@ class BatchUploader {
   Stream compute_stream_;
   layers::LossRowRule loss_row_rule_;
   bool share_prompt_rows_;
+  bool logged_shared_prompt_rows_ = false;  // the first shared batch is logged
   Stream upload_stream_;
   std::vector<Slot> slots_;
   size_t next_slot_ = 0;

@@ -157,12 +157,14 @@ Trainer::Trainer(TrainerSections sections, BaseModel& model, data::GPTData& data
       LayerLogSettings{.outputs = stage_config.debug_layer_outputs, .gradients = stage_config.debug_layer_gradients},
       stage_config.debug_global_tensors, groups_->sequence_data());
   // Two steps of micro-batches: the step the device runs and the one the host prepares. Shared prompt rows need the
-  // micro-batches whole (no sequence pieces, every row on every stage and tensor rank) and eager steps (a graph's
-  // input buffers are the attention rows' shapes of its capture).
+  // micro-batches whole (no sequence pieces, every row on every stage and tensor rank) and eager steps: a graph's
+  // input buffers carry no attention rows, but steps with prepared micro-batches (the reference models a dpo loss
+  // reads) never run in graphs (cuda_graphs_refusal).
+  const bool eager_steps = !sections_.schedule.cuda_graphs || static_cast<bool>(sections_.prepare_micro_batches);
   const bool share_prompt_rows = model_.computes_shared_prompts_once() && sections_.prepares_shared_prompts &&
                                  sections_.schedule.micro_batch_splits == 1 &&
                                  distributed.sequence_data_parallel == 1 && distributed.pipeline_parallel == 1 &&
-                                 !distributed.sequence_tensor_parallel && !sections_.schedule.cuda_graphs;
+                                 !distributed.sequence_tensor_parallel && eager_steps;
   uploader_ = std::make_unique<BatchUploader>(device_, stream_, int(2 * rank_samples_per_step_),
                                               model_.loss_row_rule(), share_prompt_rows);
   if (training_) {

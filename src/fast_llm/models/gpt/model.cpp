@@ -73,11 +73,12 @@ void GPTModel::compute_last_block_on_loss_rows_when(layers::DecoderBlock::BatchP
   blocks_.back()->compute_output_on_loss_rows_when(std::move(predicate));
 }
 
-bool GPTModel::layers_compute_shared_prompts_once() const {
-  if (embeddings_->uses_dropout() || head_->uses_dropout()) return false;
-  return std::all_of(blocks_.begin(), blocks_.end(), [](const std::unique_ptr<layers::DecoderBlock>& block) {
-    return dynamic_cast<const layers::Attention*>(&block->mixer()) != nullptr && block->mlp().row_wise() &&
-           !block->uses_dropout() && !block->distills_activations();
+bool GPTModel::layers_compute_shared_prompts_once(bool with_dropout) const {
+  if (with_dropout && (embeddings_->uses_dropout() || head_->uses_dropout())) return false;
+  return std::all_of(blocks_.begin(), blocks_.end(), [&](const std::unique_ptr<layers::DecoderBlock>& block) {
+    const auto* attention = dynamic_cast<const layers::Attention*>(&block->mixer());
+    return attention != nullptr && attention->causal() && block->mlp().row_wise() &&
+           !(with_dropout && block->uses_dropout()) && !block->distills_activations();
   });
 }
 

@@ -43,11 +43,13 @@ class GPTModel : public engine::BaseModel {
   // stages, which pass every row between them); the reference models set the trained head's.
   void compute_last_block_on_loss_rows_when(layers::DecoderBlock::BatchPredicate predicate);
   bool computes_shared_prompts_once() const override {
-    return loss_row_rule() == layers::LossRowRule::preference_spans && layers_compute_shared_prompts_once();
+    return loss_row_rule() == layers::LossRowRule::preference_spans && layers_compute_shared_prompts_once(true);
   }
-  // The layers' part of it: every mixer is attention, every MLP row-wise (no expert routing, whose load balancing
-  // counts the rows), no dropout, no activation distillation. What a reference model needs to run on such a micro-batch.
-  bool layers_compute_shared_prompts_once() const;
+  // The layers' part of it: every mixer causal attention (a row sees no later row of its sequence), every MLP row-wise
+  // (no expert routing, whose load balancing counts the rows), no activation distillation, and no dropout when
+  // `with_dropout` (a training forward; a reference model runs without). What a reference model needs to run on such
+  // a micro-batch.
+  bool layers_compute_shared_prompts_once(bool with_dropout) const;
 
   layers::LanguageModelEmbedding& embeddings() { return *embeddings_; }
   layers::DecoderBlock& block(int index) { return *blocks_.at(size_t(index)); }

@@ -104,7 +104,9 @@ ReferenceModels::~ReferenceModels() = default;
 
 bool ReferenceModels::compute_shared_prompts_once() const {
   return std::all_of(models_.begin(), models_.end(),
-                     [](const std::unique_ptr<Model>& model) { return model->model.layers_compute_shared_prompts_once(); });
+                     [](const std::unique_ptr<Model>& model) {
+                       return model->model.layers_compute_shared_prompts_once(/*with_dropout=*/false);
+                     });
 }
 
 std::vector<engine::MemoryEstimate::Part> ReferenceModels::memory_parts() const {
