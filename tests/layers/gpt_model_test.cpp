@@ -14,6 +14,7 @@
 #include "fast_llm/layers/mlp/mlp.h"
 #include "fast_llm/models/gpt/model.h"
 #include "layer_test_util.h"
+#include "preference_test_util.h"
 
 namespace fast_llm::models::gpt {
 namespace {
@@ -270,28 +271,6 @@ std::vector<double> step_on_prompt_masked_batch(bool last_block_on_loss_rows) {
 
 TEST(GPTModel, LastBlockOnLossRowsMatchesEveryRow) {
   expect_same_step(step_on_prompt_masked_batch(true), step_on_prompt_masked_batch(false));
-}
-
-// A preference document as `prepare` writes it with add_bos: BOS(1) + prompt + chosen + EOS(2), then BOS + prompt +
-// rejected + EOS.
-data::Document preference_document(const std::vector<int64_t>& prompt, const std::vector<int64_t>& chosen,
-                                   const std::vector<int64_t>& rejected) {
-  data::Document result{.tokens = {1}};
-  const auto append = [&](const std::vector<int64_t>& tokens) {
-    result.tokens.insert(result.tokens.end(), tokens.begin(), tokens.end());
-  };
-  append(prompt);
-  const auto chosen_begin = int32_t(result.size());
-  append(chosen);
-  append({2});
-  result.chosen_spans = {{chosen_begin, int32_t(result.size())}};
-  append({1});
-  append(prompt);
-  const auto rejected_begin = int32_t(result.size());
-  append(rejected);
-  append({2});
-  result.rejected_spans = {{rejected_begin, int32_t(result.size())}};
-  return result;
 }
 
 // One dpo step (fp64) of the tiny model on two preference documents (prompts of 4 and 2 tokens after BOS) and a plain
