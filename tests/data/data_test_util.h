@@ -84,6 +84,28 @@ inline void write_dataset(const std::filesystem::path& path, const std::vector<D
   writer.finish();
 }
 
+// A preference document as `prepare` writes it with add_bos: BOS(1) + prompt + chosen + EOS(2), then BOS + prompt +
+// rejected + EOS; the chosen span covers chosen + EOS, the rejected span rejected + EOS.
+inline Document preference_document(const std::vector<int64_t>& prompt, const std::vector<int64_t>& chosen,
+                                    const std::vector<int64_t>& rejected) {
+  Document result{.tokens = {1}};
+  const auto append = [&](const std::vector<int64_t>& tokens) {
+    result.tokens.insert(result.tokens.end(), tokens.begin(), tokens.end());
+  };
+  append(prompt);
+  const auto chosen_begin = int32_t(result.size());
+  append(chosen);
+  append({2});
+  result.chosen_spans = {{chosen_begin, int32_t(result.size())}};
+  append({1});
+  append(prompt);
+  const auto rejected_begin = int32_t(result.size());
+  append(rejected);
+  append({2});
+  result.rejected_spans = {{rejected_begin, int32_t(result.size())}};
+  return result;
+}
+
 // Documents whose tokens say where they come from: token = tag + 1000 * document + position.
 inline std::vector<Document> tagged_documents(const std::vector<int64_t>& sizes, int64_t tag = 0) {
   std::vector<Document> documents;

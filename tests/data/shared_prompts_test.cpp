@@ -2,6 +2,7 @@
 // sequence's, the computed rows and the maps attention keeps. Expected values are worked out by hand in the comments.
 #include <gtest/gtest.h>
 
+#include "data_test_util.h"
 #include "fast_llm/data/shared_prompts.h"
 
 namespace fast_llm::data {
@@ -9,31 +10,11 @@ namespace {
 
 constexpr int64_t X = kIgnoredLabel;
 
-// A preference document as `prepare` writes it with add_bos: BOS(1) + prompt + chosen + EOS(2), then BOS + prompt +
-// rejected + EOS.
-Document preference(const std::vector<int64_t>& prompt, const std::vector<int64_t>& chosen,
-                    const std::vector<int64_t>& rejected) {
-  Document result;
-  result.tokens = {1};
-  result.tokens.insert(result.tokens.end(), prompt.begin(), prompt.end());
-  const auto chosen_begin = int32_t(result.size());
-  result.tokens.insert(result.tokens.end(), chosen.begin(), chosen.end());
-  result.tokens.push_back(2);
-  result.chosen_spans = {{chosen_begin, int32_t(result.size())}};
-  result.tokens.push_back(1);
-  result.tokens.insert(result.tokens.end(), prompt.begin(), prompt.end());
-  const auto rejected_begin = int32_t(result.size());
-  result.tokens.insert(result.tokens.end(), rejected.begin(), rejected.end());
-  result.tokens.push_back(2);
-  result.rejected_spans = {{rejected_begin, int32_t(result.size())}};
-  return result;
-}
-
 TEST(SharedPrompts, RejectedSequencesLeaveOutTheirPromptRows) {
   // Rows 0..12: 1 5 6 7 2 | 1 5 6 8 9 2 | 3 4. The chosen sequence [0, 5), its pair's chosen rows [2, 4) (labels
   // 7 2); the rejected sequence [5, 11), rows [7, 10) (labels 8 9 2). Rows 5 and 6 (1 5) repeat rows 0 and 1; row 7
   // (6, whose label is the first rejected token) is computed in both sequences.
-  const Batch batch = make_batch({preference({5, 6}, {7}, {8, 9}), Document{.tokens = {3, 4}}},
+  const Batch batch = make_batch({testing::preference_document({5, 6}, {7}, {8, 9}), Document{.tokens = {3, 4}}},
                                  {.micro_batch_size = 13});
   EXPECT_EQ(batch.cu_seqlens, (std::vector<int32_t>{0, 5, 11, 13}));
   ASSERT_EQ(batch.preference_pairs.size(), 1u);
@@ -65,14 +46,14 @@ TEST(SharedPrompts, RejectedSequencesLeaveOutTheirPromptRows) {
 
 TEST(SharedPrompts, OnlyEqualTokensAtEqualPositionsAreShared) {
   // The prompts differ at their first token (5 6 against 4 6): only BOS is shared.
-  Document different = preference({5, 6}, {7}, {8});
+  Document different = testing::preference_document({5, 6}, {7}, {8});
   different.tokens[6] = 4;
   const std::optional<SharedPromptBatch> partly = share_prompt_rows(make_batch({different}, {.micro_batch_size = 9}));
   ASSERT_TRUE(partly.has_value());
   EXPECT_EQ(partly->batch.micro_batch_size, 8);
   EXPECT_EQ(partly->kept_rows, (std::vector<int64_t>{0, 1, 2, 3, 4, 6, 7, 8}));
   // A rejected sequence without its own BOS (the chosen one starts with BOS): nothing is shared.
-  Document unshifted = preference({5, 6}, {7}, {8});
+  Document unshifted = testing::preference_document({5, 6}, {7}, {8});
   unshifted.tokens.erase(unshifted.tokens.begin());
   for (Range* span : {&unshifted.chosen_spans[0], &unshifted.rejected_spans[0]}) {
     --span->begin;
@@ -88,7 +69,7 @@ TEST(SharedPrompts, OnlyEqualTokensAtEqualPositionsAreShared) {
 TEST(SharedPrompts, SeveralPairsAndTheSampleEnd) {
   // Each document 1 5 7 2 | 1 5 8 2: its pair's chosen row 1, rejected rows 5 and 6 (of the document); the rejected
   // sequence's BOS repeats the chosen one's (row 4 repeats row 0, row 12 row 8). Padding rows 16..19.
-  const std::vector<Document> documents{preference({5}, {7}, {8}), preference({5}, {7}, {8})};
+  const std::vector<Document> documents{testing::preference_document({5}, {7}, {8}), testing::preference_document({5}, {7}, {8})};
   const std::optional<SharedPromptBatch> padded = share_prompt_rows(make_batch(documents, {.micro_batch_size = 20}));
   ASSERT_TRUE(padded.has_value());
   EXPECT_EQ(padded->batch.micro_batch_size, 18);
@@ -110,7 +91,7 @@ TEST(SharedPrompts, SeveralPairsAndTheSampleEnd) {
 
 // A document with two pairs is one attention segment (data/batch.h): its rejected answers see everything before them.
 TEST(SharedPrompts, DocumentsWithSeveralPairsAreNotShared) {
-  Document two_pairs = preference({5}, {7}, {8});
+  Document two_pairs = testing::preference_document({5}, {7}, {8});
   const auto size = int32_t(two_pairs.size());
   two_pairs.tokens.insert(two_pairs.tokens.end(), {1, 5, 7, 2, 1, 5, 8, 2});
   two_pairs.chosen_spans.push_back({size + 2, size + 4});

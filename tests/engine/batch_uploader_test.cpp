@@ -4,6 +4,7 @@
 // GPU packing is checked by engine_cuda_test.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -16,19 +17,26 @@ std::vector<int64_t> values(const Tensor& tensor) {
   return std::vector<int64_t>(tensor.data_as<int64_t>(), tensor.data_as<int64_t>() + tensor.numel());
 }
 
-// Documents of 2 and 4 tokens (4 labels) with one preference pair.
-std::shared_ptr<data::Batch> two_documents(data::PreferenceRows pair) {
+// A batch of two attention segments of `first` and 6 - `first` rows with one preference pair.
+std::shared_ptr<data::Batch> six_rows(std::vector<int64_t> tokens, std::vector<int64_t> labels, int32_t first,
+                                      data::PreferenceRows pair) {
   auto batch = std::make_shared<data::Batch>();
   batch->micro_batch_size = 6;
-  batch->tokens = {5, 6, 7, 8, 9, 10};
-  batch->labels = {6, 7, -100, 9, 10, -100};
-  batch->label_counts = {4};
-  batch->positions = {0, 1, 0, 1, 2, 3};
-  batch->cu_seqlens = {0, 2, 6};
-  batch->max_seqlen = 4;
-  batch->lengths = {2, 4};
+  batch->tokens = std::move(tokens);
+  batch->labels = std::move(labels);
+  batch->label_counts = {int64_t(std::count_if(batch->labels.begin(), batch->labels.end(),
+                                               [](int64_t label) { return label >= 0; }))};
+  for (int32_t row = 0; row < 6; ++row) batch->positions.push_back(row < first ? row : row - first);
+  batch->cu_seqlens = {0, first, 6};
+  batch->max_seqlen = std::max(first, 6 - first);
+  batch->lengths = {first, 6 - first};
   batch->preference_pairs = {pair};
   return batch;
+}
+
+// Documents of 2 and 4 tokens (4 labels) with one preference pair.
+std::shared_ptr<data::Batch> two_documents(data::PreferenceRows pair) {
+  return six_rows({5, 6, 7, 8, 9, 10}, {6, 7, -100, 9, 10, -100}, 2, pair);
 }
 
 TEST(BatchUploader, CpuMicroBatchCarriesItsLossRows) {
@@ -65,17 +73,8 @@ TEST(BatchUploader, FindsLossRowsByItsRule) {
 // Sequences 1 5 7 and 1 5 8 (BOS, prompt 5, answers 7 and 8): the pair's chosen row 1, rejected row 4. Row 3 (BOS)
 // repeats row 0; row 4 (5, whose label is the rejected answer) is computed in both sequences.
 std::shared_ptr<data::Batch> preference_pair() {
-  auto batch = std::make_shared<data::Batch>();
-  batch->micro_batch_size = 6;
-  batch->tokens = {1, 5, 7, 1, 5, 8};
-  batch->labels = {5, 7, -100, 5, 8, -100};
-  batch->label_counts = {4};
-  batch->positions = {0, 1, 2, 0, 1, 2};
-  batch->cu_seqlens = {0, 3, 6};
-  batch->max_seqlen = 3;
-  batch->lengths = {3, 3};
-  batch->preference_pairs = {{.chosen_begin = 1, .chosen_end = 2, .rejected_begin = 4, .rejected_end = 5}};
-  return batch;
+  return six_rows({1, 5, 7, 1, 5, 8}, {5, 7, -100, 5, 8, -100}, 3,
+                  {.chosen_begin = 1, .chosen_end = 2, .rejected_begin = 4, .rejected_end = 5});
 }
 
 TEST(BatchUploader, SharesPromptRowsWhenAskedForDpoBatches) {

@@ -10,8 +10,6 @@
 #include <vector>
 
 #include "fast_llm/core/device.h"
-#include "fast_llm/data/batch.h"
-#include "fast_llm/engine/training/batch_uploader.h"
 #include "fast_llm/kernels/attention.h"
 #include "fast_llm/kernels/moe.h"
 #include "fast_llm/kernels/pointwise.h"
@@ -280,8 +278,7 @@ TEST(CudaLayers, GptModelMatchesCpu) {
 }
 
 // One dpo step of a model of the shape above on two preference documents and a plain one, uploaded on `device` with the
-// pairs' shared prompt rows computed once or not (data/shared_prompts.h); the reference's label log-probabilities
-// made up, the same at the same loss rows.
+// pairs' shared prompt rows computed once or not (data/shared_prompts.h).
 StepResult dpo_step(Device device, DType dtype, bool share_prompt_rows) {
   const auto model_pointer = small_gpt(
       "{normalization: {type: rms_norm}, losses: {dpo: {type: dpo, reference_model: reference, beta: 0.5}}}", "",
@@ -291,19 +288,11 @@ StepResult dpo_step(Device device, DType dtype, bool share_prompt_rows) {
   for (Layer* layer : model.layers()) bind_on(*layer, seed++, device, dtype);
   std::vector<int64_t> long_prompt(40);
   for (size_t index = 0; index < long_prompt.size(); ++index) long_prompt[index] = 3 + int64_t(index * 7 % 90);
-  const auto batch = std::make_shared<const data::Batch>(data::make_batch(
+  const MicroBatch micro_batch = dpo_micro_batch(
       {preference_document(long_prompt, {9, 10, 11}, {12, 13}), preference_document({3, 4, 5}, {12}, {6, 7, 9}),
        data::Document{.tokens = {4, 5, 6}}},
-      {.micro_batch_size = 120}));
-  engine::BatchUploader uploader(device, Stream{}, 1, LossRowRule::preference_spans, share_prompt_rows);
-  MicroBatch micro_batch = uploader.upload(batch);
+      120, device, DType::float32, share_prompt_rows);
   EXPECT_EQ(micro_batch.attention_rows.has_value(), share_prompt_rows);
-  const int64_t loss_rows = micro_batch.loss_rows.numel();
-  Tensor reference = Tensor::empty(Shape{loss_rows}, DType::float32, Device::cpu());
-  for (int64_t row = 0; row < loss_rows; ++row) reference.data_as<float>()[row] = -0.5f - 0.05f * float(row);
-  micro_batch.reference_label_log_probabilities["reference"] = reference.to(device);
-  micro_batch.labels_in_step = batch->num_labels(1);
-  micro_batch.preference_pairs_in_step = 2;
   return model_step(model, micro_batch, device, dtype, 1.0 / double(micro_batch.labels_in_step));
 }
 

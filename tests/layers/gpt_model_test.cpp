@@ -7,8 +7,6 @@
 #include <set>
 
 #include "fast_llm/core/error.h"
-#include "fast_llm/data/batch.h"
-#include "fast_llm/engine/training/batch_uploader.h"
 #include "fast_llm/layers/attention/attention.h"
 #include "fast_llm/layers/language_model/loss_rows.h"
 #include "fast_llm/layers/mlp/mlp.h"
@@ -275,7 +273,7 @@ TEST(GPTModel, LastBlockOnLossRowsMatchesEveryRow) {
 
 // One dpo step (fp64) of the tiny model on two preference documents (prompts of 4 and 2 tokens after BOS) and a plain
 // one, uploaded with the pairs' shared prompt rows left out or not: the dpo loss and its metrics, then every
-// parameter gradient. The reference's label log-probabilities are made up, the same at the same loss rows.
+// parameter gradient.
 std::vector<double> dpo_step(bool share_prompt_rows) {
   GPTModel model(model_config(tiny_model(
       "{vocab_size: 13}",
@@ -283,23 +281,14 @@ std::vector<double> dpo_step(bool share_prompt_rows) {
   EXPECT_TRUE(model.computes_shared_prompts_once());
   uint64_t seed = 400;
   for (Layer* layer : model.layers()) bind_parameters(*layer, seed++);
-  const auto batch = std::make_shared<const data::Batch>(data::make_batch(
+  const layers::MicroBatch micro_batch = dpo_micro_batch(
       {preference_document({5, 6, 7, 8}, {9, 10}, {11}), preference_document({3, 4}, {12}, {6, 7, 9}),
        data::Document{.tokens = {4, 5, 6}}},
-      {.micro_batch_size = 30}));
-  engine::BatchUploader uploader(Device::cpu(), Stream{}, 1, layers::LossRowRule::preference_spans,
-                                 share_prompt_rows);
-  layers::MicroBatch micro_batch = uploader.upload(batch);
+      30, Device::cpu(), DType::float64, share_prompt_rows);
   // BOS and the prompt but its last token: 4 + 2 rows.
   EXPECT_EQ(micro_batch.num_tokens(), share_prompt_rows ? 24 : 30);
   EXPECT_EQ(micro_batch.attention_rows.has_value(), share_prompt_rows);
-  const int64_t loss_rows = micro_batch.loss_rows.numel();
-  EXPECT_EQ(loss_rows, 3 + 2 + 2 + 4);
-  Tensor reference = Tensor::empty(Shape{loss_rows}, DType::float64, Device::cpu());
-  for (int64_t row = 0; row < loss_rows; ++row) reference.data_as<double>()[row] = -0.3 - 0.1 * double(row);
-  micro_batch.reference_label_log_probabilities["reference"] = reference;
-  micro_batch.labels_in_step = batch->num_labels(1);
-  micro_batch.preference_pairs_in_step = 2;
+  EXPECT_EQ(micro_batch.loss_rows.numel(), 3 + 2 + 2 + 4);
 
   LossSums losses;
   LayerContext context = make_context(micro_batch, true, &losses, 1.0 / double(micro_batch.labels_in_step));

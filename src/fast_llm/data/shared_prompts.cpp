@@ -47,34 +47,31 @@ std::optional<SharedPromptBatch> share_prompt_rows(const Batch& batch) {
   }
   if (!any) return std::nullopt;
 
+  // Computed rows before each original row: a kept row's index among them, and where the pairs' row ranges go.
+  std::vector<int64_t> computed_before(size_t(rows) + 1, 0);
+  for (int64_t row = 0; row < rows; ++row)
+    computed_before[size_t(row) + 1] = computed_before[size_t(row)] + (repeats[size_t(row)] < 0 ? 1 : 0);
+  const int64_t computed = computed_before[size_t(rows)];
   SharedPromptBatch result;
-  std::vector<int64_t> computed_index(size_t(rows), -1);  // of each kept row
   result.attention_sources.resize(size_t(rows));
   result.attention_positions.resize(size_t(rows));
-  for (int64_t row = 0; row < rows; ++row) {
-    if (repeats[size_t(row)] >= 0) continue;
-    computed_index[size_t(row)] = int64_t(result.kept_rows.size());
-    result.kept_rows.push_back(row);
-  }
-  const int64_t computed = int64_t(result.kept_rows.size());
+  result.kept_rows.reserve(size_t(computed));
   result.repeating_rows.assign(size_t(computed), rows);
   for (int64_t row = 0; row < rows; ++row) {
     const int64_t repeated = repeats[size_t(row)];
     if (repeated < 0) {
-      result.attention_sources[size_t(row)] = result.attention_positions[size_t(row)] = computed_index[size_t(row)];
+      result.kept_rows.push_back(row);
+      result.attention_sources[size_t(row)] = result.attention_positions[size_t(row)] = computed_before[size_t(row)];
     } else {
-      const int64_t source = computed_index[size_t(repeated)];
-      FLM_ASSERT(source >= 0, "shared prompt row {} repeats row {}, which is itself repeated", row, repeated);
+      FLM_ASSERT(repeats[size_t(repeated)] < 0, "shared prompt row {} repeats row {}, which is itself repeated", row,
+                 repeated);
+      const int64_t source = computed_before[size_t(repeated)];
       result.attention_sources[size_t(row)] = source;
       result.attention_positions[size_t(row)] = computed;
       result.repeating_rows[size_t(source)] = row;
     }
   }
 
-  // Computed rows before each original row boundary: where the pairs' row ranges go.
-  std::vector<int64_t> computed_before(size_t(rows) + 1, 0);
-  for (int64_t row = 0; row < rows; ++row)
-    computed_before[size_t(row) + 1] = computed_before[size_t(row)] + (repeats[size_t(row)] < 0 ? 1 : 0);
   Batch& out = result.batch;
   out.sample_index = batch.sample_index;
   out.micro_batch_size = computed;

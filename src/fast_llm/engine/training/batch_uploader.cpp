@@ -110,17 +110,16 @@ layers::MicroBatch BatchUploader::upload(const std::shared_ptr<const data::Batch
     result.labels = wrap(labels.data(), tokens, DType::int64);
     result.positions = wrap(batch->positions.data(), tokens, DType::int64);
     result.cu_seqlens = wrap(batch->cu_seqlens.data(), segments + 1, DType::int32);
-    if (shared) {
-      auto rows = [&](const std::vector<int64_t>& values) {
-        return Tensor::from_blob(const_cast<int64_t*>(values.data()), Shape{int64_t(values.size())}, DType::int64,
-                                 Device::cpu(), std::const_pointer_cast<data::SharedPromptBatch>(shared));
-      };
+    // `owner` is the shared batch's, which holds the maps too.
+    if (shared)
       result.attention_rows = layers::AttentionRows{.count = attention_rows,
-                                                    .sources = rows(shared->attention_sources),
-                                                    .positions = rows(shared->attention_positions),
-                                                    .kept = rows(shared->kept_rows),
-                                                    .repeating = rows(shared->repeating_rows)};
-    }
+                                                    .sources = wrap(shared->attention_sources.data(), attention_rows,
+                                                                    DType::int64),
+                                                    .positions = wrap(shared->attention_positions.data(),
+                                                                      attention_rows, DType::int64),
+                                                    .kept = wrap(shared->kept_rows.data(), tokens, DType::int64),
+                                                    .repeating = wrap(shared->repeating_rows.data(), tokens,
+                                                                      DType::int64)};
     if (token_data) {
       result.advantages = wrap(batch->advantages.data(), tokens, DType::float32);
       result.old_log_probabilities = wrap(batch->old_log_probabilities.data(), tokens, DType::float32);
