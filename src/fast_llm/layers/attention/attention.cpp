@@ -430,6 +430,7 @@ Tensor Attention::backward(const Tensor& grad_output, Saved saved, Stream stream
   if (rotary_->enabled()) rotary_tables = rotary_->tables(saved.key.size(0), device, stream, dtype);
   {
     Tensor flat_output = saved.output.reshape(Shape{saved.output.size(0), int64_t(heads_) * head_size_});
+    // The dense projection's input, gathered again rather than kept from the forward (a copy of the output per layer).
     if (attention_rows) flat_output = kernels::gather_rows(flat_output, attention_rows->kept, stream);
     Tensor grad_attention = dense_.backward(grad_output, flat_output, stream, std::nullopt, saved.dropout_seed);
     // A repeated row's output is not used: its gradient is zero.
